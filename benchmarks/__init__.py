@@ -1,0 +1,1 @@
+"""Workloads (apps + loaders + checks) and the load driver."""

@@ -1,0 +1,1 @@
+"""The control plane: membership, placement, the epoch barrier and the admin API."""

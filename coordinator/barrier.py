@@ -1,0 +1,45 @@
+"""The epoch barrier: collect one message per worker for a stage, then combine them (pure).
+
+Per epoch the coordinator runs three stages: ExecDone (union of logic aborts, max sequencer
+counter), Vote (union of conflicts => the fallback set) and EpochDone (pending work, counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Generic, TypeVar
+
+from styx_py.wire import EpochDone, ExecDone, Vote
+
+M = TypeVar("M", ExecDone, Vote, EpochDone)
+
+
+class Stage(Generic[M]):
+    def __init__(self, epoch: int, workers: Iterable[str]) -> None:
+        self.epoch = epoch
+        self.expected = frozenset(workers)
+        self.got: dict[str, M] = {}
+
+    def add(self, msg: M) -> bool:
+        """Record a worker's message; True once every expected worker has reported."""
+        if msg.epoch == self.epoch and msg.node_id in self.expected:
+            self.got[msg.node_id] = msg
+        return self.complete
+
+    @property
+    def complete(self) -> bool:
+        return len(self.got) == len(self.expected)
+
+    def messages(self) -> list[M]:
+        return [self.got[n] for n in sorted(self.got)]
+
+
+def combine_exec(msgs: list[ExecDone]) -> tuple[list[int], int]:
+    aborted = sorted({t for m in msgs for t in m.aborted})
+    return aborted, max((m.lc for m in msgs), default=0)
+
+
+def combine_votes(msgs: list[Vote]) -> tuple[list[int], list[int]]:
+    fallback = sorted({t for m in msgs for t in m.conflicts})
+    uncacheable = sorted({t for m in msgs for t in m.uncacheable})
+    return fallback, uncacheable

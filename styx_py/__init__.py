@@ -1,0 +1,41 @@
+"""styx-py: deterministic, transactional stateful functions.
+
+The public API for application code::
+
+    from styx_py import Operator, Context, Graph, Abort
+"""
+
+from styx_py.context import Context
+from styx_py.errors import (
+    Abort,
+    BadRequest,
+    ConfigError,
+    GraphError,
+    Overloaded,
+    ProtocolError,
+    RequestTimeout,
+    StyxError,
+    TransactionAborted,
+    TransactionFailed,
+)
+from styx_py.graph import Graph, load_graph
+from styx_py.operator import Operator
+from styx_py.partitioning import partition_of
+
+__all__ = [
+    "Abort",
+    "BadRequest",
+    "ConfigError",
+    "Context",
+    "Graph",
+    "GraphError",
+    "Operator",
+    "Overloaded",
+    "ProtocolError",
+    "RequestTimeout",
+    "StyxError",
+    "TransactionAborted",
+    "TransactionFailed",
+    "load_graph",
+    "partition_of",
+]

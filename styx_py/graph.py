@@ -1,0 +1,87 @@
+"""A deployable application: a named set of operators, validated before it reaches a worker."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+import msgspec
+
+from styx_py.errors import GraphError
+from styx_py.operator import Operator, UserFunction
+
+
+class OperatorSpec(msgspec.Struct, frozen=True):
+    """What clients and the coordinator need to know of an operator (no code)."""
+
+    name: str
+    partitions: int
+    functions: list[str]
+
+
+class Graph:
+    """``Graph(name, operators)``: the unit of deployment.
+
+    Validation happens here, at construction (deploy) time: duplicate operator names, bad partition
+    counts and references from a function to an operator object that is not part of the graph are
+    clear :class:`GraphError` s instead of failures in the middle of a transaction.
+    """
+
+    def __init__(self, name: str, operators: Iterable[Operator]) -> None:
+        if not name or not isinstance(name, str):
+            raise GraphError("graph name must be a non-empty string")
+        self.name = name
+        self.operators: dict[str, Operator] = {}
+        for op in operators:
+            if not isinstance(op, Operator):
+                raise GraphError(f"graph {name!r}: {op!r} is not an Operator")
+            if op.name in self.operators:
+                raise GraphError(f"graph {name!r}: duplicate operator name {op.name!r}")
+            self.operators[op.name] = op
+        if not self.operators:
+            raise GraphError(f"graph {name!r} has no operators")
+        for op in self.operators.values():
+            if not op.functions:
+                raise GraphError(f"operator {op.name!r} has no functions")
+            for fname, fn in op.functions.items():
+                self._check_targets(op, fname, fn)
+
+    def _check_targets(self, op: Operator, fname: str, fn: UserFunction) -> None:
+        """Every Operator object a function refers to by global name must belong to this graph."""
+        code = getattr(fn, "__code__", None)
+        env = getattr(fn, "__globals__", {})
+        if code is None:
+            return
+        for ref in code.co_names:
+            target = env.get(ref)
+            if isinstance(target, Operator) and self.operators.get(target.name) is not target:
+                raise GraphError(
+                    f"{op.name}.{fname} calls operator {target.name!r}, which is not part of graph {self.name!r}"
+                )
+
+    @property
+    def n_partitions(self) -> int:
+        """Ingress/placement partitions: operator partition ``p`` of every operator maps to ``p``."""
+        return max(op.partitions for op in self.operators.values())
+
+    def function(self, operator: str, function: str) -> UserFunction | None:
+        op = self.operators.get(operator)
+        return None if op is None else op.functions.get(function)
+
+    def specs(self) -> list[OperatorSpec]:
+        return [OperatorSpec(op.name, op.partitions, sorted(op.functions)) for op in self.operators.values()]
+
+
+def load_graph(import_path: str) -> Graph:
+    """Import ``pkg.module:attr`` and return the Graph it names (code travels by import path, never pickle)."""
+    module_name, sep, attr = import_path.partition(":")
+    if not sep or not module_name or not attr:
+        raise GraphError(f"expected 'package.module:graph', got {import_path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise GraphError(f"cannot import {module_name!r}: {exc}") from exc
+    graph = getattr(module, attr, None)
+    if not isinstance(graph, Graph):
+        raise GraphError(f"{import_path!r} is not a styx_py.Graph (got {type(graph).__name__})")
+    return graph

@@ -1,0 +1,117 @@
+"""A whole styx-py cluster in one process: the real coordinator and workers on in-memory fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+from collections import Counter
+from typing import Any
+
+import msgspec
+
+from coordinator.server import Coordinator
+from styx_py.config import Config, load_config
+from styx_py.graph import Graph, load_graph
+from styx_py.partitioning import Key, partition_of
+from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemoryNetwork, MemorySeqLog
+from styx_py.wire import Reply, Request, decode_value, encode_value
+from worker.epoch import COORDINATOR, Worker
+
+
+class SimCluster:
+    """``async with SimCluster("pkg.mod:app", workers=3, seed=7) as c: c.submit(...); await c.wait()``."""
+
+    def __init__(self, graph_path: str, *, workers: int = 3, seed: int = 0, **config: Any) -> None:
+        self.graph_path = graph_path
+        self.graph: Graph = load_graph(graph_path)
+        self.n_workers = workers
+        self.seed = seed
+        self.config: Config = load_config({"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, **config}, env={})
+        self.network = MemoryNetwork(seed)
+        self.log = MemoryLog()
+        self.requests: dict[str, Request] = {}
+        self.replies: list[Reply] = []
+        self._reply_event = asyncio.Event()
+        self._ids = itertools.count()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.workers: list[Worker] = []
+        cfg = self.config
+        self.coordinator = Coordinator(cfg, self.network.endpoint(COORDINATOR), min_workers=workers)
+
+    async def __aenter__(self) -> SimCluster:
+        cfg = self.config
+        n = self.graph.n_partitions
+        self.log.create(cfg.ingress_topic, n)
+        self.log.create(cfg.egress_topic, n)
+        self.log.create(cfg.seqlog_topic, 1)
+        self.network.register(COORDINATOR, self.coordinator.on_message)
+        self._tasks.append(asyncio.create_task(self.coordinator.run()))
+        for i in range(1, self.n_workers + 1):
+            node = f"w{i}"
+            w = Worker(
+                node, cfg, self.network.endpoint(node), MemoryIngress(self.log, cfg.ingress_topic),
+                MemoryEgress(self.log, cfg.egress_topic, self._on_reply), MemorySeqLog(self.log, cfg.seqlog_topic),
+                heartbeats=False,
+            )
+            self.network.register(node, w.on_message)
+            self.workers.append(w)
+            self._tasks.append(asyncio.create_task(w.run()))
+        await self.coordinator.deploy(self.graph_path)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for t in self._tasks:
+            t.cancel()
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                raise r
+
+    def _on_reply(self, reply: Reply) -> None:
+        self.replies.append(reply)
+        self._reply_event.set()
+
+    def submit(self, operator: str, function: str, key: Key, *args: Any, request_id: str | None = None) -> str:
+        rid = request_id or f"r{next(self._ids)}"
+        req = Request(rid, operator, function, key, msgspec.Raw(encode_value(list(args))), len(self.requests))
+        self.requests[rid] = req
+        partitions = self.graph.operators[operator].partitions if operator in self.graph.operators else 1
+        self.log.append(self.config.ingress_topic, partition_of(key, partitions), req)
+        return rid
+
+    async def wait(self, timeout_s: float = 60.0) -> list[Reply]:
+        """Until every submitted request has a reply (fails loudly on a timeout or a crashed task)."""
+        async def until_done() -> None:
+            while len(self.replies) < len(self.requests):
+                self._reply_event.clear()
+                for t in self._tasks:
+                    if t.done():
+                        t.result()
+                        raise AssertionError("a cluster task ended")
+                await self._reply_event.wait()
+            # Replies leave before the epoch ends (early commit); state is final once it has.
+            await self.coordinator.idle.wait()
+
+        await asyncio.wait_for(until_done(), timeout_s)
+        return self.replies
+
+    def state(self) -> dict[tuple[str, Key], Any]:
+        merged: dict[tuple[str, Key], Any] = {}
+        for w in self.workers:
+            for k, v in w.store.items():
+                assert k not in merged, f"key {k} on two workers"
+                merged[k] = decode_value(v)
+        return merged
+
+    def duplicate_replies(self) -> list[str]:
+        return [rid for rid, n in Counter(r.request_id for r in self.replies).items() if n > 1]
+
+    def fingerprint(self) -> str:
+        """A hash of the final state and every reply: equal for two runs of the same seed."""
+        h = hashlib.sha256()
+        for k, v in sorted(self.state().items(), key=repr):
+            h.update(repr((k, v)).encode())
+        for r in sorted(self.replies, key=lambda r: r.request_id):
+            h.update(msgspec.msgpack.encode(r))
+        return h.hexdigest()

@@ -1,0 +1,168 @@
+"""In-memory network and Kafka-like logs, good enough to run the whole cluster in one process.
+
+Delivery is driven only by ``loop.call_soon`` (no timers), with a seeded random number of extra
+hops per delivery: a run is a pure function of its seed, and different seeds interleave the
+channels differently. Each channel (src → dest) stays FIFO, like a TCP connection. Messages go
+through the real frame encoder and decoder, so everything sent must be valid on the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from styx_py.wire import Batch, Message, Reply, Request, SeqLogEntry, decode_batch, encode_frame
+from worker.epoch import IngressRecord
+
+Handler = Callable[[str, Message], None]
+
+
+class MemoryNetwork:
+    def __init__(self, seed: int = 0, max_hops: int = 3, serialize: bool = True) -> None:
+        self.rng = random.Random(seed)
+        self.max_hops = max_hops
+        self.serialize = serialize
+        self.handlers: dict[str, Handler] = {}
+        self.channels: dict[tuple[str, str], deque[Message]] = {}
+        self.scheduled: set[tuple[str, str]] = set()
+        self.sent = 0
+
+    def endpoint(self, node_id: str) -> MemoryTransport:
+        return MemoryTransport(self, node_id)
+
+    def register(self, node_id: str, handler: Handler) -> None:
+        self.handlers[node_id] = handler
+
+    def unregister(self, node_id: str) -> None:
+        self.handlers.pop(node_id, None)
+
+    def send(self, src: str, dest: str, msg: Message) -> None:
+        if self.serialize:
+            frame = encode_frame(Batch(src, [msg]))
+            msg = decode_batch(frame[4:]).msgs[0]
+        self.sent += 1
+        ch = (src, dest)
+        q = self.channels.get(ch)
+        if q is None:
+            q = self.channels[ch] = deque()
+        q.append(msg)
+        if ch not in self.scheduled:
+            self.scheduled.add(ch)
+            self._schedule(ch)
+
+    def _schedule(self, ch: tuple[str, str]) -> None:
+        asyncio.get_running_loop().call_soon(self._hop, ch, self.rng.randint(0, self.max_hops))
+
+    def _hop(self, ch: tuple[str, str], hops: int) -> None:
+        if hops > 0:
+            asyncio.get_running_loop().call_soon(self._hop, ch, hops - 1)
+            return
+        q = self.channels[ch]
+        handler = self.handlers.get(ch[1])
+        for _ in range(self.rng.randint(1, len(q))):
+            msg = q.popleft()
+            if handler is not None:
+                handler(ch[0], msg)
+        if q:
+            self._schedule(ch)
+        else:
+            self.scheduled.discard(ch)
+
+
+class MemoryTransport:
+    def __init__(self, network: MemoryNetwork, node_id: str) -> None:
+        self.network = network
+        self.node_id = node_id
+
+    def send(self, dest: str, msg: Message) -> None:
+        self.network.send(self.node_id, dest, msg)
+
+
+class MemoryLog:
+    """Topics of partitions of records; listeners hear appends (like a consumer's fetch)."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[list[Any]]] = {}
+        self.listeners: dict[tuple[str, int], list[Callable[[], None]]] = {}
+
+    def create(self, topic: str, partitions: int) -> None:
+        parts = self.topics.setdefault(topic, [])
+        while len(parts) < partitions:
+            parts.append([])
+
+    def append(self, topic: str, partition: int, value: Any) -> int:
+        part = self.topics[topic][partition]
+        part.append(value)
+        for listener in self.listeners.get((topic, partition), ()):
+            listener()
+        return len(part) - 1
+
+    def records(self, topic: str) -> list[Any]:
+        return [r for part in self.topics.get(topic, []) for r in part]
+
+
+class MemoryIngress:
+    def __init__(self, log: MemoryLog, topic: str) -> None:
+        self.log = log
+        self.topic = topic
+        self.positions: dict[int, int] = {}
+        self.listener: Callable[[], None] | None = None
+
+    def set_listener(self, on_available: Callable[[], None]) -> None:
+        self.listener = on_available
+
+    def _notify(self) -> None:
+        if self.listener is not None:
+            self.listener()
+
+    def assign(self, partitions: list[int]) -> None:
+        for p in partitions:
+            if p not in self.positions:
+                self.positions[p] = 0
+                self.log.listeners.setdefault((self.topic, p), []).append(self._notify)
+
+    def take(self, n: int) -> list[IngressRecord]:
+        out: list[IngressRecord] = []
+        parts = self.log.topics[self.topic]
+        progress = True
+        while len(out) < n and progress:
+            progress = False
+            for p in sorted(self.positions):
+                pos = self.positions[p]
+                if pos < len(parts[p]) and len(out) < n:
+                    req: Request = parts[p][pos]
+                    out.append(IngressRecord(p, pos, req, req.ts_ms))
+                    self.positions[p] = pos + 1
+                    progress = True
+        return out
+
+    def pending(self) -> int:
+        parts = self.log.topics.get(self.topic, [])
+        return sum(len(parts[p]) - pos for p, pos in self.positions.items())
+
+
+class MemoryEgress:
+    def __init__(self, log: MemoryLog, topic: str, on_reply: Callable[[Reply], None] | None = None) -> None:
+        self.log = log
+        self.topic = topic
+        self.on_reply = on_reply
+
+    def send(self, partition: int, reply: Reply) -> None:
+        self.log.append(self.topic, partition, reply)
+        if self.on_reply is not None:
+            self.on_reply(reply)
+
+
+class MemorySeqLog:
+    def __init__(self, log: MemoryLog, topic: str) -> None:
+        self.log = log
+        self.topic = topic
+
+    def append(self, entry: SeqLogEntry) -> asyncio.Future[None]:
+        self.log.append(self.topic, 0, entry)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut

@@ -1,0 +1,134 @@
+"""The reference model: run committed transactions one at a time, in commit order.
+
+The commit order of the cluster is ``(epoch, phase, tid)`` (lock-free commits of an epoch in tid
+order, then its fallback commits in tid order); every reply carries those three numbers. Replaying
+the requests serially in that order must give the same final state and the same replies.
+
+Calls follow the engine's semantics: ``await ctx.call`` runs the callee inline; ``call_async``
+callees run after the caller returns, in call order, depth first. A failure anywhere undoes the
+whole transaction.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Iterable
+from typing import Any
+from zlib import crc32
+
+from styx_py.context import Context
+from styx_py.errors import Abort
+from styx_py.graph import Graph
+from styx_py.operator import Operator, operator_name
+from styx_py.partitioning import Key
+from worker.executor import bind_error
+from styx_py.wire import Reply, Request, decode_value, encode_value
+
+EntityKey = tuple[str, Key]
+
+
+class _Failed(BaseException):
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+class _SerialContext(Context):
+    def __init__(self, run: _SerialRun, operator: str, key: Key, path: list[int]) -> None:
+        self.run = run
+        self.operator = operator
+        self.key = key
+        self.path = path
+        self.children = 0
+        self.pending: list[tuple[str, str, Key, list[Any], list[int]]] = []
+        self._rng: _random.Random | None = None
+
+    async def get(self, default: Any = None) -> Any:
+        raw = self.run.read((self.operator, self.key))
+        return default if raw is None else decode_value(raw)
+
+    async def put(self, value: Any) -> None:
+        self.run.writes[(self.operator, self.key)] = encode_value(value)
+
+    async def delete(self) -> None:
+        self.run.writes[(self.operator, self.key)] = None
+
+    def _next_path(self) -> list[int]:
+        self.children += 1
+        return [*self.path, self.children - 1]
+
+    def call_async(self, operator: Operator | str, function: str, key: Key, *args: Any) -> None:
+        self.pending.append((operator_name(operator), function, key, list(args), self._next_path()))
+
+    async def call(self, operator: Operator | str, function: str, key: Key, *args: Any) -> Any:
+        return await self.run.invoke(operator_name(operator), function, key, list(args), self._next_path())
+
+    def random(self) -> float:
+        if self._rng is None:
+            path = ",".join(map(str, self.path)).encode()
+            self._rng = _random.Random((self.run.tid << 32) | crc32(path))
+        return self._rng.random()
+
+    def now(self) -> float:
+        return self.run.ts_ms / 1000.0
+
+
+class _SerialRun:
+    def __init__(self, graph: Graph, state: dict[EntityKey, bytes], tid: int, ts_ms: int) -> None:
+        self.graph = graph
+        self.state = state
+        self.writes: dict[EntityKey, bytes | None] = {}
+        self.tid = tid
+        self.ts_ms = ts_ms
+
+    def read(self, key: EntityKey) -> bytes | None:
+        return self.writes[key] if key in self.writes else self.state.get(key)
+
+    async def invoke(self, operator: str, function: str, key: Key, args: list[Any], path: list[int]) -> Any:
+        fn = self.graph.function(operator, function)
+        if fn is None:
+            raise _Failed("failed", f"unknown function {operator}.{function}")
+        bad = bind_error(fn, args)
+        if bad is not None:
+            raise _Failed("failed", bad)
+        ctx = _SerialContext(self, operator, key, path)
+        try:
+            result = await fn(ctx, *args)
+            encode_value(result)
+        except Abort as exc:
+            raise _Failed("aborted", str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - mirrors the engine: any user exception aborts
+            raise _Failed("failed", f"{type(exc).__name__}: {exc}") from None
+        for op, fname, k, a, p in ctx.pending:
+            await self.invoke(op, fname, k, a, p)
+        return result
+
+
+async def serial_replay(
+    graph: Graph, requests: dict[str, Request], replies: Iterable[Reply]
+) -> tuple[dict[EntityKey, Any], dict[str, tuple[str, Any]]]:
+    """Final state and ``request_id -> (status, result or error)`` of the serial execution."""
+    state: dict[EntityKey, bytes] = {}
+    outcomes: dict[str, tuple[str, Any]] = {}
+    for reply in sorted(replies, key=lambda r: (r.epoch, r.phase, r.tid)):
+        req = requests[reply.request_id]
+        run = _SerialRun(graph, state, reply.tid, req.ts_ms)
+        try:
+            result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])
+        except _Failed as exc:
+            outcomes[req.request_id] = (exc.status, exc.error)
+            continue
+        for k, v in run.writes.items():
+            if v is None:
+                state.pop(k, None)
+            else:
+                state[k] = v
+        outcomes[req.request_id] = ("committed", result)
+    return {k: decode_value(v) for k, v in state.items()}, outcomes
+
+
+def reply_outcome(reply: Reply) -> tuple[str, Any]:
+    if reply.status == "committed":
+        return ("committed", None if reply.result is None else decode_value(reply.result))
+    return (reply.status, reply.error)

@@ -1,0 +1,274 @@
+"""The one typed wire protocol of styx-py.
+
+Every message between the coordinator and workers, and between workers, is a ``msgspec.Struct`` in
+this module, tagged so one decoder handles a channel. Frames on TCP are a 4-byte big-endian length
+and a msgpack-encoded :class:`Batch` (messages to one destination are batched per loop tick).
+Nothing is ever pickled; bytes that do not decode raise :class:`~styx_py.errors.ProtocolError`.
+
+Kafka payloads (:class:`Request` on the ingress topic, :class:`Reply` on the egress topic and
+:class:`SeqLogEntry` on the sequencer log) are msgpack too.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgspec
+
+from styx_py.errors import ProtocolError
+from styx_py.graph import OperatorSpec
+from styx_py.limits import MAX_FRAME_BYTES
+
+Key = str | int
+
+# Outcome of one function invocation, carried by Ack / CallResult.
+ST_OK = 0
+ST_ABORT = 1        # user raised Abort
+ST_ERROR = 2        # user code raised another exception / unencodable value
+ST_BAD = 3          # unknown operator or function, wrong arguments
+ST_CHANGED = 4      # fallback: read/write set or call parameters differ from the optimistic run
+ST_PROPAGATED = 5   # failed because a synchronous callee failed (the callee carries the error)
+
+# Phases of an epoch in which an invocation runs.
+PHASE_OPTIMISTIC = 0
+PHASE_FALLBACK = 1
+
+# Outcome of a fallback transaction (Final.outcome).
+OUT_COMMIT = 0
+OUT_ABORT = 1
+OUT_RESCHEDULE = 2
+
+
+class _Msg(msgspec.Struct, tag_field="t", array_like=True, omit_defaults=False):
+    pass
+
+
+# ---- control plane: worker <-> coordinator -------------------------------------------------------
+
+
+class Register(_Msg, tag="reg"):
+    node_id: str
+    host: str
+    port: int
+
+
+class WorkerInfo(msgspec.Struct, array_like=True):
+    node_id: str
+    sid: int            # sequencer id, 1..n
+    host: str
+    port: int
+
+
+class ClusterView(_Msg, tag="view"):
+    generation: int
+    workers: list[WorkerInfo]
+    placement: list[str]                 # partition index -> owning worker node_id
+    graph_path: str | None
+    operators: list[OperatorSpec]
+    kafka_bootstrap: str | None
+    ingress_topic: str
+    egress_topic: str
+    seqlog_topic: str
+
+
+class Heartbeat(_Msg, tag="hb"):
+    node_id: str
+    epoch: int
+
+
+class WorkAvailable(_Msg, tag="work"):
+    node_id: str
+
+
+class EpochStart(_Msg, tag="es"):
+    epoch: int
+    lc: int                              # global max sequencer counter (Mencius rebalancing)
+
+
+class ExecDone(_Msg, tag="xd"):
+    epoch: int
+    node_id: str
+    aborted: list[int]                   # tids whose root saw a logic abort / error
+    lc: int
+
+
+class AllExecDone(_Msg, tag="axd"):
+    epoch: int
+    aborted: list[int]
+
+
+class Vote(_Msg, tag="vote"):
+    epoch: int
+    node_id: str
+    conflicts: list[int]
+    uncacheable: list[int]               # tids that touched one entity twice on this worker
+
+
+class Decision(_Msg, tag="dec"):
+    epoch: int
+    fallback: list[int]                  # sorted tids that must re-run under locks
+    uncacheable: list[int]
+
+
+class EpochDone(_Msg, tag="ed"):
+    epoch: int
+    node_id: str
+    pending: int                         # requests waiting in this worker's ingress
+    committed: int
+    aborted: int
+    rescheduled: int
+
+
+# ---- data plane: worker <-> worker ----------------------------------------------------------------
+
+
+class Invoke(_Msg, tag="inv"):
+    epoch: int
+    tid: int
+    phase: int
+    path: list[int]                      # position in the call tree: child indices from the root
+    root: str                            # node_id of the root's worker (acks go there)
+    parent: str                          # node_id of the caller's worker (sync results go there)
+    operator: str
+    function: str
+    key: Key
+    args: msgspec.Raw
+    share_n: int
+    share_d: int
+    want_result: bool
+    ts_ms: int
+
+
+class CallResult(_Msg, tag="res"):
+    epoch: int
+    tid: int
+    phase: int
+    path: list[int]
+    status: int
+    value: msgspec.Raw
+
+
+class Ack(_Msg, tag="ack"):
+    epoch: int
+    tid: int
+    phase: int
+    share_n: int
+    share_d: int
+    status: int
+    error: str
+    path: list[int]
+
+
+class Final(_Msg, tag="fin"):
+    epoch: int
+    tid: int
+    outcome: int
+
+
+# ---- admin --------------------------------------------------------------------------------------
+
+
+class DeployRequest(_Msg, tag="deploy"):
+    import_path: str
+
+
+class StatusRequest(_Msg, tag="status"):
+    pass
+
+
+class AdminReply(_Msg, tag="admin"):
+    ok: bool
+    error: str
+    body: dict[str, Any]
+
+
+Message = (
+    Register | ClusterView | Heartbeat | WorkAvailable | EpochStart | ExecDone | AllExecDone | Vote
+    | Decision | EpochDone | Invoke | CallResult | Ack | Final | DeployRequest | StatusRequest | AdminReply
+)
+
+
+class Batch(msgspec.Struct, array_like=True):
+    src: str
+    msgs: list[Message]
+
+
+# ---- Kafka payloads ------------------------------------------------------------------------------
+
+
+class Request(msgspec.Struct, array_like=True):
+    """One client request on the ingress topic."""
+
+    request_id: str
+    operator: str
+    function: str
+    key: Key
+    args: msgspec.Raw                    # msgpack-encoded list of arguments
+    ts_ms: int = 0                       # client send time (for latency); not used by the engine
+
+
+class Reply(msgspec.Struct, array_like=True):
+    """One transaction outcome on the egress topic (early commit reply)."""
+
+    request_id: str
+    tid: int
+    epoch: int
+    phase: int                           # 0 lock-free commit, 1 fallback: serial order is (epoch, phase, tid)
+    status: str                          # "committed" | "aborted" | "failed"
+    result: msgspec.Raw | None
+    error: str | None
+    error_type: str | None
+    request_ts_ms: int = 0
+
+
+class SeqLogEntry(msgspec.Struct, array_like=True):
+    """Composition of one worker's batch in one epoch: enough to replay it with the same tids."""
+
+    epoch: int
+    node_id: str
+    lc_start: int
+    entries: list[tuple[int, int, int, str]]   # (tid, ingress partition, offset, request_id)
+
+
+_batch_encoder = msgspec.msgpack.Encoder()
+_batch_decoder = msgspec.msgpack.Decoder(Batch)
+_HEADER = struct.Struct(">I")
+HEADER_BYTES = _HEADER.size
+
+
+def encode_frame(batch: Batch) -> bytes:
+    payload = _batch_encoder.encode(batch)
+    if len(payload) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(payload)} bytes exceeds MAX_FRAME_BYTES={MAX_FRAME_BYTES}")
+    return _HEADER.pack(len(payload)) + payload
+
+
+def frame_length(header: bytes) -> int:
+    (n,) = _HEADER.unpack(header)
+    if n > MAX_FRAME_BYTES:
+        raise ProtocolError(f"peer announced a frame of {n} bytes (limit {MAX_FRAME_BYTES})")
+    return int(n)
+
+
+def decode_batch(payload: bytes) -> Batch:
+    try:
+        return _batch_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolError(f"undecodable frame: {exc}") from exc
+
+
+request_encoder = msgspec.msgpack.Encoder()
+request_decoder = msgspec.msgpack.Decoder(Request)
+reply_decoder = msgspec.msgpack.Decoder(Reply)
+seqlog_decoder = msgspec.msgpack.Decoder(SeqLogEntry)
+value_encoder = msgspec.msgpack.Encoder()
+value_decoder = msgspec.msgpack.Decoder()
+
+
+def encode_value(value: Any) -> bytes:
+    return value_encoder.encode(value)
+
+
+def decode_value(raw: bytes | msgspec.Raw) -> Any:
+    return value_decoder.decode(raw)

@@ -1,0 +1,106 @@
+"""An app with every call shape the engine supports, for the serializability oracle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from styx_py import Abort, Context, Graph, Operator
+
+acct = Operator("acct", partitions=8)
+ledger = Operator("ledger", partitions=3)
+
+
+@acct.function
+async def deposit(ctx: Context, amount: int) -> int:
+    bal = await ctx.get(default=0) + amount
+    await ctx.put(bal)
+    return int(bal)
+
+
+@acct.function
+async def transfer(ctx: Context, to: str, amount: int) -> int:
+    bal = await ctx.get(default=0)
+    if bal < amount:
+        raise Abort(f"insufficient credit in {ctx.key}")
+    await ctx.put(bal - amount)
+    ctx.call_async(acct, "deposit", to, amount)
+    return int(bal - amount)
+
+
+@acct.function
+async def fan_out(ctx: Context, targets: list[str], amount: int) -> int:
+    """Withdraw amount*len(targets) and deposit to each target asynchronously."""
+    bal = await ctx.get(default=0)
+    total = amount * len(targets)
+    if bal < total:
+        raise Abort(f"insufficient credit in {ctx.key} for fan-out")
+    await ctx.put(bal - total)
+    for t in targets:
+        ctx.call_async(acct, "deposit", t, amount)
+    ctx.call_async(ledger, "record", ctx.key, ctx.key, total)
+    return len(targets)
+
+
+@acct.function
+async def chain(ctx: Context, rest: list[str], amount: int) -> list[int]:
+    """Synchronous call chain: each hop adds amount and returns the balances seen down the chain."""
+    bal = await ctx.get(default=0) + amount
+    await ctx.put(bal)
+    if not rest:
+        return [int(bal)]
+    tail: list[int] = await ctx.call(acct, "chain", rest[0], rest[1:], amount)
+    return [int(bal), *tail]
+
+
+@acct.function
+async def sum_read(ctx: Context, others: list[str]) -> int:
+    """Reads through synchronous calls only (a read-only transaction)."""
+    total = int(await ctx.get(default=0))
+    for o in others:
+        total += await ctx.call(acct, "peek", o)
+    return total
+
+
+@acct.function
+async def peek(ctx: Context) -> int:
+    return int(await ctx.get(default=0))
+
+
+@acct.function
+async def move_if_rich(ctx: Context, to: str, threshold: int) -> str:
+    """Reads a remote balance synchronously, then decides: the call graph depends on state."""
+    other = await ctx.call(acct, "peek", to)
+    mine = await ctx.get(default=0)
+    if mine > other + threshold:
+        await ctx.put(mine - threshold)
+        ctx.call_async(acct, "deposit", to, threshold)
+        return "moved"
+    return "kept"
+
+
+@acct.function
+async def boom(ctx: Context, when: int) -> int:
+    bal = await ctx.get(default=0)
+    if bal % 7 == when:
+        raise ValueError(f"boom at {bal}")
+    await ctx.put(bal + 1)
+    return int(bal + 1)
+
+
+@acct.function
+async def lucky(ctx: Context) -> list[Any]:
+    """Deterministic randomness and uuid: same values on every replay of this tid."""
+    r = ctx.random()
+    u = str(ctx.uuid())
+    await ctx.put(int(r * 1000))
+    return [r, u, ctx.now()]
+
+
+@ledger.function
+async def record(ctx: Context, who: str, amount: int) -> None:
+    entries = await ctx.get(default=[])
+    entries.append([who, amount])
+    await ctx.put(entries)
+
+
+app = Graph("oracle", [acct, ledger])

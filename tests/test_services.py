@@ -1,0 +1,196 @@
+"""Real round trips through the local services started by ``styx_py.services`` (no mocks).
+
+These pin the behaviour the rest of styx relies on: S3 objects and acknowledged Kafka records
+are readable, and stay readable across restarts (and crashes) of the service that stores them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from styx_py.services import (
+    S3Config,
+    SeaweedS3,
+    ServiceError,
+    TansuBroker,
+    create_topics,
+    free_port,
+    minio_client,
+)
+from tests.service_fixtures import DurableKafkaFactory
+
+pytestmark = [pytest.mark.services, pytest.mark.timeout(120)]
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def _put(config: S3Config, bucket: str, key: str, data: bytes) -> None:
+    minio_client(config).put_object(bucket, key, io.BytesIO(data), len(data))
+
+
+def _get(config: S3Config, bucket: str, key: str) -> bytes:
+    response = minio_client(config).get_object(bucket, key)
+    try:
+        return response.read()
+    finally:
+        response.close()
+        response.release_conn()
+
+
+async def _produce(bootstrap: str, topic: str, value: bytes, headers: list[tuple[str, bytes]]) -> int:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        meta = await producer.send_and_wait(topic, value, key=b"k", headers=headers)
+        return int(meta.offset)
+    finally:
+        await producer.stop()
+
+
+async def _read_from_start(bootstrap: str, topic: str, count: int) -> tuple[list[bytes | None], int]:
+    """Read ``count`` records from offset 0 of partition 0; return values and the high watermark.
+
+    Manual assign (a group join takes ~5 s on Tansu), a short fetch wait (0 never returns data
+    and a waiting fetch is not answered early), and ``highwater()`` rather than
+    ``end_offsets()``, which is wrong on Tansu.
+    """
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        values: list[bytes | None] = []
+        async with asyncio.timeout(20):
+            while len(values) < count:
+                batches = await consumer.getmany(tp, timeout_ms=1000)
+                values.extend(record.value for record in batches.get(tp, []))
+        highwater = consumer.highwater(tp)
+        assert highwater is not None
+        return values, highwater
+    finally:
+        await consumer.stop()
+
+
+def test_free_port_reserves_the_grpc_neighbour() -> None:
+    ports = {free_port(also_plus_10000=True) for _ in range(20)}
+    assert len(ports) == 20
+    assert not ports & {p + 10000 for p in ports}
+    assert all(p + 10000 <= 65535 for p in ports)
+
+
+def test_s3_put_get_round_trip(s3: SeaweedS3) -> None:
+    key = _unique("roundtrip/obj")
+    data = uuid.uuid4().bytes * 1000
+    _put(s3.config, "styx-snapshots", key, data)
+    assert _get(s3.config, "styx-snapshots", key) == data
+    listed = [o.object_name for o in minio_client(s3.config).list_objects("styx-snapshots", prefix=key)]
+    assert listed == [key]
+
+
+def test_s3_rejects_wrong_credentials(s3: SeaweedS3) -> None:
+    from minio.error import S3Error
+
+    wrong = S3Config(s3.config.endpoint, s3.config.access_key, "not-the-secret")
+    with pytest.raises(S3Error):
+        _put(wrong, "styx-snapshots", _unique("denied"), b"x")
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "sigkill"])
+def test_seaweed_keeps_objects_across_restart(s3: SeaweedS3, hard: bool) -> None:
+    key = _unique("durable/obj")
+    data = b"survives " + key.encode()
+    endpoint = s3.config.endpoint
+    _put(s3.config, "styx-snapshots", key, data)
+    s3.restart(hard=hard)
+    assert s3.config.endpoint == endpoint  # same ports: existing configs stay valid
+    assert _get(s3.config, "styx-snapshots", key) == data
+    # Auth must survive the restart too (SeaweedFS drops env-provided keys on restart).
+    assert _get(S3Config(endpoint, s3.access_key, s3.secret_key), "styx-snapshots", key) == data
+
+
+@pytest.mark.asyncio
+async def test_memory_broker_produce_consume(kafka: TansuBroker) -> None:
+    topic = _unique("mem")
+    await create_topics(kafka.bootstrap, {topic: 2})
+    await create_topics(kafka.bootstrap, {topic: 2})  # idempotent
+    offset = await _produce(kafka.bootstrap, topic, b"hello", [("h", b"v")])
+    assert offset == 0
+    values, highwater = await _read_from_start(kafka.bootstrap, topic, 1)
+    assert values == [b"hello"]
+    assert highwater == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "sigkill"])
+async def test_durable_broker_keeps_acked_record_across_restart(
+    durable_kafka: DurableKafkaFactory, hard: bool
+) -> None:
+    broker = durable_kafka()
+    bootstrap = broker.bootstrap
+    topic = _unique("durable")
+    await create_topics(bootstrap, {topic: 1})
+    await _produce(bootstrap, topic, b"first", [])
+    await _produce(bootstrap, topic, b"second", [])
+
+    # Called from inside a running loop on purpose: readiness runs in its own thread.
+    broker.restart(hard=hard)
+    assert broker.bootstrap == bootstrap
+
+    values, highwater = await _read_from_start(bootstrap, topic, 2)
+    assert values == [b"first", b"second"]
+    assert highwater == 2
+    # And it still accepts writes after the restart.
+    assert await _produce(bootstrap, topic, b"third", []) == 2
+
+
+def test_memory_broker_restart_keeps_port_and_loses_data() -> None:
+    with TansuBroker("memory") as broker:
+        bootstrap = broker.bootstrap
+        topic = _unique("volatile")
+        asyncio.run(create_topics(bootstrap, {topic: 1}))
+        asyncio.run(_produce(bootstrap, topic, b"gone", []))
+        broker.restart()
+        assert broker.bootstrap == bootstrap
+        # The topic is gone with the memory store: creating it again succeeds.
+        asyncio.run(create_topics(bootstrap, {topic: 1}))
+    assert not broker.running
+    broker.stop()  # idempotent
+
+
+class _BrokenTansu(TansuBroker):
+    """A real Tansu process that exits at start-up (unsupported storage URL)."""
+
+    def _command(self) -> list[str]:
+        cmd = super()._command()
+        cmd[cmd.index("--storage-engine") + 1] = "bogus://nowhere/"
+        return cmd
+
+
+def test_early_exit_is_reported_at_once_with_log_tail() -> None:
+    """A process that dies during start-up is reported at once with its log, not at the deadline."""
+    broker = _BrokenTansu("memory")
+    began = time.monotonic()
+    with pytest.raises(ServiceError, match=r"(?s)exited with code 1.*UnsupportedStorageUrl"):
+        broker.start(timeout_s=20)
+    assert time.monotonic() - began < 5
+    assert not broker.running
+    broker.stop()
+
+
+def test_port_taken_by_another_server_is_refused(kafka: TansuBroker) -> None:
+    """Readiness probes a port; if another server holds it, start() must not report ready."""
+    squatter = TansuBroker("memory")
+    squatter._port = int(kafka.bootstrap.rsplit(":", 1)[1])
+    with pytest.raises(ServiceError, match="already in use"):
+        squatter.start(timeout_s=5)
+    assert not squatter.running
+    squatter.stop()

@@ -1,0 +1,48 @@
+"""Aria-style conflict detection over the reservations of one epoch on one worker.
+
+A transaction ``T`` conflicts when a key it read or wrote carries a write reservation from a lower
+tid (write-after-write or read-after-write against a lower tid). Transactions whose logic aborted are
+left out of the write reservations (they will write nothing), but are still checked themselves: an
+abort decided against stale data must be re-run in the fallback phase.
+
+Pure: no I/O, no event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Set
+
+EntityKey = tuple[str, str | int]
+
+
+def write_minima(writes: Mapping[int, Iterable[EntityKey]], excluded: Set[int]) -> dict[EntityKey, int]:
+    """For each key, the lowest tid holding a write reservation on it."""
+    minima: dict[EntityKey, int] = {}
+    for tid, keys in writes.items():
+        if tid in excluded:
+            continue
+        for key in keys:
+            current = minima.get(key)
+            if current is None or tid < current:
+                minima[key] = tid
+    return minima
+
+
+def find_conflicts(
+    reads: Mapping[int, Iterable[EntityKey]],
+    writes: Mapping[int, Iterable[EntityKey]],
+    excluded: Set[int] = frozenset(),
+) -> list[int]:
+    """Sorted tids that conflict with a lower tid on some key of this worker."""
+    minima = write_minima(writes, excluded)
+    conflicted: set[int] = set()
+    for table in (reads, writes):
+        for tid, keys in table.items():
+            if tid in conflicted:
+                continue
+            for key in keys:
+                holder = minima.get(key)
+                if holder is not None and holder < tid:
+                    conflicted.add(tid)
+                    break
+    return sorted(conflicted)

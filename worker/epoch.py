@@ -1,0 +1,559 @@
+"""The epoch driver: the one place with phase-level control flow on a worker.
+
+One epoch, as seen by a worker (the coordinator's side is ``coordinator.barrier``)::
+
+    EpochStart(e, lc) ─► sequence a batch (rescheduled first, keeping their tids), log it, run all
+                         root invocations optimistically against the pre-epoch state
+    all local roots acked ─► ExecDone(e, logic aborts, lc)
+    AllExecDone(e, aborts) ─► find local conflicts ─► Vote(e, conflicts, uncacheable)
+    Decision(e, fallback) ─► commit the rest (lock-free), send their replies (early commit)
+                           ─► re-run the fallback tids under locks in tid order (cached or not)
+    every fallback tid final ─► EpochDone(e, pending)
+
+Messages for an epoch's fallback phase that arrive before its Decision are deferred until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from fractions import Fraction
+from typing import Any, Protocol
+
+import msgspec
+
+from styx_py.config import Config
+from styx_py.graph import Graph, load_graph
+from styx_py.partitioning import key_bytes, partition_of
+from styx_py.wire import (
+    OUT_ABORT,
+    OUT_COMMIT,
+    OUT_RESCHEDULE,
+    PHASE_FALLBACK,
+    PHASE_OPTIMISTIC,
+    ST_ABORT,
+    ST_BAD,
+    ST_CHANGED,
+    ST_ERROR,
+    ST_OK,
+    Ack,
+    AllExecDone,
+    CallResult,
+    ClusterView,
+    Decision,
+    EpochDone,
+    EpochStart,
+    ExecDone,
+    Final,
+    Heartbeat,
+    Invoke,
+    Message,
+    Register,
+    Reply,
+    Request,
+    SeqLogEntry,
+    Vote,
+    WorkAvailable,
+)
+from worker.ackshare import ShareCollector
+from worker.commit import reply_for
+from worker.conflicts import EntityKey, find_conflicts
+from worker.executor import CachedInvocation, CallRecord, run_invocation
+from worker.locks import LockTable
+from worker.sequencer import Sequencer
+from worker.state import StateStore, Writes
+
+COORDINATOR = "coordinator"
+
+
+# ---- I/O seams (real implementations in worker.transport / ingress / egress / seqlog) ----------
+
+
+class Transport(Protocol):
+    node_id: str
+
+    def send(self, dest: str, msg: Message) -> None: ...
+
+
+class IngressRecord(msgspec.Struct, array_like=True):
+    partition: int
+    offset: int
+    request: Request
+    ts_ms: int
+
+
+class Ingress(Protocol):
+    def assign(self, partitions: list[int]) -> None: ...
+
+    def take(self, n: int) -> list[IngressRecord]: ...
+
+    def pending(self) -> int: ...
+
+    def set_listener(self, on_available: Callable[[], None]) -> None: ...
+
+
+class Egress(Protocol):
+    def send(self, partition: int, reply: Reply) -> None: ...
+
+
+class SequencerLog(Protocol):
+    def append(self, entry: SeqLogEntry) -> Awaitable[None]: ...
+
+
+# ---- per-transaction and per-epoch state ----------------------------------------------------------
+
+
+class RootTxn:
+    """A transaction whose root entity lives on this worker."""
+
+    __slots__ = (
+        "changed", "collector", "err_path", "error", "error_status", "failed", "offset", "partition",
+        "request", "result", "tid", "ts_ms",
+    )
+
+    def __init__(self, tid: int, record: IngressRecord) -> None:
+        self.tid = tid
+        self.request = record.request
+        self.partition = record.partition
+        self.offset = record.offset
+        self.ts_ms = record.ts_ms
+        self.reset()
+
+    def reset(self) -> None:
+        self.collector = ShareCollector()
+        self.failed = False
+        self.changed = False
+        self.error = ""
+        self.error_status = ST_OK
+        self.err_path: list[int] | None = None
+        self.result: msgspec.Raw | None = None
+
+    def record(self, status: int, error: str, path: list[int]) -> None:
+        if status == ST_OK:
+            return
+        if status == ST_CHANGED:
+            self.changed = True
+            return
+        self.failed = True
+        # The reported error is the one closest to the root (smallest path): deterministic.
+        if status in (ST_ABORT, ST_ERROR, ST_BAD) and (self.err_path is None or path < self.err_path):
+            self.err_path, self.error, self.error_status = path, error, status
+
+
+class EpochState:
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.started = False
+        self.roots: dict[int, RootTxn] = {}
+        self.roots_open = 0
+        self.local_failed: list[int] = []
+        self.opt_buffers: dict[int, Writes] = {}
+        self.fb_buffers: dict[int, Writes] = {}
+        self.reads: dict[int, set[EntityKey]] = {}
+        self.touched: dict[int, set[EntityKey]] = {}
+        self.uncacheable: set[int] = set()
+        self.cache: dict[int, list[CachedInvocation]] = {}
+        self.slots: dict[tuple[int, int, tuple[int, ...]], asyncio.Future[tuple[int, msgspec.Raw]]] = {}
+        self.aborted: frozenset[int] = frozenset()
+        self.locks = LockTable((), {})
+        self.fallback_ready = False
+        self.finals_pending: set[int] = set()
+        self.deferred: list[Message] = []
+        self.seqlog_written: Awaitable[None] | None = None
+        self.finished = False
+        self.committed = self.aborted_count = self.rescheduled = 0
+
+    def buffer(self, phase: int, tid: int) -> Writes:
+        table = self.opt_buffers if phase == PHASE_OPTIMISTIC else self.fb_buffers
+        buf = table.get(tid)
+        if buf is None:
+            buf = table[tid] = {}
+        return buf
+
+    def record_read(self, tid: int, key: EntityKey) -> None:
+        reads = self.reads.get(tid)
+        if reads is None:
+            self.reads[tid] = {key}
+        else:
+            reads.add(key)
+
+    def cache_invocation(self, inv: Invoke, calls: list[CallRecord], own: Fraction, key: EntityKey) -> None:
+        touched = self.touched.get(inv.tid)
+        if touched is None:
+            self.touched[inv.tid] = {key}
+        elif key in touched:
+            self.uncacheable.add(inv.tid)   # one entity twice: order inside the txn matters
+        else:
+            touched.add(key)
+        self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
+
+    def result_slot(self, phase: int, tid: int, path: tuple[int, ...]) -> asyncio.Future[tuple[int, msgspec.Raw]]:
+        k = (phase, tid, path)
+        fut = self.slots.get(k)
+        if fut is None:
+            fut = self.slots[k] = asyncio.get_running_loop().create_future()
+        return fut
+
+
+# ---- the worker -----------------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(
+        self,
+        node_id: str,
+        config: Config,
+        transport: Transport,
+        ingress: Ingress,
+        egress: Egress,
+        seqlog: SequencerLog,
+        *,
+        host: str = "",
+        port: int = 0,
+        heartbeats: bool = True,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.transport = transport
+        self.ingress = ingress
+        self.egress = egress
+        self.seqlog = seqlog
+        self.host, self.port = host, port
+        self.heartbeats = heartbeats
+        self.store = StateStore()
+        self.graph: Graph | None = None
+        self.graph_path: str | None = None
+        self.view: ClusterView | None = None
+        self.placement: list[str] = []
+        self.op_partitions: dict[str, int] = {}
+        self.peers: list[str] = []
+        self.sequencer = Sequencer(1, 1)
+        self.epochs: dict[int, EpochState] = {}
+        self.completed_epoch = -1
+        self.rescheduled: list[RootTxn] = []
+        self.tasks: asyncio.TaskGroup | None = None
+        self.ready = asyncio.Event()
+        self.stats = {"epochs": 0, "committed": 0, "aborted": 0, "rescheduled": 0, "fallback": 0}
+        ingress.set_listener(self._on_ingress_available)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve until cancelled. Every invocation task is a child of this task group."""
+        async with asyncio.TaskGroup() as tg:
+            self.tasks = tg
+            self.transport.send(COORDINATOR, Register(self.node_id, self.host, self.port))
+            if self.heartbeats:
+                tg.create_task(self._heartbeat_loop())
+            await asyncio.Future()  # run until cancelled
+
+    async def _heartbeat_loop(self) -> None:
+        # Sent from the worker's own event loop: a hung loop stops heartbeats and counts as failed.
+        interval = self.config.heartbeat_interval_ms / 1000
+        while True:
+            self.transport.send(COORDINATOR, Heartbeat(self.node_id, self.completed_epoch))
+            await asyncio.sleep(interval)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        assert self.tasks is not None, "worker not running"
+        self.tasks.create_task(coro)
+
+    def _on_ingress_available(self) -> None:
+        if self.view is not None:
+            self.transport.send(COORDINATOR, WorkAvailable(self.node_id))
+
+    # ---- message dispatch --------------------------------------------------------------------------
+    def on_message(self, src: str, msg: Message) -> None:
+        match msg:
+            case Invoke():
+                self.handle_invoke(msg)
+            case Ack():
+                self.on_ack(msg, None)
+            case CallResult():
+                self.on_call_result(msg)
+            case Final():
+                self.on_final(msg)
+            case EpochStart():
+                self.on_epoch_start(msg)
+            case AllExecDone():
+                self.on_all_exec_done(msg)
+            case Decision():
+                self.on_decision(msg)
+            case ClusterView():
+                self.on_view(msg)
+            case _:
+                raise AssertionError(f"worker {self.node_id}: unexpected message {type(msg).__name__} from {src}")
+
+    def epoch_state(self, epoch: int) -> EpochState | None:
+        if epoch <= self.completed_epoch:
+            return None  # a late message of a finished epoch (e.g. an unneeded cached call result)
+        es = self.epochs.get(epoch)
+        if es is None:
+            es = self.epochs[epoch] = EpochState(epoch)
+        return es
+
+    def _defer(self, es: EpochState, msg: Message) -> bool:
+        if es.fallback_ready:
+            return False
+        es.deferred.append(msg)
+        return True
+
+    # ---- cluster view ------------------------------------------------------------------------------
+    def on_view(self, view: ClusterView) -> None:
+        self.view = view
+        self.placement = view.placement
+        me = next(w for w in view.workers if w.node_id == self.node_id)
+        self.sequencer = Sequencer(me.sid, len(view.workers), self.sequencer.lc)
+        self.peers = sorted(w.node_id for w in view.workers)
+        if view.graph_path is not None and view.graph_path != self.graph_path:
+            self.graph = load_graph(view.graph_path)
+            self.graph_path = view.graph_path
+        self.op_partitions = {spec.name: spec.partitions for spec in view.operators}
+        self.ingress.assign([p for p, owner in enumerate(view.placement) if owner == self.node_id])
+        self.ready.set()
+
+    # ---- routing -----------------------------------------------------------------------------------
+    def owner_of(self, operator: str, key: str | int) -> str:
+        return self.placement[partition_of(key, self.op_partitions[operator])]
+
+    def dispatch(self, inv: Invoke) -> None:
+        owner = self.owner_of(inv.operator, inv.key)
+        if owner == self.node_id:
+            self.handle_invoke(inv)
+        else:
+            self.transport.send(owner, inv)
+
+    def handle_invoke(self, inv: Invoke) -> None:
+        es = self.epoch_state(inv.epoch)
+        assert es is not None, f"invocation for finished epoch {inv.epoch}"
+        if inv.phase == PHASE_FALLBACK and self._defer(es, inv):
+            return
+        self.spawn(run_invocation(self, es, inv, None))
+
+    def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
+        msg = CallResult(inv.epoch, inv.tid, inv.phase, inv.path, status, value)
+        if inv.parent == self.node_id:
+            self.on_call_result(msg)
+        else:
+            self.transport.send(inv.parent, msg)
+
+    def on_call_result(self, msg: CallResult) -> None:
+        es = self.epoch_state(msg.epoch)
+        if es is None or (msg.phase == PHASE_FALLBACK and self._defer(es, msg)):
+            return
+        slot = es.result_slot(msg.phase, msg.tid, tuple(msg.path))
+        if not slot.done():
+            slot.set_result((msg.status, msg.value))
+
+    def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
+        ack = Ack(inv.epoch, inv.tid, inv.phase, own.numerator, own.denominator, status, error, inv.path)
+        if inv.root == self.node_id:
+            self.on_ack(ack, value if not inv.path else None)
+        else:
+            self.transport.send(inv.root, ack)
+
+    def on_ack(self, ack: Ack, root_value: msgspec.Raw | None) -> None:
+        es = self.epoch_state(ack.epoch)
+        assert es is not None, f"ack for finished epoch {ack.epoch}"
+        if ack.phase == PHASE_FALLBACK and self._defer(es, ack):
+            return
+        root = es.roots[ack.tid]
+        if not ack.path:
+            root.result = root_value
+        root.record(ack.status, ack.error, ack.path)
+        if root.collector.add(Fraction(ack.share_n, ack.share_d)):
+            if ack.phase == PHASE_OPTIMISTIC:
+                self._root_done_optimistic(es, root)
+            else:
+                self._root_done_fallback(es, root)
+
+    # ---- phase 1: sequencing and optimistic execution --------------------------------------------
+    def on_epoch_start(self, msg: EpochStart) -> None:
+        es = self.epoch_state(msg.epoch)
+        assert es is not None and not es.started, f"epoch {msg.epoch} started twice"
+        es.started = True
+        self.sequencer.rebalance(msg.lc)
+        lc_start = self.sequencer.lc
+        resched = sorted(self.rescheduled, key=lambda r: r.tid)
+        self.rescheduled = []
+        room = max(0, self.config.epoch_size_max - len(resched))
+        records = self.ingress.take(room) if room else []
+        tids = self.sequencer.assign(len(records))
+        roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, records, strict=True)]
+        entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
+        es.seqlog_written = self.seqlog.append(SeqLogEntry(msg.epoch, self.node_id, lc_start, entries))
+        es.roots_open = len(roots)
+        for root in roots:
+            root.reset()
+            es.roots[root.tid] = root
+        if not roots:
+            self._send_exec_done(es)
+            return
+        for root in roots:
+            bad = self._route_error(root)
+            if bad is not None:
+                root.record(ST_BAD, bad, [])
+                es.cache.setdefault(root.tid, [])
+                self._root_done_optimistic(es, root)
+                continue
+            self.spawn(run_invocation(self, es, self._root_invoke(es.epoch, root, PHASE_OPTIMISTIC), None))
+
+    def _route_error(self, root: RootTxn) -> str | None:
+        req = root.request
+        partitions = self.op_partitions.get(req.operator)
+        if partitions is None:
+            return f"unknown operator {req.operator!r}"
+        try:
+            key_bytes(req.key)
+        except TypeError as exc:
+            return str(exc)
+        if partition_of(req.key, partitions) != root.partition:
+            return f"request for key {req.key!r} arrived on ingress partition {root.partition}, not its own"
+        return None
+
+    def _root_invoke(self, epoch: int, root: RootTxn, phase: int) -> Invoke:
+        req = root.request
+        return Invoke(
+            epoch, root.tid, phase, [], self.node_id, self.node_id, req.operator, req.function, req.key,
+            req.args, 1, 1, False, root.ts_ms,
+        )
+
+    def _root_done_optimistic(self, es: EpochState, root: RootTxn) -> None:
+        if root.failed:
+            es.local_failed.append(root.tid)
+        es.roots_open -= 1
+        if es.roots_open == 0:
+            self._send_exec_done(es)
+
+    def _send_exec_done(self, es: EpochState) -> None:
+        self.transport.send(
+            COORDINATOR, ExecDone(es.epoch, self.node_id, sorted(es.local_failed), self.sequencer.lc)
+        )
+
+    # ---- phase 2: conflicts --------------------------------------------------------------------------
+    def on_all_exec_done(self, msg: AllExecDone) -> None:
+        es = self.epoch_state(msg.epoch)
+        assert es is not None
+        es.aborted = frozenset(msg.aborted)
+        conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
+        self.transport.send(COORDINATOR, Vote(es.epoch, self.node_id, conflicts, sorted(es.uncacheable)))
+
+    # ---- phase 3: lock-free commit and early replies ---------------------------------------------------
+    def on_decision(self, msg: Decision) -> None:
+        es = self.epoch_state(msg.epoch)
+        assert es is not None
+        fallback = frozenset(msg.fallback)
+        for tid in sorted(es.opt_buffers):
+            if tid not in fallback and tid not in es.aborted:
+                self.store.apply(es.opt_buffers[tid])
+        replies: list[tuple[int, Reply]] = []
+        for tid in sorted(es.roots):
+            if tid in fallback:
+                continue
+            root = es.roots[tid]
+            replies.append((root.partition, reply_for(root, es.epoch, PHASE_OPTIMISTIC)))
+            if root.failed:
+                es.aborted_count += 1
+            else:
+                es.committed += 1
+        self._send_replies(es, replies)
+
+        es.locks = LockTable(msg.fallback, es.touched)
+        es.finals_pending = set(msg.fallback)
+        es.fallback_ready = True
+        uncacheable = frozenset(msg.uncacheable)
+        for tid in msg.fallback:
+            root = es.roots.get(tid)
+            if root is not None:
+                root.reset()
+        deferred, es.deferred = es.deferred, []
+        for m in deferred:
+            self.on_message("", m)
+        caching = self.config.call_graph_caching
+        for tid in msg.fallback:
+            if caching and tid not in uncacheable:
+                for cinv in es.cache.get(tid, ()):
+                    inv = msgspec.structs.replace(cinv.inv, phase=PHASE_FALLBACK)
+                    self.spawn(run_invocation(self, es, inv, cinv))
+            else:
+                root = es.roots.get(tid)
+                if root is not None:
+                    self.spawn(run_invocation(self, es, self._root_invoke(es.epoch, root, PHASE_FALLBACK), None))
+        if not msg.fallback:
+            self._finish_epoch(es)
+
+    def _send_replies(self, es: EpochState, replies: list[tuple[int, Reply]]) -> None:
+        """Replies leave only once the epoch's sequencer log entry is durable (replay needs it)."""
+        if not replies:
+            return
+        written = es.seqlog_written
+        if written is None or (isinstance(written, asyncio.Future) and written.done()):
+            for partition, reply in replies:
+                self.egress.send(partition, reply)
+            return
+
+        async def later() -> None:
+            assert written is not None
+            await written
+            for partition, reply in replies:
+                self.egress.send(partition, reply)
+
+        self.spawn(later())
+
+    # ---- phase 4: fallback under locks ----------------------------------------------------------------
+    def _root_done_fallback(self, es: EpochState, root: RootTxn) -> None:
+        if root.changed:
+            outcome = OUT_RESCHEDULE
+        elif root.failed:
+            outcome = OUT_ABORT
+        else:
+            outcome = OUT_COMMIT
+        final = Final(es.epoch, root.tid, outcome)
+        for peer in self.peers:
+            if peer != self.node_id:
+                self.transport.send(peer, final)
+        if outcome == OUT_RESCHEDULE:
+            self.rescheduled.append(root)
+            es.rescheduled += 1
+        else:
+            if outcome == OUT_COMMIT:
+                es.committed += 1
+            else:
+                es.aborted_count += 1
+            self._send_replies(es, [(root.partition, reply_for(root, es.epoch, PHASE_FALLBACK))])
+        self.on_final(final)
+
+    def on_final(self, msg: Final) -> None:
+        es = self.epoch_state(msg.epoch)
+        assert es is not None
+        if self._defer(es, msg):
+            return
+        writes = es.fb_buffers.pop(msg.tid, None)
+        if msg.outcome == OUT_COMMIT and writes:
+            self.store.apply(writes)
+        es.locks.release(msg.tid)
+        es.finals_pending.discard(msg.tid)
+        if not es.finals_pending:
+            self._finish_epoch(es)
+
+    def _finish_epoch(self, es: EpochState) -> None:
+        if es.finished:
+            return
+        es.finished = True
+        es.locks.cancel_all()
+        self.stats["epochs"] += 1
+        self.stats["committed"] += es.committed
+        self.stats["aborted"] += es.aborted_count
+        self.stats["rescheduled"] += es.rescheduled
+        self.stats["fallback"] += len(es.locks.held) + es.committed * 0
+        del self.epochs[es.epoch]
+        self.completed_epoch = es.epoch
+        pending = self.ingress.pending() + len(self.rescheduled)
+        self.transport.send(
+            COORDINATOR,
+            EpochDone(es.epoch, self.node_id, pending, es.committed, es.aborted_count, es.rescheduled),
+        )
+
+
+def make_deque() -> deque[int]:  # pragma: no cover - kept for type import symmetry
+    return deque()

@@ -1,0 +1,259 @@
+"""Running one function invocation: the runtime Context and the invocation runner.
+
+An invocation runs against the worker's committed state plus the transaction's own buffered writes
+on this worker. Calls to other entities become :class:`~styx_py.wire.Invoke` messages (local or
+remote); synchronous calls wait for a :class:`~styx_py.wire.CallResult`. When the invocation ends it
+acks the share it kept to the root (see ``worker.ackshare``).
+
+Three modes:
+
+* optimistic: reads and writes are recorded as reservations; the invocation is cached (arguments,
+  outgoing calls, kept share) for the fallback phase;
+* fallback, re-executed: the root function runs again and calls are sent as usual, each invocation
+  first taking its entity's lock in tid order;
+* fallback, cached: each worker re-invokes its cached invocations of the transaction in parallel;
+  outgoing calls are only compared with the cached ones (a difference => ``ST_CHANGED``, the
+  transaction is rescheduled) and synchronous results arrive from the callee's own re-invocation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random as _random
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+from zlib import crc32
+
+import msgspec
+
+from styx_py.context import Context
+from styx_py.errors import Abort
+from styx_py.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
+from styx_py.operator import Operator, operator_name
+from styx_py.partitioning import Key, key_bytes
+from styx_py.wire import (
+    PHASE_FALLBACK,
+    PHASE_OPTIMISTIC,
+    ST_ABORT,
+    ST_BAD,
+    ST_CHANGED,
+    ST_ERROR,
+    ST_OK,
+    ST_PROPAGATED,
+    Invoke,
+    decode_value,
+    encode_value,
+)
+from worker.ackshare import split_async, split_sync
+
+if TYPE_CHECKING:
+    from worker.epoch import EpochState, Worker
+
+EMPTY_RAW = msgspec.Raw(encode_value(None))
+
+
+class _Changed(BaseException):
+    """Internal signal: the fallback run diverged from the optimistic one (reschedule)."""
+
+
+class _CalleeFailed(BaseException):
+    """Internal signal: a synchronous callee failed; the callee reports the reason to the root."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _BadCall(Exception):
+    """A call names an unknown operator/function or has an invalid key (reported as ST_BAD)."""
+
+
+class CallRecord(msgspec.Struct, array_like=True, frozen=True):
+    operator: str
+    function: str
+    key: Key
+    args: bytes
+    sync: bool
+
+
+class CachedInvocation:
+    """What the optimistic run of one invocation learned, for re-invocation in the fallback phase."""
+
+    __slots__ = ("calls", "inv", "own_share")
+
+    def __init__(self, inv: Invoke, calls: list[CallRecord], own_share: Fraction) -> None:
+        self.inv = inv
+        self.calls = calls
+        self.own_share = own_share
+
+
+class RuntimeContext(Context):
+    __slots__ = (
+        "_async", "_buf", "_cached", "_calls", "_ekey", "_es", "_inv", "_rng", "_share", "_worker",
+        "key", "operator",
+    )
+
+    def __init__(self, worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
+        self.key = inv.key
+        self.operator = inv.operator
+        self._worker = worker
+        self._es = es
+        self._inv = inv
+        self._cached = cached
+        self._ekey = (inv.operator, inv.key)
+        self._share = Fraction(inv.share_n, inv.share_d)
+        self._calls: list[CallRecord] = []
+        self._async: list[Invoke] = []
+        self._rng: _random.Random | None = None
+        self._buf = es.buffer(inv.phase, inv.tid)
+
+    # ---- state -----------------------------------------------------------------------------------
+    async def get(self, default: Any = None) -> Any:
+        buf = self._buf
+        if self._ekey in buf:
+            raw = buf[self._ekey]
+        else:
+            if self._inv.phase == PHASE_OPTIMISTIC:
+                self._es.record_read(self._inv.tid, self._ekey)
+            raw = self._worker.store.get(self._ekey)
+        return default if raw is None else decode_value(raw)
+
+    async def put(self, value: Any) -> None:
+        self._buf[self._ekey] = encode_value(value)
+
+    async def delete(self) -> None:
+        self._buf[self._ekey] = None
+
+    # ---- calls -----------------------------------------------------------------------------------
+    def _record(self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool) -> CallRecord:
+        op = operator_name(target)
+        graph = self._worker.graph
+        assert graph is not None
+        if graph.function(op, function) is None:
+            raise _BadCall(f"unknown function {op}.{function}")
+        key_bytes(key)  # validates the key type
+        if len(self._calls) >= MAX_CALLS_PER_FUNCTION:
+            raise _BadCall(f"more than {MAX_CALLS_PER_FUNCTION} calls from one invocation")
+        if len(self._inv.path) >= MAX_CALL_DEPTH:
+            raise _BadCall(f"call depth exceeds {MAX_CALL_DEPTH}")
+        record = CallRecord(op, function, key, encode_value(list(args)), sync)
+        if self._cached is not None:
+            cached_calls = self._cached.calls
+            i = len(self._calls)
+            if i >= len(cached_calls) or cached_calls[i] != record:
+                raise _Changed
+        self._calls.append(record)
+        return record
+
+    def _child(self, record: CallRecord, share: Fraction, want_result: bool) -> Invoke:
+        inv = self._inv
+        return Invoke(
+            inv.epoch, inv.tid, inv.phase, [*inv.path, len(self._calls) - 1], inv.root, self._worker.node_id,
+            record.operator, record.function, record.key, msgspec.Raw(record.args),
+            share.numerator, share.denominator, want_result, inv.ts_ms,
+        )
+
+    def call_async(self, operator: Operator | str, function: str, key: Key, *args: Any) -> None:
+        record = self._record(operator, function, key, args, sync=False)
+        if self._cached is None:
+            # The share is assigned when the invocation ends and the number of calls is known.
+            self._async.append(self._child(record, Fraction(0), want_result=False))
+
+    async def call(self, operator: Operator | str, function: str, key: Key, *args: Any) -> Any:
+        record = self._record(operator, function, key, args, sync=True)
+        keep, give = split_sync(self._share)
+        self._share = keep
+        child = self._child(record, give, want_result=True)
+        slot = self._es.result_slot(child.phase, child.tid, tuple(child.path))
+        if self._cached is None:
+            self._worker.dispatch(child)
+        status, value = await slot
+        if status != ST_OK:
+            raise _CalleeFailed(status)
+        return decode_value(value)
+
+    # ---- determinism -----------------------------------------------------------------------------
+    def random(self) -> float:
+        if self._rng is None:
+            path = ",".join(map(str, self._inv.path)).encode()
+            self._rng = _random.Random((self._inv.tid << 32) | crc32(path))
+        return self._rng.random()
+
+    def now(self) -> float:
+        return self._inv.ts_ms / 1000.0
+
+
+_signatures: dict[Any, inspect.Signature] = {}
+
+
+def bind_error(fn: Any, args: list[Any]) -> str | None:
+    sig = _signatures.get(fn)
+    if sig is None:
+        sig = _signatures[fn] = inspect.signature(fn)
+    try:
+        sig.bind(None, *args)
+    except TypeError as exc:
+        return f"wrong arguments for {fn.__name__}: {exc}"
+    return None
+
+
+async def run_invocation(worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
+    """Run one invocation to its end and report it; never raises for anything user code does."""
+    status, error, value = ST_OK, "", EMPTY_RAW
+    ctx = RuntimeContext(worker, es, inv, cached)
+    if inv.phase == PHASE_FALLBACK:
+        if not es.locks.owns_key(inv.tid, ctx._ekey):
+            status = ST_CHANGED
+        else:
+            await es.locks.acquire(ctx._ekey, inv.tid)
+    graph = worker.graph
+    assert graph is not None
+    fn = graph.function(inv.operator, inv.function) if status == ST_OK else None
+    if status != ST_OK:
+        pass
+    elif fn is None:
+        status, error = ST_BAD, f"unknown function {inv.operator}.{inv.function}"
+    else:
+        try:
+            args = decode_value(inv.args)
+            if not isinstance(args, list):
+                raise _BadCall("arguments must be a list")
+            bad = bind_error(fn, args)
+            if bad is not None:
+                raise _BadCall(bad)
+            result = await fn(ctx, *args)
+            try:
+                value = msgspec.Raw(encode_value(result))
+            except (TypeError, msgspec.EncodeError) as exc:
+                raise TypeError(f"result of {inv.operator}.{inv.function} cannot be encoded: {exc}") from exc
+            if cached is not None and len(ctx._calls) != len(cached.calls):
+                raise _Changed
+        except Abort as exc:
+            status, error = ST_ABORT, str(exc)
+        except _BadCall as exc:
+            status, error = ST_BAD, str(exc)
+        except _Changed:
+            status = ST_CHANGED
+        except _CalleeFailed as exc:
+            status = ST_CHANGED if exc.status == ST_CHANGED else ST_PROPAGATED
+        except (msgspec.DecodeError, msgspec.EncodeError) as exc:
+            status, error = ST_ERROR, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - any user exception aborts the transaction, by design
+            status, error = ST_ERROR, f"{type(exc).__name__}: {exc}"
+
+    # Shares: a cached re-invocation acks exactly what it kept in the optimistic run (its callees are
+    # re-invoked by their own workers and ack theirs); otherwise async callees are dispatched now.
+    if cached is not None:
+        own = cached.own_share
+    elif status == ST_OK and ctx._async:
+        own = split_async(ctx._share, len(ctx._async))
+        for child in ctx._async:
+            child.share_n, child.share_d = own.numerator, own.denominator
+            worker.dispatch(child)
+    else:
+        own = ctx._share
+    if inv.phase == PHASE_OPTIMISTIC:
+        es.cache_invocation(inv, ctx._calls, own, ctx._ekey)
+    if inv.want_result:
+        worker.send_result(inv, status, value)
+    worker.send_ack(inv, own, status, error, value)

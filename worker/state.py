@@ -1,0 +1,46 @@
+"""In-memory entity state of one worker, stored as msgpack bytes.
+
+Values are kept encoded: a read decodes a private copy (user code mutating what ``get`` returned can
+never corrupt committed state or another transaction's snapshot), a write proves the value is
+encodable at ``put`` time, and snapshots ship the bytes as they are. Committed writes also go to a
+delta map, the unit of incremental snapshots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from worker.conflicts import EntityKey
+
+Writes = dict[EntityKey, bytes | None]      # None = delete
+
+
+class StateStore:
+    def __init__(self) -> None:
+        self.data: dict[EntityKey, bytes] = {}
+        self.delta: Writes = {}
+
+    def get(self, key: EntityKey) -> bytes | None:
+        return self.data.get(key)
+
+    def apply(self, writes: Writes) -> None:
+        data, delta = self.data, self.delta
+        for key, value in writes.items():
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
+            delta[key] = value
+
+    def take_delta(self) -> Writes:
+        delta, self.delta = self.delta, {}
+        return delta
+
+    def items(self) -> Iterator[tuple[EntityKey, bytes]]:
+        return iter(self.data.items())
+
+    def load(self, items: Iterable[tuple[EntityKey, bytes]]) -> None:
+        self.data.update(items)
+
+    def __len__(self) -> int:
+        return len(self.data)
