@@ -55,7 +55,10 @@ class Coordinator:
         kafka_bootstrap: str | None = None,
         create_topics: TopicCreator | None = None,
         clock: Callable[[], float] = time.monotonic,
+        detect_failures: bool = True,
     ) -> None:
+        self.detect_failures = detect_failures
+        self.failed: list[str] = []
         self.config = config
         self.transport = transport
         self.min_workers = min_workers
@@ -85,6 +88,23 @@ class Coordinator:
         async with asyncio.TaskGroup() as tg:
             self.tasks = tg
             tg.create_task(self._epoch_loop())
+            if self.detect_failures:
+                tg.create_task(self._monitor_loop())
+
+    async def _monitor_loop(self) -> None:
+        """Declare workers failed after ``failure_timeout_ms`` without a heartbeat.
+
+        Heartbeats are sent from the worker's event loop, so a hung loop is detected too. Recovery
+        (reassigning partitions, replaying from the last snapshot) builds on this signal.
+        """
+        interval = self.config.heartbeat_interval_ms / 1000 / 2
+        while True:
+            await asyncio.sleep(interval)
+            failed = self.membership.failed(self.clock())
+            for node_id in failed:
+                if node_id not in self.failed:
+                    log.error("worker %s missed heartbeats for %d ms: failed", node_id, self.config.failure_timeout_ms)
+            self.failed = failed
 
     # ---- messages ---------------------------------------------------------------------------------
     def on_message(self, src: str, msg: Message) -> None:
@@ -240,6 +260,7 @@ class Coordinator:
             "txn_per_s": round(finished / window, 1),
             "abort_rate": round(sum(t[2] for t in recent) / finished, 4) if finished else 0.0,
             "totals": dict(self.totals),
+            "failed_workers": list(self.failed),
             "last_snapshot": None,
             "kafka_bootstrap": self.kafka_bootstrap,
         }

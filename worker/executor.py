@@ -183,18 +183,33 @@ class RuntimeContext(Context):
         return self._inv.ts_ms / 1000.0
 
 
-_signatures: dict[Any, inspect.Signature] = {}
+_arity: dict[Any, tuple[int, int]] = {}
+
+
+def _positional_arity(fn: Any) -> tuple[int, int]:
+    """(min, max) positional arguments after ``ctx``; max is huge with ``*args``."""
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())[1:]
+    if any(p.kind in (p.KEYWORD_ONLY,) and p.default is p.empty for p in params):
+        return (1 << 30, 0)  # required keyword-only arguments cannot be passed by a call
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in positional)
+    variadic = any(p.kind == p.VAR_POSITIONAL for p in params)
+    return required, (1 << 30) if variadic else len(positional)
 
 
 def bind_error(fn: Any, args: list[Any]) -> str | None:
-    sig = _signatures.get(fn)
-    if sig is None:
-        sig = _signatures[fn] = inspect.signature(fn)
+    """Why ``fn(ctx, *args)`` cannot be called, or None. Cheap: the arity is computed once per function."""
+    arity = _arity.get(fn)
+    if arity is None:
+        arity = _arity[fn] = _positional_arity(fn)
+    if arity[0] <= len(args) <= arity[1]:
+        return None
     try:
-        sig.bind(None, *args)
+        inspect.signature(fn).bind(None, *args)
     except TypeError as exc:
         return f"wrong arguments for {fn.__name__}: {exc}"
-    return None
+    return f"wrong arguments for {fn.__name__}"
 
 
 async def run_invocation(worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:

@@ -37,7 +37,7 @@ class SimCluster:
         self._tasks: list[asyncio.Task[None]] = []
         self.workers: list[Worker] = []
         cfg = self.config
-        self.coordinator = Coordinator(cfg, self.network.endpoint(COORDINATOR), min_workers=workers)
+        self.coordinator = Coordinator(cfg, self.network.endpoint(COORDINATOR), min_workers=workers, detect_failures=False)
 
     async def __aenter__(self) -> SimCluster:
         cfg = self.config

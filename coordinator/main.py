@@ -1,0 +1,39 @@
+"""Coordinator process: ``styx coordinator --port P --kafka BOOTSTRAP --workers N``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from coordinator.server import Coordinator
+from styx_py.config import Config
+from styx_py.services import create_topics
+from styx_py.transport import TcpTransport
+from worker.epoch import COORDINATOR
+
+log = logging.getLogger("styx.coordinator")
+
+
+async def serve_coordinator(config: Config, kafka: str, min_workers: int, host: str = "127.0.0.1",
+                            port: int = 0, deploy: str | None = None) -> None:
+    coordinator: Coordinator | None = None
+
+    def handle(src: str, msg: object) -> None:
+        assert coordinator is not None
+        coordinator.on_message(src, msg)  # type: ignore[arg-type]
+
+    transport = TcpTransport(COORDINATOR, handle, host, port)
+
+    async def topics(spec: dict[str, int]) -> None:
+        await create_topics(kafka, spec)
+
+    coordinator = Coordinator(config, transport, min_workers=min_workers, kafka_bootstrap=kafka, create_topics=topics)
+    await transport.start()
+    log.info("coordinator listening on %s:%d", host, transport.port)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(coordinator.run())
+            if deploy is not None:
+                tg.create_task(coordinator.deploy(deploy))
+    finally:
+        await transport.close()

@@ -1,0 +1,212 @@
+"""The ``styx`` command: run a local cluster, deploy apps, call functions, inspect status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from styx_py.config import load_config
+from styx_py.errors import StyxError
+from styx_py.runtime import run, setup_logging
+
+DEMO_APP = "benchmarks.bank:app"
+
+
+def _parse_arg(text: str) -> Any:
+    """Arguments on the command line are JSON when they parse as JSON, plain strings otherwise."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from styx_py.stack import STATE_FILE, LocalStack
+
+    # aiokafka logs every refused connection while the broker starts; readiness is checked anyway.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="styx-"))
+    stack = LocalStack(data_dir, workers=args.workers, durable=args.durable)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    print(f"starting styx-py: SeaweedFS, Tansu ({'S3' if args.durable else 'memory'} storage), "
+          f"coordinator, {args.workers} workers …", flush=True)
+    try:
+        stack.start()
+        STATE_FILE.parent.mkdir(exist_ok=True)
+        STATE_FILE.write_text(json.dumps(stack.endpoints()))
+        for name, address in stack.endpoints().items():
+            print(f"  {name:<12} {address}", flush=True)
+        print(f"  {'logs':<12} {stack.log_dir}", flush=True)
+        if args.demo:
+            from benchmarks.demo import run_demo
+
+            stack.deploy(DEMO_APP)
+            print(f"deployed {DEMO_APP}", flush=True)
+            ok = asyncio.run(run_demo(stack.coordinator, seconds=args.demo_seconds, rate=args.demo_rate))
+            print("demo finished: " + ("OK" if ok else "FAILED"), flush=True)
+            if not args.stay:
+                return 0 if ok else 1
+        elif args.app:
+            stack.deploy(args.app)
+            print(f"deployed {args.app}", flush=True)
+        print("cluster is up; Ctrl-C stops it", flush=True)
+        while not stopping.wait(0.5):
+            stack.check_alive()
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        print("stopping …", flush=True)
+        stack.stop()
+        STATE_FILE.unlink(missing_ok=True)
+        if not args.data_dir and not args.keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        print("stopped", flush=True)
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from coordinator.main import serve_coordinator
+
+    setup_logging("coordinator")
+    run(serve_coordinator(load_config(), args.kafka, args.workers, args.host, args.port, args.deploy))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from worker.main import serve_worker
+
+    setup_logging(args.id)
+    run(serve_worker(args.id, args.coordinator, args.kafka, load_config(), args.host, args.port))
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from styx_py.stack import admin, coordinator_address
+    from styx_py.wire import DeployRequest
+
+    body = asyncio.run(admin(coordinator_address(args.coordinator), DeployRequest(args.import_path)))
+    print(f"deployed {body['graph']} on {len(body['workers'])} workers")
+    for op in body["operators"]:
+        print(f"  {op['name']}: {op['partitions']} partitions, functions {', '.join(op['functions'])}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from styx_py.stack import admin, coordinator_address
+    from styx_py.wire import StatusRequest
+
+    body = asyncio.run(admin(coordinator_address(args.coordinator), StatusRequest()))
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return 0
+    print(f"graph        {body['graph'] or '(nothing deployed)'}")
+    print(f"epoch        {body['epoch']}  ({body['epochs_per_s']} epochs/s, {body['txn_per_s']} txn/s, "
+          f"abort rate {body['abort_rate']:.2%})")
+    print(f"totals       {body['totals']}")
+    print(f"snapshot     {body['last_snapshot'] or 'none yet'}")
+    if body["failed_workers"]:
+        print(f"FAILED       {', '.join(body['failed_workers'])}")
+    print("workers")
+    for w in body["workers"]:
+        print(f"  {w['node_id']:<6} sid {w['sid']}  {w['address']:<21} partitions {w['partitions']}  "
+              f"heartbeat {w['last_heartbeat_s_ago']}s ago")
+    return 0
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    from client import StyxClient
+    from styx_py.stack import coordinator_address
+
+    async def call() -> int:
+        client = await StyxClient.connect(coordinator_address(args.coordinator))
+        try:
+            reply = await client.submit(args.operator, _parse_arg(args.key), args.function,
+                                        *[_parse_arg(a) for a in args.args], timeout_s=args.timeout)
+        finally:
+            await client.close()
+        from styx_py.wire import decode_value
+
+        out = {"request_id": reply.request_id, "status": reply.status, "tid": reply.tid, "epoch": reply.epoch}
+        if reply.status == "committed":
+            out["result"] = None if reply.result is None else decode_value(reply.result)
+        else:
+            out["error"] = reply.error
+            out["error_type"] = reply.error_type
+        print(json.dumps(out))
+        return 0 if reply.status == "committed" else 3
+
+    return asyncio.run(call())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="styx", description="styx-py: deterministic transactional stateful functions")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run a whole local cluster (S3, Kafka-protocol broker, coordinator, workers)")
+    up.add_argument("--workers", type=int, default=2, help="number of worker processes (default 2)")
+    up.add_argument("--durable", action="store_true", help="broker keeps its log in S3 (survives restarts)")
+    up.add_argument("--demo", action="store_true", help="deploy the bank demo and run a short workload")
+    up.add_argument("--demo-seconds", type=float, default=5.0, help="length of the demo workload")
+    up.add_argument("--demo-rate", type=float, default=500.0, help="transfers per second in the demo")
+    up.add_argument("--stay", action="store_true", help="keep the cluster running after the demo")
+    up.add_argument("--app", help="deploy this graph (package.module:graph) once up")
+    up.add_argument("--data-dir", help="where services keep data and logs (default: a temp dir)")
+    up.add_argument("--keep", action="store_true", help="keep the temp data dir after stopping")
+    up.set_defaults(fn=cmd_up)
+
+    co = sub.add_parser("coordinator", help="run the coordinator process")
+    co.add_argument("--kafka", required=True, help="Kafka bootstrap HOST:PORT")
+    co.add_argument("--workers", type=int, default=1, help="workers to wait for before deploying")
+    co.add_argument("--host", default="127.0.0.1")
+    co.add_argument("--port", type=int, default=6000)
+    co.add_argument("--deploy", help="deploy this graph at start")
+    co.set_defaults(fn=cmd_coordinator)
+
+    wk = sub.add_parser("worker", help="run a worker process")
+    wk.add_argument("--id", required=True, help="worker id, unique in the cluster")
+    wk.add_argument("--coordinator", required=True, help="coordinator HOST:PORT")
+    wk.add_argument("--kafka", required=True, help="Kafka bootstrap HOST:PORT")
+    wk.add_argument("--host", default="127.0.0.1")
+    wk.add_argument("--port", type=int, default=0)
+    wk.set_defaults(fn=cmd_worker)
+
+    for name, fn, helptext in (("deploy", cmd_deploy, "deploy a graph by import path"),
+                               ("status", cmd_status, "show workers, partitions, epoch rate, aborts"),
+                               ("call", cmd_call, "run one transaction and print its reply")):
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("--coordinator", help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')")
+        sp.set_defaults(fn=fn)
+        if name == "deploy":
+            sp.add_argument("import_path", help="package.module:graph")
+        elif name == "status":
+            sp.add_argument("--json", action="store_true", help="machine-readable output")
+        else:
+            sp.add_argument("operator")
+            sp.add_argument("key", help="entity key (JSON number → int key, otherwise a string)")
+            sp.add_argument("function")
+            sp.add_argument("args", nargs="*", help="arguments, each JSON or a plain string")
+            sp.add_argument("--timeout", type=float, default=30.0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except StyxError as exc:
+        print(f"styx: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

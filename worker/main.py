@@ -1,0 +1,45 @@
+"""Worker process: ``styx worker --id w1 --coordinator HOST:PORT --kafka BOOTSTRAP``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from styx_py.config import Config
+from styx_py.transport import TcpTransport
+from styx_py.wire import ClusterView, Message
+from worker.epoch import COORDINATOR, Worker
+from worker.kafka_io import KafkaIngress, KafkaSink
+
+log = logging.getLogger("styx.worker")
+
+
+async def serve_worker(node_id: str, coordinator: str, kafka: str, config: Config, host: str = "127.0.0.1",
+                       port: int = 0) -> None:
+    worker: Worker | None = None
+
+    def handle(src: str, msg: Message) -> None:
+        assert worker is not None
+        if isinstance(msg, ClusterView):
+            for w in msg.workers:
+                transport.set_address(w.node_id, w.host, w.port)
+        worker.on_message(src, msg)
+
+    transport = TcpTransport(node_id, handle, host, port)
+    await transport.start()
+    chost, _, cport = coordinator.rpartition(":")
+    transport.set_address(COORDINATOR, chost or "127.0.0.1", int(cport))
+    ingress = KafkaIngress(kafka, config)
+    sink = KafkaSink(kafka, config)
+    await ingress.start()
+    await sink.start()
+    worker = Worker(node_id, config, transport, ingress, sink, sink, host=host, port=transport.port)
+    log.info("worker %s listening on %s:%d", node_id, host, transport.port)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(sink.run())
+            tg.create_task(worker.run())
+    finally:
+        await ingress.stop()
+        await sink.stop()
+        await transport.close()
