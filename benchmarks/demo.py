@@ -58,7 +58,7 @@ async def run_demo(coordinator: str, seconds: float = 5.0, rate: float = 500.0, 
               f"max {lat[-1] * 1e3:.1f}", flush=True)
 
         balances = await asyncio.gather(*(client.submit("account", f"acct{i}", "balance") for i in range(ACCOUNTS)))
-        total = sum(decode_value(r.result) for r in balances if r.result is not None)
+        total = sum(decode_value(r.result) for r in balances if r.status == "committed")
         ok = total == ACCOUNTS * INITIAL and len(replies) == n
         print(f"money conserved: {total} == {ACCOUNTS * INITIAL}: {'yes' if ok else 'NO'}", flush=True)
         return ok

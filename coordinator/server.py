@@ -263,4 +263,6 @@ class Coordinator:
             "failed_workers": list(self.failed),
             "last_snapshot": None,
             "kafka_bootstrap": self.kafka_bootstrap,
+            "ingress_topic": self.config.ingress_topic,
+            "egress_topic": self.config.egress_topic,
         }

@@ -138,7 +138,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 
         out = {"request_id": reply.request_id, "status": reply.status, "tid": reply.tid, "epoch": reply.epoch}
         if reply.status == "committed":
-            out["result"] = None if reply.result is None else decode_value(reply.result)
+            out["result"] = decode_value(reply.result)
         else:
             out["error"] = reply.error
             out["error_type"] = reply.error_type

@@ -216,10 +216,13 @@ class Reply(msgspec.Struct, array_like=True):
     epoch: int
     phase: int                           # 0 lock-free commit, 1 fallback: serial order is (epoch, phase, tid)
     status: str                          # "committed" | "aborted" | "failed"
-    result: msgspec.Raw | None
+    result: msgspec.Raw                  # msgpack of the result (nil when there is none)
     error: str | None
     error_type: str | None
     request_ts_ms: int = 0
+
+
+NIL = msgspec.Raw(b"\xc0")  # msgpack nil: msgspec cannot decode ``Raw | None``, so absence is nil
 
 
 class SeqLogEntry(msgspec.Struct, array_like=True):

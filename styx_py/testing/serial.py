@@ -130,5 +130,5 @@ async def serial_replay(
 
 def reply_outcome(reply: Reply) -> tuple[str, Any]:
     if reply.status == "committed":
-        return ("committed", None if reply.result is None else decode_value(reply.result))
+        return ("committed", decode_value(reply.result))
     return (reply.status, reply.error)

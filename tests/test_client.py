@@ -1,0 +1,473 @@
+"""The client SDK against a real Kafka-protocol broker (Tansu), with an in-test echo server.
+
+The echo server stands in for the cluster: it reads requests from the ingress topic and produces
+replies to the egress topic the way the real server does, with knobs for the error paths (abort,
+failure, no reply, duplicate reply). It also checks that each request arrived in the partition that
+owns its key. Every test uses its own topics because the broker is shared by the session.
+
+Run with ``-p tests.service_fixtures`` until ``tests/conftest.py`` loads the plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from client import (
+    BadRequest,
+    Overloaded,
+    Reply,
+    RequestTimeout,
+    StyxClient,
+    StyxError,
+    SyncStyxClient,
+    TransactionAborted,
+    TransactionFailed,
+)
+from client.sdk import decode_reply
+from styx_py.errors import ConfigError
+from styx_py.partitioning import partition_of
+from styx_py.services import TansuBroker, create_topics
+from styx_py.wire import (
+    NIL,
+    HEADER_BYTES,
+    AdminReply,
+    Batch,
+    Request,
+    decode_batch,
+    decode_value,
+    encode_frame,
+    encode_value,
+    frame_length,
+    request_decoder,
+)
+
+pytestmark = [pytest.mark.services, pytest.mark.timeout(120)]
+
+OPERATORS = {"acct": 4, "single": 1}
+INGRESS_PARTITIONS = 4
+EGRESS_PARTITIONS = 3
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def _reply(req: Request, status: str, result: Any = None, error: str | None = None,
+           error_type: str | None = None) -> Reply:
+    raw = msgspec.Raw(encode_value(result)) if status == "committed" else NIL
+    return Reply(req.request_id, 1, 1, 0, status, raw, error, error_type, req.ts_ms)
+
+
+def _egress_partition(request_id: str) -> int:
+    return zlib.crc32(request_id.encode()) % EGRESS_PARTITIONS
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll a condition the test cannot await directly (e.g. a reply that must be ignored)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+class EchoServer:
+    """Answers every request on the ingress topic like the cluster would.
+
+    ``echo`` (any other function): committed, result = {"key", "fn", "args"};
+    ``fail``: aborted (user Abort); ``crash``: failed/UserError; ``bad``: failed/BadRequest;
+    ``dup``: committed, the same reply produced twice; ``drop``: no reply at all.
+    """
+
+    def __init__(self, bootstrap: str, ingress: str, egress: str) -> None:
+        self.bootstrap = bootstrap
+        self.ingress = ingress
+        self.egress = egress
+        self.received: list[Request] = []
+        self.misrouted: list[tuple[str, int]] = []
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=5
+        )
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=1)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._producer.start()
+        await self._consumer.start()
+        tps = [TopicPartition(self.ingress, p) for p in range(INGRESS_PARTITIONS)]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_beginning(*tps)
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task])
+            if not self._task.cancelled():
+                self._task.result()  # surface a crash of the echo server as a test error
+        await self._consumer.stop()
+        await self._producer.stop()
+
+    def _answer(self, req: Request, partition: int) -> list[Reply]:
+        expected = partition_of(req.key, OPERATORS[req.operator])
+        if partition != expected:
+            self.misrouted.append((req.request_id, partition))
+            return [_reply(req, "failed", error=f"wrong partition {partition}", error_type="BadRequest")]
+        args = decode_value(req.args)
+        match req.function:
+            case "drop":
+                return []
+            case "fail":
+                return [_reply(req, "aborted", error=f"insufficient funds for {req.key}", error_type="Abort")]
+            case "crash":
+                error = "ZeroDivisionError: division by zero"
+                return [_reply(req, "failed", error=error, error_type="UserError")]
+            case "bad":
+                return [_reply(req, "failed", error="unknown function 'bad'", error_type="BadRequest")]
+            case "dup":
+                reply = _reply(req, "committed", {"key": req.key, "fn": req.function, "args": args})
+                return [reply, reply]
+            case _:
+                return [_reply(req, "committed", {"key": req.key, "fn": req.function, "args": args})]
+
+    async def _run(self) -> None:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=500)
+            deliveries = []
+            for records in batches.values():
+                for record in records:
+                    req = request_decoder.decode(record.value)
+                    self.received.append(req)
+                    for reply in self._answer(req, record.partition):
+                        deliveries.append(
+                            await self._producer.send(
+                                self.egress,
+                                encode_value(reply),
+                                key=req.request_id.encode(),
+                                partition=_egress_partition(req.request_id),
+                            )
+                        )
+            if deliveries:
+                await asyncio.gather(*deliveries)
+
+
+@dataclass
+class Cluster:
+    bootstrap: str
+    ingress: str
+    egress: str
+    echo: EchoServer
+
+    def client(self, **kw: Any) -> StyxClient:
+        return StyxClient(
+            self.bootstrap, OPERATORS, ingress_topic=self.ingress, egress_topic=self.egress, **kw
+        )
+
+
+async def _make_topics(bootstrap: str) -> tuple[str, str]:
+    ingress, egress = _unique("ingress"), _unique("egress")
+    await create_topics(bootstrap, {ingress: INGRESS_PARTITIONS, egress: EGRESS_PARTITIONS})
+    return ingress, egress
+
+
+@pytest_asyncio.fixture
+async def cluster(kafka: TansuBroker) -> AsyncIterator[Cluster]:
+    ingress, egress = await _make_topics(kafka.bootstrap)
+    echo = EchoServer(kafka.bootstrap, ingress, egress)
+    await echo.start()
+    try:
+        yield Cluster(kafka.bootstrap, ingress, egress, echo)
+    finally:
+        await echo.stop()
+    assert echo.misrouted == [], "requests produced to a partition that does not own their key"
+
+
+@pytest_asyncio.fixture
+async def client(cluster: Cluster) -> AsyncIterator[StyxClient]:
+    async with cluster.client(timeout_s=20.0) as c:
+        yield c
+
+
+async def _produce_raw(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for partition, value in values:
+            await producer.send_and_wait(topic, value, partition=partition)
+    finally:
+        await producer.stop()
+
+
+# ---- results and errors -------------------------------------------------------------------------------
+
+
+async def test_500_concurrent_calls_get_their_own_results(client: StyxClient, cluster: Cluster) -> None:
+    keys: list[str | int] = [f"user-{i}" if i % 2 else i for i in range(500)]
+    ops = ["single" if i % 10 == 0 else "acct" for i in range(500)]
+    results = await asyncio.gather(
+        *(client.call(ops[i], keys[i], "echo", i, f"v{i}") for i in range(500))
+    )
+    for i, result in enumerate(results):
+        assert result == {"key": keys[i], "fn": "echo", "args": [i, f"v{i}"]}
+    assert client.stats.sent == 500
+    assert client.stats.replied == 500
+    assert client.pending_count == 0
+    assert len(cluster.echo.received) == 500
+
+
+async def test_aborted_failed_and_bad_replies_raise_the_matching_error(client: StyxClient) -> None:
+    with pytest.raises(TransactionAborted, match="insufficient funds for alice") as aborted:
+        await client.call("acct", "alice", "fail", 100)
+    assert isinstance(aborted.value.reply, Reply)
+    assert aborted.value.reply.status == "aborted"
+
+    with pytest.raises(TransactionFailed, match="UserError: ZeroDivisionError") as failed:
+        await client.call("acct", "bob", "crash")
+    assert not isinstance(failed.value, TransactionAborted | BadRequest)
+
+    with pytest.raises(BadRequest, match="unknown function"):
+        await client.call("acct", "carol", "bad")
+
+    # submit() hands back the reply whatever its status, without raising.
+    reply = await client.submit("acct", "alice", "fail", 1)
+    assert (reply.status, reply.error_type) == ("aborted", "Abort")
+
+
+async def test_unknown_operator_and_bad_key_are_rejected_without_sending(
+    client: StyxClient, cluster: Cluster
+) -> None:
+    with pytest.raises(BadRequest, match="unknown operator 'nope'"):
+        await client.call("nope", "k", "echo")
+    with pytest.raises(BadRequest, match="str or int"):
+        await client.call("acct", 1.5, "echo")  # type: ignore[arg-type]
+    with pytest.raises(BadRequest, match="str or int"):
+        await client.call("acct", True, "echo")
+    with pytest.raises(BadRequest, match="cannot be encoded"):
+        await client.call("acct", "k", "echo", object())
+    result = await client.call("acct", "k", "echo", request_id="the-only-one")
+    assert result == {"key": "k", "fn": "echo", "args": []}
+    assert [r.request_id for r in cluster.echo.received] == ["the-only-one"]
+    assert client.stats.sent == 1
+    assert client.pending_count == 0
+
+
+async def test_timeout_raises_and_clears_pending(client: StyxClient) -> None:
+    with pytest.raises(RequestTimeout, match="no reply"):
+        await client.submit("acct", "k", "drop", timeout_s=0.3)
+    assert client.pending_count == 0
+    assert client.stats.timeouts == 1
+    assert await client.call("acct", "k", "echo", 1) == {"key": "k", "fn": "echo", "args": [1]}
+
+
+async def test_overloaded_when_max_pending_is_reached(cluster: Cluster) -> None:
+    async with cluster.client(max_pending=2, timeout_s=20.0) as c:
+        first = asyncio.create_task(c.submit("acct", "a", "drop", request_id="p1"))
+        second = asyncio.create_task(c.submit("acct", "b", "drop", request_id="p2"))
+        await asyncio.sleep(0)  # let both tasks register their request
+        assert c.pending_count == 2
+        with pytest.raises(Overloaded, match="max_pending=2"):
+            await c.submit("acct", "c", "echo")
+        # An id already in flight shares the pending entry, so it is not refused.
+        same = asyncio.create_task(c.submit("acct", "a", "drop", request_id="p1"))
+        await asyncio.sleep(0)
+        assert not same.done()
+        for task in (first, second, same):
+            task.cancel()
+        await asyncio.wait([first, second, same])
+        assert c.pending_count == 0
+        assert await c.call("acct", "c", "echo") == {"key": "c", "fn": "echo", "args": []}
+        assert c.stats.sent == 3
+
+
+async def test_duplicate_reply_is_ignored(client: StyxClient) -> None:
+    reply = await client.submit("acct", "k", "dup", 7)
+    assert reply.status == "committed"
+    await _until(lambda: client.stats.duplicates_ignored == 1)
+    assert await client.call("acct", "k", "echo", 8) == {"key": "k", "fn": "echo", "args": [8]}
+    assert client.stats.replied == 2
+    assert client.stats.duplicates_ignored == 1
+
+
+async def test_same_request_id_in_flight_is_sent_once(client: StyxClient, cluster: Cluster) -> None:
+    replies = await asyncio.gather(
+        client.submit("acct", "k", "echo", 1, request_id="shared"),
+        client.submit("acct", "k", "echo", 1, request_id="shared"),
+    )
+    assert replies[0] is replies[1]
+    assert [r.request_id for r in cluster.echo.received] == ["shared"]
+    assert client.stats.sent == 1
+
+
+async def test_submit_many_preserves_order_and_validates_first(client: StyxClient, cluster: Cluster) -> None:
+    calls = [("acct" if i % 3 else "single", f"k{i}", "echo", (i,)) for i in range(60)]
+    replies = await client.submit_many(calls, concurrency=7)
+    assert [decode_value(r.result) for r in replies ] == [
+        {"key": f"k{i}", "fn": "echo", "args": [i]} for i in range(60)
+    ]
+    sent = client.stats.sent
+    with pytest.raises(BadRequest, match="unknown operator"):
+        await client.submit_many([("acct", "x", "echo", ()), ("nope", "y", "echo", ())])
+    assert client.stats.sent == sent
+
+
+def test_reply_decoder_round_trips_results() -> None:
+    """Replies decode with any result, nil (no result) included."""
+    for result in (None, 0, "x", {"a": [1, 2]}):
+        reply = Reply("id", 1, 2, 1, "committed", msgspec.Raw(encode_value(result)), None, None, 9)
+        decoded = decode_reply(encode_value(reply))
+        assert decode_value(decoded.result) == result
+        assert (decoded.request_id, decoded.tid, decoded.epoch, decoded.phase, decoded.request_ts_ms) == (
+            "id", 1, 2, 1, 9
+        )
+
+
+# ---- positioning and robustness of the reply reader ---------------------------------------------------
+
+
+async def test_replies_already_in_the_topic_are_never_delivered(cluster: Cluster) -> None:
+    stale_id = _unique("stale")
+    stale = Reply(stale_id, 1, 1, 0, "committed", msgspec.Raw(encode_value("stale")), None, None)
+    # Old replies for the id in every partition, plus garbage, all written before the client starts.
+    await _produce_raw(
+        cluster.bootstrap,
+        cluster.egress,
+        [(p, encode_value(stale)) for p in range(EGRESS_PARTITIONS) for _ in range(5)]
+        + [(p, b"\xc1 not msgpack") for p in range(EGRESS_PARTITIONS)],
+    )
+    async with cluster.client(timeout_s=20.0) as c:
+        with pytest.raises(RequestTimeout):
+            await c.submit("acct", "k", "drop", request_id=stale_id, timeout_s=0.5)
+        fresh = await c.call("acct", "k", "echo", "fresh", request_id=stale_id)
+        assert fresh == {"key": "k", "fn": "echo", "args": ["fresh"]}
+        # The reader never even saw the old records.
+        assert (c.stats.unmatched_ignored, c.stats.undecodable, c.stats.duplicates_ignored) == (0, 0, 0)
+
+
+async def test_foreign_and_undecodable_replies_are_skipped(client: StyxClient, cluster: Cluster) -> None:
+    foreign = Reply("someone-else", 1, 1, 0, "committed", msgspec.Raw(encode_value(1)), None, None)
+    await _produce_raw(
+        cluster.bootstrap,
+        cluster.egress,
+        [(p, b"garbage") for p in range(EGRESS_PARTITIONS)] + [(0, encode_value(foreign))],
+    )
+    stats = client.stats
+    await _until(lambda: stats.undecodable == EGRESS_PARTITIONS and stats.unmatched_ignored == 1)
+    assert await client.call("acct", "k", "echo") == {"key": "k", "fn": "echo", "args": []}
+
+
+async def test_close_fails_pending_requests(cluster: Cluster) -> None:
+    c = cluster.client(timeout_s=20.0)
+    await c.start()
+    waiting = asyncio.create_task(c.submit("acct", "k", "drop"))
+    await asyncio.sleep(0)
+    assert c.pending_count == 1
+    await c.close()
+    with pytest.raises(StyxError, match="closed before the reply"):
+        await waiting
+    with pytest.raises(StyxError, match="closed"):
+        await c.submit("acct", "k", "echo")
+    await c.close()  # idempotent
+
+
+async def test_missing_topics_are_reported_not_auto_created(kafka: TansuBroker) -> None:
+    ingress, egress = _unique("missing-in"), _unique("missing-out")
+    c = StyxClient(kafka.bootstrap, OPERATORS, ingress_topic=ingress, egress_topic=egress, timeout_s=10.0)
+    with pytest.raises(ConfigError, match="do not exist"):
+        await c.start()
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap)
+    await consumer.start()
+    try:
+        topics = await consumer.topics()
+    finally:
+        await consumer.stop()
+    assert ingress not in topics and egress not in topics
+
+
+async def test_too_few_ingress_partitions_is_a_config_error(kafka: TansuBroker) -> None:
+    ingress, egress = _unique("small-in"), _unique("small-out")
+    await create_topics(kafka.bootstrap, {ingress: 2, egress: 1})
+    c = StyxClient(kafka.bootstrap, OPERATORS, ingress_topic=ingress, egress_topic=egress, timeout_s=10.0)
+    with pytest.raises(ConfigError, match="has 2 partitions"):
+        await c.start()
+
+
+# ---- connect() and the synchronous facade -------------------------------------------------------------
+
+
+async def _fake_coordinator(body: dict[str, Any]) -> tuple[asyncio.Server, str]:
+    """Answers one StatusRequest per connection with ``body``, like the coordinator's admin API."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        header = await reader.readexactly(HEADER_BYTES)
+        batch = decode_batch(await reader.readexactly(frame_length(header)))
+        assert batch.msgs, "empty admin frame"
+        writer.write(encode_frame(Batch("coordinator", [AdminReply(True, "", body)])))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"127.0.0.1:{port}"
+
+
+async def test_connect_uses_the_coordinator_status(cluster: Cluster) -> None:
+    body = {
+        "operators": [
+            {"name": "acct", "partitions": 4, "functions": ["echo", "fail"]},
+            {"name": "single", "partitions": 1, "functions": ["echo"]},
+        ],
+        "kafka_bootstrap": cluster.bootstrap,
+    }
+    server, address = await _fake_coordinator(body)
+    try:
+        c = await StyxClient.connect(address, ingress_topic=cluster.ingress, egress_topic=cluster.egress)
+        async with c:
+            assert c.operators == OPERATORS
+            assert await c.call("acct", "k", "echo", 5) == {"key": "k", "fn": "echo", "args": [5]}
+            with pytest.raises(BadRequest, match="no function 'nope'"):
+                await c.call("single", "k", "nope")
+            assert c.stats.sent == 1
+
+        nothing = {"operators": [], "kafka_bootstrap": cluster.bootstrap}
+        empty, empty_address = await _fake_coordinator(nothing)
+        try:
+            with pytest.raises(StyxError, match="nothing is deployed"):
+                await StyxClient.connect(empty_address)
+        finally:
+            empty.close()
+    finally:
+        server.close()
+
+
+async def test_sync_client_round_trip(cluster: Cluster) -> None:
+    def work() -> tuple[Any, str, list[Reply]]:
+        with SyncStyxClient(
+            cluster.bootstrap, OPERATORS, ingress_topic=cluster.ingress, egress_topic=cluster.egress
+        ) as sync:
+            result = sync.call("acct", "k", "echo", 1, "two")
+            with pytest.raises(TransactionAborted) as aborted:
+                sync.call("acct", "k", "fail")
+            replies = sync.submit_many([("acct", i, "echo", (i,)) for i in range(10)])
+            assert sync.pending_count == 0
+            return result, str(aborted.value), replies
+
+    # In a thread: the sync client blocks its caller, and the echo server runs on this test's loop.
+    result, aborted_message, replies = await asyncio.to_thread(work)
+    assert not [t for t in threading.enumerate() if t.name == "styx-client-loop"], "loop thread left running"
+    assert result == {"key": "k", "fn": "echo", "args": [1, "two"]}
+    assert aborted_message == "insufficient funds for k"
+    assert [r.status for r in replies] == ["committed"] * 10
+    assert [decode_value(r.result) for r in replies ] == [
+        {"key": i, "fn": "echo", "args": [i]} for i in range(10)
+    ]

@@ -1,0 +1,307 @@
+"""The wire protocol (styx_py.wire): every message round-trips; bad bytes are ProtocolErrors; no pickle."""
+
+from __future__ import annotations
+
+import io
+import struct
+import tokenize
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from styx_py import wire
+from styx_py.errors import ProtocolError
+from styx_py.graph import OperatorSpec
+from styx_py.limits import MAX_FRAME_BYTES
+from styx_py.wire import (
+    Ack,
+    AdminReply,
+    AllExecDone,
+    Batch,
+    CallResult,
+    ClusterView,
+    Decision,
+    DeployRequest,
+    EpochDone,
+    EpochStart,
+    ExecDone,
+    Final,
+    Heartbeat,
+    Invoke,
+    Register,
+    Reply,
+    Request,
+    SeqLogEntry,
+    StatusRequest,
+    Vote,
+    WorkAvailable,
+    WorkerInfo,
+    decode_batch,
+    decode_value,
+    encode_frame,
+    encode_value,
+    frame_length,
+)
+
+RAW = msgspec.Raw(encode_value([1, "two", {"three": 3.5}, None]))
+
+ALL_MESSAGES = [
+    Register("w1", "10.0.0.1", 7001),
+    ClusterView(
+        3,
+        [WorkerInfo("w1", 1, "h1", 1), WorkerInfo("w2", 2, "h2", 2)],
+        ["w1", "w2", "w1"],
+        "tests.apps.oracle:app",
+        [OperatorSpec("acct", 8, ["deposit", "transfer"]), OperatorSpec("ledger", 3, ["record"])],
+        "localhost:9092",
+        "in",
+        "out",
+        "seq",
+    ),
+    ClusterView(0, [], [], None, [], None, "in", "out", "seq"),
+    Heartbeat("w1", -1),
+    WorkAvailable("w2"),
+    EpochStart(12, 99),
+    ExecDone(12, "w1", [4, 7], 101),
+    AllExecDone(12, [4, 7, 9]),
+    Vote(12, "w2", [9], [11]),
+    Decision(12, [9, 11], [11]),
+    EpochDone(12, "w3", 5, 10, 2, 1),
+    Invoke(12, 9, wire.PHASE_OPTIMISTIC, [0, 2], "w1", "w2", "acct", "deposit", "k1", RAW, 1, 6, True, 1234),
+    Invoke(12, 9, wire.PHASE_FALLBACK, [], "w1", "w1", "acct", "deposit", 42, RAW, 1, 1, False, 0),
+    Invoke(12, 9, 0, [], "w1", "w1", "acct", "deposit", -(2**63), RAW, 1, 1, False, 0),
+    CallResult(12, 9, 1, [0], wire.ST_OK, RAW),
+    Ack(12, 9, 0, 1, 3, wire.ST_ERROR, "ValueError: boom", [1, 0]),
+    Final(12, 9, wire.OUT_RESCHEDULE),
+    DeployRequest("tests.apps.oracle:app"),
+    StatusRequest(),
+    AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
+]
+
+
+def test_every_message_type_is_covered() -> None:
+    union_members = set(wire.Message.__args__)  # type: ignore[attr-defined]
+    assert {type(m) for m in ALL_MESSAGES} == union_members
+
+
+@pytest.mark.parametrize("msg", ALL_MESSAGES, ids=lambda m: type(m).__name__)
+def test_round_trip_each_message(msg: wire.Message) -> None:
+    frame = encode_frame(Batch("src", [msg]))
+    assert frame_length(frame[: wire.HEADER_BYTES]) == len(frame) - wire.HEADER_BYTES
+    batch = decode_batch(frame[wire.HEADER_BYTES :])
+    assert batch.src == "src"
+    assert len(batch.msgs) == 1
+    out = batch.msgs[0]
+    assert type(out) is type(msg)
+    assert out == msg
+
+
+def test_round_trip_one_batch_of_everything() -> None:
+    frame = encode_frame(Batch("coordinator", ALL_MESSAGES))
+    batch = decode_batch(frame[4:])
+    assert batch == Batch("coordinator", ALL_MESSAGES)
+
+
+def test_raw_payloads_survive_unchanged() -> None:
+    inv = ALL_MESSAGES[11]
+    assert isinstance(inv, Invoke)
+    out = decode_batch(encode_frame(Batch("x", [inv]))[4:]).msgs[0]
+    assert isinstance(out, Invoke)
+    assert decode_value(out.args) == [1, "two", {"three": 3.5}, None]
+
+
+def test_int_and_str_keys_keep_their_type() -> None:
+    for key in ("7", 7):
+        inv = Invoke(0, 1, 0, [], "a", "a", "acct", "f", key, RAW, 1, 1, False, 0)
+        out = decode_batch(encode_frame(Batch("x", [inv]))[4:]).msgs[0]
+        assert isinstance(out, Invoke)
+        assert type(out.key) is type(key) and out.key == key
+
+
+def test_kafka_payloads_round_trip() -> None:
+    req = Request("r1", "acct", "deposit", "k1", RAW, 55)
+    assert wire.request_decoder.decode(wire.request_encoder.encode(req)) == req
+    entry = SeqLogEntry(3, "w1", 40, [(121, 2, 17, "r1"), (124, 0, 3, "r2")])
+    assert wire.seqlog_decoder.decode(msgspec.msgpack.encode(entry)) == entry
+
+
+@pytest.mark.parametrize("value", [5, [1, 2], "x", {"a": 1}, None, 2.5, [[], {}]])
+def test_committed_reply_round_trips_its_result(value: object) -> None:
+    # Regression: with ``result: Raw | None`` msgspec decoded only nil (msgspec issue #659), so every
+    # committed reply with a value failed to decode on the egress topic.
+    reply = Reply("r1", 9, 3, 1, "committed", msgspec.Raw(encode_value(value)), None, None, 55)
+    out = wire.reply_decoder.decode(msgspec.msgpack.encode(reply))
+    assert out == reply
+    assert out.result is not None and decode_value(out.result) == value
+
+
+def test_failed_reply_round_trips() -> None:
+    reply = Reply(
+        "r2", 10, 3, 0, "aborted", msgspec.Raw(encode_value(None)), "insufficient credit", "Abort", 0
+    )
+    out = wire.reply_decoder.decode(msgspec.msgpack.encode(reply))
+    assert out == reply
+    assert out.result is None or decode_value(out.result) is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"\xc1",  # never-used msgpack opcode
+        b"garbage bytes, not msgpack at all",
+        b"\x92\xa3src",  # truncated array
+        msgspec.msgpack.encode({"src": "x", "msgs": []}),  # a map, not the array layout
+        msgspec.msgpack.encode(["x", [["hb", "w1"]]]),  # Heartbeat missing a field
+        msgspec.msgpack.encode(["x", [["hb", "w1", "not-an-int"]]]),
+        msgspec.msgpack.encode(["x", [[]]]),
+        msgspec.msgpack.encode([1, []]),
+        msgspec.msgpack.encode(["x", "not-a-list"]),
+    ],
+)
+def test_garbage_raises_protocol_error(payload: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_batch(payload)
+
+
+DEEP_ARGS = encode_frame(
+    Batch(
+        "x",
+        [
+            Invoke(
+                0,
+                1,
+                0,
+                [],
+                "a",
+                "a",
+                "acct",
+                "f",
+                "k",
+                msgspec.Raw(b"\x91" * 200_000 + b"\xc0"),
+                1,
+                1,
+                False,
+                0,
+            )
+        ],
+    )
+)[4:]
+
+ESCAPING = {
+    # Batch(src=<2 invalid UTF-8 bytes>, msgs=[]) -> UnicodeDecodeError
+    "invalid-utf8-src": b"\x92\xa2\xff\xfe\x90",
+    # Heartbeat(node_id=<invalid UTF-8>, epoch=1) -> UnicodeDecodeError
+    "invalid-utf8-field": b"\x92\xa1x\x91\x93\xa2hb\xa2\xff\xfe\x01",
+    # an Invoke whose Raw args nest 200k arrays deep (a 200 KB frame) -> RecursionError
+    "deep-nesting": DEEP_ARGS,
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=(UnicodeDecodeError, RecursionError),
+    reason="BUG styx_py/wire.py decode_batch catches only DecodeError/ValidationError; invalid UTF-8 "
+    "in a msgpack str (UnicodeDecodeError) and deep nesting (RecursionError) escape as other exceptions",
+)
+@pytest.mark.parametrize("payload", list(ESCAPING.values()), ids=list(ESCAPING))
+def test_escaping_exceptions_are_protocol_errors(payload: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_batch(payload)
+
+
+def _decode_or_protocol_error(payload: bytes) -> None:
+    try:
+        decode_batch(payload)
+    except ProtocolError:
+        pass
+    except UnicodeDecodeError:
+        # Known bug, pinned by test_escaping_exceptions_are_protocol_errors (strict xfail): remove this
+        # branch when it is fixed. Any other exception type fails the fuzz tests below.
+        pass
+
+
+def test_unknown_tag_raises_protocol_error() -> None:
+    payload = msgspec.msgpack.encode(["x", [["no-such-tag", 1, 2, 3]]])
+    with pytest.raises(ProtocolError, match="undecodable frame"):
+        decode_batch(payload)
+    # A known tag next to an unknown one does not let the batch through either.
+    payload = msgspec.msgpack.encode(["x", [["hb", "w1", 1], ["pickle", b"\x80\x04"]]])
+    with pytest.raises(ProtocolError):
+        decode_batch(payload)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_decode_or_raise_protocol_error(payload: bytes) -> None:
+    _decode_or_protocol_error(payload)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_mutated_valid_frames_never_raise_anything_else(data: st.DataObject) -> None:
+    payload = bytearray(encode_frame(Batch("w1", ALL_MESSAGES))[4:])
+    for _ in range(data.draw(st.integers(1, 5))):
+        i = data.draw(st.integers(0, len(payload) - 1))
+        payload[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(payload)))
+    _decode_or_protocol_error(bytes(payload[:cut]))
+
+
+def test_frame_length_limit() -> None:
+    assert frame_length(struct.pack(">I", 0)) == 0
+    assert frame_length(struct.pack(">I", MAX_FRAME_BYTES)) == MAX_FRAME_BYTES
+    with pytest.raises(ProtocolError, match="frame"):
+        frame_length(struct.pack(">I", MAX_FRAME_BYTES + 1))
+    with pytest.raises(ProtocolError):
+        frame_length(b"\xff\xff\xff\xff")
+
+
+def test_encode_frame_refuses_oversized_batch() -> None:
+    big = msgspec.Raw(encode_value(b"x" * (MAX_FRAME_BYTES + 10)))
+    with pytest.raises(ProtocolError, match="MAX_FRAME_BYTES"):
+        encode_frame(Batch("w1", [CallResult(0, 1, 0, [], wire.ST_OK, big)]))
+
+
+# ---- no pickle ------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ["styx_py", "worker", "coordinator", "client"]
+FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "marshal", "shelve"}
+
+
+def _code_names(path: Path) -> set[str]:
+    """NAME tokens of a Python file: code only, not comments or docstrings."""
+    with path.open("rb") as f:
+        return {tok.string for tok in tokenize.tokenize(f.readline) if tok.type == tokenize.NAME}
+
+
+def test_no_pickle_in_the_source_tree() -> None:
+    files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    assert any(p.name == "wire.py" for p in files), "source tree not found"
+    offenders = {}
+    for path in files:
+        names = _code_names(path)
+        bad = {n for n in names if n in FORBIDDEN_MODULES or "pickle" in n.lower()}
+        text = path.read_text()
+        for mod in FORBIDDEN_MODULES:
+            # Dynamic imports name the module in a string.
+            if f'import_module("{mod}")' in text or f"import_module('{mod}')" in text:
+                bad.add(mod)
+            if f'__import__("{mod}")' in text or f"__import__('{mod}')" in text:
+                bad.add(mod)
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = sorted(bad)
+    assert offenders == {}
+
+
+def test_pickle_detector_detects() -> None:
+    src = b"import json\nimport pickle as p\n# pickle in a comment\n"
+    names = {t.string for t in tokenize.tokenize(io.BytesIO(src).readline) if t.type == tokenize.NAME}
+    assert "pickle" in names
+    src = b'"""never pickle"""\nx = 1  # pickle\n'
+    names = {t.string for t in tokenize.tokenize(io.BytesIO(src).readline) if t.type == tokenize.NAME}
+    assert "pickle" not in names
