@@ -24,7 +24,9 @@ async def run_demo(coordinator: str, seconds: float = 5.0, rate: float = 500.0, 
     rng = random.Random(seed)
     async with await StyxClient.connect(coordinator) as client:
         t0 = time.perf_counter()
-        await asyncio.gather(*(client.submit("account", f"acct{i}", "deposit", INITIAL) for i in range(ACCOUNTS)))
+        await asyncio.gather(
+            *(client.submit("account", f"acct{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
+        )
         print(f"loaded {ACCOUNTS} accounts in {time.perf_counter() - t0:.2f}s", flush=True)
 
         latencies: list[float] = []
@@ -33,7 +35,7 @@ async def run_demo(coordinator: str, seconds: float = 5.0, rate: float = 500.0, 
         async def one(scheduled: float) -> None:
             a, b = rng.sample(range(ACCOUNTS), 2)
             reply = await client.submit("account", f"acct{a}", "transfer", f"acct{b}", rng.randint(1, 50))
-            latencies.append(time.perf_counter() - scheduled)   # from the scheduled send time
+            latencies.append(time.perf_counter() - scheduled)  # from the scheduled send time
             replies.append(reply)
 
         n = int(seconds * rate)
@@ -52,12 +54,20 @@ async def run_demo(coordinator: str, seconds: float = 5.0, rate: float = 500.0, 
         committed = sum(r.status == "committed" for r in replies)
         aborted = sum(r.status == "aborted" for r in replies)
         lat = sorted(latencies)
-        print(f"transfers: {len(replies)} in {elapsed:.2f}s = {len(replies) / elapsed:.0f} txn/s "
-              f"({committed} committed, {aborted} aborted for insufficient credit)", flush=True)
-        print(f"latency ms: p50 {percentile(lat, 0.5) * 1e3:.1f}  p99 {percentile(lat, 0.99) * 1e3:.1f}  "
-              f"max {lat[-1] * 1e3:.1f}", flush=True)
+        print(
+            f"transfers: {len(replies)} in {elapsed:.2f}s = {len(replies) / elapsed:.0f} txn/s "
+            f"({committed} committed, {aborted} aborted for insufficient credit)",
+            flush=True,
+        )
+        print(
+            f"latency ms: p50 {percentile(lat, 0.5) * 1e3:.1f}  p99 {percentile(lat, 0.99) * 1e3:.1f}  "
+            f"max {lat[-1] * 1e3:.1f}",
+            flush=True,
+        )
 
-        balances = await asyncio.gather(*(client.submit("account", f"acct{i}", "balance") for i in range(ACCOUNTS)))
+        balances = await asyncio.gather(
+            *(client.submit("account", f"acct{i}", "balance") for i in range(ACCOUNTS))
+        )
         total = sum(decode_value(r.result) for r in balances if r.status == "committed")
         ok = total == ACCOUNTS * INITIAL and len(replies) == n
         print(f"money conserved: {total} == {ACCOUNTS * INITIAL}: {'yes' if ok else 'NO'}", flush=True)

@@ -1,4 +1,4 @@
-"""Key choosers for the workloads: uniform and Zipfian (coefficient 0–0.999)."""
+"""Key choosers for the workloads: uniform and Zipfian (coefficient 0 to 0.999)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class KeyChooser:
         self.rng = random.Random(seed)
         self.cdf: list[float] | None = None
         if zipf > 0:
-            self.cdf = list(itertools.accumulate(1.0 / (i ** zipf) for i in range(1, n + 1)))
+            self.cdf = list(itertools.accumulate(1.0 / (i**zipf) for i in range(1, n + 1)))
 
     def one(self) -> int:
         if self.cdf is None:

@@ -207,9 +207,7 @@ class StyxClient:
         body = reply.body
         ops = body.get("operators") or []
         if not ops:
-            raise StyxError(
-                f"nothing is deployed on the coordinator at {coordinator}: deploy a graph first"
-            )
+            raise StyxError(f"nothing is deployed on the coordinator at {coordinator}: deploy a graph first")
         bootstrap = kw.pop("bootstrap", None) or body.get("kafka_bootstrap")
         if not bootstrap:
             raise ConfigError(

@@ -14,8 +14,14 @@ from worker.epoch import COORDINATOR
 log = logging.getLogger("styx.coordinator")
 
 
-async def serve_coordinator(config: Config, kafka: str, min_workers: int, host: str = "127.0.0.1",
-                            port: int = 0, deploy: str | None = None) -> None:
+async def serve_coordinator(
+    config: Config,
+    kafka: str,
+    min_workers: int,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    deploy: str | None = None,
+) -> None:
     coordinator: Coordinator | None = None
 
     def handle(src: str, msg: object) -> None:
@@ -27,7 +33,9 @@ async def serve_coordinator(config: Config, kafka: str, min_workers: int, host: 
     async def topics(spec: dict[str, int]) -> None:
         await create_topics(kafka, spec)
 
-    coordinator = Coordinator(config, transport, min_workers=min_workers, kafka_bootstrap=kafka, create_topics=topics)
+    coordinator = Coordinator(
+        config, transport, min_workers=min_workers, kafka_bootstrap=kafka, create_topics=topics
+    )
     await transport.start()
     log.info("coordinator listening on %s:%d", host, transport.port)
     try:

@@ -20,7 +20,7 @@ from coordinator.barrier import Stage, combine_exec, combine_votes
 from coordinator.membership import Membership
 from coordinator.placement import place
 from styx_py.config import Config
-from styx_py.errors import GraphError
+from styx_py.errors import GraphError, StyxError
 from styx_py.graph import OperatorSpec, load_graph
 from styx_py.wire import (
     AdminReply,
@@ -77,7 +77,7 @@ class Coordinator:
         self.work = asyncio.Event()
         self.deployed = asyncio.Event()
         self.enough_workers = asyncio.Event()
-        self.idle = asyncio.Event()       # set while no epoch runs and no worker has work
+        self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
         self.tasks: asyncio.TaskGroup | None = None
         self.totals = {"committed": 0, "aborted": 0, "rescheduled": 0, "fallback": 0}
         self.epoch_times: deque[tuple[float, int, int, int]] = deque(maxlen=2000)
@@ -103,7 +103,11 @@ class Coordinator:
             failed = self.membership.failed(self.clock())
             for node_id in failed:
                 if node_id not in self.failed:
-                    log.error("worker %s missed heartbeats for %d ms: failed", node_id, self.config.failure_timeout_ms)
+                    log.error(
+                        "worker %s missed heartbeats for %d ms: failed",
+                        node_id,
+                        self.config.failure_timeout_ms,
+                    )
             self.failed = failed
 
     # ---- messages ---------------------------------------------------------------------------------
@@ -150,7 +154,8 @@ class Coordinator:
             await asyncio.wait_for(self.enough_workers.wait(), timeout_s)
         except TimeoutError as exc:
             raise GraphError(
-                f"only {len(self.membership.workers)} of {self.min_workers} workers registered after {timeout_s}s"
+                f"only {len(self.membership.workers)} of {self.min_workers} workers registered "
+                f"after {timeout_s}s"
             ) from exc
         n = graph.n_partitions
         if self.create_topics is not None:
@@ -167,7 +172,7 @@ class Coordinator:
     async def _deploy_and_reply(self, src: str, import_path: str) -> None:
         try:
             body = await self.deploy(import_path)
-        except GraphError as exc:
+        except StyxError as exc:
             self.transport.send(src, AdminReply(False, str(exc), {}))
         else:
             self.transport.send(src, AdminReply(True, "", body))
@@ -175,8 +180,15 @@ class Coordinator:
     def view(self) -> ClusterView:
         cfg = self.config
         return ClusterView(
-            self.generation, self.membership.infos(), self.placement, self.graph_path, self.operators,
-            self.kafka_bootstrap, cfg.ingress_topic, cfg.egress_topic, cfg.seqlog_topic,
+            self.generation,
+            self.membership.infos(),
+            self.placement,
+            self.graph_path,
+            self.operators,
+            self.kafka_bootstrap,
+            cfg.ingress_topic,
+            cfg.egress_topic,
+            cfg.seqlog_topic,
         )
 
     def _broadcast_view(self) -> None:
@@ -250,12 +262,18 @@ class Coordinator:
             "graph": self.graph_path,
             "epoch": self.epoch,
             "workers": [
-                {"node_id": w.node_id, "sid": w.sid, "address": f"{w.host}:{w.port}",
-                 "partitions": [p for p, o in enumerate(self.placement) if o == w.node_id],
-                 "last_heartbeat_s_ago": round(now - self.membership.last_seen.get(w.node_id, now), 3)}
+                {
+                    "node_id": w.node_id,
+                    "sid": w.sid,
+                    "address": f"{w.host}:{w.port}",
+                    "partitions": [p for p, o in enumerate(self.placement) if o == w.node_id],
+                    "last_heartbeat_s_ago": round(now - self.membership.last_seen.get(w.node_id, now), 3),
+                }
                 for w in self.membership.infos()
             ],
-            "operators": [{"name": o.name, "partitions": o.partitions, "functions": o.functions} for o in self.operators],
+            "operators": [
+                {"name": o.name, "partitions": o.partitions, "functions": o.functions} for o in self.operators
+            ],
             "epochs_per_s": round(len(recent) / window, 1),
             "txn_per_s": round(finished / window, 1),
             "abort_rate": round(sum(t[2] for t in recent) / finished, 4) if finished else 0.0,

@@ -38,8 +38,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     stack = LocalStack(data_dir, workers=args.workers, durable=args.durable)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    print(f"starting styx-py: SeaweedFS, Tansu ({'S3' if args.durable else 'memory'} storage), "
-          f"coordinator, {args.workers} workers …", flush=True)
+    print(
+        f"starting styx-py: SeaweedFS, Tansu ({'S3' if args.durable else 'memory'} storage), "
+        f"coordinator, {args.workers} workers …",
+        flush=True,
+    )
     try:
         stack.start()
         STATE_FILE.parent.mkdir(exist_ok=True)
@@ -110,16 +113,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(body, indent=2))
         return 0
     print(f"graph        {body['graph'] or '(nothing deployed)'}")
-    print(f"epoch        {body['epoch']}  ({body['epochs_per_s']} epochs/s, {body['txn_per_s']} txn/s, "
-          f"abort rate {body['abort_rate']:.2%})")
+    print(
+        f"epoch        {body['epoch']}  ({body['epochs_per_s']} epochs/s, {body['txn_per_s']} txn/s, "
+        f"abort rate {body['abort_rate']:.2%})"
+    )
     print(f"totals       {body['totals']}")
     print(f"snapshot     {body['last_snapshot'] or 'none yet'}")
     if body["failed_workers"]:
         print(f"FAILED       {', '.join(body['failed_workers'])}")
     print("workers")
     for w in body["workers"]:
-        print(f"  {w['node_id']:<6} sid {w['sid']}  {w['address']:<21} partitions {w['partitions']}  "
-              f"heartbeat {w['last_heartbeat_s_ago']}s ago")
+        print(
+            f"  {w['node_id']:<6} sid {w['sid']}  {w['address']:<21} partitions {w['partitions']}  "
+            f"heartbeat {w['last_heartbeat_s_ago']}s ago"
+        )
     return 0
 
 
@@ -130,8 +137,13 @@ def cmd_call(args: argparse.Namespace) -> int:
     async def call() -> int:
         client = await StyxClient.connect(coordinator_address(args.coordinator))
         try:
-            reply = await client.submit(args.operator, _parse_arg(args.key), args.function,
-                                        *[_parse_arg(a) for a in args.args], timeout_s=args.timeout)
+            reply = await client.submit(
+                args.operator,
+                _parse_arg(args.key),
+                args.function,
+                *[_parse_arg(a) for a in args.args],
+                timeout_s=args.timeout,
+            )
         finally:
             await client.close()
         from styx_py.wire import decode_value
@@ -149,10 +161,14 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="styx", description="styx-py: deterministic transactional stateful functions")
+    p = argparse.ArgumentParser(
+        prog="styx", description="styx-py: deterministic transactional stateful functions"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="run a whole local cluster (S3, Kafka-protocol broker, coordinator, workers)")
+    up = sub.add_parser(
+        "up", help="run a whole local cluster (S3, Kafka-protocol broker, coordinator, workers)"
+    )
     up.add_argument("--workers", type=int, default=2, help="number of worker processes (default 2)")
     up.add_argument("--durable", action="store_true", help="broker keeps its log in S3 (survives restarts)")
     up.add_argument("--demo", action="store_true", help="deploy the bank demo and run a short workload")
@@ -180,11 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--port", type=int, default=0)
     wk.set_defaults(fn=cmd_worker)
 
-    for name, fn, helptext in (("deploy", cmd_deploy, "deploy a graph by import path"),
-                               ("status", cmd_status, "show workers, partitions, epoch rate, aborts"),
-                               ("call", cmd_call, "run one transaction and print its reply")):
+    for name, fn, helptext in (
+        ("deploy", cmd_deploy, "deploy a graph by import path"),
+        ("status", cmd_status, "show workers, partitions, epoch rate, aborts"),
+        ("call", cmd_call, "run one transaction and print its reply"),
+    ):
         sp = sub.add_parser(name, help=helptext)
-        sp.add_argument("--coordinator", help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')")
+        sp.add_argument(
+            "--coordinator", help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')"
+        )
         sp.set_defaults(fn=fn)
         if name == "deploy":
             sp.add_argument("import_path", help="package.module:graph")

@@ -16,16 +16,16 @@ from styx_py.errors import ConfigError
 
 
 class Config(msgspec.Struct, kw_only=True, frozen=True):
-    epoch_interval_ms: float = 1.0           # minimum spacing between epoch starts while work waits
-    epoch_size_max: int = 1000               # max new transactions one worker sequences per epoch
+    epoch_interval_ms: float = 1.0  # minimum spacing between epoch starts while work waits
+    epoch_size_max: int = 1000  # max new transactions one worker sequences per epoch
     heartbeat_interval_ms: int = 200
-    failure_timeout_ms: int = 1000           # missed heartbeats for this long => worker failed
-    max_pending_requests: int = 100_000      # per worker ingress buffer; consumption pauses beyond
+    failure_timeout_ms: int = 1000  # missed heartbeats for this long => worker failed
+    max_pending_requests: int = 100_000  # per worker ingress buffer; consumption pauses beyond
     call_graph_caching: bool = True
     ingress_topic: str = "styx-ingress"
     egress_topic: str = "styx-egress"
     seqlog_topic: str = "styx-seqlog"
-    kafka_fetch_wait_ms: int = 5             # Tansu answers a waiting fetch only at its deadline
+    kafka_fetch_wait_ms: int = 5  # Tansu answers a waiting fetch only at its deadline
     kafka_linger_ms: int = 1
     snapshot_bucket: str = "styx-snapshots"
 

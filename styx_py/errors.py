@@ -62,5 +62,5 @@ class Overloaded(StyxError):
     """The client has too many requests in flight; retry later."""
 
 
-class Abort(Exception):  # noqa: N818 - the user-facing name is part of the API
+class Abort(Exception):
     """Raise inside a function to abort the whole transaction; the message reaches the client."""

@@ -56,7 +56,8 @@ class Graph:
             target = env.get(ref)
             if isinstance(target, Operator) and self.operators.get(target.name) is not target:
                 raise GraphError(
-                    f"{op.name}.{fname} calls operator {target.name!r}, which is not part of graph {self.name!r}"
+                    f"{op.name}.{fname} calls operator {target.name!r}, "
+                    f"which is not part of graph {self.name!r}"
                 )
 
     @property
@@ -73,7 +74,10 @@ class Graph:
 
 
 def load_graph(import_path: str) -> Graph:
-    """Import ``pkg.module:attr`` and return the Graph it names (code travels by import path, never pickle)."""
+    """Import ``pkg.module:attr`` and return the Graph it names.
+
+    Code travels by import path, never by pickle.
+    """
     module_name, sep, attr = import_path.partition(":")
     if not sep or not module_name or not attr:
         raise GraphError(f"expected 'package.module:graph', got {import_path!r}")
@@ -81,7 +85,11 @@ def load_graph(import_path: str) -> Graph:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise GraphError(f"cannot import {module_name!r}: {exc}") from exc
-    graph = getattr(module, attr, None)
+    except Exception as exc:  # noqa: BLE001 - user code failing at import is a deploy error, reported as such
+        raise GraphError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise GraphError(f"module {module_name!r} has no attribute {attr!r}")
+    graph = getattr(module, attr)
     if not isinstance(graph, Graph):
         raise GraphError(f"{import_path!r} is not a styx_py.Graph (got {type(graph).__name__})")
     return graph

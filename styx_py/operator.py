@@ -26,8 +26,14 @@ class Operator:
     def __init__(self, name: str, partitions: int = 4) -> None:
         if not name or not isinstance(name, str):
             raise GraphError("operator name must be a non-empty string")
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
-            raise GraphError(f"operator {name!r}: partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}")
+        if (
+            not isinstance(partitions, int)
+            or isinstance(partitions, bool)
+            or not 1 <= partitions <= MAX_PARTITIONS
+        ):
+            raise GraphError(
+                f"operator {name!r}: partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}"
+            )
         self.name = name
         self.partitions = partitions
         self.functions: dict[str, UserFunction] = {}
@@ -38,7 +44,8 @@ class Operator:
 
         def register(f: F) -> F:
             fname = name or f.__name__
-            if not inspect.iscoroutinefunction(f):
+            candidate: Any = f
+            if not inspect.iscoroutinefunction(candidate):
                 raise GraphError(f"{self.name}.{fname} must be an 'async def' function")
             if fname in self.functions:
                 raise GraphError(f"{self.name}.{fname} is registered twice")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Coroutine
@@ -23,8 +24,5 @@ def run(main: Coroutine[Any, Any, None]) -> None:
         factory: Any = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
         factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        try:
-            runner.run(main)
-        except KeyboardInterrupt:
-            pass
+    with asyncio.Runner(loop_factory=factory) as runner, contextlib.suppress(KeyboardInterrupt):
+        runner.run(main)

@@ -15,10 +15,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from styx_py.errors import StyxError
-from styx_py.services import SeaweedS3, ServiceError, TansuBroker, free_port
+from styx_py.services import S3Config, SeaweedS3, ServiceError, TansuBroker, free_port
 from styx_py.transport import admin_request
 from styx_py.wire import AdminReply, DeployRequest, StatusRequest
 
@@ -34,7 +34,9 @@ def coordinator_address(explicit: str | None) -> str:
         return env
     if STATE_FILE.exists():
         return str(json.loads(STATE_FILE.read_text())["coordinator"])
-    raise StyxError("no coordinator address: pass --coordinator HOST:PORT, set STYX_COORDINATOR or run 'styx up'")
+    raise StyxError(
+        "no coordinator address: pass --coordinator HOST:PORT, set STYX_COORDINATOR or run 'styx up'"
+    )
 
 
 async def admin(address: str, msg: DeployRequest | StatusRequest, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -74,27 +76,37 @@ class LocalStack:
     def start(self, timeout_s: float = 60.0) -> LocalStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if self.external_kafka is None:
-            self.s3 = SeaweedS3(self.data_dir / "s3", buckets=["styx-snapshots", "tansu"],
-                                log_path=self.log_dir / "seaweedfs.log").start()
-            storage = self.s3.config if self.durable else "memory"
+            self.s3 = SeaweedS3(
+                self.data_dir / "s3",
+                buckets=["styx-snapshots", "tansu"],
+                log_path=self.log_dir / "seaweedfs.log",
+            ).start()
+            storage: S3Config | Literal["memory"] = self.s3.config if self.durable else "memory"
             self.broker = TansuBroker(storage, bucket="tansu", log_path=self.log_dir / "tansu.log").start()
             self.kafka = self.broker.bootstrap
         else:
             self.kafka = self.external_kafka
         cport = free_port()
         self.coordinator = f"127.0.0.1:{cport}"
-        self._spawn("coordinator", ["coordinator", "--port", str(cport), "--kafka", self.kafka,
-                                    "--workers", str(self.n_workers)])
+        self._spawn(
+            "coordinator",
+            ["coordinator", "--port", str(cport), "--kafka", self.kafka, "--workers", str(self.n_workers)],
+        )
         for i in range(1, self.n_workers + 1):
-            self._spawn(f"w{i}", ["worker", "--id", f"w{i}", "--coordinator", self.coordinator, "--kafka", self.kafka])
+            self._spawn(
+                f"w{i}", ["worker", "--id", f"w{i}", "--coordinator", self.coordinator, "--kafka", self.kafka]
+            )
         self._wait_registered(timeout_s)
         return self
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "styx_py.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-            env=self.env, start_new_session=True,
+            [sys.executable, "-m", "styx_py.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
         )
         log.close()
 

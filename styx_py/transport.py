@@ -21,7 +21,7 @@ from styx_py.wire import HEADER_BYTES, AdminReply, Batch, Message, decode_batch,
 log = logging.getLogger("styx.transport")
 
 Handler = Callable[[str, Message], None]
-MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES      # a peer that stops reading fails instead of eating memory
+MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES  # a peer that stops reading fails instead of eating memory
 
 
 class TcpTransport:
@@ -85,7 +85,9 @@ class TcpTransport:
     def _dial(self, dest: str) -> None:
         address = self.addresses.get(dest)
         if address is None:
-            log.warning("%s: no address for %s; %d messages wait", self.node_id, dest, len(self.buffers[dest]))
+            log.warning(
+                "%s: no address for %s; %d messages wait", self.node_id, dest, len(self.buffers[dest])
+            )
             return
 
         async def dial() -> None:
@@ -114,7 +116,9 @@ class TcpTransport:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self._read_loop(reader, writer, None)
 
-    async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str | None) -> None:
+    async def _read_loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str | None
+    ) -> None:
         try:
             while True:
                 header = await reader.readexactly(HEADER_BYTES)
@@ -143,7 +147,9 @@ class TcpTransport:
 async def admin_request(address: str, msg: Message, timeout_s: float = 60.0) -> AdminReply:
     """One request/reply exchange with the coordinator's admin API (used by the CLI and the SDK)."""
     host, _, port = address.rpartition(":")
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host or "127.0.0.1", int(port)), timeout_s)
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(host or "127.0.0.1", int(port)), timeout_s
+    )
     try:
         import uuid
 

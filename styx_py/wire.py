@@ -24,11 +24,11 @@ Key = str | int
 
 # Outcome of one function invocation, carried by Ack / CallResult.
 ST_OK = 0
-ST_ABORT = 1        # user raised Abort
-ST_ERROR = 2        # user code raised another exception / unencodable value
-ST_BAD = 3          # unknown operator or function, wrong arguments
-ST_CHANGED = 4      # fallback: read/write set or call parameters differ from the optimistic run
-ST_PROPAGATED = 5   # failed because a synchronous callee failed (the callee carries the error)
+ST_ABORT = 1  # user raised Abort
+ST_ERROR = 2  # user code raised another exception / unencodable value
+ST_BAD = 3  # unknown operator or function, wrong arguments
+ST_CHANGED = 4  # fallback: read/write set or call parameters differ from the optimistic run
+ST_PROPAGATED = 5  # failed because a synchronous callee failed (the callee carries the error)
 
 # Phases of an epoch in which an invocation runs.
 PHASE_OPTIMISTIC = 0
@@ -55,7 +55,7 @@ class Register(_Msg, tag="reg"):
 
 class WorkerInfo(msgspec.Struct, array_like=True):
     node_id: str
-    sid: int            # sequencer id, 1..n
+    sid: int  # sequencer id, 1..n
     host: str
     port: int
 
@@ -63,7 +63,7 @@ class WorkerInfo(msgspec.Struct, array_like=True):
 class ClusterView(_Msg, tag="view"):
     generation: int
     workers: list[WorkerInfo]
-    placement: list[str]                 # partition index -> owning worker node_id
+    placement: list[str]  # partition index -> owning worker node_id
     graph_path: str | None
     operators: list[OperatorSpec]
     kafka_bootstrap: str | None
@@ -83,13 +83,13 @@ class WorkAvailable(_Msg, tag="work"):
 
 class EpochStart(_Msg, tag="es"):
     epoch: int
-    lc: int                              # global max sequencer counter (Mencius rebalancing)
+    lc: int  # global max sequencer counter (Mencius rebalancing)
 
 
 class ExecDone(_Msg, tag="xd"):
     epoch: int
     node_id: str
-    aborted: list[int]                   # tids whose root saw a logic abort / error
+    aborted: list[int]  # tids whose root saw a logic abort / error
     lc: int
 
 
@@ -102,19 +102,19 @@ class Vote(_Msg, tag="vote"):
     epoch: int
     node_id: str
     conflicts: list[int]
-    uncacheable: list[int]               # tids that touched one entity twice on this worker
+    uncacheable: list[int]  # tids that touched one entity twice on this worker
 
 
 class Decision(_Msg, tag="dec"):
     epoch: int
-    fallback: list[int]                  # sorted tids that must re-run under locks
+    fallback: list[int]  # sorted tids that must re-run under locks
     uncacheable: list[int]
 
 
 class EpochDone(_Msg, tag="ed"):
     epoch: int
     node_id: str
-    pending: int                         # requests waiting in this worker's ingress
+    pending: int  # requests waiting in this worker's ingress
     committed: int
     aborted: int
     rescheduled: int
@@ -127,9 +127,9 @@ class Invoke(_Msg, tag="inv"):
     epoch: int
     tid: int
     phase: int
-    path: list[int]                      # position in the call tree: child indices from the root
-    root: str                            # node_id of the root's worker (acks go there)
-    parent: str                          # node_id of the caller's worker (sync results go there)
+    path: list[int]  # position in the call tree: child indices from the root
+    root: str  # node_id of the root's worker (acks go there)
+    parent: str  # node_id of the caller's worker (sync results go there)
     operator: str
     function: str
     key: Key
@@ -184,8 +184,23 @@ class AdminReply(_Msg, tag="admin"):
 
 
 Message = (
-    Register | ClusterView | Heartbeat | WorkAvailable | EpochStart | ExecDone | AllExecDone | Vote
-    | Decision | EpochDone | Invoke | CallResult | Ack | Final | DeployRequest | StatusRequest | AdminReply
+    Register
+    | ClusterView
+    | Heartbeat
+    | WorkAvailable
+    | EpochStart
+    | ExecDone
+    | AllExecDone
+    | Vote
+    | Decision
+    | EpochDone
+    | Invoke
+    | CallResult
+    | Ack
+    | Final
+    | DeployRequest
+    | StatusRequest
+    | AdminReply
 )
 
 
@@ -204,8 +219,8 @@ class Request(msgspec.Struct, array_like=True):
     operator: str
     function: str
     key: Key
-    args: msgspec.Raw                    # msgpack-encoded list of arguments
-    ts_ms: int = 0                       # client send time (for latency); not used by the engine
+    args: msgspec.Raw  # msgpack-encoded list of arguments
+    ts_ms: int = 0  # client send time (for latency); not used by the engine
 
 
 class Reply(msgspec.Struct, array_like=True):
@@ -214,9 +229,9 @@ class Reply(msgspec.Struct, array_like=True):
     request_id: str
     tid: int
     epoch: int
-    phase: int                           # 0 lock-free commit, 1 fallback: serial order is (epoch, phase, tid)
-    status: str                          # "committed" | "aborted" | "failed"
-    result: msgspec.Raw                  # msgpack of the result (nil when there is none)
+    phase: int  # 0 lock-free commit, 1 fallback: serial order is (epoch, phase, tid)
+    status: str  # "committed" | "aborted" | "failed"
+    result: msgspec.Raw  # msgpack of the result (nil when there is none)
     error: str | None
     error_type: str | None
     request_ts_ms: int = 0
@@ -231,8 +246,12 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     epoch: int
     node_id: str
     lc_start: int
-    entries: list[tuple[int, int, int, str]]   # (tid, ingress partition, offset, request_id)
+    entries: list[tuple[int, int, int, str]]  # (tid, ingress partition, offset, request_id)
 
+
+# What decoding hostile bytes can raise: bad msgpack, wrong shape, invalid UTF-8 in a string,
+# nesting deep enough to exhaust the stack.
+UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 _batch_encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(Batch)
@@ -257,8 +276,8 @@ def frame_length(header: bytes) -> int:
 def decode_batch(payload: bytes) -> Batch:
     try:
         return _batch_decoder.decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ProtocolError(f"undecodable frame: {exc}") from exc
+    except UNDECODABLE as exc:
+        raise ProtocolError(f"undecodable frame: {type(exc).__name__}: {exc}") from exc
 
 
 request_encoder = msgspec.msgpack.Encoder()

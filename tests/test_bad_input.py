@@ -178,12 +178,6 @@ async def test_misbehaving_function(
         assert c.state() == {("thing", "k"): 5}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG worker/executor.py RuntimeContext._record: key_bytes(key) raises TypeError, not _BadCall, "
-    "so a call with an invalid key is reported as ST_ERROR/'UserError' although _BadCall's docstring "
-    "says invalid keys are ST_BAD ('BadRequest')",
-)
 async def test_call_with_float_key_is_a_bad_request() -> None:
     async with SimCluster(BAD, workers=2, seed=2) as c:
         reply = await run_one(c, "thing", "call_with_float_key", "k")
@@ -223,11 +217,6 @@ async def test_submit_rejects_wrong_key_types_before_the_log() -> None:
         assert c.log.records(c.config.ingress_topic) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG styx_py/testing/cluster.py SimCluster.submit stores the request in self.requests before "
-    "partition_of() raises TypeError for a bad key, so the next wait() waits for a reply that never comes",
-)
 async def test_rejected_submit_leaves_no_phantom_request() -> None:
     async with SimCluster(ORACLE, workers=2, seed=1) as c:
         with pytest.raises(TypeError):

@@ -15,7 +15,9 @@ STYX = [sys.executable, "-m", "styx_py.cli"]
 
 
 def styx(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*STYX, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
+    return subprocess.run(
+        [*STYX, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False
+    )
 
 
 @pytest.mark.services
@@ -23,8 +25,17 @@ def test_up_demo_runs_end_to_end(tmp_path: Path) -> None:
     out = styx("up", "--demo", "--demo-seconds", "2", "--demo-rate", "300", cwd=tmp_path, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
-    for expected in ("coordinator", "kafka", "s3", "deployed benchmarks.bank:app", "txn/s", "latency ms: p50",
-                     "money conserved: 100000 == 100000: yes", "demo finished: OK", "stopped"):
+    for expected in (
+        "coordinator",
+        "kafka",
+        "s3",
+        "deployed benchmarks.bank:app",
+        "txn/s",
+        "latency ms: p50",
+        "money conserved: 100000 == 100000: yes",
+        "demo finished: OK",
+        "stopped",
+    ):
         assert expected in text, f"missing {expected!r} in:\n{text}"
     assert "Traceback" not in out.stderr
 
@@ -47,8 +58,11 @@ def test_deploy_call_status(kafka: object, tmp_path: Path) -> None:
     import uuid
 
     suffix = uuid.uuid4().hex[:8]
-    env = {"STYX_INGRESS_TOPIC": f"in-{suffix}", "STYX_EGRESS_TOPIC": f"out-{suffix}",
-           "STYX_SEQLOG_TOPIC": f"seq-{suffix}"}
+    env = {
+        "STYX_INGRESS_TOPIC": f"in-{suffix}",
+        "STYX_EGRESS_TOPIC": f"out-{suffix}",
+        "STYX_SEQLOG_TOPIC": f"seq-{suffix}",
+    }
     with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as stack:  # type: ignore[attr-defined]
         bad = styx("deploy", "no.such.module:app", "--coordinator", stack.coordinator)
         assert bad.returncode == 2 and "cannot import 'no.such.module'" in bad.stderr

@@ -40,8 +40,8 @@ from styx_py.errors import ConfigError
 from styx_py.partitioning import partition_of
 from styx_py.services import TansuBroker, create_topics
 from styx_py.wire import (
-    NIL,
     HEADER_BYTES,
+    NIL,
     AdminReply,
     Batch,
     Request,

@@ -179,12 +179,6 @@ async def test_bad_deploy_gets_an_error_reply(path: str) -> None:
     assert len(replies) == 1 and replies[0].ok is False and replies[0].error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG coordinator/server.py _deploy_and_reply catches only GraphError and styx_py/graph.py "
-    "load_graph lets importlib's TypeError for a relative path escape: DeployRequest('.oracle:app') "
-    "kills the coordinator's task group",
-)
 async def test_relative_deploy_path_does_not_crash_the_coordinator() -> None:
     replies, task = await _deploy_over_network(".oracle:app")
     alive = not task.done()

@@ -48,8 +48,9 @@ def stack(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
 
 async def read_topic(bootstrap: str, topic: str) -> list[Reply]:
     """Every record of a topic, up to the fetch high watermark (end_offsets is wrong on Tansu)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                                fetch_max_wait_ms=10)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=10
+    )
     await consumer.start()
     try:
         parts = sorted(consumer.partitions_for_topic(topic) or ())
@@ -79,6 +80,7 @@ async def run_transfers(stack: LocalStack, zipf: float, n: int, seed: int) -> No
     requests: dict[str, Request] = {}
     client_replies: dict[str, Reply] = {}
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+
         async def submit(operator: str, key: str, function: str, *args: object) -> None:
             rid = uuid.uuid4().hex
             requests[rid] = Request(rid, operator, function, key, msgspec.Raw(encode_value(list(args))))
@@ -93,7 +95,9 @@ async def run_transfers(stack: LocalStack, zipf: float, n: int, seed: int) -> No
                 await submit("account", f"a{a}", "transfer", f"a{b}", keys.rng.randint(1, 60))
 
         await asyncio.gather(*(transfer() for _ in range(n)))
-        balances = await asyncio.gather(*(client.call("account", f"a{i}", "balance") for i in range(ACCOUNTS)))
+        balances = await asyncio.gather(
+            *(client.call("account", f"a{i}", "balance") for i in range(ACCOUNTS))
+        )
 
     assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
     statuses = Counter(r.status for r in client_replies.values())
@@ -132,4 +136,3 @@ async def test_10k_zipf_transfers(stack: LocalStack) -> None:
     await run_transfers(stack, zipf=0.99, n=10_000, seed=2)
     status = await admin(stack.coordinator, StatusRequest())
     assert status["totals"]["fallback"] > 0, "Zipf 0.99 should produce conflicts and fallback runs"
-

@@ -48,10 +48,13 @@ def submit_random_mix(c: SimCluster, rng: random.Random, n: int, n_keys: int, ho
             c.submit("acct", "lucky", key())
 
 
-async def run_seed(seed: int, *, workers: int = 3, n: int = 300, caching: bool = True, waves: int = 3) -> SimCluster:
+async def run_seed(
+    seed: int, *, workers: int = 3, n: int = 300, caching: bool = True, waves: int = 3
+) -> SimCluster:
     rng = random.Random(seed)
-    async with SimCluster(APP, workers=workers, seed=seed, epoch_size_max=rng.choice([5, 20, 100]),
-                          call_graph_caching=caching) as c:
+    async with SimCluster(
+        APP, workers=workers, seed=seed, epoch_size_max=rng.choice([5, 20, 100]), call_graph_caching=caching
+    ) as c:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
         await c.wait()

@@ -16,7 +16,6 @@ Messages for an epoch's fallback phase that arrive before its Decision are defer
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from fractions import Fraction
 from typing import Any, Protocol
@@ -108,8 +107,18 @@ class RootTxn:
     """A transaction whose root entity lives on this worker."""
 
     __slots__ = (
-        "changed", "collector", "err_path", "error", "error_status", "failed", "offset", "partition",
-        "request", "result", "tid", "ts_ms",
+        "changed",
+        "collector",
+        "err_path",
+        "error",
+        "error_status",
+        "failed",
+        "offset",
+        "partition",
+        "request",
+        "result",
+        "tid",
+        "ts_ms",
     )
 
     def __init__(self, tid: int, record: IngressRecord) -> None:
@@ -183,12 +192,14 @@ class EpochState:
         if touched is None:
             self.touched[inv.tid] = {key}
         elif key in touched:
-            self.uncacheable.add(inv.tid)   # one entity twice: order inside the txn matters
+            self.uncacheable.add(inv.tid)  # one entity twice: order inside the txn matters
         else:
             touched.add(key)
         self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
 
-    def result_slot(self, phase: int, tid: int, path: tuple[int, ...]) -> asyncio.Future[tuple[int, msgspec.Raw]]:
+    def result_slot(
+        self, phase: int, tid: int, path: tuple[int, ...]
+    ) -> asyncio.Future[tuple[int, msgspec.Raw]]:
         k = (phase, tid, path)
         fut = self.slots.get(k)
         if fut is None:
@@ -282,7 +293,9 @@ class Worker:
             case ClusterView():
                 self.on_view(msg)
             case _:
-                raise AssertionError(f"worker {self.node_id}: unexpected message {type(msg).__name__} from {src}")
+                raise AssertionError(
+                    f"worker {self.node_id}: unexpected message {type(msg).__name__} from {src}"
+                )
 
     def epoch_state(self, epoch: int) -> EpochState | None:
         if epoch <= self.completed_epoch:
@@ -414,8 +427,20 @@ class Worker:
     def _root_invoke(self, epoch: int, root: RootTxn, phase: int) -> Invoke:
         req = root.request
         return Invoke(
-            epoch, root.tid, phase, [], self.node_id, self.node_id, req.operator, req.function, req.key,
-            req.args, 1, 1, False, root.ts_ms,
+            epoch,
+            root.tid,
+            phase,
+            [],
+            self.node_id,
+            self.node_id,
+            req.operator,
+            req.function,
+            req.key,
+            req.args,
+            1,
+            1,
+            False,
+            root.ts_ms,
         )
 
     def _root_done_optimistic(self, es: EpochState, root: RootTxn) -> None:
@@ -458,14 +483,15 @@ class Worker:
                 es.committed += 1
         self._send_replies(es, replies)
 
+        self.stats["fallback"] += len(msg.fallback)
         es.locks = LockTable(msg.fallback, es.touched)
         es.finals_pending = set(msg.fallback)
         es.fallback_ready = True
         uncacheable = frozenset(msg.uncacheable)
         for tid in msg.fallback:
-            root = es.roots.get(tid)
-            if root is not None:
-                root.reset()
+            fb_root = es.roots.get(tid)
+            if fb_root is not None:
+                fb_root.reset()
         deferred, es.deferred = es.deferred, []
         for m in deferred:
             self.on_message("", m)
@@ -476,9 +502,10 @@ class Worker:
                     inv = msgspec.structs.replace(cinv.inv, phase=PHASE_FALLBACK)
                     self.spawn(run_invocation(self, es, inv, cinv))
             else:
-                root = es.roots.get(tid)
-                if root is not None:
-                    self.spawn(run_invocation(self, es, self._root_invoke(es.epoch, root, PHASE_FALLBACK), None))
+                fb_root = es.roots.get(tid)
+                if fb_root is not None:
+                    inv = self._root_invoke(es.epoch, fb_root, PHASE_FALLBACK)
+                    self.spawn(run_invocation(self, es, inv, None))
         if not msg.fallback:
             self._finish_epoch(es)
 
@@ -545,7 +572,6 @@ class Worker:
         self.stats["committed"] += es.committed
         self.stats["aborted"] += es.aborted_count
         self.stats["rescheduled"] += es.rescheduled
-        self.stats["fallback"] += len(es.locks.held) + es.committed * 0
         del self.epochs[es.epoch]
         self.completed_epoch = es.epoch
         pending = self.ingress.pending() + len(self.rescheduled)
@@ -553,7 +579,3 @@ class Worker:
             COORDINATOR,
             EpochDone(es.epoch, self.node_id, pending, es.committed, es.aborted_count, es.rescheduled),
         )
-
-
-def make_deque() -> deque[int]:  # pragma: no cover - kept for type import symmetry
-    return deque()

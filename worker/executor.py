@@ -89,8 +89,18 @@ class CachedInvocation:
 
 class RuntimeContext(Context):
     __slots__ = (
-        "_async", "_buf", "_cached", "_calls", "_ekey", "_es", "_inv", "_rng", "_share", "_worker",
-        "key", "operator",
+        "_async",
+        "_buf",
+        "_cached",
+        "_calls",
+        "_ekey",
+        "_es",
+        "_inv",
+        "_rng",
+        "_share",
+        "_worker",
+        "key",
+        "operator",
     )
 
     def __init__(self, worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
@@ -125,13 +135,18 @@ class RuntimeContext(Context):
         self._buf[self._ekey] = None
 
     # ---- calls -----------------------------------------------------------------------------------
-    def _record(self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool) -> CallRecord:
+    def _record(
+        self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool
+    ) -> CallRecord:
         op = operator_name(target)
         graph = self._worker.graph
         assert graph is not None
         if graph.function(op, function) is None:
             raise _BadCall(f"unknown function {op}.{function}")
-        key_bytes(key)  # validates the key type
+        try:
+            key_bytes(key)
+        except TypeError as exc:
+            raise _BadCall(str(exc)) from None
         if len(self._calls) >= MAX_CALLS_PER_FUNCTION:
             raise _BadCall(f"more than {MAX_CALLS_PER_FUNCTION} calls from one invocation")
         if len(self._inv.path) >= MAX_CALL_DEPTH:
@@ -148,9 +163,20 @@ class RuntimeContext(Context):
     def _child(self, record: CallRecord, share: Fraction, want_result: bool) -> Invoke:
         inv = self._inv
         return Invoke(
-            inv.epoch, inv.tid, inv.phase, [*inv.path, len(self._calls) - 1], inv.root, self._worker.node_id,
-            record.operator, record.function, record.key, msgspec.Raw(record.args),
-            share.numerator, share.denominator, want_result, inv.ts_ms,
+            inv.epoch,
+            inv.tid,
+            inv.phase,
+            [*inv.path, len(self._calls) - 1],
+            inv.root,
+            self._worker.node_id,
+            record.operator,
+            record.function,
+            record.key,
+            msgspec.Raw(record.args),
+            share.numerator,
+            share.denominator,
+            want_result,
+            inv.ts_ms,
         )
 
     def call_async(self, operator: Operator | str, function: str, key: Key, *args: Any) -> None:
@@ -212,7 +238,9 @@ def bind_error(fn: Any, args: list[Any]) -> str | None:
     return f"wrong arguments for {fn.__name__}"
 
 
-async def run_invocation(worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
+async def run_invocation(
+    worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None
+) -> None:
     """Run one invocation to its end and report it; never raises for anything user code does."""
     status, error, value = ST_OK, "", EMPTY_RAW
     ctx = RuntimeContext(worker, es, inv, cached)

@@ -8,14 +8,16 @@ import logging
 from styx_py.config import Config
 from styx_py.transport import TcpTransport
 from styx_py.wire import ClusterView, Message
+from worker.egress import KafkaSink
 from worker.epoch import COORDINATOR, Worker
-from worker.kafka_io import KafkaIngress, KafkaSink
+from worker.ingress import KafkaIngress
 
 log = logging.getLogger("styx.worker")
 
 
-async def serve_worker(node_id: str, coordinator: str, kafka: str, config: Config, host: str = "127.0.0.1",
-                       port: int = 0) -> None:
+async def serve_worker(
+    node_id: str, coordinator: str, kafka: str, config: Config, host: str = "127.0.0.1", port: int = 0
+) -> None:
     worker: Worker | None = None
 
     def handle(src: str, msg: Message) -> None:

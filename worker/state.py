@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 
 from worker.conflicts import EntityKey
 
-Writes = dict[EntityKey, bytes | None]      # None = delete
+Writes = dict[EntityKey, bytes | None]  # None = delete
 
 
 class StateStore:

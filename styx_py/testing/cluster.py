@@ -27,7 +27,9 @@ class SimCluster:
         self.graph: Graph = load_graph(graph_path)
         self.n_workers = workers
         self.seed = seed
-        self.config: Config = load_config({"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, **config}, env={})
+        self.config: Config = load_config(
+            {"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, **config}, env={}
+        )
         self.network = MemoryNetwork(seed)
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
@@ -37,7 +39,9 @@ class SimCluster:
         self._tasks: list[asyncio.Task[None]] = []
         self.workers: list[Worker] = []
         cfg = self.config
-        self.coordinator = Coordinator(cfg, self.network.endpoint(COORDINATOR), min_workers=workers, detect_failures=False)
+        self.coordinator = Coordinator(
+            cfg, self.network.endpoint(COORDINATOR), min_workers=workers, detect_failures=False
+        )
 
     async def __aenter__(self) -> SimCluster:
         cfg = self.config
@@ -50,8 +54,12 @@ class SimCluster:
         for i in range(1, self.n_workers + 1):
             node = f"w{i}"
             w = Worker(
-                node, cfg, self.network.endpoint(node), MemoryIngress(self.log, cfg.ingress_topic),
-                MemoryEgress(self.log, cfg.egress_topic, self._on_reply), MemorySeqLog(self.log, cfg.seqlog_topic),
+                node,
+                cfg,
+                self.network.endpoint(node),
+                MemoryIngress(self.log, cfg.ingress_topic),
+                MemoryEgress(self.log, cfg.egress_topic, self._on_reply),
+                MemorySeqLog(self.log, cfg.seqlog_topic),
                 heartbeats=False,
             )
             self.network.register(node, w.on_message)
@@ -72,16 +80,20 @@ class SimCluster:
         self.replies.append(reply)
         self._reply_event.set()
 
-    def submit(self, operator: str, function: str, key: Key, *args: Any, request_id: str | None = None) -> str:
+    def submit(
+        self, operator: str, function: str, key: Key, *args: Any, request_id: str | None = None
+    ) -> str:
         rid = request_id or f"r{next(self._ids)}"
+        partitions = self.graph.operators[operator].partitions if operator in self.graph.operators else 1
+        partition = partition_of(key, partitions)  # raises TypeError for a bad key, before recording
         req = Request(rid, operator, function, key, msgspec.Raw(encode_value(list(args))), len(self.requests))
         self.requests[rid] = req
-        partitions = self.graph.operators[operator].partitions if operator in self.graph.operators else 1
-        self.log.append(self.config.ingress_topic, partition_of(key, partitions), req)
+        self.log.append(self.config.ingress_topic, partition, req)
         return rid
 
     async def wait(self, timeout_s: float = 60.0) -> list[Reply]:
         """Until every submitted request has a reply (fails loudly on a timeout or a crashed task)."""
+
         async def until_done() -> None:
             while len(self.replies) < len(self.requests):
                 self._reply_event.clear()

@@ -21,8 +21,8 @@ from styx_py.errors import Abort
 from styx_py.graph import Graph
 from styx_py.operator import Operator, operator_name
 from styx_py.partitioning import Key
-from worker.executor import bind_error
 from styx_py.wire import Reply, Request, decode_value, encode_value
+from worker.executor import bind_error
 
 EntityKey = tuple[str, Key]
 
