@@ -19,6 +19,8 @@ from typing import Any
 from coordinator.barrier import Stage, combine_exec, combine_votes
 from coordinator.membership import Membership
 from coordinator.placement import place
+from coordinator.snapshots import empty_manifest, extend, manifest_encoder, with_generation
+from styx_py.blobs import BlobStore, manifest_key
 from styx_py.config import Config
 from styx_py.errors import GraphError, StyxError
 from styx_py.graph import OperatorSpec, load_graph
@@ -32,8 +34,13 @@ from styx_py.wire import (
     EpochStart,
     ExecDone,
     Heartbeat,
+    Manifest,
     Message,
+    Recover,
+    RecoverDone,
     Register,
+    SnapshotDone,
+    SnapshotResult,
     StatusRequest,
     Vote,
     WorkAvailable,
@@ -56,7 +63,26 @@ class Coordinator:
         create_topics: TopicCreator | None = None,
         clock: Callable[[], float] = time.monotonic,
         detect_failures: bool = True,
+        blobs: BlobStore | None = None,
     ) -> None:
+        self.blobs = blobs
+        self.gen = 0
+        self.state = "starting"  # starting | running | recovering
+        self.manifest: Manifest | None = None  # last complete snapshot (or the empty one)
+        self.snapshot_pending: dict[int, dict[str, SnapshotDone]] = {}
+        self.snapshot_lc: dict[int, int] = {}
+        self.last_snapshot_at = clock()
+        self.last_snapshot: dict[str, Any] | None = None
+        self.last_decided = -1
+        self.replay_until = (
+            -1
+        )  # every epoch up to here was decided (replies may be out): replay, never re-form
+        self.loop_task: asyncio.Task[None] | None = None
+        self.recovery_task: asyncio.Task[None] | None = None
+        self.recovering = False
+        self.recover_done: dict[str, RecoverDone] = {}
+        self.recover_event = asyncio.Event()
+        self.recoveries = 0
         self.detect_failures = detect_failures
         self.failed: list[str] = []
         self.config = config
@@ -87,7 +113,7 @@ class Coordinator:
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
             self.tasks = tg
-            tg.create_task(self._epoch_loop())
+            self.loop_task = tg.create_task(self._epoch_loop())
             if self.detect_failures:
                 tg.create_task(self._monitor_loop())
 
@@ -113,6 +139,8 @@ class Coordinator:
     # ---- messages ---------------------------------------------------------------------------------
     def on_message(self, src: str, msg: Message) -> None:
         match msg:
+            case ExecDone() | Vote() | EpochDone() if msg.gen != self.gen:
+                pass  # from a generation a recovery ended
             case ExecDone() | Vote() | EpochDone():
                 stage = self.stage
                 if stage is not None and stage.add(msg):
@@ -128,10 +156,23 @@ class Coordinator:
                 self.tasks.create_task(self._deploy_and_reply(src, msg.import_path))
             case StatusRequest():
                 self.transport.send(src, AdminReply(True, "", self.status()))
+            case SnapshotDone():
+                self._on_snapshot_done(msg)
+            case RecoverDone():
+                if msg.gen == self.gen:
+                    self.recover_done[msg.node_id] = msg
+                    self.recover_event.set()
             case _:
                 raise AssertionError(f"coordinator: unexpected {type(msg).__name__} from {src}")
 
     def _on_register(self, msg: Register) -> None:
+        if self.graph_path is not None and msg.node_id in self.membership.workers:
+            # A worker came back (restarted after a crash): its state is gone, so the cluster rolls
+            # back to the last complete snapshot and replays the logged epochs.
+            self.membership.register(msg.node_id, msg.host, msg.port, self.clock())
+            log.warning("worker %s re-registered: recovering", msg.node_id)
+            self.start_recovery()
+            return
         if self.graph_path is not None and msg.node_id not in self.membership.workers:
             # Joining a running cluster means moving partitions: not supported yet (see README).
             log.warning("worker %s registered after deploy; it gets no partitions", msg.node_id)
@@ -164,7 +205,9 @@ class Coordinator:
         self.graph_path = import_path
         self.operators = graph.specs()
         self.placement = place(n, list(self.membership.workers))
+        self.manifest = empty_manifest(n)
         self._broadcast_view()
+        self.state = "running"
         self.deployed.set()
         log.info("deployed %s: %d partitions on %d workers", import_path, n, len(self.membership.workers))
         return self.status()
@@ -189,6 +232,7 @@ class Coordinator:
             cfg.ingress_topic,
             cfg.egress_topic,
             cfg.seqlog_topic,
+            self.gen,
         )
 
     def _broadcast_view(self) -> None:
@@ -217,27 +261,35 @@ class Coordinator:
         self.stage_done.clear()
         return self.stage
 
-    async def _epoch_loop(self) -> None:
+    async def _epoch_loop(self, replay_until: int = -1) -> None:
+        """Run epochs back to back; epochs up to ``replay_until`` re-run their logged composition."""
         await self.deployed.wait()
         interval_s = self.config.epoch_interval_ms / 1000
         last_start = 0.0
         while True:
             e = self.epoch
+            replay = e <= replay_until
             self.work.clear()
             self.idle.clear()
-            if interval_s > 0:
+            if interval_s > 0 and not replay:
                 wait = last_start + interval_s - self.clock()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 last_start = self.clock()
             stage = self._open(e)
-            self._broadcast(EpochStart(e, self.lc))
+            self._broadcast(EpochStart(e, self.lc, self.gen, replay))
             aborted, self.lc = combine_exec(await self._gather(stage))
             stage = self._open(e)
-            self._broadcast(AllExecDone(e, aborted))
+            self._broadcast(AllExecDone(e, aborted, self.gen))
             fallback, uncacheable = combine_votes(await self._gather(stage))
             stage = self._open(e)
-            self._broadcast(Decision(e, fallback, uncacheable))
+            snapshot = not replay and self._snapshot_due()
+            if snapshot:
+                self.snapshot_pending[e] = {}
+                self.snapshot_lc[e] = self.lc
+                self.last_snapshot_at = self.clock()
+            self._broadcast(Decision(e, fallback, uncacheable, self.gen, snapshot))
+            self.last_decided = e
             done: list[EpochDone] = await self._gather(stage)
             self.stage = None
             committed = sum(d.committed for d in done)
@@ -248,9 +300,108 @@ class Coordinator:
             self.totals["fallback"] += len(fallback)
             self.epoch_times.append((self.clock(), committed, aborts, len(fallback)))
             self.epoch = e + 1
-            if sum(d.pending for d in done) == 0 and not self.work.is_set():
+            if e + 1 > replay_until and sum(d.pending for d in done) == 0 and not self.work.is_set():
                 self.idle.set()
                 await self.work.wait()
+
+    # ---- snapshots ----------------------------------------------------------------------------------
+    def _snapshot_due(self) -> bool:
+        if self.blobs is None or self.snapshot_pending:
+            return False
+        every = self.config.snapshot_interval_epochs
+        if every > 0:
+            return self.epoch % every == every - 1
+        return self.clock() - self.last_snapshot_at >= self.config.snapshot_interval_s
+
+    def _on_snapshot_done(self, msg: SnapshotDone) -> None:
+        parts = self.snapshot_pending.get(msg.epoch)
+        if parts is None or msg.gen != self.gen:
+            return
+        parts[msg.node_id] = msg
+        if len(parts) == len(self.workers):
+            assert self.tasks is not None
+            self.tasks.create_task(self._complete_snapshot(msg.epoch, self.gen))
+
+    async def _complete_snapshot(self, epoch: int, gen: int) -> None:
+        """Write the manifest once every part is durable; only then is the snapshot usable."""
+        parts = self.snapshot_pending[epoch]
+        ok = all(p.ok for p in parts.values())
+        if ok:
+            assert self.blobs is not None and self.manifest is not None
+            manifest = extend(self.manifest, epoch, self.snapshot_lc[epoch])
+            try:
+                await self.blobs.put(manifest_key(epoch), manifest_encoder.encode(manifest))
+            except Exception as exc:  # noqa: BLE001 - the snapshot fails; the next one carries its deltas
+                log.warning("manifest of snapshot %d not written: %s", epoch, exc)
+                ok = False
+            else:
+                if gen == self.gen:
+                    self.manifest = manifest
+                    self.last_snapshot = {
+                        "epoch": epoch,
+                        "objects": sum(p.objects for p in parts.values()),
+                        "bytes": sum(p.bytes for p in parts.values()),
+                    }
+        else:
+            errors = "; ".join(f"{n}: {p.error}" for n, p in sorted(parts.items()) if not p.ok)
+            log.warning("snapshot %d failed: %s", epoch, errors)
+        self.snapshot_pending.pop(epoch, None)
+        self.snapshot_lc.pop(epoch, None)
+        if gen == self.gen:
+            self._broadcast(SnapshotResult(epoch, ok))
+
+    # ---- recovery -----------------------------------------------------------------------------------
+    def start_recovery(self) -> None:
+        """(Re)start recovery; a failure during recovery simply starts it again.
+
+        Synchronously, before anything else is sent: stop the epoch loop and open a new generation,
+        so no message of the old generation can reach a restarted worker as if it were current.
+        """
+        assert self.tasks is not None and self.manifest is not None
+        if self.recovery_task is not None and not self.recovery_task.done():
+            self.recovery_task.cancel()
+        if self.loop_task is not None:
+            self.loop_task.cancel()
+        self.state = "recovering"
+        self.recoveries += 1
+        self.stage = None
+        self.snapshot_pending.clear()
+        self.snapshot_lc.clear()
+        self.gen += 1
+        self._broadcast_view()
+        self.recovery_task = self.tasks.create_task(self._recover())
+
+    async def _recover(self) -> None:
+        assert self.manifest is not None
+        # A failure during a replay must not shorten it: epochs decided before are still replayed.
+        self.replay_until = replay_until = max(self.replay_until, self.last_decided)
+        # Generation ``gen`` runs the epochs after the last decided one; a partially logged epoch of
+        # the dead generation keeps its old generation number and is never replayed.
+        self.manifest = with_generation(self.manifest, replay_until + 1, self.gen)
+        m = self.manifest
+        started = self.clock()
+        self.recover_done = {}
+        self.recover_event.clear()
+        self._broadcast(Recover(self.gen, m, replay_until))
+        while len(self.recover_done) < len(self.workers):
+            await self.recover_event.wait()
+            self.recover_event.clear()
+        failed = [d for d in self.recover_done.values() if not d.ok]
+        if failed:
+            raise StyxError(f"recovery failed on {', '.join(f'{d.node_id}: {d.error}' for d in failed)}")
+        log.warning(
+            "generation %d: restored snapshot %d in %.3fs, replaying epochs %d..%d",
+            self.gen,
+            m.epoch,
+            self.clock() - started,
+            m.epoch + 1,
+            replay_until,
+        )
+        self.epoch = m.epoch + 1
+        self.lc = m.lc
+        self.state = "running"
+        assert self.tasks is not None
+        self.loop_task = self.tasks.create_task(self._epoch_loop(replay_until))
 
     # ---- status -----------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -279,7 +430,10 @@ class Coordinator:
             "abort_rate": round(sum(t[2] for t in recent) / finished, 4) if finished else 0.0,
             "totals": dict(self.totals),
             "failed_workers": list(self.failed),
-            "last_snapshot": None,
+            "state": self.state,
+            "generation": self.gen,
+            "recoveries": self.recoveries,
+            "last_snapshot": self.last_snapshot,
             "kafka_bootstrap": self.kafka_bootstrap,
             "ingress_topic": self.config.ingress_topic,
             "egress_topic": self.config.egress_topic,

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -19,6 +20,7 @@ from styx_py.errors import StyxError
 from styx_py.runtime import run, setup_logging
 
 DEMO_APP = "benchmarks.bank:app"
+DEMO_STATE_FUNCTION = "account=balance"  # the demo's read-only function behind GET /v1/state
 
 
 def _parse_arg(text: str) -> Any:
@@ -35,7 +37,20 @@ def cmd_up(args: argparse.Namespace) -> int:
     # aiokafka logs every refused connection while the broker starts; readiness is checked anyway.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="styx-"))
-    stack = LocalStack(data_dir, workers=args.workers, durable=args.durable)
+    state_functions = list(args.state_function)
+    if (args.demo or args.app == DEMO_APP) and not state_functions:
+        state_functions = [DEMO_STATE_FUNCTION]
+    gateway_args: list[str] = []
+    for item in state_functions:
+        gateway_args += ["--state-function", item]
+    stack = LocalStack(
+        data_dir,
+        workers=args.workers,
+        durable=args.durable,
+        gateway=not args.no_gateway,
+        gateway_port=args.gateway_port,
+        gateway_args=gateway_args,
+    )
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     print(
@@ -49,6 +64,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         STATE_FILE.write_text(json.dumps(stack.endpoints()))
         for name, address in stack.endpoints().items():
             print(f"  {name:<12} {address}", flush=True)
+        if stack.gateway_url:
+            print(f"  {'http docs':<12} {stack.gateway_url}/docs", flush=True)
         print(f"  {'logs':<12} {stack.log_dir}", flush=True)
         if args.demo:
             from benchmarks.demo import run_demo
@@ -130,6 +147,52 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state_functions(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        operator, sep, function = item.partition("=")
+        if not sep or not operator or not function:
+            raise StyxError(f"--state-function expects OPERATOR=FUNCTION, got {item!r}")
+        out[operator] = function
+    return out
+
+
+def _gateway_token(args: argparse.Namespace) -> str | None:
+    """``--token-file``, else ``$STYX_GATEWAY_TOKEN`` (never a plain argument: argv is visible in ps)."""
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise StyxError(f"cannot read --token-file {args.token_file}: {exc}") from exc
+        if not token:
+            raise StyxError(f"--token-file {args.token_file} is empty")
+        return token
+    return os.environ.get("STYX_GATEWAY_TOKEN") or None
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from client.gateway import GatewayConfig, serve_gateway
+    from styx_py.stack import coordinator_address
+
+    setup_logging("gateway")
+    config = GatewayConfig(
+        coordinator_address(args.coordinator),
+        host=args.host,
+        port=args.port,
+        token=_gateway_token(args),
+        max_pending=args.max_pending,
+        max_body_bytes=args.max_body_bytes,
+        reply_timeout_s=args.reply_timeout,
+        state_functions=_state_functions(args.state_function),
+    )
+
+    def announce(url: str) -> None:
+        print(f"gateway listening on {url} (docs {url}/docs); coordinator {config.coordinator}", flush=True)
+
+    run(serve_gateway(config, announce=announce))
+    return 0
+
+
 def cmd_call(args: argparse.Namespace) -> int:
     from client import StyxClient
     from styx_py.stack import coordinator_address
@@ -178,6 +241,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--app", help="deploy this graph (package.module:graph) once up")
     up.add_argument("--data-dir", help="where services keep data and logs (default: a temp dir)")
     up.add_argument("--keep", action="store_true", help="keep the temp data dir after stopping")
+    up.add_argument("--no-gateway", action="store_true", help="do not start the HTTP gateway")
+    up.add_argument("--gateway-port", type=int, default=0, help="HTTP gateway port (default: a free one)")
+    up.add_argument(
+        "--state-function",
+        action="append",
+        default=[],
+        metavar="OPERATOR=FUNCTION",
+        help="read-only function behind GET /v1/state/OPERATOR/KEY (repeatable; demo: account=balance)",
+    )
     up.set_defaults(fn=cmd_up)
 
     co = sub.add_parser("coordinator", help="run the coordinator process")
@@ -195,6 +267,30 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--host", default="127.0.0.1")
     wk.add_argument("--port", type=int, default=0)
     wk.set_defaults(fn=cmd_worker)
+
+    gw = sub.add_parser(
+        "gateway",
+        help="run the HTTP gateway (POST /v1/invocations; docs at /docs)",
+        description="Serve the HTTP API of a running cluster. Binding to a non-loopback address "
+        "requires a bearer token ($STYX_GATEWAY_TOKEN or --token-file).",
+    )
+    gw.add_argument(
+        "--coordinator", help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')"
+    )
+    gw.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    gw.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0: a free one)")
+    gw.add_argument("--token-file", help="file holding the bearer token (else $STYX_GATEWAY_TOKEN)")
+    gw.add_argument("--max-pending", type=int, default=1000, help="invocations in flight before 429")
+    gw.add_argument("--max-body-bytes", type=int, default=1024 * 1024, help="largest request body (413)")
+    gw.add_argument("--reply-timeout", type=float, default=30.0, help="default reply wait in seconds (504)")
+    gw.add_argument(
+        "--state-function",
+        action="append",
+        default=[],
+        metavar="OPERATOR=FUNCTION",
+        help="read-only, argument-less function behind GET /v1/state/OPERATOR/KEY (repeatable)",
+    )
+    gw.set_defaults(fn=cmd_gateway)
 
     for name, fn, helptext in (
         ("deploy", cmd_deploy, "deploy a graph by import path"),

@@ -28,6 +28,8 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     kafka_fetch_wait_ms: int = 5  # Tansu answers a waiting fetch only at its deadline
     kafka_linger_ms: int = 1
     snapshot_bucket: str = "styx-snapshots"
+    snapshot_interval_s: float = 10.0  # take an incremental snapshot this often (at an epoch boundary)
+    snapshot_interval_epochs: int = 0  # if > 0, every this many epochs instead (deterministic tests)
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool]] = [

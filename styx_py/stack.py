@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,7 +60,12 @@ class LocalStack:
         kafka: str | None = None,
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
+        gateway: bool = False,
+        gateway_port: int = 0,
+        gateway_args: list[str] | None = None,
     ) -> None:
+        """``gateway=True`` also runs ``styx gateway`` on ``gateway_port`` (0: a free one) with the extra
+        ``gateway_args`` once the workers are up; its URL is then :attr:`gateway_url`."""
         self.data_dir = data_dir
         self.n_workers = workers
         self.durable = durable
@@ -71,6 +77,10 @@ class LocalStack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.coordinator = ""
         self.kafka = ""
+        self.with_gateway = gateway
+        self.gateway_port = gateway_port
+        self.gateway_args = list(gateway_args or [])
+        self.gateway_url = ""
 
     # ---- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> LocalStack:
@@ -97,7 +107,30 @@ class LocalStack:
                 f"w{i}", ["worker", "--id", f"w{i}", "--coordinator", self.coordinator, "--kafka", self.kafka]
             )
         self._wait_registered(timeout_s)
+        if self.with_gateway:
+            self._start_gateway(timeout_s)
         return self
+
+    def _start_gateway(self, timeout_s: float) -> None:
+        port = self.gateway_port or free_port()
+        args = ["gateway", "--coordinator", self.coordinator, "--port", str(port), *self.gateway_args]
+        self._spawn("gateway", args)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check_alive()
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=1.0) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"the gateway did not answer /healthz within {timeout_s}s; see {self.log_dir}"
+                )
+            time.sleep(0.05)
+        self.gateway_url = url
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
@@ -166,4 +199,6 @@ class LocalStack:
         out = {"coordinator": self.coordinator, "kafka": self.kafka}
         if self.s3 is not None:
             out["s3"] = self.s3.config.url
+        if self.gateway_url:
+            out["gateway"] = self.gateway_url
         return out

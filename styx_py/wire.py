@@ -70,6 +70,7 @@ class ClusterView(_Msg, tag="view"):
     ingress_topic: str
     egress_topic: str
     seqlog_topic: str
+    gen: int = 0
 
 
 class Heartbeat(_Msg, tag="hb"):
@@ -84,6 +85,8 @@ class WorkAvailable(_Msg, tag="work"):
 class EpochStart(_Msg, tag="es"):
     epoch: int
     lc: int  # global max sequencer counter (Mencius rebalancing)
+    gen: int = 0  # cluster generation: bumped by every recovery; older messages are dropped
+    replay: bool = False  # re-run the logged composition of this epoch (recovery)
 
 
 class ExecDone(_Msg, tag="xd"):
@@ -91,11 +94,13 @@ class ExecDone(_Msg, tag="xd"):
     node_id: str
     aborted: list[int]  # tids whose root saw a logic abort / error
     lc: int
+    gen: int = 0
 
 
 class AllExecDone(_Msg, tag="axd"):
     epoch: int
     aborted: list[int]
+    gen: int = 0
 
 
 class Vote(_Msg, tag="vote"):
@@ -103,12 +108,15 @@ class Vote(_Msg, tag="vote"):
     node_id: str
     conflicts: list[int]
     uncacheable: list[int]  # tids that touched one entity twice on this worker
+    gen: int = 0
 
 
 class Decision(_Msg, tag="dec"):
     epoch: int
     fallback: list[int]  # sorted tids that must re-run under locks
     uncacheable: list[int]
+    gen: int = 0
+    snapshot: bool = False  # take a snapshot at the end of this epoch
 
 
 class EpochDone(_Msg, tag="ed"):
@@ -118,6 +126,7 @@ class EpochDone(_Msg, tag="ed"):
     committed: int
     aborted: int
     rescheduled: int
+    gen: int = 0
 
 
 # ---- data plane: worker <-> worker ----------------------------------------------------------------
@@ -138,6 +147,7 @@ class Invoke(_Msg, tag="inv"):
     share_d: int
     want_result: bool
     ts_ms: int
+    gen: int = 0
 
 
 class CallResult(_Msg, tag="res"):
@@ -147,6 +157,7 @@ class CallResult(_Msg, tag="res"):
     path: list[int]
     status: int
     value: msgspec.Raw
+    gen: int = 0
 
 
 class Ack(_Msg, tag="ack"):
@@ -158,12 +169,54 @@ class Ack(_Msg, tag="ack"):
     status: int
     error: str
     path: list[int]
+    gen: int = 0
 
 
 class Final(_Msg, tag="fin"):
     epoch: int
     tid: int
     outcome: int
+    gen: int = 0
+
+
+class SnapshotDone(_Msg, tag="snap"):
+    epoch: int
+    node_id: str
+    ok: bool
+    error: str
+    objects: int
+    bytes: int
+    gen: int = 0
+
+
+class SnapshotResult(_Msg, tag="snapres"):
+    """The coordinator's verdict on the snapshot of ``epoch``: durable (manifest written) or not."""
+
+    epoch: int
+    ok: bool
+
+
+class Manifest(msgspec.Struct, array_like=True):
+    """A complete snapshot: for each partition, the epochs whose deltas rebuild it (ascending)."""
+
+    epoch: int  # -1: no snapshot yet (recover from the beginning of the logs)
+    lc: int
+    n_partitions: int
+    deltas: dict[int, list[int]]
+    epoch_generations: list[tuple[int, int]]  # (first epoch, generation) of every generation so far
+
+
+class Recover(_Msg, tag="recover"):
+    gen: int
+    manifest: Manifest
+    replay_until: int  # last decided epoch: epochs manifest.epoch+1 .. replay_until are replayed
+
+
+class RecoverDone(_Msg, tag="recovered"):
+    gen: int
+    node_id: str
+    ok: bool
+    error: str
 
 
 # ---- admin --------------------------------------------------------------------------------------
@@ -198,6 +251,10 @@ Message = (
     | CallResult
     | Ack
     | Final
+    | SnapshotDone
+    | SnapshotResult
+    | Recover
+    | RecoverDone
     | DeployRequest
     | StatusRequest
     | AdminReply
@@ -247,6 +304,20 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     node_id: str
     lc_start: int
     entries: list[tuple[int, int, int, str]]  # (tid, ingress partition, offset, request_id)
+    gen: int = 0
+    lc_end: int = 0
+
+
+class PartitionSnapshot(msgspec.Struct, array_like=True):
+    """One partition's part of a snapshot: its committed writes since the previous snapshot, where
+    its ingress consumption stands, its rescheduled transactions and its egress position."""
+
+    epoch: int
+    partition: int
+    writes: list[tuple[str, Key, bytes | None]]
+    position: int  # next ingress offset to take
+    rescheduled: list[tuple[int, int, int, Request]]  # (tid, offset, ts_ms, request)
+    egress_offset: int  # every reply of this partition below it belongs to an epoch <= ``epoch``
 
 
 # What decoding hostile bytes can raise: bad msgpack, wrong shape, invalid UTF-8 in a string,

@@ -16,6 +16,7 @@ Messages for an epoch's fallback phase that arrive before its Decision are defer
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from fractions import Fraction
 from typing import Any, Protocol
@@ -47,14 +48,21 @@ from styx_py.wire import (
     Final,
     Heartbeat,
     Invoke,
+    Manifest,
     Message,
+    Recover,
+    RecoverDone,
     Register,
     Reply,
     Request,
     SeqLogEntry,
+    SnapshotDone,
+    SnapshotResult,
     Vote,
     WorkAvailable,
 )
+from styx_py.blobs import BlobStore, delta_key
+from worker import snapshot
 from worker.ackshare import ShareCollector
 from worker.commit import reply_for
 from worker.conflicts import EntityKey, find_conflicts
@@ -63,7 +71,11 @@ from worker.locks import LockTable
 from worker.sequencer import Sequencer
 from worker.state import StateStore, Writes
 
+log = logging.getLogger("styx.worker")
+
 COORDINATOR = "coordinator"
+# Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
+DATA_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Decision)
 
 
 # ---- I/O seams (real implementations in worker.transport / ingress / egress / seqlog) ----------
@@ -87,7 +99,17 @@ class Ingress(Protocol):
 
     def take(self, n: int) -> list[IngressRecord]: ...
 
+    async def take_exact(self, partition: int, offset: int) -> IngressRecord:
+        """The record at ``offset``, which must be the next one of ``partition`` (replay)."""
+        ...
+
     def pending(self) -> int: ...
+
+    def positions(self) -> dict[int, int]:
+        """Next offset to take, per assigned partition."""
+        ...
+
+    def seek(self, positions: dict[int, int]) -> None: ...
 
     def set_listener(self, on_available: Callable[[], None]) -> None: ...
 
@@ -95,9 +117,21 @@ class Ingress(Protocol):
 class Egress(Protocol):
     def send(self, partition: int, reply: Reply) -> None: ...
 
+    def offsets(self) -> dict[int, int]:
+        """Per egress partition, an offset below which every reply is acknowledged."""
+        ...
+
 
 class SequencerLog(Protocol):
     def append(self, entry: SeqLogEntry) -> Awaitable[None]: ...
+
+
+class LogReader(Protocol):
+    """What recovery reads back: replies already sent, and the sequencer log."""
+
+    async def replies_from(self, offsets: dict[int, int]) -> list[Reply]: ...
+
+    async def seqlog(self) -> list[SeqLogEntry]: ...
 
 
 # ---- per-transaction and per-epoch state ----------------------------------------------------------
@@ -171,6 +205,7 @@ class EpochState:
         self.deferred: list[Message] = []
         self.seqlog_written: Awaitable[None] | None = None
         self.finished = False
+        self.snapshot = False
         self.committed = self.aborted_count = self.rescheduled = 0
 
     def buffer(self, phase: int, tid: int) -> Writes:
@@ -220,6 +255,8 @@ class Worker:
         egress: Egress,
         seqlog: SequencerLog,
         *,
+        blobs: BlobStore | None = None,
+        logs: LogReader | None = None,
         host: str = "",
         port: int = 0,
         heartbeats: bool = True,
@@ -230,6 +267,14 @@ class Worker:
         self.ingress = ingress
         self.egress = egress
         self.seqlog = seqlog
+        self.blobs = blobs
+        self.logs = logs
+        self.generation = -1  # until the first cluster view: a restarted worker ignores stale traffic
+        self.inflight: set[asyncio.Task[None]] = set()
+        self.unconfirmed: dict[int, Writes] = {}  # snapshot epoch -> its delta, until confirmed
+        self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
+        self.replied: dict[str, Reply] = {}  # replies already on the egress log (recovery)
+        self.recovering: asyncio.Task[None] | None = None
         self.host, self.port = host, port
         self.heartbeats = heartbeats
         self.store = StateStore()
@@ -266,8 +311,11 @@ class Worker:
             await asyncio.sleep(interval)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a child of the worker's task group; recovery cancels what is in flight."""
         assert self.tasks is not None, "worker not running"
-        self.tasks.create_task(coro)
+        task = self.tasks.create_task(coro)
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
 
     def _on_ingress_available(self) -> None:
         if self.view is not None:
@@ -275,6 +323,12 @@ class Worker:
 
     # ---- message dispatch --------------------------------------------------------------------------
     def on_message(self, src: str, msg: Message) -> None:
+        if isinstance(msg, DATA_MESSAGES) and msg.gen != self.generation:
+            # A message of a generation that recovery ended: its epoch numbers mean something else now.
+            assert msg.gen < self.generation or self.generation < 0, (
+                f"{self.node_id}: from the future: {msg!r}"
+            )
+            return
         match msg:
             case Invoke():
                 self.handle_invoke(msg)
@@ -292,6 +346,13 @@ class Worker:
                 self.on_decision(msg)
             case ClusterView():
                 self.on_view(msg)
+            case SnapshotResult():
+                snapshot.on_result(self.unconfirmed, msg, self.store)
+            case Recover():
+                assert self.tasks is not None
+                if self.recovering is not None:
+                    self.recovering.cancel()
+                self.recovering = self.tasks.create_task(self.recover(msg))
             case _:
                 raise AssertionError(
                     f"worker {self.node_id}: unexpected message {type(msg).__name__} from {src}"
@@ -314,6 +375,10 @@ class Worker:
     # ---- cluster view ------------------------------------------------------------------------------
     def on_view(self, view: ClusterView) -> None:
         self.view = view
+        if self.generation < 0:
+            # A (re)started worker joins the current generation; a running one changes generation
+            # only through Recover, which also drops every epoch of the old one.
+            self.generation = view.gen
         self.placement = view.placement
         me = next(w for w in view.workers if w.node_id == self.node_id)
         self.sequencer = Sequencer(me.sid, len(view.workers), self.sequencer.lc)
@@ -344,7 +409,7 @@ class Worker:
         self.spawn(run_invocation(self, es, inv, None))
 
     def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
-        msg = CallResult(inv.epoch, inv.tid, inv.phase, inv.path, status, value)
+        msg = CallResult(inv.epoch, inv.tid, inv.phase, inv.path, status, value, inv.gen)
         if inv.parent == self.node_id:
             self.on_call_result(msg)
         else:
@@ -359,7 +424,9 @@ class Worker:
             slot.set_result((msg.status, msg.value))
 
     def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
-        ack = Ack(inv.epoch, inv.tid, inv.phase, own.numerator, own.denominator, status, error, inv.path)
+        ack = Ack(
+            inv.epoch, inv.tid, inv.phase, own.numerator, own.denominator, status, error, inv.path, inv.gen
+        )
         if inv.root == self.node_id:
             self.on_ack(ack, value if not inv.path else None)
         else:
@@ -386,6 +453,9 @@ class Worker:
         assert es is not None and not es.started, f"epoch {msg.epoch} started twice"
         es.started = True
         self.sequencer.rebalance(msg.lc)
+        if msg.replay:
+            self.spawn(self._start_replayed(es))
+            return
         lc_start = self.sequencer.lc
         resched = sorted(self.rescheduled, key=lambda r: r.tid)
         self.rescheduled = []
@@ -393,8 +463,30 @@ class Worker:
         records = self.ingress.take(room) if room else []
         tids = self.sequencer.assign(len(records))
         roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, records, strict=True)]
-        entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
-        es.seqlog_written = self.seqlog.append(SeqLogEntry(msg.epoch, self.node_id, lc_start, entries))
+        if roots:
+            entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
+            entry = SeqLogEntry(
+                msg.epoch, self.node_id, lc_start, entries, self.generation, self.sequencer.lc
+            )
+            es.seqlog_written = self.seqlog.append(entry)
+        self._run_roots(es, roots)
+
+    async def _start_replayed(self, es: EpochState) -> None:
+        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids."""
+        entry = self.replay.pop(es.epoch, None)
+        roots: list[RootTxn] = []
+        if entry is not None:
+            waiting = {r.tid: r for r in self.rescheduled}
+            for tid, partition, offset, _rid in entry.entries:
+                root = waiting.pop(tid, None)
+                if root is None:
+                    root = RootTxn(tid, await self.ingress.take_exact(partition, offset))
+                roots.append(root)
+            self.rescheduled = list(waiting.values())
+            self.sequencer.rebalance(entry.lc_end)
+        self._run_roots(es, roots)
+
+    def _run_roots(self, es: EpochState, roots: list[RootTxn]) -> None:
         es.roots_open = len(roots)
         for root in roots:
             root.reset()
@@ -441,6 +533,7 @@ class Worker:
             1,
             False,
             root.ts_ms,
+            self.generation,
         )
 
     def _root_done_optimistic(self, es: EpochState, root: RootTxn) -> None:
@@ -451,9 +544,23 @@ class Worker:
             self._send_exec_done(es)
 
     def _send_exec_done(self, es: EpochState) -> None:
-        self.transport.send(
-            COORDINATOR, ExecDone(es.epoch, self.node_id, sorted(es.local_failed), self.sequencer.lc)
-        )
+        """Report the epoch executed, once its sequencer-log entry is durable.
+
+        The coordinator decides (and replies leave) only after every worker's entry is durable, so
+        an epoch with any reply out can always be replayed with exactly the same composition.
+        """
+        written = es.seqlog_written
+        if written is not None and not (isinstance(written, asyncio.Future) and written.done()):
+
+            async def later() -> None:
+                await written
+                self._send_exec_done(es)
+
+            es.seqlog_written = None
+            self.spawn(later())
+            return
+        msg = ExecDone(es.epoch, self.node_id, sorted(es.local_failed), self.sequencer.lc, self.generation)
+        self.transport.send(COORDINATOR, msg)
 
     # ---- phase 2: conflicts --------------------------------------------------------------------------
     def on_all_exec_done(self, msg: AllExecDone) -> None:
@@ -461,12 +568,14 @@ class Worker:
         assert es is not None
         es.aborted = frozenset(msg.aborted)
         conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
-        self.transport.send(COORDINATOR, Vote(es.epoch, self.node_id, conflicts, sorted(es.uncacheable)))
+        vote = Vote(es.epoch, self.node_id, conflicts, sorted(es.uncacheable), self.generation)
+        self.transport.send(COORDINATOR, vote)
 
     # ---- phase 3: lock-free commit and early replies ---------------------------------------------------
     def on_decision(self, msg: Decision) -> None:
         es = self.epoch_state(msg.epoch)
         assert es is not None
+        es.snapshot = msg.snapshot
         fallback = frozenset(msg.fallback)
         for tid in sorted(es.opt_buffers):
             if tid not in fallback and tid not in es.aborted:
@@ -510,22 +619,16 @@ class Worker:
             self._finish_epoch(es)
 
     def _send_replies(self, es: EpochState, replies: list[tuple[int, Reply]]) -> None:
-        """Replies leave only once the epoch's sequencer log entry is durable (replay needs it)."""
-        if not replies:
-            return
-        written = es.seqlog_written
-        if written is None or (isinstance(written, asyncio.Future) and written.done()):
-            for partition, reply in replies:
-                self.egress.send(partition, reply)
-            return
-
-        async def later() -> None:
-            assert written is not None
-            await written
-            for partition, reply in replies:
-                self.egress.send(partition, reply)
-
-        self.spawn(later())
+        """Early commit replies. After a recovery, a reply already on the egress log is not sent
+        again; the replayed one must be identical (determinism), which is asserted."""
+        replied = self.replied
+        for partition, reply in replies:
+            if replied:
+                earlier = replied.pop(reply.request_id, None)
+                if earlier is not None:
+                    assert earlier == reply, f"replay diverged for {reply.request_id}: {earlier} != {reply}"
+                    continue
+            self.egress.send(partition, reply)
 
     # ---- phase 4: fallback under locks ----------------------------------------------------------------
     def _root_done_fallback(self, es: EpochState, root: RootTxn) -> None:
@@ -535,7 +638,7 @@ class Worker:
             outcome = OUT_ABORT
         else:
             outcome = OUT_COMMIT
-        final = Final(es.epoch, root.tid, outcome)
+        final = Final(es.epoch, root.tid, outcome, self.generation)
         for peer in self.peers:
             if peer != self.node_id:
                 self.transport.send(peer, final)
@@ -574,8 +677,127 @@ class Worker:
         self.stats["rescheduled"] += es.rescheduled
         del self.epochs[es.epoch]
         self.completed_epoch = es.epoch
+        if es.snapshot:
+            self._take_snapshot(es.epoch)
         pending = self.ingress.pending() + len(self.rescheduled)
-        self.transport.send(
-            COORDINATOR,
-            EpochDone(es.epoch, self.node_id, pending, es.committed, es.aborted_count, es.rescheduled),
+        done = EpochDone(
+            es.epoch, self.node_id, pending, es.committed, es.aborted_count, es.rescheduled, self.generation
         )
+        self.transport.send(COORDINATOR, done)
+
+    # ---- snapshots -------------------------------------------------------------------------------------
+    def owned_partitions(self) -> list[int]:
+        return [p for p, owner in enumerate(self.placement) if owner == self.node_id]
+
+    def _take_snapshot(self, epoch: int) -> None:
+        delta = self.store.take_delta()
+        self.unconfirmed[epoch] = delta
+        resched = [(r.partition, r.tid, r.offset, r.ts_ms, r.request) for r in self.rescheduled]
+        parts = snapshot.capture(
+            epoch,
+            delta,
+            self.op_partitions,
+            self.owned_partitions(),
+            self.ingress.positions(),
+            resched,
+            self.egress.offsets(),
+        )
+        self.spawn(self._upload_snapshot(epoch, parts))
+
+    async def _upload_snapshot(self, epoch: int, parts: list[snapshot.PartitionSnapshot]) -> None:
+        assert self.blobs is not None, "snapshots need a blob store"
+        try:
+            size = await snapshot.upload(self.blobs, parts)
+        except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
+            log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
+            done = SnapshotDone(
+                epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, self.generation
+            )
+        else:
+            done = SnapshotDone(epoch, self.node_id, True, "", len(parts), size, self.generation)
+        self.transport.send(COORDINATOR, done)
+
+    # ---- recovery --------------------------------------------------------------------------------------
+    async def recover(self, msg: Recover) -> None:
+        """Roll back to the last complete snapshot and prepare to replay the logged epochs.
+
+        Everything in flight is cancelled and forgotten; messages of older generations are dropped on
+        arrival from now on. The coordinator then re-runs epochs ``manifest.epoch+1 .. replay_until``
+        with their logged composition, and continues live.
+        """
+        for task in list(self.inflight):
+            task.cancel()
+        self.inflight.clear()
+        self.epochs.clear()
+        self.generation = msg.gen
+        self.unconfirmed.clear()
+        try:
+            await self._load(msg)
+        except Exception as exc:  # noqa: BLE001 - reported: the coordinator retries the recovery
+            log.error("%s: recovery to generation %d failed: %s", self.node_id, msg.gen, exc)
+            self.transport.send(
+                COORDINATOR, RecoverDone(msg.gen, self.node_id, False, f"{type(exc).__name__}: {exc}")
+            )
+            return
+        self.transport.send(COORDINATOR, RecoverDone(msg.gen, self.node_id, True, ""))
+
+    async def _load(self, msg: Recover) -> None:
+        assert self.blobs is not None and self.logs is not None, "recovery needs a blob store and log reader"
+        m = msg.manifest
+        owned = self.owned_partitions()
+        store = StateStore()
+        positions = {p: 0 for p in owned}
+        egress_offsets = {p: 0 for p in owned}
+        rescheduled: list[RootTxn] = []
+        for p in owned:
+            last: snapshot.PartitionSnapshot | None = None
+            for ep in sorted(m.deltas.get(p, [])):
+                key = delta_key(p, ep)
+                raw = await self.blobs.get(key)
+                if raw is None:
+                    raise FileNotFoundError(f"snapshot object {key} listed in manifest {m.epoch} is missing")
+                last = snapshot.snapshot_decoder.decode(raw)
+                store.load_writes(last.writes)
+            if last is not None:
+                positions[p] = last.position
+                egress_offsets[p] = last.egress_offset
+                for tid, offset, ts_ms, request in last.rescheduled:
+                    rescheduled.append(RootTxn(tid, IngressRecord(p, offset, request, ts_ms)))
+        self.store = store
+        self.rescheduled = rescheduled
+        self.ingress.seek(positions)
+        self.sequencer.lc = m.lc
+        self.completed_epoch = m.epoch
+        self.replay = plan_replay(await self.logs.seqlog(), m, msg.replay_until, set(owned), self.node_id)
+        self.replied = {r.request_id: r for r in await self.logs.replies_from(egress_offsets)}
+
+
+def generation_of(epoch: int, generations: list[tuple[int, int]]) -> int:
+    gen = 0
+    for first, g in generations:
+        if first <= epoch:
+            gen = g
+    return gen
+
+
+def plan_replay(
+    entries: list[SeqLogEntry], m: Manifest, replay_until: int, owned: set[int], node_id: str
+) -> dict[int, SeqLogEntry]:
+    """This worker's batch of every epoch to replay, from the sequencer log (pure).
+
+    Only entries of the generation that ran an epoch count: a generation that died mid-epoch may have
+    logged part of an epoch that was never decided, and that epoch number was reused afterwards.
+    """
+    plan: dict[int, SeqLogEntry] = {}
+    for entry in entries:
+        e = entry.epoch
+        if not m.epoch < e <= replay_until or entry.gen != generation_of(e, m.epoch_generations):
+            continue
+        mine = [x for x in entry.entries if x[1] in owned]
+        current = plan.get(e)
+        if current is None:
+            plan[e] = SeqLogEntry(e, node_id, entry.lc_start, mine, entry.gen, entry.lc_end)
+        else:
+            current.entries.extend(mine)
+            current.lc_end = max(current.lc_end, entry.lc_end)
+    return plan

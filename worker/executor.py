@@ -177,6 +177,7 @@ class RuntimeContext(Context):
             share.denominator,
             want_result,
             inv.ts_ms,
+            inv.gen,
         )
 
     def call_async(self, operator: Operator | str, function: str, key: Key, *args: Any) -> None:

@@ -32,6 +32,15 @@ class StateStore:
                 data[key] = value
             delta[key] = value
 
+    def load_writes(self, writes: Iterable[tuple[str, str | int, bytes | None]]) -> None:
+        """Apply a snapshot delta during recovery (not recorded as a new delta)."""
+        data = self.data
+        for op, key, value in writes:
+            if value is None:
+                data.pop((op, key), None)
+            else:
+                data[(op, key)] = value
+
     def take_delta(self) -> Writes:
         delta, self.delta = self.delta, {}
         return delta

@@ -14,7 +14,15 @@ from coordinator.server import Coordinator
 from styx_py.config import Config, load_config
 from styx_py.graph import Graph, load_graph
 from styx_py.partitioning import Key, partition_of
-from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemoryNetwork, MemorySeqLog
+from styx_py.blobs import MemoryBlobStore
+from styx_py.testing.memory import (
+    MemoryEgress,
+    MemoryIngress,
+    MemoryLog,
+    MemoryLogReader,
+    MemoryNetwork,
+    MemorySeqLog,
+)
 from styx_py.wire import Reply, Request, decode_value, encode_value
 from worker.epoch import COORDINATOR, Worker
 
@@ -31,6 +39,7 @@ class SimCluster:
             {"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, **config}, env={}
         )
         self.network = MemoryNetwork(seed)
+        self.network.on_error = lambda: self._reply_event.set()
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
         self.replies: list[Reply] = []
@@ -38,9 +47,16 @@ class SimCluster:
         self._ids = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self.workers: list[Worker] = []
+        self.worker_tasks: dict[str, asyncio.Task[None]] = {}
+        self.blobs = MemoryBlobStore()
+        self.crashes = 0
         cfg = self.config
         self.coordinator = Coordinator(
-            cfg, self.network.endpoint(COORDINATOR), min_workers=workers, detect_failures=False
+            cfg,
+            self.network.endpoint(COORDINATOR),
+            min_workers=workers,
+            detect_failures=False,
+            blobs=self.blobs,
         )
 
     async def __aenter__(self) -> SimCluster:
@@ -52,26 +68,42 @@ class SimCluster:
         self.network.register(COORDINATOR, self.coordinator.on_message)
         self._tasks.append(asyncio.create_task(self.coordinator.run()))
         for i in range(1, self.n_workers + 1):
-            node = f"w{i}"
-            w = Worker(
-                node,
-                cfg,
-                self.network.endpoint(node),
-                MemoryIngress(self.log, cfg.ingress_topic),
-                MemoryEgress(self.log, cfg.egress_topic, self._on_reply),
-                MemorySeqLog(self.log, cfg.seqlog_topic),
-                heartbeats=False,
-            )
-            self.network.register(node, w.on_message)
-            self.workers.append(w)
-            self._tasks.append(asyncio.create_task(w.run()))
+            self._start_worker(f"w{i}")
         await self.coordinator.deploy(self.graph_path)
         return self
 
+    def _start_worker(self, node: str) -> Worker:
+        cfg = self.config
+        w = Worker(
+            node,
+            cfg,
+            self.network.endpoint(node),
+            MemoryIngress(self.log, cfg.ingress_topic),
+            MemoryEgress(self.log, cfg.egress_topic, self._on_reply),
+            MemorySeqLog(self.log, cfg.seqlog_topic),
+            blobs=self.blobs,
+            logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
+            heartbeats=False,
+        )
+        self.network.register(node, w.on_message)
+        self.workers = [x for x in self.workers if x.node_id != node] + [w]
+        self.workers.sort(key=lambda x: x.node_id)
+        self.worker_tasks[node] = asyncio.create_task(w.run())
+        return w
+
+    def crash(self, node: str) -> None:
+        """Kill a worker at this very point (state, in-flight work and undelivered messages are lost)
+        and start a fresh process with the same id, which re-registers and triggers recovery."""
+        self.crashes += 1
+        self.network.unregister(node)
+        self.worker_tasks.pop(node).cancel()
+        self._start_worker(node)
+
     async def __aexit__(self, *exc: object) -> None:
-        for t in self._tasks:
+        tasks = self._tasks + list(self.worker_tasks.values())
+        for t in tasks:
             t.cancel()
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 raise r
@@ -97,7 +129,9 @@ class SimCluster:
         async def until_done() -> None:
             while len(self.replies) < len(self.requests):
                 self._reply_event.clear()
-                for t in self._tasks:
+                if self.network.errors:
+                    raise self.network.errors[0]
+                for t in [*self._tasks, *self.worker_tasks.values()]:
                     if t.done():
                         t.result()
                         raise AssertionError("a cluster task ended")

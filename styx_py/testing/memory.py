@@ -29,6 +29,15 @@ class MemoryNetwork:
         self.channels: dict[tuple[str, str], deque[Message]] = {}
         self.scheduled: set[tuple[str, str]] = set()
         self.sent = 0
+        self.delivered = 0
+        self.errors: list[BaseException] = []
+        self.on_error: Callable[[], None] | None = None
+        self.faults: list[tuple[int, Callable[[], None]]] = []  # (after n deliveries, action), sorted
+
+    def fault_at(self, delivered: int, action: Callable[[], None]) -> None:
+        """Run ``action`` right after the ``delivered``-th message delivery (seeded fault points)."""
+        self.faults.append((delivered, action))
+        self.faults.sort(key=lambda f: f[0])
 
     def endpoint(self, node_id: str) -> MemoryTransport:
         return MemoryTransport(self, node_id)
@@ -37,7 +46,11 @@ class MemoryNetwork:
         self.handlers[node_id] = handler
 
     def unregister(self, node_id: str) -> None:
+        """A crash: the node hears nothing more and what it had sent but not delivered is lost."""
         self.handlers.pop(node_id, None)
+        for (src, dest), q in self.channels.items():
+            if node_id in (src, dest):
+                q.clear()
 
     def send(self, src: str, dest: str, msg: Message) -> None:
         if self.serialize:
@@ -62,10 +75,23 @@ class MemoryNetwork:
             return
         q = self.channels[ch]
         handler = self.handlers.get(ch[1])
-        for _ in range(self.rng.randint(1, len(q))):
+        for _ in range(self.rng.randint(1, len(q)) if q else 0):
+            if not q:
+                break  # a fault injected by the previous delivery cleared the channel
             msg = q.popleft()
+            self.delivered += 1
             if handler is not None:
-                handler(ch[0], msg)
+                try:
+                    handler(ch[0], msg)
+                except BaseException as exc:
+                    # Surfaced by SimCluster.wait: a handler failure is a bug, never background noise.
+                    self.errors.append(exc)
+                    if self.on_error is not None:
+                        self.on_error()
+                    raise
+            if self.faults and self.delivered >= self.faults[0][0]:
+                _, fault = self.faults.pop(0)
+                fault()
         if q:
             self._schedule(ch)
         else:
@@ -108,7 +134,7 @@ class MemoryIngress:
     def __init__(self, log: MemoryLog, topic: str) -> None:
         self.log = log
         self.topic = topic
-        self.positions: dict[int, int] = {}
+        self._pos: dict[int, int] = {}
         self.listener: Callable[[], None] | None = None
 
     def set_listener(self, on_available: Callable[[], None]) -> None:
@@ -120,8 +146,8 @@ class MemoryIngress:
 
     def assign(self, partitions: list[int]) -> None:
         for p in partitions:
-            if p not in self.positions:
-                self.positions[p] = 0
+            if p not in self._pos:
+                self._pos[p] = 0
                 self.log.listeners.setdefault((self.topic, p), []).append(self._notify)
 
     def take(self, n: int) -> list[IngressRecord]:
@@ -130,18 +156,32 @@ class MemoryIngress:
         progress = True
         while len(out) < n and progress:
             progress = False
-            for p in sorted(self.positions):
-                pos = self.positions[p]
+            for p in sorted(self._pos):
+                pos = self._pos[p]
                 if pos < len(parts[p]) and len(out) < n:
-                    req: Request = parts[p][pos]
-                    out.append(IngressRecord(p, pos, req, req.ts_ms))
-                    self.positions[p] = pos + 1
+                    out.append(self._record(p, pos))
+                    self._pos[p] = pos + 1
                     progress = True
         return out
 
+    def _record(self, p: int, offset: int) -> IngressRecord:
+        req: Request = self.log.topics[self.topic][p][offset]
+        return IngressRecord(p, offset, req, req.ts_ms)
+
+    async def take_exact(self, partition: int, offset: int) -> IngressRecord:
+        assert self._pos[partition] == offset, (partition, offset, self._pos[partition])
+        self._pos[partition] = offset + 1
+        return self._record(partition, offset)
+
     def pending(self) -> int:
         parts = self.log.topics.get(self.topic, [])
-        return sum(len(parts[p]) - pos for p, pos in self.positions.items())
+        return sum(len(parts[p]) - pos for p, pos in self._pos.items())
+
+    def positions(self) -> dict[int, int]:
+        return dict(self._pos)
+
+    def seek(self, positions: dict[int, int]) -> None:
+        self._pos.update(positions)
 
 
 class MemoryEgress:
@@ -154,6 +194,25 @@ class MemoryEgress:
         self.log.append(self.topic, partition, reply)
         if self.on_reply is not None:
             self.on_reply(reply)
+
+    def offsets(self) -> dict[int, int]:
+        return {p: len(part) for p, part in enumerate(self.log.topics[self.topic])}
+
+
+class MemoryLogReader:
+    """Recovery's view of the logs: replies already sent and the sequencer log."""
+
+    def __init__(self, log: MemoryLog, egress_topic: str, seqlog_topic: str) -> None:
+        self.log = log
+        self.egress_topic = egress_topic
+        self.seqlog_topic = seqlog_topic
+
+    async def replies_from(self, offsets: dict[int, int]) -> list[Reply]:
+        parts = self.log.topics[self.egress_topic]
+        return [r for p, start in sorted(offsets.items()) for r in parts[p][start:]]
+
+    async def seqlog(self) -> list[SeqLogEntry]:
+        return list(self.log.topics[self.seqlog_topic][0])
 
 
 class MemorySeqLog:
