@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from coordinator.server import Coordinator
+from styx_py.blobs import blob_store_from
 from styx_py.config import Config
 from styx_py.services import create_topics
 from styx_py.transport import TcpTransport
@@ -33,8 +34,16 @@ async def serve_coordinator(
     async def topics(spec: dict[str, int]) -> None:
         await create_topics(kafka, spec)
 
+    blobs = blob_store_from(
+        config.s3_endpoint,
+        config.s3_access_key,
+        config.s3_secret_key,
+        config.snapshot_bucket,
+        region=config.s3_region,
+        secure=config.s3_secure,
+    )
     coordinator = Coordinator(
-        config, transport, min_workers=min_workers, kafka_bootstrap=kafka, create_topics=topics
+        config, transport, min_workers=min_workers, kafka_bootstrap=kafka, create_topics=topics, blobs=blobs
     )
     await transport.start()
     log.info("coordinator listening on %s:%d", host, transport.port)

@@ -6,8 +6,8 @@ The S3 client is synchronous; calls run in a thread so the epoch loop never wait
 from __future__ import annotations
 
 import asyncio
-import io
 import builtins
+import io
 from typing import Protocol
 
 from minio import Minio
@@ -53,9 +53,24 @@ class MinioBlobStore:
     def __init__(self, client: Minio, bucket: str) -> None:
         self.client = client
         self.bucket = bucket
+        self._bucket_ready = False
+
+    def _ensure_bucket(self) -> None:
+        if not self._bucket_ready:
+            if not self.client.bucket_exists(self.bucket):
+                try:
+                    self.client.make_bucket(self.bucket)
+                except S3Error as exc:  # another process created it first
+                    if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                        raise
+            self._bucket_ready = True
 
     async def put(self, key: str, data: bytes) -> None:
-        await asyncio.to_thread(self.client.put_object, self.bucket, key, io.BytesIO(data), len(data))
+        def upload() -> None:
+            self._ensure_bucket()
+            self.client.put_object(self.bucket, key, io.BytesIO(data), len(data))
+
+        await asyncio.to_thread(upload)
 
     async def get(self, key: str) -> bytes | None:
         def fetch() -> bytes | None:
@@ -100,3 +115,19 @@ def manifest_key(epoch: int) -> str:
 
 def epoch_of(key: str) -> int:
     return int(key.rsplit("/", 1)[1].split(".", 1)[0])
+
+
+def blob_store_from(
+    endpoint: str,
+    access_key: str,
+    secret_key: str,
+    bucket: str,
+    *,
+    region: str = "us-east-1",
+    secure: bool = False,
+) -> MinioBlobStore | None:
+    """The snapshot store a process should use, or None when no S3 endpoint is configured."""
+    if not endpoint:
+        return None
+    client = Minio(endpoint, access_key=access_key, secret_key=secret_key, region=region, secure=secure)
+    return MinioBlobStore(client, bucket)

@@ -28,6 +28,11 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     kafka_fetch_wait_ms: int = 5  # Tansu answers a waiting fetch only at its deadline
     kafka_linger_ms: int = 1
     snapshot_bucket: str = "styx-snapshots"
+    s3_endpoint: str = ""  # host:port of the S3 service; empty: no snapshots (recovery replays the logs)
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_region: str = "us-east-1"
+    s3_secure: bool = False
     snapshot_interval_s: float = 10.0  # take an incremental snapshot this often (at an epoch boundary)
     snapshot_interval_epochs: int = 0  # if > 0, every this many epochs instead (deterministic tests)
 

@@ -85,7 +85,7 @@ def load_graph(import_path: str) -> Graph:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise GraphError(f"cannot import {module_name!r}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - user code failing at import is a deploy error, reported as such
+    except Exception as exc:
         raise GraphError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     if not hasattr(module, attr):
         raise GraphError(f"module {module_name!r} has no attribute {attr!r}")

@@ -63,6 +63,7 @@ class LocalStack:
         gateway: bool = False,
         gateway_port: int = 0,
         gateway_args: list[str] | None = None,
+        s3: S3Config | None = None,
     ) -> None:
         """``gateway=True`` also runs ``styx gateway`` on ``gateway_port`` (0: a free one) with the extra
         ``gateway_args`` once the workers are up; its URL is then :attr:`gateway_url`."""
@@ -81,6 +82,7 @@ class LocalStack:
         self.gateway_port = gateway_port
         self.gateway_args = list(gateway_args or [])
         self.gateway_url = ""
+        self.external_s3 = s3
 
     # ---- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> LocalStack:
@@ -96,6 +98,13 @@ class LocalStack:
             self.kafka = self.broker.bootstrap
         else:
             self.kafka = self.external_kafka
+        s3 = self.s3.config if self.s3 is not None else self.external_s3
+        if s3 is not None:
+            # Snapshots go to S3; every process reads the same settings (one source of truth).
+            self.env.setdefault("STYX_S3_ENDPOINT", s3.endpoint)
+            self.env.setdefault("STYX_S3_ACCESS_KEY", s3.access_key)
+            self.env.setdefault("STYX_S3_SECRET_KEY", s3.secret_key)
+            self.env.setdefault("STYX_S3_REGION", s3.region)
         cport = free_port()
         self.coordinator = f"127.0.0.1:{cport}"
         self._spawn(
@@ -103,9 +112,7 @@ class LocalStack:
             ["coordinator", "--port", str(cport), "--kafka", self.kafka, "--workers", str(self.n_workers)],
         )
         for i in range(1, self.n_workers + 1):
-            self._spawn(
-                f"w{i}", ["worker", "--id", f"w{i}", "--coordinator", self.coordinator, "--kafka", self.kafka]
-            )
+            self.start_worker(f"w{i}")
         self._wait_registered(timeout_s)
         if self.with_gateway:
             self._start_gateway(timeout_s)
@@ -131,6 +138,13 @@ class LocalStack:
                 )
             time.sleep(0.05)
         self.gateway_url = url
+
+    def start_worker(self, name: str) -> None:
+        """Start (or restart, after a crash) worker ``name``; a restart makes the cluster recover."""
+        self._spawn(name, ["worker", "--id", name, "--coordinator", self.coordinator, "--kafka", self.kafka])
+
+    def dead_workers(self) -> list[str]:
+        return sorted(n for n, p in self.procs.items() if n.startswith("w") and p.poll() is not None)
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process

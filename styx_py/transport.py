@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 
 from styx_py.errors import ProtocolError
@@ -38,6 +39,8 @@ class TcpTransport:
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.on_disconnect: Callable[[str], None] | None = None
+        self.incarnation = uuid.uuid4().hex
+        self.peer_incarnation: dict[str, str] = {}
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._accept, self.host, self.port)
@@ -80,7 +83,7 @@ class TcpTransport:
             transport = writer.transport
             if transport.get_write_buffer_size() > MAX_BUFFERED_BYTES:
                 raise ProtocolError(f"{self.node_id}: peer {dest} is not reading (write buffer full)")
-            writer.write(encode_frame(Batch(self.node_id, msgs)))
+            writer.write(encode_frame(Batch(self.node_id, msgs, self.incarnation)))
 
     def _dial(self, dest: str) -> None:
         address = self.addresses.get(dest)
@@ -98,7 +101,7 @@ class TcpTransport:
                 self.dialing.pop(dest, None)
                 return
             # An empty batch announces who we are, so the peer can answer on this connection.
-            writer.write(encode_frame(Batch(self.node_id, [])))
+            writer.write(encode_frame(Batch(self.node_id, [], self.incarnation)))
             self.writers.setdefault(dest, writer)
             self.dialing.pop(dest, None)
             self._spawn(self._read_loop(reader, writer, dest))
@@ -126,7 +129,15 @@ class TcpTransport:
                 batch = decode_batch(payload)
                 if peer is None:
                     peer = batch.src
-                    self.writers.setdefault(peer, writer)
+                    known = self.peer_incarnation.get(peer)
+                    self.peer_incarnation[peer] = batch.incarnation
+                    old = self.writers.get(peer)
+                    if old is not None and known is not None and known != batch.incarnation:
+                        # The peer restarted: its old connection is dead even if we have not seen EOF.
+                        old.close()
+                        self.writers[peer] = writer
+                    else:
+                        self.writers.setdefault(peer, writer)
                     if peer in self.buffers:
                         self._flush()
                 handler = self.handler
@@ -151,8 +162,6 @@ async def admin_request(address: str, msg: Message, timeout_s: float = 60.0) -> 
         asyncio.open_connection(host or "127.0.0.1", int(port)), timeout_s
     )
     try:
-        import uuid
-
         writer.write(encode_frame(Batch(f"admin-{uuid.uuid4().hex[:12]}", [msg])))
         await writer.drain()
 

@@ -264,6 +264,7 @@ Message = (
 class Batch(msgspec.Struct, array_like=True):
     src: str
     msgs: list[Message]
+    incarnation: str = ""  # random per process start: a peer that restarted is told apart from a reconnect
 
 
 # ---- Kafka payloads ------------------------------------------------------------------------------
@@ -318,6 +319,7 @@ class PartitionSnapshot(msgspec.Struct, array_like=True):
     position: int  # next ingress offset to take
     rescheduled: list[tuple[int, int, int, Request]]  # (tid, offset, ts_ms, request)
     egress_offset: int  # every reply of this partition below it belongs to an epoch <= ``epoch``
+    seqlog_offset: int  # every sequencer-log entry of an epoch > ``epoch`` lies at or above it
 
 
 # What decoding hostile bytes can raise: bad msgpack, wrong shape, invalid UTF-8 in a string,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaProducer
@@ -34,6 +35,8 @@ class KafkaSink:
         self.encoder = msgspec.msgpack.Encoder()
         self.sent = 0
         self.error: BaseException | None = None
+        self.egress_acked: dict[int, int] = {}  # egress partition -> offset below which replies are acked
+        self.seqlog_acked = 0
 
     async def start(self) -> None:
         await self.producer.start()
@@ -53,21 +56,36 @@ class KafkaSink:
                 fut.add_done_callback(self._on_sent if done is None else self._resolver(done))
             self.sent += len(batch)
 
-    def _on_sent(self, fut: asyncio.Future[object]) -> None:
-        if fut.exception() is not None:
-            self.error = fut.exception()
+    def _on_sent(self, fut: asyncio.Future[Any]) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            self.error = exc
             self.wakeup.set()
+            return
+        md = fut.result()
+        if md.offset + 1 > self.egress_acked.get(md.partition, 0):
+            self.egress_acked[md.partition] = md.offset + 1
 
-    @staticmethod
-    def _resolver(done: asyncio.Future[None]) -> Callable[[asyncio.Future[object]], None]:
-        def resolve(fut: asyncio.Future[object]) -> None:
+    def _resolver(self, done: asyncio.Future[None]) -> Callable[[asyncio.Future[Any]], None]:
+        def resolve(fut: asyncio.Future[Any]) -> None:
             exc = fut.exception()
+            if done.done():
+                return
             if exc is not None:
                 done.set_exception(exc)
             else:
+                self.seqlog_acked = max(self.seqlog_acked, fut.result().offset + 1)
                 done.set_result(None)
 
         return resolve
+
+    def offsets(self) -> dict[int, int]:
+        return dict(self.egress_acked)
+
+    def reset_offsets(self, offsets: dict[int, int]) -> None:
+        """After a recovery: the restored snapshot's egress positions are the new lower bounds."""
+        for p, off in offsets.items():
+            self.egress_acked[p] = max(self.egress_acked.get(p, 0), off)
 
     def _enqueue(
         self, topic: str, partition: int, value: bytes, key: bytes | None, done: asyncio.Future[None] | None
@@ -82,6 +100,9 @@ class KafkaSink:
         )
 
     # Sequencer log
+    def acked(self) -> int:
+        return self.seqlog_acked
+
     def append(self, entry: SeqLogEntry) -> asyncio.Future[None]:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._enqueue(self.config.seqlog_topic, 0, self.encoder.encode(entry), None, done)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from styx_py.blobs import BlobStore, delta_key
 from styx_py.config import Config
 from styx_py.graph import Graph, load_graph
 from styx_py.partitioning import key_bytes, partition_of
@@ -61,7 +62,6 @@ from styx_py.wire import (
     Vote,
     WorkAvailable,
 )
-from styx_py.blobs import BlobStore, delta_key
 from worker import snapshot
 from worker.ackshare import ShareCollector
 from worker.commit import reply_for
@@ -121,9 +121,15 @@ class Egress(Protocol):
         """Per egress partition, an offset below which every reply is acknowledged."""
         ...
 
+    def reset_offsets(self, offsets: dict[int, int]) -> None: ...
+
 
 class SequencerLog(Protocol):
     def append(self, entry: SeqLogEntry) -> Awaitable[None]: ...
+
+    def acked(self) -> int:
+        """An offset below which every entry this worker appended is durable."""
+        ...
 
 
 class LogReader(Protocol):
@@ -131,7 +137,7 @@ class LogReader(Protocol):
 
     async def replies_from(self, offsets: dict[int, int]) -> list[Reply]: ...
 
-    async def seqlog(self) -> list[SeqLogEntry]: ...
+    async def seqlog(self, from_offset: int) -> list[SeqLogEntry]: ...
 
 
 # ---- per-transaction and per-epoch state ----------------------------------------------------------
@@ -701,6 +707,7 @@ class Worker:
             self.ingress.positions(),
             resched,
             self.egress.offsets(),
+            self.seqlog.acked(),
         )
         self.spawn(self._upload_snapshot(epoch, parts))
 
@@ -742,16 +749,19 @@ class Worker:
         self.transport.send(COORDINATOR, RecoverDone(msg.gen, self.node_id, True, ""))
 
     async def _load(self, msg: Recover) -> None:
-        assert self.blobs is not None and self.logs is not None, "recovery needs a blob store and log reader"
+        assert self.logs is not None, "recovery needs a log reader"
         m = msg.manifest
         owned = self.owned_partitions()
         store = StateStore()
         positions = {p: 0 for p in owned}
         egress_offsets = {p: 0 for p in owned}
+        seqlog_from = 0
+        first = True
         rescheduled: list[RootTxn] = []
         for p in owned:
             last: snapshot.PartitionSnapshot | None = None
             for ep in sorted(m.deltas.get(p, [])):
+                assert self.blobs is not None, "a manifest with snapshots needs a blob store"
                 key = delta_key(p, ep)
                 raw = await self.blobs.get(key)
                 if raw is None:
@@ -759,6 +769,8 @@ class Worker:
                 last = snapshot.snapshot_decoder.decode(raw)
                 store.load_writes(last.writes)
             if last is not None:
+                seqlog_from = last.seqlog_offset if first else min(seqlog_from, last.seqlog_offset)
+                first = False
                 positions[p] = last.position
                 egress_offsets[p] = last.egress_offset
                 for tid, offset, ts_ms, request in last.rescheduled:
@@ -766,9 +778,11 @@ class Worker:
         self.store = store
         self.rescheduled = rescheduled
         self.ingress.seek(positions)
+        self.egress.reset_offsets(egress_offsets)
         self.sequencer.lc = m.lc
         self.completed_epoch = m.epoch
-        self.replay = plan_replay(await self.logs.seqlog(), m, msg.replay_until, set(owned), self.node_id)
+        entries = await self.logs.seqlog(seqlog_from)
+        self.replay = plan_replay(entries, m, msg.replay_until, set(owned), self.node_id)
         self.replied = {r.request_id: r for r in await self.logs.replies_from(egress_offsets)}
 
 

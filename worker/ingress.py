@@ -12,7 +12,6 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from styx_py.config import Config
@@ -36,19 +35,20 @@ class KafkaIngress:
             max_partition_fetch_bytes=4 * MAX_REQUEST_BYTES,
         )
         self.buffers: dict[int, deque[IngressRecord]] = {}
+        self.next_take: dict[int, int] = {}  # next offset the sequencer takes, per partition
+        self.expect: dict[int, int] = {}  # next offset the fetch loop accepts, per partition
         self.count = 0
         self.listener: Callable[[], None] | None = None
         self.room = asyncio.Event()
         self.room.set()
+        self.arrived = asyncio.Event()
+        self.assigned = asyncio.Event()
         self.skipped = 0
-        self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.consumer.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
         await self.consumer.stop()
 
     def set_listener(self, on_available: Callable[[], None]) -> None:
@@ -57,20 +57,37 @@ class KafkaIngress:
     def assign(self, partitions: list[int]) -> None:
         tps = [TopicPartition(self.topic, p) for p in partitions]
         self.consumer.assign(tps)
-        for tp in tps:
-            self.consumer.seek(tp, 0)
-            self.buffers.setdefault(tp.partition, deque())
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._fetch_loop())
+        self.buffers = {p: self.buffers.get(p, deque()) for p in partitions}
+        self.seek({p: self.next_take.get(p, 0) for p in partitions})
+        self.assigned.set()
 
-    async def _fetch_loop(self) -> None:
+    def seek(self, positions: dict[int, int]) -> None:
+        """Consume ``partition`` from ``offset`` on, dropping what was buffered (recovery)."""
+        for p, offset in positions.items():
+            self.count -= len(self.buffers[p])
+            self.buffers[p].clear()
+            self.next_take[p] = self.expect[p] = offset
+            self.consumer.seek(TopicPartition(self.topic, p), offset)
+        self.room.set()
+
+    def positions(self) -> dict[int, int]:
+        return dict(self.next_take)
+
+    async def run(self) -> None:
+        """The fetch loop (a child of the worker process's task group)."""
+        await self.assigned.wait()
         while True:
             await self.room.wait()
             batches = await self.consumer.getmany(timeout_ms=200, max_records=self.max_pending - self.count)
             was_empty = self.count == 0
             for tp, records in batches.items():
-                buf = self.buffers[tp.partition]
+                buf = self.buffers.get(tp.partition)
+                if buf is None:
+                    continue
                 for rec in records:
+                    if rec.offset < self.expect[tp.partition]:
+                        continue  # fetched before a seek moved the position
+                    self.expect[tp.partition] = rec.offset + 1
                     try:
                         req = request_decoder.decode(rec.value)
                     except UNDECODABLE as exc:
@@ -82,6 +99,8 @@ class KafkaIngress:
                     self.count += 1
             if self.count >= self.max_pending:
                 self.room.clear()
+            if batches:
+                self.arrived.set()
             if was_empty and self.count and self.listener is not None:
                 self.listener()
 
@@ -93,10 +112,26 @@ class KafkaIngress:
                 if q and len(out) < n:
                     out.append(q.popleft())
             queues = [q for q in queues if q]
-        self.count -= len(out)
+        for rec in out:
+            self.next_take[rec.partition] = rec.offset + 1
+        self._taken(len(out))
+        return out
+
+    async def take_exact(self, partition: int, offset: int) -> IngressRecord:
+        buf = self.buffers[partition]
+        while not buf:
+            self.arrived.clear()
+            await self.arrived.wait()
+        rec = buf.popleft()
+        assert rec.offset == offset, f"replay expected {partition}@{offset}, log has {rec.offset}"
+        self.next_take[partition] = offset + 1
+        self._taken(1)
+        return rec
+
+    def _taken(self, n: int) -> None:
+        self.count -= n
         if self.count < self.max_pending:
             self.room.set()
-        return out
 
     def pending(self) -> int:
         return self.count

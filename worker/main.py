@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from styx_py.blobs import blob_store_from
 from styx_py.config import Config
 from styx_py.transport import TcpTransport
 from styx_py.wire import ClusterView, Message
 from worker.egress import KafkaSink
 from worker.epoch import COORDINATOR, Worker
 from worker.ingress import KafkaIngress
+from worker.logreader import KafkaLogReader
 
 log = logging.getLogger("styx.worker")
 
@@ -35,11 +37,31 @@ async def serve_worker(
     sink = KafkaSink(kafka, config)
     await ingress.start()
     await sink.start()
-    worker = Worker(node_id, config, transport, ingress, sink, sink, host=host, port=transport.port)
+    blobs = blob_store_from(
+        config.s3_endpoint,
+        config.s3_access_key,
+        config.s3_secret_key,
+        config.snapshot_bucket,
+        region=config.s3_region,
+        secure=config.s3_secure,
+    )
+    worker = Worker(
+        node_id,
+        config,
+        transport,
+        ingress,
+        sink,
+        sink,
+        blobs=blobs,
+        logs=KafkaLogReader(kafka, config),
+        host=host,
+        port=transport.port,
+    )
     log.info("worker %s listening on %s:%d", node_id, host, transport.port)
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(sink.run())
+            tg.create_task(ingress.run())
             tg.create_task(worker.run())
     finally:
         await ingress.stop()

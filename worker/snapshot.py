@@ -34,6 +34,7 @@ def capture(
     positions: dict[int, int],
     rescheduled: list[Rescheduled],
     egress_offsets: dict[int, int],
+    seqlog_offset: int,
 ) -> list[PartitionSnapshot]:
     """Split a delta map by partition into the parts of one snapshot (pure)."""
     writes: dict[int, list[tuple[str, str | int, bytes | None]]] = {p: [] for p in owned}
@@ -43,7 +44,9 @@ def capture(
     for p, tid, offset, ts_ms, request in sorted(rescheduled, key=lambda r: r[1]):
         resched[p].append((tid, offset, ts_ms, request))
     return [
-        PartitionSnapshot(epoch, p, writes[p], positions.get(p, 0), resched[p], egress_offsets.get(p, 0))
+        PartitionSnapshot(
+            epoch, p, writes[p], positions.get(p, 0), resched[p], egress_offsets.get(p, 0), seqlog_offset
+        )
         for p in sorted(owned)
     ]
 

@@ -11,10 +11,10 @@ from typing import Any
 import msgspec
 
 from coordinator.server import Coordinator
+from styx_py.blobs import MemoryBlobStore
 from styx_py.config import Config, load_config
 from styx_py.graph import Graph, load_graph
 from styx_py.partitioning import Key, partition_of
-from styx_py.blobs import MemoryBlobStore
 from styx_py.testing.memory import (
     MemoryEgress,
     MemoryIngress,
@@ -39,11 +39,11 @@ class SimCluster:
             {"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, **config}, env={}
         )
         self.network = MemoryNetwork(seed)
-        self.network.on_error = lambda: self._reply_event.set()
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
         self.replies: list[Reply] = []
         self._reply_event = asyncio.Event()
+        self.network.on_error = self._reply_event.set
         self._ids = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self.workers: list[Worker] = []

@@ -198,6 +198,9 @@ class MemoryEgress:
     def offsets(self) -> dict[int, int]:
         return {p: len(part) for p, part in enumerate(self.log.topics[self.topic])}
 
+    def reset_offsets(self, offsets: dict[int, int]) -> None:
+        pass  # offsets are read off the log itself
+
 
 class MemoryLogReader:
     """Recovery's view of the logs: replies already sent and the sequencer log."""
@@ -211,14 +214,17 @@ class MemoryLogReader:
         parts = self.log.topics[self.egress_topic]
         return [r for p, start in sorted(offsets.items()) for r in parts[p][start:]]
 
-    async def seqlog(self) -> list[SeqLogEntry]:
-        return list(self.log.topics[self.seqlog_topic][0])
+    async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
+        return list(self.log.topics[self.seqlog_topic][0][from_offset:])
 
 
 class MemorySeqLog:
     def __init__(self, log: MemoryLog, topic: str) -> None:
         self.log = log
         self.topic = topic
+
+    def acked(self) -> int:
+        return len(self.log.topics[self.topic][0])
 
     def append(self, entry: SeqLogEntry) -> asyncio.Future[None]:
         self.log.append(self.topic, 0, entry)
