@@ -9,8 +9,14 @@
 
 :class:`SyncStyxClient` offers the same calls for blocking code. Errors are the ``styx_py`` ones:
 :class:`BadRequest`, :class:`TransactionAborted` and :class:`TransactionFailed` for transactions that
-did not commit, :class:`RequestTimeout` and :class:`Overloaded` for the client side.
+did not commit, :class:`RequestTimeout` and :class:`Overloaded` for the client side, and
+:class:`Unavailable` when the cluster cannot take requests (recovering, unreachable).
+
+The HTTP gateway (``styx gateway``, started by ``styx up``) is :class:`Gateway` with its
+:class:`GatewayConfig`; see ``client.gateway`` for its routes and status codes.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from client.sdk import Call, ClientStats, StyxClient, SyncStyxClient, result_of
 from styx_py.errors import (
@@ -27,6 +33,8 @@ __all__ = [
     "BadRequest",
     "Call",
     "ClientStats",
+    "Gateway",
+    "GatewayConfig",
     "Overloaded",
     "Reply",
     "RequestTimeout",
@@ -35,5 +43,20 @@ __all__ = [
     "SyncStyxClient",
     "TransactionAborted",
     "TransactionFailed",
+    "Unavailable",
     "result_of",
 ]
+
+if TYPE_CHECKING:
+    from client.gateway import Gateway, GatewayConfig, Unavailable
+
+_GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig", "Unavailable"})
+
+
+def __getattr__(name: str) -> Any:
+    """The gateway's names, imported on first use: SDK users do not pay for FastAPI's import (~0.3 s)."""
+    if name in _GATEWAY_NAMES:
+        from client import gateway
+
+        return getattr(gateway, name)
+    raise AttributeError(f"module 'client' has no attribute {name!r}")

@@ -733,10 +733,10 @@ class Gateway:
     def _start_job(
         self, rid: str, fingerprint: bytes | None, call: tuple[str, Key, str, list[Any]], *, cache: bool
     ) -> _Job | Outcome:
-        """Admit and start one invocation, or answer 503/429 why not (nothing is sent then)."""
-        unavailable = self._unavailable(rid)
-        if unavailable is not None:
-            return unavailable
+        """Admit and start one invocation, or answer 429 (nothing is sent then).
+
+        The caller has checked availability (:meth:`_unavailable`) and the target first.
+        """
         if len(self.jobs) >= self.config.max_pending:
             self.stats.shed += 1
             return self._overloaded(

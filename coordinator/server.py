@@ -19,7 +19,14 @@ from typing import Any
 from coordinator.barrier import Stage, combine_exec, combine_votes
 from coordinator.membership import Membership
 from coordinator.placement import place
-from coordinator.snapshots import empty_manifest, extend, manifest_encoder, with_generation
+from coordinator.snapshots import (
+    compact,
+    empty_manifest,
+    extend,
+    manifest_encoder,
+    retain,
+    with_generation,
+)
 from styx_py.blobs import BlobStore, manifest_key
 from styx_py.config import Config
 from styx_py.errors import GraphError, StyxError
@@ -48,6 +55,8 @@ from styx_py.wire import (
 from worker.epoch import Transport
 
 log = logging.getLogger("styx.coordinator")
+
+MAX_RECOVERY_ATTEMPTS = 5
 
 TopicCreator = Callable[[dict[str, int]], Awaitable[None]]
 
@@ -83,6 +92,10 @@ class Coordinator:
         self.recover_done: dict[str, RecoverDone] = {}
         self.recover_event = asyncio.Event()
         self.recoveries = 0
+        self.failed_recoveries = 0
+        self.compactions = 0
+        self.failed_snapshots = 0
+        self.removed_objects = 0
         self.detect_failures = detect_failures
         self.failed: list[str] = []
         self.config = config
@@ -324,7 +337,9 @@ class Coordinator:
 
     async def _complete_snapshot(self, epoch: int, gen: int) -> None:
         """Write the manifest once every part is durable; only then is the snapshot usable."""
-        parts = self.snapshot_pending[epoch]
+        parts = self.snapshot_pending.get(epoch)
+        if parts is None or gen != self.gen:
+            return  # a recovery started since: the snapshot is abandoned (its deltas are rebuilt)
         ok = all(p.ok for p in parts.values())
         if ok:
             assert self.blobs is not None and self.manifest is not None
@@ -333,6 +348,7 @@ class Coordinator:
                 await self.blobs.put(manifest_key(epoch), manifest_encoder.encode(manifest))
             except Exception as exc:  # noqa: BLE001 - the snapshot fails; the next one carries its deltas
                 log.warning("manifest of snapshot %d not written: %s", epoch, exc)
+                self.failed_snapshots += 1
                 ok = False
             else:
                 if gen == self.gen:
@@ -342,13 +358,33 @@ class Coordinator:
                         "objects": sum(p.objects for p in parts.values()),
                         "bytes": sum(p.bytes for p in parts.values()),
                     }
+                await self._compact(manifest, gen)
         else:
+            self.failed_snapshots += 1
             errors = "; ".join(f"{n}: {p.error}" for n, p in sorted(parts.items()) if not p.ok)
             log.warning("snapshot %d failed: %s", epoch, errors)
         self.snapshot_pending.pop(epoch, None)
         self.snapshot_lc.pop(epoch, None)
         if gen == self.gen:
             self._broadcast(SnapshotResult(epoch, ok))
+
+    async def _compact(self, manifest: Manifest, gen: int) -> None:
+        """Merge long delta chains and drop what no manifest needs (the next snapshot waits for it)."""
+        assert self.blobs is not None
+        try:
+            compacted = await compact(self.blobs, manifest, self.config.snapshot_compact_after)
+            if compacted != manifest:
+                await self.blobs.put(manifest_key(manifest.epoch), manifest_encoder.encode(compacted))
+                if gen == self.gen and self.manifest is manifest:
+                    self.manifest = compacted
+                manifest = compacted
+            # A recovery that started meanwhile may be loading the objects retention would remove.
+            removed = await retain(self.blobs, manifest) if gen == self.gen else 0
+        except Exception as exc:  # noqa: BLE001 - compaction is an optimisation: the chain stays valid
+            log.warning("compaction after snapshot %d failed: %s", manifest.epoch, exc)
+            return
+        self.compactions += 1
+        self.removed_objects += removed
 
     # ---- recovery -----------------------------------------------------------------------------------
     def start_recovery(self) -> None:
@@ -388,7 +424,15 @@ class Coordinator:
             self.recover_event.clear()
         failed = [d for d in self.recover_done.values() if not d.ok]
         if failed:
-            raise StyxError(f"recovery failed on {', '.join(f'{d.node_id}: {d.error}' for d in failed)}")
+            reasons = ", ".join(f"{d.node_id}: {d.error}" for d in failed)
+            self.failed_recoveries += 1
+            if self.failed_recoveries > MAX_RECOVERY_ATTEMPTS:
+                raise StyxError(f"recovery failed {self.failed_recoveries} times in a row; last: {reasons}")
+            log.error("recovery to generation %d failed (%s); retrying", self.gen, reasons)
+            await asyncio.sleep(min(2.0, 0.1 * 2**self.failed_recoveries))  # capped backoff
+            self.start_recovery()
+            return
+        self.failed_recoveries = 0
         log.warning(
             "generation %d: restored snapshot %d in %.3fs, replaying epochs %d..%d",
             self.gen,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from styx_py.wire import Manifest
+from styx_py.blobs import BlobStore, base_key, delta_key, epoch_of
+from styx_py.wire import Manifest, PartitionSnapshot
+
+snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
 
 manifest_encoder = msgspec.msgpack.Encoder()
 manifest_decoder = msgspec.msgpack.Decoder(Manifest)
@@ -17,10 +20,53 @@ def empty_manifest(n_partitions: int) -> Manifest:
 
 def extend(prev: Manifest, epoch: int, lc: int) -> Manifest:
     """The manifest after the snapshot of ``epoch`` completed: every partition gains one delta."""
-    deltas = {p: [*prev.deltas.get(p, []), epoch] for p in range(prev.n_partitions)}
+    deltas = {p: [*prev.deltas.get(p, []), delta_key(p, epoch)] for p in range(prev.n_partitions)}
     return Manifest(epoch, lc, prev.n_partitions, deltas, list(prev.epoch_generations))
 
 
 def with_generation(m: Manifest, first_epoch: int, gen: int) -> Manifest:
     """Record that generation ``gen`` runs epochs from ``first_epoch`` on (after a recovery)."""
     return msgspec.structs.replace(m, epoch_generations=[*m.epoch_generations, (first_epoch, gen)])
+
+
+async def compact(blobs: BlobStore, manifest: Manifest, keep_deltas: int) -> Manifest:
+    """Merge each partition's chain of deltas into one base object once it is longer than ``keep_deltas``.
+
+    Deltas are applied in numeric epoch order (never by name); deletes are dropped from the base,
+    which holds the partition's whole state. Runs in the background: nothing waits on it.
+    """
+    deltas: dict[int, list[str]] = {}
+    for p, keys in sorted(manifest.deltas.items()):
+        if len(keys) <= keep_deltas:
+            deltas[p] = keys
+            continue
+        state: dict[tuple[str, str | int], bytes] = {}
+        last: PartitionSnapshot | None = None
+        for key in sorted(keys, key=epoch_of):
+            raw = await blobs.get(key)
+            if raw is None:
+                raise FileNotFoundError(f"{key} is listed in manifest {manifest.epoch} but missing")
+            last = snapshot_decoder.decode(raw)
+            for op, k, v in last.writes:
+                if v is None:
+                    state.pop((op, k), None)
+                else:
+                    state[(op, k)] = v
+        assert last is not None
+        base = msgspec.structs.replace(last, writes=[(op, k, v) for (op, k), v in state.items()])
+        key = base_key(p, last.epoch)
+        await blobs.put(key, manifest_encoder.encode(base))
+        deltas[p] = [key]
+    return msgspec.structs.replace(manifest, deltas=deltas)
+
+
+async def retain(blobs: BlobStore, manifest: Manifest) -> int:
+    """Delete snapshot objects no manifest needs any more and every manifest but the latest.
+
+    Objects newer than the manifest may belong to a snapshot being taken: they stay.
+    """
+    needed = {k for keys in manifest.deltas.values() for k in keys}
+    stale = [k for k in await blobs.list("snapshots/") if k not in needed and epoch_of(k) <= manifest.epoch]
+    stale += [k for k in await blobs.list("manifests/") if epoch_of(k) < manifest.epoch]
+    await blobs.delete(stale)
+    return len(stale)

@@ -109,6 +109,11 @@ def delta_key(partition: int, epoch: int) -> str:
     return f"snapshots/p{partition:05d}/{epoch:012d}.delta"
 
 
+def base_key(partition: int, epoch: int) -> str:
+    """A compacted partition: its whole state as of ``epoch`` (deltas merged)."""
+    return f"snapshots/p{partition:05d}/{epoch:012d}.base"
+
+
 def manifest_key(epoch: int) -> str:
     return f"manifests/{epoch:012d}.manifest"
 

@@ -35,6 +35,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     s3_secure: bool = False
     snapshot_interval_s: float = 10.0  # take an incremental snapshot this often (at an epoch boundary)
     snapshot_interval_epochs: int = 0  # if > 0, every this many epochs instead (deterministic tests)
+    snapshot_compact_after: int = 8  # merge a partition's deltas into one base beyond this many
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool]] = [

@@ -197,12 +197,13 @@ class SnapshotResult(_Msg, tag="snapres"):
 
 
 class Manifest(msgspec.Struct, array_like=True):
-    """A complete snapshot: for each partition, the epochs whose deltas rebuild it (ascending)."""
+    """A complete snapshot: for each partition, the objects that rebuild it, applied in epoch order
+    (a compacted base first, then deltas)."""
 
     epoch: int  # -1: no snapshot yet (recover from the beginning of the logs)
     lc: int
     n_partitions: int
-    deltas: dict[int, list[int]]
+    deltas: dict[int, list[str]]
     epoch_generations: list[tuple[int, int]]  # (first epoch, generation) of every generation so far
 
 

@@ -423,6 +423,31 @@ async def test_overload_429_and_timeout_504(cluster: LocalStack) -> None:
             assert gt.gateway.stats.peak_pending <= 2
 
 
+async def test_http_inflight_bound_429(cluster: LocalStack) -> None:
+    """Waiting HTTP requests are bounded too (probes exempt), before any body is read."""
+    cfg = config(cluster, max_pending=10, max_http_inflight=2)
+    with GatewayThread(cfg, backend_factory=gated_factory) as gt:
+        async with client_for(gt.url) as http:
+            await wait_ready(http)
+            account = f"inflight-{uuid.uuid4().hex[:8]}"
+            waiting = [
+                asyncio.create_task(http.post("/v1/invocations", json=invocation(account, "deposit", 1)))
+                for _ in range(2)
+            ]
+
+            async def both_waiting() -> bool:
+                return len(gt.gateway.jobs) == 2
+
+            await wait_until(both_waiting)
+            shed = await http.post("/v1/invocations", json=invocation(account, "deposit", 1))
+            assert "HTTP requests in flight" in assert_error(shed, 429, "overloaded")["message"]
+            assert (await http.get("/healthz")).status_code == 200
+            backend = gt.gateway.backend
+            assert isinstance(backend, GatedBackend)
+            gt.call(backend.gate.set)
+            assert [r.status_code for r in await asyncio.gather(*waiting)] == [200, 200]
+
+
 async def test_recovering_cluster_503(cluster: LocalStack) -> None:
     override: dict[str, str] = {}
     real = coordinator_status(cluster.coordinator)
@@ -492,48 +517,81 @@ def test_token_required_off_loopback(cluster: LocalStack) -> None:
 
 
 async def test_burst_sheds_quickly_and_stays_responsive(cluster: LocalStack) -> None:
-    cfg = config(cluster, max_pending=16, max_cached_replies=100)
-    with GatewayThread(cfg) as gt:
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+    """800 concurrent requests against a capacity of 8 held invocations (the gate stands for a
+    stalled cluster): exactly 8 admitted, every other answered 429 at once, probes stay fast, every
+    table stays within its bound, and once the cluster moves the admitted ones commit exactly once."""
+    burst_size, capacity = 800, 8
+    cfg = config(cluster, max_pending=capacity, max_cached_replies=100)
+    with GatewayThread(cfg, backend_factory=gated_factory) as gt:
+        limits = httpx.Limits(max_connections=burst_size, max_keepalive_connections=burst_size)
         async with client_for(gt.url, limits=limits) as http:
             await wait_ready(http)
             prefix = uuid.uuid4().hex[:6]
 
-            async def one(n: int) -> tuple[int, float]:
-                started = time.perf_counter()
+            answered = 0
+            all_shed = asyncio.Event()
+
+            async def one(n: int) -> int:
+                nonlocal answered
                 response = await http.post(
                     "/v1/invocations", json=invocation(f"{prefix}-{n % 50}", "deposit", 1)
                 )
                 if response.status_code == 429:
+                    assert_error(response, 429, "overloaded")
                     assert response.headers["retry-after"] == "1"
-                return response.status_code, time.perf_counter() - started
+                answered += 1
+                if answered == burst_size - capacity:
+                    all_shed.set()
+                return response.status_code
 
-            async def probe() -> float:
-                started = time.perf_counter()
-                assert (await http.get("/healthz")).status_code == 200
-                return time.perf_counter() - started
+            # Probes from another thread with its own connection: what a health checker would see,
+            # not the queue of this test's own event loop.
+            probes: list[float] = []
+            burst_over = threading.Event()
 
-            burst = [asyncio.create_task(one(n)) for n in range(1500)]
-            await asyncio.sleep(0)  # let the burst start before probing
-            probes = [await probe() for _ in range(5)]
-            results = await asyncio.gather(*burst)
+            def probe() -> None:
+                with httpx.Client(base_url=gt.url, timeout=10) as prober:
+                    while not burst_over.wait(0.02):  # 50 probes/s at most: a prober, not more load
+                        probe_started = time.perf_counter()
+                        assert prober.get("/healthz").status_code == 200
+                        probes.append(time.perf_counter() - probe_started)
 
-        statuses = [s for s, _ in results]
-        shed = sorted(t for s, t in results if s == 429)
-        assert set(statuses) <= {200, 429}, set(statuses)
-        assert len(shed) > 500, f"only {len(shed)} of 1500 shed"
-        # Client-side times include queueing behind 1500 concurrent connections on a 2-core machine.
-        assert shed[len(shed) // 2] < 2.0, f"429 p50 {shed[len(shed) // 2]:.3f}s"
-        assert max(probes) < 2.0, f"/healthz took {max(probes):.3f}s during the burst"
-        committed = statuses.count(200)
-        stats = gt.gateway.stats
-        assert stats.peak_pending <= 16 and len(gt.gateway.jobs) == 0
-        assert len(gt.gateway.replies) <= 100, "the reply cache is bounded"
+            prober = threading.Thread(target=probe, name="prober")
+            started = time.perf_counter()
+            burst = [asyncio.create_task(one(n)) for n in range(burst_size)]
+            prober.start()
+            await all_shed.wait()
+            burst_over.set()
+            await asyncio.to_thread(prober.join)
+            shed_s = time.perf_counter() - started
+            assert len(gt.gateway.jobs) == capacity and gt.gateway.stats.peak_pending == capacity
+            metrics = (await http.get("/metrics")).text
+            backend = gt.gateway.backend
+            assert isinstance(backend, GatedBackend)
+            gt.call(backend.gate.set)
+            statuses = await asyncio.gather(*burst)
+
+        assert statuses.count(200) == capacity and statuses.count(429) == burst_size - capacity
+        # Client-side times include queueing behind 800 connections in this one test process;
+        # the server-side time of a 429 comes from the gateway's own histogram.
+        fast = _bucket(metrics, "/v1/invocations", "0.025")
+        assert fast >= 0.95 * (burst_size - capacity), f"only {fast} requests answered within 25 ms"
+        assert shed_s < 20, f"shedding {burst_size} requests took {shed_s:.1f}s"
+        assert len(probes) >= 3 and max(probes) < 1.0, f"/healthz during the burst: {probes}"
+        assert len(gt.gateway.jobs) == 0 and len(gt.gateway.replies) <= 100
+        assert backend.entered == capacity, "a shed request reached the cluster"
         async with client_for(gt.url) as http:
-            total = sum(
-                [(await http.get(f"/v1/state/account/{prefix}-{i}")).json()["value"] for i in range(50)]
-            )
-            assert total == committed, "every 200 executed once, every 429 never"
+            values = [(await http.get(f"/v1/state/account/{prefix}-{i}")).json() for i in range(50)]
+        assert sum(v.get("value", 0) for v in values) == capacity, "every 200 executed once, every 429 never"
+
+
+def _bucket(metrics: str, route: str, le: str) -> float:
+    """Cumulative count of one latency histogram bucket, from the Prometheus exposition text."""
+    prefix = "styx_gateway_request_duration_seconds_bucket{"
+    for line in metrics.splitlines():
+        if line.startswith(prefix) and f'le="{le}"' in line and f'route="{route}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no bucket le={le} for {route}")
 
 
 # ---- metrics, probes, OpenAPI --------------------------------------------------------------------------
@@ -564,12 +622,19 @@ async def test_metrics_and_probes(http: httpx.AsyncClient) -> None:
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=8,
 )
 
 
+# schemathesis 4.32 draws from the `random` module inside its strategies, which this hypothesis version
+# deprecates; a third-party warning, so ignored for this test only.
+@pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies")
 def test_openapi_contract_fuzz(cluster: LocalStack, gateway: GatewayThread) -> None:
     """schemathesis (positive and negative data) on every operation, then the real functions with
     random arguments: no 5xx other than a 504 asked for by a tiny timeout, every status documented,
@@ -594,14 +659,20 @@ def test_openapi_contract_fuzz(cluster: LocalStack, gateway: GatewayThread) -> N
         response_schema_conformance,
         response_headers_conformance,
     ]
-    with GatewayThread(config(cluster, token=TOKEN, max_reply_timeout_s=5.0)) as gt:
+    with GatewayThread(config(cluster, token=TOKEN, reply_timeout_s=5.0, max_reply_timeout_s=5.0)) as gt:
         asyncio.run(_wait_ready_url(gt.url, TOKEN))
         auth = {"Authorization": f"Bearer {TOKEN}"}
         schema = schemathesis.openapi.from_dict(gt.gateway.app.openapi())
         calls = 0
+        spec = gt.gateway.app.openapi()["paths"]
         for result in schema.get_all_operations():
             operation = result.ok()
-            for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
+            raw = spec[operation.path][operation.method.lower()]
+            has_inputs = bool(raw.get("parameters") or raw.get("requestBody"))
+            modes = [schemathesis.GenerationMode.POSITIVE]
+            if has_inputs:  # nothing to make invalid otherwise
+                modes.append(schemathesis.GenerationMode.NEGATIVE)
+            for mode in modes:
 
                 @settings(
                     max_examples=25,

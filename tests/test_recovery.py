@@ -18,14 +18,24 @@ from styx_py.testing.serial import reply_outcome, serial_replay
 from tests.test_oracle import APP, submit_random_mix
 
 
-async def run_with_crashes(seed: int, *, crashes: int, snapshot_every: int, n: int = 300) -> SimCluster:
+async def run_with_crashes(
+    seed: int,
+    *,
+    crashes: int,
+    snapshot_every: int,
+    n: int = 300,
+    upload_failures: int = 0,
+    compact_after: int = 8,
+    epoch_size: int | None = None,
+) -> SimCluster:
     rng = random.Random(seed)
     async with SimCluster(
         APP,
         workers=3,
         seed=seed,
-        epoch_size_max=rng.choice([5, 20, 100]),
+        epoch_size_max=epoch_size or rng.choice([5, 20, 100]),
         snapshot_interval_epochs=snapshot_every,
+        snapshot_compact_after=compact_after,
     ) as c:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
@@ -34,6 +44,11 @@ async def run_with_crashes(seed: int, *, crashes: int, snapshot_every: int, n: i
         for _ in range(crashes):
             node = rng.choice(["w1", "w2", "w3"])
             c.network.fault_at(base + rng.randint(20, 1200), lambda node=node: c.crash(node))
+        for _ in range(upload_failures):
+            # A window in which every upload fails: snapshots taken then are torn and never completed.
+            start = base + rng.randint(20, 1000)
+            c.network.fault_at(start, lambda: setattr(c.blobs, "fail_puts", True))
+            c.network.fault_at(start + rng.randint(150, 400), lambda: setattr(c.blobs, "fail_puts", False))
         for _ in range(3):
             submit_random_mix(c, rng, n // 3, n_keys=20, hot=rng.choice([0.2, 0.6]))
             await c.wait(timeout_s=120)
@@ -61,3 +76,24 @@ async def test_recovery_uses_snapshots() -> None:
 async def test_recovery_without_any_snapshot_replays_from_the_start() -> None:
     c = await run_with_crashes(5, crashes=1, snapshot_every=0, n=150)
     assert c.coordinator.manifest is not None and c.coordinator.manifest.epoch == -1
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_torn_snapshots_and_compaction(seed: int) -> None:
+    c = await run_with_crashes(
+        100 + seed,
+        crashes=1 + seed % 2,
+        snapshot_every=1,
+        upload_failures=2,
+        compact_after=2,
+        n=450,
+        epoch_size=5,
+    )
+    m = c.coordinator.manifest
+    assert m is not None
+    for keys in m.deltas.values():
+        for key in keys:
+            assert key in c.blobs.objects, f"manifest {m.epoch} lists {key}, which is gone"
+    assert len(m.deltas.get(0, [])) <= 3, "compaction did not bound the delta chain"
+    assert c.coordinator.compactions > 0
+    assert c.coordinator.failed_snapshots > 0, "no torn snapshot was produced"

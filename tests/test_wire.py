@@ -80,7 +80,7 @@ ALL_MESSAGES = [
     Final(12, 9, wire.OUT_COMMIT, 3),
     wire.SnapshotDone(12, "w1", True, "", 4, 1234, 2),
     wire.SnapshotResult(12, False),
-    wire.Recover(3, wire.Manifest(11, 40, 4, {0: [3, 11], 3: [11]}, [(0, 0), (9, 3)]), 15),
+    wire.Recover(3, wire.Manifest(11, 40, 4, {0: ["a", "b"], 3: ["c"]}, [(0, 0), (9, 3)]), 15),
     wire.RecoverDone(3, "w2", False, "FileNotFoundError: x"),
     DeployRequest("tests.apps.oracle:app"),
     StatusRequest(),

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from styx_py.blobs import BlobStore, delta_key
+from styx_py.blobs import BlobStore, epoch_of
 from styx_py.config import Config
 from styx_py.graph import Graph, load_graph
 from styx_py.partitioning import key_bytes, partition_of
@@ -760,9 +760,8 @@ class Worker:
         rescheduled: list[RootTxn] = []
         for p in owned:
             last: snapshot.PartitionSnapshot | None = None
-            for ep in sorted(m.deltas.get(p, [])):
+            for key in sorted(m.deltas.get(p, []), key=epoch_of):
                 assert self.blobs is not None, "a manifest with snapshots needs a blob store"
-                key = delta_key(p, ep)
                 raw = await self.blobs.get(key)
                 if raw is None:
                     raise FileNotFoundError(f"snapshot object {key} listed in manifest {m.epoch} is missing")

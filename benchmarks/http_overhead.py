@@ -1,0 +1,147 @@
+"""What the HTTP gateway adds on top of the SDK: bank transfers at a fixed rate, both ways, p50/p99.
+
+    python -m benchmarks.http_overhead --rate 200 --seconds 10
+
+Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers and the ``styx gateway``
+process), deploys the bank app, loads the accounts, then runs the same open-loop transfer workload
+through the SDK (this process → Kafka → cluster → Kafka → this process) and through the gateway
+(this process → HTTP → gateway process → Kafka → cluster → … → HTTP), in the order SDK, HTTP, HTTP,
+SDK so that drift (the broker slows as its log grows) hits both paths alike. Latency is measured
+from each request's scheduled send time, so a stalled client cannot hide queueing. The HTTP client
+is httpx with keep-alive connections; its own cost is part of the HTTP numbers, as it would be for
+any Python caller. ``gateway`` is the HTTP round trip minus the ``latency_ms`` the gateway reports
+(its submit → reply time): the cost of HTTP, FastAPI and the gateway itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+
+from benchmarks.demo import percentile
+from client import StyxClient
+from styx_py.stack import LocalStack
+
+ACCOUNTS = 1000
+INITIAL = 100
+
+Send = Callable[[str, str, int], Awaitable[float | None]]
+"""Send one transfer; return the gateway's own submit → reply time in ms (HTTP only)."""
+
+
+async def paced(send: Send, rate: float, seconds: float, seed: int) -> tuple[list[float], list[float]]:
+    """Open-loop: request i leaves at start + i/rate whatever happened to the others."""
+    rng = random.Random(seed)
+    latencies: list[float] = []
+    gateway_costs: list[float] = []
+
+    async def one(scheduled: float, src: str, dst: str, amount: int) -> None:
+        inner_ms = await send(src, dst, amount)
+        done = time.perf_counter()
+        latencies.append(done - scheduled)
+        if inner_ms is not None:
+            gateway_costs.append(done - scheduled - inner_ms / 1000)
+
+    n = int(rate * seconds)
+    start = time.perf_counter() + 0.05
+    async with asyncio.TaskGroup() as tg:
+        for i in range(n):
+            scheduled = start + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            a, b = rng.sample(range(ACCOUNTS), 2)
+            tg.create_task(one(scheduled, f"acct{a}", f"acct{b}", rng.randint(1, 50)))
+    return latencies, gateway_costs
+
+
+def summary(name: str, values: list[float]) -> str:
+    ordered = sorted(values)
+    return (
+        f"{name:<8} n={len(ordered):<5} p50 {percentile(ordered, 0.5) * 1e3:6.2f} ms  "
+        f"p90 {percentile(ordered, 0.9) * 1e3:6.2f} ms  p99 {percentile(ordered, 0.99) * 1e3:6.2f} ms  "
+        f"max {ordered[-1] * 1e3:6.2f} ms"
+    )
+
+
+async def measure(stack: LocalStack, rate: float, seconds: float) -> None:
+    async with await StyxClient.connect(stack.coordinator) as client:
+        await asyncio.gather(
+            *(client.submit("account", f"acct{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
+        )
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        async with httpx.AsyncClient(base_url=stack.gateway_url, limits=limits, timeout=30) as http:
+            for _ in range(600):  # the gateway connects its client at its next status poll
+                if (await http.get("/readyz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise SystemExit(f"the gateway at {stack.gateway_url} did not become ready")
+
+            async def via_sdk(src: str, dst: str, amount: int) -> float | None:
+                reply = await client.submit("account", src, "transfer", dst, amount)
+                assert reply.status in ("committed", "aborted"), reply
+                return None
+
+            async def via_http(src: str, dst: str, amount: int) -> float | None:
+                body = {"operator": "account", "key": src, "function": "transfer", "args": [dst, amount]}
+                response = await http.post("/v1/invocations", json=body)
+                assert response.status_code in (200, 409), response.text
+                payload = response.json()
+                reply = payload if response.status_code == 200 else payload["error"]["reply"]
+                return float(reply["latency_ms"])
+
+            # Warm both paths (connections, caches) before measuring.
+            await paced(via_sdk, rate, 1.0, seed=0)
+            await paced(via_http, rate, 1.0, seed=0)
+            results: dict[str, list[float]] = {"sdk": [], "http": [], "gateway": []}
+            for seed, (name, send) in enumerate(
+                [("sdk", via_sdk), ("http", via_http), ("http", via_http), ("sdk", via_sdk)], start=1
+            ):
+                latencies, costs = await paced(send, rate, seconds / 2, seed)
+                results[name] += latencies
+                results["gateway"] += costs
+            balances = await asyncio.gather(
+                *(client.call("account", f"acct{i}", "balance") for i in range(ACCOUNTS))
+            )
+
+    print(f"bank transfers at {rate:g}/s, {seconds:g} s per path (as 2 halves, order SDK HTTP HTTP SDK)")
+    for name, values in results.items():
+        print(summary(name, values))
+    sdk, via = sorted(results["sdk"]), sorted(results["http"])
+    print(
+        f"HTTP overhead: p50 +{(percentile(via, 0.5) - percentile(sdk, 0.5)) * 1e3:.2f} ms, "
+        f"p99 +{(percentile(via, 0.99) - percentile(sdk, 0.99)) * 1e3:.2f} ms"
+    )
+    total = sum(balances)
+    print(
+        f"money conserved: {total} == {ACCOUNTS * INITIAL}: {'yes' if total == ACCOUNTS * INITIAL else 'NO'}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--rate", type=float, default=200.0, help="transfers per second (default 200)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per path (default 10)")
+    args = parser.parse_args()
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # refused connections while Tansu starts
+    data_dir = Path(tempfile.mkdtemp(prefix="styx-bench-"))
+    try:
+        with LocalStack(data_dir, workers=2, gateway=True, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
+            stack.deploy("benchmarks.bank:app")
+            asyncio.run(measure(stack, args.rate, args.seconds))
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
