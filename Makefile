@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint
+.PHONY: install demo test lint bench-http
 
 install: $(VENV)/.installed
 
@@ -22,3 +22,7 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check styx_py coordinator worker client benchmarks tests
 	$(VENV)/bin/mypy
+
+# What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (README "HTTP API").
+bench-http: install
+	$(PY) -m benchmarks.http_overhead --rate 200 --seconds 10

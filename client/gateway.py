@@ -130,7 +130,7 @@ class Unavailable(StyxError):
 _MAX_NAME_CHARS = 256
 _MAX_ID_CHARS = 128
 _ID_PATTERN = r"^[A-Za-z0-9._:~@+=-]+$"
-_ID_RE = re.compile(_ID_PATTERN)
+_ID_RE = re.compile(_ID_PATTERN.strip("^$"))  # used with fullmatch: "$" also matches before "\n"
 # Consecutive failed status polls before the cluster counts as unreachable: one slow answer from a busy
 # coordinator must not turn every request into a 503.
 _UNREACHABLE_AFTER = 3
@@ -715,12 +715,13 @@ class Gateway:
                 code, message = "unavailable", f"the cluster is {state!r}"
         return failure(503, code, message, request_id=request_id, headers=retry)
 
-    def _check_target(self, operator: str, function: str) -> Outcome | None:
+    def _check_target(self, operator: str, function: str | None) -> Outcome | None:
+        """404 for an operator (or, unless ``function`` is None, a function) that is not deployed."""
         functions = self.cluster.functions.get(operator)
         if functions is None:
             known = sorted(self.cluster.operators)
             return failure(404, "unknown_operator", f"unknown operator {operator!r}; known: {known}")
-        if function not in functions:
+        if function is not None and function not in functions:
             return failure(
                 404,
                 "unknown_function",
@@ -884,15 +885,16 @@ class Gateway:
     async def state(self, operator: str, key: Key, timeout_s: float) -> Response:
         function = self.config.state_functions.get(operator)
         if function is None:
-            problem = self._check_target(operator, "") if operator not in self.cluster.operators else None
-            if problem is None:
-                problem = failure(
+            return self._respond(
+                self._unavailable(None)
+                or self._check_target(operator, None)
+                or failure(
                     404,
                     "no_state_function",
                     f"no state function is configured for operator {operator!r} "
                     "(gateway option --state-function OPERATOR=FUNCTION)",
                 )
-            return self._respond(problem)
+            )
         problem = self._unavailable(None) or self._check_target(operator, function)
         if problem is None and isinstance(key, str) and not _utf8(key):
             problem = failure(422, "invalid_request", "key is not valid UTF-8 (lone surrogate)")
@@ -937,7 +939,7 @@ class Gateway:
 def _request_id(header: str | None, body_id: str | None) -> tuple[str | None, Outcome | None]:
     """The client-chosen request id (header first), or an answer saying why it is unusable."""
     if header is not None:
-        if not (0 < len(header) <= _MAX_ID_CHARS and _ID_RE.match(header)):
+        if not (0 < len(header) <= _MAX_ID_CHARS and _ID_RE.fullmatch(header)):
             return None, failure(
                 400,
                 "bad_idempotency_key",

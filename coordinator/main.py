@@ -11,6 +11,7 @@ from styx_py.config import Config
 from styx_py.services import create_topics
 from styx_py.transport import TcpTransport
 from worker.epoch import COORDINATOR
+from worker.logreader import KafkaLogReader
 
 log = logging.getLogger("styx.coordinator")
 
@@ -43,14 +44,21 @@ async def serve_coordinator(
         secure=config.s3_secure,
     )
     coordinator = Coordinator(
-        config, transport, min_workers=min_workers, kafka_bootstrap=kafka, create_topics=topics, blobs=blobs
+        config,
+        transport,
+        min_workers=min_workers,
+        kafka_bootstrap=kafka,
+        create_topics=topics,
+        blobs=blobs,
+        logs=KafkaLogReader(kafka, config),
     )
+    resumed = await coordinator.resume()
     await transport.start()
     log.info("coordinator listening on %s:%d", host, transport.port)
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(coordinator.run())
-            if deploy is not None:
+            if deploy is not None and not resumed:
                 tg.create_task(coordinator.deploy(deploy))
     finally:
         await transport.close()

@@ -20,14 +20,21 @@ from coordinator.barrier import Stage, combine_exec, combine_votes
 from coordinator.membership import Membership
 from coordinator.placement import place
 from coordinator.snapshots import (
+    META_KEY,
     compact,
     empty_manifest,
     extend,
+    last_complete_epoch,
+    manifest_decoder,
     manifest_encoder,
+    meta_decoder,
+    meta_encoder,
     retain,
     with_generation,
 )
-from styx_py.blobs import BlobStore, manifest_key
+import msgspec
+
+from styx_py.blobs import BlobStore, epoch_of, manifest_key
 from styx_py.config import Config
 from styx_py.errors import GraphError, StyxError
 from styx_py.graph import OperatorSpec, load_graph
@@ -40,6 +47,7 @@ from styx_py.wire import (
     EpochDone,
     EpochStart,
     ExecDone,
+    ClusterMeta,
     Heartbeat,
     Manifest,
     Message,
@@ -52,11 +60,11 @@ from styx_py.wire import (
     Vote,
     WorkAvailable,
 )
-from worker.epoch import Transport
+from worker.epoch import LogReader, Transport
 
 log = logging.getLogger("styx.coordinator")
 
-MAX_RECOVERY_ATTEMPTS = 5
+MAX_RECOVERY_BACKOFF_S = 2.0
 
 TopicCreator = Callable[[dict[str, int]], Awaitable[None]]
 
@@ -73,8 +81,10 @@ class Coordinator:
         clock: Callable[[], float] = time.monotonic,
         detect_failures: bool = True,
         blobs: BlobStore | None = None,
+        logs: LogReader | None = None,
     ) -> None:
         self.blobs = blobs
+        self.logs = logs
         self.gen = 0
         self.state = "starting"  # starting | running | recovering
         self.manifest: Manifest | None = None  # last complete snapshot (or the empty one)
@@ -92,6 +102,8 @@ class Coordinator:
         self.recover_done: dict[str, RecoverDone] = {}
         self.recover_event = asyncio.Event()
         self.recoveries = 0
+        self.resuming = False
+        self.expected: set[str] = set()
         self.failed_recoveries = 0
         self.compactions = 0
         self.failed_snapshots = 0
@@ -126,9 +138,11 @@ class Coordinator:
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
             self.tasks = tg
-            self.loop_task = tg.create_task(self._epoch_loop())
+            if not self.resuming:
+                self.loop_task = tg.create_task(self._epoch_loop())
             if self.detect_failures:
                 tg.create_task(self._monitor_loop())
+            await asyncio.Future()  # serve until cancelled; a failing child task ends the group
 
     async def _monitor_loop(self) -> None:
         """Declare workers failed after ``failure_timeout_ms`` without a heartbeat.
@@ -179,6 +193,17 @@ class Coordinator:
                 raise AssertionError(f"coordinator: unexpected {type(msg).__name__} from {src}")
 
     def _on_register(self, msg: Register) -> None:
+        if self.resuming:
+            # Taking over from a coordinator that died: wait for the workers it had, then recover.
+            if msg.node_id not in self.expected:
+                log.warning("worker %s is not part of the resumed cluster; ignored", msg.node_id)
+                return
+            self.membership.register(msg.node_id, msg.host, msg.port, self.clock())
+            if set(self.membership.workers) >= self.expected:
+                self.resuming = False
+                log.warning("all %d workers are back: recovering", len(self.expected))
+                self.start_recovery()
+            return
         if self.graph_path is not None and msg.node_id in self.membership.workers:
             # A worker came back (restarted after a crash): its state is gone, so the cluster rolls
             # back to the last complete snapshot and replays the logged epochs.
@@ -219,6 +244,7 @@ class Coordinator:
         self.operators = graph.specs()
         self.placement = place(n, list(self.membership.workers))
         self.manifest = empty_manifest(n)
+        await self._save_meta()
         self._broadcast_view()
         self.state = "running"
         self.deployed.set()
@@ -343,7 +369,8 @@ class Coordinator:
         ok = all(p.ok for p in parts.values())
         if ok:
             assert self.blobs is not None and self.manifest is not None
-            manifest = extend(self.manifest, epoch, self.snapshot_lc[epoch])
+            seqlog_offset = min(p.seqlog_offset for p in parts.values())
+            manifest = extend(self.manifest, epoch, self.snapshot_lc[epoch], seqlog_offset)
             try:
                 await self.blobs.put(manifest_key(epoch), manifest_encoder.encode(manifest))
             except Exception as exc:  # noqa: BLE001 - the snapshot fails; the next one carries its deltas
@@ -386,6 +413,65 @@ class Coordinator:
         self.compactions += 1
         self.removed_objects += removed
 
+    # ---- durable coordinator state ----------------------------------------------------------------
+    async def _save_meta(self) -> None:
+        """Persist what a restarted coordinator needs (written at deploy and at every recovery)."""
+        if self.blobs is None or self.graph_path is None or self.manifest is None:
+            return
+        meta = ClusterMeta(
+            self.graph_path, self.placement, self.workers, self.gen, list(self.manifest.epoch_generations)
+        )
+        await self.blobs.put(META_KEY, meta_encoder.encode(meta))
+
+    async def resume(self) -> bool:
+        """Take over the cluster a previous coordinator ran, from its state in S3.
+
+        Returns False when there is none (a fresh cluster). Otherwise the graph, placement and
+        generation are restored, the last complete snapshot is found, and the epochs that may have
+        been decided are found in the sequencer log (every worker's entry present); once all workers
+        have re-registered, a recovery replays them, exactly as after a worker crash.
+        """
+        if self.blobs is None:
+            return False
+        raw = await self.blobs.get(META_KEY)
+        if raw is None:
+            return False
+        meta = meta_decoder.decode(raw)
+        graph = load_graph(meta.graph_path)
+        manifests = await self.blobs.list("manifests/")
+        if manifests:
+            latest = max(manifests, key=epoch_of)
+            data = await self.blobs.get(latest)
+            assert data is not None, f"{latest} vanished while listed"
+            manifest = manifest_decoder.decode(data)
+        else:
+            manifest = empty_manifest(graph.n_partitions)
+        self.manifest = msgspec.structs.replace(manifest, epoch_generations=meta.epoch_generations)
+        self.graph_path = meta.graph_path
+        self.operators = graph.specs()
+        self.placement = meta.placement
+        self.gen = meta.gen
+        self.expected = set(meta.workers)
+        if self.logs is not None:
+            start = self.manifest.seqlog_offset if self.manifest.epoch >= 0 else 0
+            entries = await self.logs.seqlog(start)
+            self.last_decided = last_complete_epoch(entries, self.manifest, len(meta.workers))
+        else:
+            self.last_decided = self.manifest.epoch
+        self.replay_until = self.last_decided
+        self.resuming = True
+        self.state = "recovering"
+        self.deployed.set()
+        log.warning(
+            "resuming %s: generation %d, snapshot %d, epochs up to %d to replay; waiting for %d workers",
+            meta.graph_path,
+            self.gen,
+            self.manifest.epoch,
+            self.last_decided,
+            len(self.expected),
+        )
+        return True
+
     # ---- recovery -----------------------------------------------------------------------------------
     def start_recovery(self) -> None:
         """(Re)start recovery; a failure during recovery simply starts it again.
@@ -422,14 +508,20 @@ class Coordinator:
         while len(self.recover_done) < len(self.workers):
             await self.recover_event.wait()
             self.recover_event.clear()
-        failed = [d for d in self.recover_done.values() if not d.ok]
-        if failed:
-            reasons = ", ".join(f"{d.node_id}: {d.error}" for d in failed)
+        reasons = ", ".join(f"{d.node_id}: {d.error}" for d in self.recover_done.values() if not d.ok)
+        if not reasons:
+            try:
+                # The new generation must be durable before it runs an epoch (a restarted
+                # coordinator tells its epochs apart from a dead generation's by it).
+                await self._save_meta()
+            except Exception as exc:  # noqa: BLE001 - retried below, like any failed recovery
+                reasons = f"saving the cluster state failed: {type(exc).__name__}: {exc}"
+        if reasons:
+            # Retried for as long as it takes (S3 or a worker may be down for a while); the cluster
+            # reports "recovering" meanwhile. The backoff is capped.
             self.failed_recoveries += 1
-            if self.failed_recoveries > MAX_RECOVERY_ATTEMPTS:
-                raise StyxError(f"recovery failed {self.failed_recoveries} times in a row; last: {reasons}")
             log.error("recovery to generation %d failed (%s); retrying", self.gen, reasons)
-            await asyncio.sleep(min(2.0, 0.1 * 2**self.failed_recoveries))  # capped backoff
+            await asyncio.sleep(min(MAX_RECOVERY_BACKOFF_S, 0.05 * 2**self.failed_recoveries))
             self.start_recovery()
             return
         self.failed_recoveries = 0

@@ -5,12 +5,15 @@ from __future__ import annotations
 import msgspec
 
 from styx_py.blobs import BlobStore, base_key, delta_key, epoch_of
-from styx_py.wire import Manifest, PartitionSnapshot
+from styx_py.wire import ClusterMeta, Manifest, PartitionSnapshot, SeqLogEntry
 
 snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
 
 manifest_encoder = msgspec.msgpack.Encoder()
 manifest_decoder = msgspec.msgpack.Decoder(Manifest)
+meta_encoder = manifest_encoder
+meta_decoder = msgspec.msgpack.Decoder(ClusterMeta)
+META_KEY = "cluster/meta"
 
 
 def empty_manifest(n_partitions: int) -> Manifest:
@@ -18,10 +21,10 @@ def empty_manifest(n_partitions: int) -> Manifest:
     return Manifest(-1, 0, n_partitions, {}, [(0, 0)])
 
 
-def extend(prev: Manifest, epoch: int, lc: int) -> Manifest:
+def extend(prev: Manifest, epoch: int, lc: int, seqlog_offset: int) -> Manifest:
     """The manifest after the snapshot of ``epoch`` completed: every partition gains one delta."""
     deltas = {p: [*prev.deltas.get(p, []), delta_key(p, epoch)] for p in range(prev.n_partitions)}
-    return Manifest(epoch, lc, prev.n_partitions, deltas, list(prev.epoch_generations))
+    return Manifest(epoch, lc, prev.n_partitions, deltas, list(prev.epoch_generations), seqlog_offset)
 
 
 def with_generation(m: Manifest, first_epoch: int, gen: int) -> Manifest:
@@ -70,3 +73,16 @@ async def retain(blobs: BlobStore, manifest: Manifest) -> int:
     stale += [k for k in await blobs.list("manifests/") if epoch_of(k) < manifest.epoch]
     await blobs.delete(stale)
     return len(stale)
+
+
+def last_complete_epoch(entries: list[SeqLogEntry], manifest: Manifest, n_workers: int) -> int:
+    """The last epoch after the snapshot whose composition every worker logged (it may have been
+    decided and replied to, so it must be replayed; one not complete was never decided)."""
+    nodes: dict[int, set[str]] = {}
+    for entry in entries:
+        if entry.epoch > manifest.epoch and entry.gen == manifest.generation_of(entry.epoch):
+            nodes.setdefault(entry.epoch, set()).add(entry.node_id)
+    last = manifest.epoch
+    while len(nodes.get(last + 1, ())) >= n_workers:
+        last += 1
+    return last

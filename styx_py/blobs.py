@@ -25,15 +25,16 @@ class BlobStore(Protocol):
 
 
 class MemoryBlobStore:
-    """In-process store; ``fail_puts`` makes uploads fail (torn/failed snapshot tests)."""
+    """In-process store; ``fail_next = n`` makes the next n uploads fail (torn snapshot tests)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
-        self.fail_puts = False
+        self.fail_next = 0
         self.puts = 0
 
     async def put(self, key: str, data: bytes) -> None:
-        if self.fail_puts:
+        if self.fail_next > 0:
+            self.fail_next -= 1
             raise OSError(f"injected upload failure for {key}")
         self.puts += 1
         self.objects[key] = bytes(data)

@@ -55,7 +55,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     print(
         f"starting styx-py: SeaweedFS, Tansu ({'S3' if args.durable else 'memory'} storage), "
-        f"coordinator, {args.workers} workers …",
+        f"coordinator, {args.workers} workers{'' if args.no_gateway else ', HTTP gateway'} …",
         flush=True,
     )
     try:

@@ -187,6 +187,7 @@ class SnapshotDone(_Msg, tag="snap"):
     objects: int
     bytes: int
     gen: int = 0
+    seqlog_offset: int = 0  # sequencer-log entries of epochs after this snapshot lie at or above it
 
 
 class SnapshotResult(_Msg, tag="snapres"):
@@ -205,6 +206,25 @@ class Manifest(msgspec.Struct, array_like=True):
     n_partitions: int
     deltas: dict[int, list[str]]
     epoch_generations: list[tuple[int, int]]  # (first epoch, generation) of every generation so far
+    seqlog_offset: int = 0  # where recovery starts reading the sequencer log
+
+    def generation_of(self, epoch: int) -> int:
+        """The generation that ran ``epoch`` (each recovery starts a generation at some epoch)."""
+        gen = 0
+        for first, g in self.epoch_generations:
+            if first <= epoch:
+                gen = g
+        return gen
+
+
+class ClusterMeta(msgspec.Struct, array_like=True):
+    """The coordinator's durable state (in S3): enough for a restarted coordinator to resume."""
+
+    graph_path: str
+    placement: list[str]
+    workers: list[str]
+    gen: int
+    epoch_generations: list[tuple[int, int]]
 
 
 class Recover(_Msg, tag="recover"):

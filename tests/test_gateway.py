@@ -22,17 +22,30 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from client.gateway import Backend, Gateway, GatewayConfig, connect_client, coordinator_status
+from client.gateway import (
+    Backend,
+    ClusterInfo,
+    Gateway,
+    GatewayConfig,
+    Outcome,
+    ReplyCache,
+    connect_client,
+    coordinator_status,
+    reply_outcome,
+)
 from client.sdk import StyxClient
+from styx_py.errors import ConfigError, ProtocolError
 from styx_py.services import TansuBroker, free_port
 from styx_py.stack import LocalStack
-from styx_py.wire import Key, Reply
+from styx_py.wire import NIL, Key, Reply, encode_value
 
-pytestmark = [pytest.mark.services, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
+services = pytest.mark.services  # every test here but the pure ones at the end needs the real cluster
 
 TOKEN = "test-token-0123456789"
 ERROR_FIELDS = {"status", "code", "message", "request_id", "reply", "errors"}
@@ -194,6 +207,7 @@ async def http(gateway: GatewayThread) -> Any:
 # ---- transactions over HTTP -------------------------------------------------------------------------------
 
 
+@services
 async def test_concurrent_transfers_conserve_money_and_get_their_own_replies(
     gateway: GatewayThread, http: httpx.AsyncClient
 ) -> None:
@@ -257,6 +271,7 @@ async def test_concurrent_transfers_conserve_money_and_get_their_own_replies(
     assert backend.stats.replied >= accounts + transfers + accounts
 
 
+@services
 async def test_idempotent_retries_return_the_identical_body_and_run_once(cluster: LocalStack) -> None:
     """Against the ``styx gateway`` process the stack started (the ``styx up`` path)."""
     assert cluster.gateway_url
@@ -307,6 +322,7 @@ async def test_idempotent_retries_return_the_identical_body_and_run_once(cluster
         assert assert_error(aborted[0], 409, "aborted")["reply"]["error_type"] == "Abort"
 
 
+@services
 async def test_async_submit_then_fetch(http: httpx.AsyncClient) -> None:
     account = f"async-{uuid.uuid4().hex[:8]}"
     accepted = await http.post(
@@ -324,6 +340,7 @@ async def test_async_submit_then_fetch(http: httpx.AsyncClient) -> None:
 # ---- every error status, with its JSON body ------------------------------------------------------------
 
 
+@services
 async def test_bad_input_statuses(http: httpx.AsyncClient) -> None:
     account = f"bad-{uuid.uuid4().hex[:8]}"
     post = "/v1/invocations"
@@ -382,6 +399,7 @@ async def test_bad_input_statuses(http: httpx.AsyncClient) -> None:
     )
 
 
+@services
 async def test_overload_429_and_timeout_504(cluster: LocalStack) -> None:
     cfg = config(cluster, max_pending=2)
     with GatewayThread(cfg, backend_factory=gated_factory) as gt:
@@ -423,6 +441,7 @@ async def test_overload_429_and_timeout_504(cluster: LocalStack) -> None:
             assert gt.gateway.stats.peak_pending <= 2
 
 
+@services
 async def test_http_inflight_bound_429(cluster: LocalStack) -> None:
     """Waiting HTTP requests are bounded too (probes exempt), before any body is read."""
     cfg = config(cluster, max_pending=10, max_http_inflight=2)
@@ -448,6 +467,7 @@ async def test_http_inflight_bound_429(cluster: LocalStack) -> None:
             assert [r.status_code for r in await asyncio.gather(*waiting)] == [200, 200]
 
 
+@services
 async def test_recovering_cluster_503(cluster: LocalStack) -> None:
     override: dict[str, str] = {}
     real = coordinator_status(cluster.coordinator)
@@ -470,6 +490,7 @@ async def test_recovering_cluster_503(cluster: LocalStack) -> None:
             assert (await http.post("/v1/invocations", json=invocation("r", "deposit", 1))).status_code == 200
 
 
+@services
 async def test_unreachable_coordinator_503() -> None:
     cfg = GatewayConfig(f"127.0.0.1:{free_port()}", port=0, status_interval_s=0.02)
     with GatewayThread(cfg) as gt:
@@ -485,8 +506,9 @@ async def test_unreachable_coordinator_503() -> None:
             )
 
 
+@services
 async def test_bearer_token(cluster: LocalStack) -> None:
-    with GatewayThread(config(cluster, token=TOKEN)) as gt:
+    with GatewayThread(config(cluster, token=TOKEN, state_functions={})) as gt:
         async with client_for(gt.url) as anonymous:
             assert (await anonymous.get("/healthz")).status_code == 200, "probes need no token"
             missing = await anonymous.get("/v1/operators")
@@ -503,19 +525,22 @@ async def test_bearer_token(cluster: LocalStack) -> None:
             operators = (await http.get("/v1/operators")).json()
             assert operators["ready"] and operators["graph"] == "benchmarks.bank:app"
             assert operators["operators"][0]["name"] == "account"
+            assert_error(await http.get("/v1/state/account/alice"), 404, "no_state_function")
 
 
-def test_token_required_off_loopback(cluster: LocalStack) -> None:
-    from styx_py.errors import ConfigError
-
+def test_token_required_off_loopback() -> None:
     with pytest.raises(ConfigError, match="token is required"):
-        GatewayConfig(cluster.coordinator, host="0.0.0.0")
-    GatewayConfig(cluster.coordinator, host="0.0.0.0", token=TOKEN)
+        GatewayConfig("127.0.0.1:6000", host="0.0.0.0")
+    GatewayConfig("127.0.0.1:6000", host="0.0.0.0", token=TOKEN)
+    GatewayConfig("127.0.0.1:6000", host="::1")
+    with pytest.raises(ConfigError, match="max_pending"):
+        GatewayConfig("127.0.0.1:6000", max_pending=0)
 
 
 # ---- overload: a burst far above capacity -----------------------------------------------------------------
 
 
+@services
 async def test_burst_sheds_quickly_and_stays_responsive(cluster: LocalStack) -> None:
     """800 concurrent requests against a capacity of 8 held invocations (the gate stands for a
     stalled cluster): exactly 8 admitted, every other answered 429 at once, probes stay fast, every
@@ -597,6 +622,7 @@ def _bucket(metrics: str, route: str, le: str) -> float:
 # ---- metrics, probes, OpenAPI --------------------------------------------------------------------------
 
 
+@services
 async def test_metrics_and_probes(http: httpx.AsyncClient) -> None:
     await http.post("/v1/invocations", json=invocation("m", "nope"))
     text = (await http.get("/metrics")).text
@@ -634,8 +660,9 @@ JSON_VALUES = st.recursive(
 
 # schemathesis 4.32 draws from the `random` module inside its strategies, which this hypothesis version
 # deprecates; a third-party warning, so ignored for this test only.
+@services
 @pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies")
-def test_openapi_contract_fuzz(cluster: LocalStack, gateway: GatewayThread) -> None:
+def test_openapi_contract_fuzz(cluster: LocalStack) -> None:
     """schemathesis (positive and negative data) on every operation, then the real functions with
     random arguments: no 5xx other than a 504 asked for by a tiny timeout, every status documented,
     every body matching its schema, and every request answered within its deadline (no hangs)."""
@@ -675,7 +702,7 @@ def test_openapi_contract_fuzz(cluster: LocalStack, gateway: GatewayThread) -> N
             for mode in modes:
 
                 @settings(
-                    max_examples=25,
+                    max_examples=50,
                     deadline=None,
                     derandomize=True,
                     database=None,
@@ -729,6 +756,7 @@ def styx(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+@services
 def test_gateway_cli_help_and_readable_errors(cluster: LocalStack, tmp_path: Path) -> None:
     out = styx("gateway", "--help")
     assert out.returncode == 0 and "usage: styx gateway" in out.stdout and "--state-function" in out.stdout
@@ -742,3 +770,39 @@ def test_gateway_cli_help_and_readable_errors(cluster: LocalStack, tmp_path: Pat
     assert styx("gateway", "--token-file", str(empty), "--coordinator", cluster.coordinator).returncode == 2
     for result in (exposed, taken):
         assert "Traceback" not in result.stderr
+
+
+# ---- pure parts, no services ---------------------------------------------------------------------------
+
+
+def test_reply_cache_is_bounded_by_entries_bytes_and_ttl() -> None:
+    now = [0.0]
+    cache = ReplyCache(max_entries=3, max_bytes=4096, ttl_s=10.0, clock=lambda: now[0])
+    outcome = Outcome(200, b"{}")
+    for n in range(5):
+        cache.put(f"r{n}", None, outcome)
+    assert len(cache) == 3 and cache.get("r0") is None and cache.get("r4") is not None
+    cache.put("big", None, Outcome(200, b"x" * 3700))
+    assert len(cache) == 1 and cache.get("big") is not None  # bytes bound evicted the rest
+    now[0] = 10.0
+    assert cache.get("big") is None and cache.bytes == 0, "expired entries are dropped"
+
+
+def test_reply_mapping_and_cluster_state() -> None:
+    committed = Reply("r", 7, 3, 0, "committed", msgspec.Raw(encode_value(5)), None, None)
+    assert json.loads(reply_outcome(committed, 1.5).body)["result"] == 5
+    aborted = Reply("r", 7, 3, 1, "aborted", NIL, "no", "Abort")
+    assert reply_outcome(aborted, 1.0).status == 409
+    for error_type, code in (("BadRequest", "bad_request"), ("UserError", "function_error")):
+        outcome = reply_outcome(Reply("r", 7, 3, 0, "failed", NIL, "x", error_type), 1.0)
+        assert (outcome.status, outcome.code) == (422, code)
+    assert reply_outcome(Reply("r", 1, 1, 0, "weird", NIL, None, None), 1.0).status == 502
+
+    ops = [{"name": "account", "partitions": 4, "functions": ["deposit"]}]
+    assert ClusterInfo.from_status({"graph": "g", "operators": ops}).state == "running"
+    assert (
+        ClusterInfo.from_status({"graph": "g", "operators": ops, "state": "recovering"}).state == "recovering"
+    )
+    assert ClusterInfo.from_status({"graph": None, "operators": []}).state == "undeployed"
+    with pytest.raises(ProtocolError):
+        ClusterInfo.from_status({"graph": "g", "operators": [{"name": "x"}]})

@@ -22,6 +22,7 @@ async def run_with_crashes(
     seed: int,
     *,
     crashes: int,
+    coordinator_crashes: int = 0,
     snapshot_every: int,
     n: int = 300,
     upload_failures: int = 0,
@@ -44,11 +45,14 @@ async def run_with_crashes(
         for _ in range(crashes):
             node = rng.choice(["w1", "w2", "w3"])
             c.network.fault_at(base + rng.randint(20, 1200), lambda node=node: c.crash(node))
+        for _ in range(coordinator_crashes):
+            c.network.fault_at(base + rng.randint(20, 1200), c.crash_coordinator)
         for _ in range(upload_failures):
-            # A window in which every upload fails: snapshots taken then are torn and never completed.
-            start = base + rng.randint(20, 1000)
-            c.network.fault_at(start, lambda: setattr(c.blobs, "fail_puts", True))
-            c.network.fault_at(start + rng.randint(150, 400), lambda: setattr(c.blobs, "fail_puts", False))
+            # The next few uploads fail: snapshots taken then are torn and must never be used.
+            failures = rng.randint(3, 12)
+            c.network.fault_at(
+                base + rng.randint(20, 1000), lambda f=failures: setattr(c.blobs, "fail_next", f)
+            )
         for _ in range(3):
             submit_random_mix(c, rng, n // 3, n_keys=20, hot=rng.choice([0.2, 0.6]))
             await c.wait(timeout_s=120)
@@ -97,3 +101,11 @@ async def test_torn_snapshots_and_compaction(seed: int) -> None:
     assert len(m.deltas.get(0, [])) <= 3, "compaction did not bound the delta chain"
     assert c.coordinator.compactions > 0
     assert c.coordinator.failed_snapshots > 0, "no torn snapshot was produced"
+
+
+@pytest.mark.parametrize("seed", range(16))
+async def test_coordinator_crashes(seed: int) -> None:
+    c = await run_with_crashes(
+        200 + seed, crashes=seed % 3, coordinator_crashes=1 + seed % 2, snapshot_every=seed % 3, n=300
+    )
+    assert c.crashes >= 1

@@ -323,6 +323,10 @@ class Worker:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
+    def on_coordinator_lost(self) -> None:
+        """The coordinator's connection broke: register again (delivered once it is back)."""
+        self.transport.send(COORDINATOR, Register(self.node_id, self.host, self.port))
+
     def _on_ingress_available(self) -> None:
         if self.view is not None:
             self.transport.send(COORDINATOR, WorkAvailable(self.node_id))
@@ -469,12 +473,11 @@ class Worker:
         records = self.ingress.take(room) if room else []
         tids = self.sequencer.assign(len(records))
         roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, records, strict=True)]
-        if roots:
-            entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
-            entry = SeqLogEntry(
-                msg.epoch, self.node_id, lc_start, entries, self.generation, self.sequencer.lc
-            )
-            es.seqlog_written = self.seqlog.append(entry)
+        # Logged even when empty: a complete set of entries (one per worker) marks an epoch that may
+        # have been decided, which is how a restarted coordinator finds where replay must end.
+        entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
+        entry = SeqLogEntry(msg.epoch, self.node_id, lc_start, entries, self.generation, self.sequencer.lc)
+        es.seqlog_written = self.seqlog.append(entry)
         self._run_roots(es, roots)
 
     async def _start_replayed(self, es: EpochState) -> None:
@@ -721,7 +724,10 @@ class Worker:
                 epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, self.generation
             )
         else:
-            done = SnapshotDone(epoch, self.node_id, True, "", len(parts), size, self.generation)
+            seqlog_offset = parts[0].seqlog_offset if parts else self.seqlog.acked()
+            done = SnapshotDone(
+                epoch, self.node_id, True, "", len(parts), size, self.generation, seqlog_offset
+            )
         self.transport.send(COORDINATOR, done)
 
     # ---- recovery --------------------------------------------------------------------------------------
@@ -780,17 +786,9 @@ class Worker:
         self.egress.reset_offsets(egress_offsets)
         self.sequencer.lc = m.lc
         self.completed_epoch = m.epoch
-        entries = await self.logs.seqlog(seqlog_from)
+        entries = await self.logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
         self.replay = plan_replay(entries, m, msg.replay_until, set(owned), self.node_id)
         self.replied = {r.request_id: r for r in await self.logs.replies_from(egress_offsets)}
-
-
-def generation_of(epoch: int, generations: list[tuple[int, int]]) -> int:
-    gen = 0
-    for first, g in generations:
-        if first <= epoch:
-            gen = g
-    return gen
 
 
 def plan_replay(
@@ -804,7 +802,7 @@ def plan_replay(
     plan: dict[int, SeqLogEntry] = {}
     for entry in entries:
         e = entry.epoch
-        if not m.epoch < e <= replay_until or entry.gen != generation_of(e, m.epoch_generations):
+        if not m.epoch < e <= replay_until or entry.gen != m.generation_of(e):
             continue
         mine = [x for x in entry.entries if x[1] in owned]
         current = plan.get(e)

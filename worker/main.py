@@ -57,6 +57,7 @@ async def serve_worker(
         host=host,
         port=transport.port,
     )
+    transport.on_disconnect = lambda peer: worker.on_coordinator_lost() if peer == COORDINATOR else None
     log.info("worker %s listening on %s:%d", node_id, host, transport.port)
     try:
         async with asyncio.TaskGroup() as tg:

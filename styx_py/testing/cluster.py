@@ -51,13 +51,7 @@ class SimCluster:
         self.blobs = MemoryBlobStore()
         self.crashes = 0
         cfg = self.config
-        self.coordinator = Coordinator(
-            cfg,
-            self.network.endpoint(COORDINATOR),
-            min_workers=workers,
-            detect_failures=False,
-            blobs=self.blobs,
-        )
+        self.coordinator = self._new_coordinator()
 
     async def __aenter__(self) -> SimCluster:
         cfg = self.config
@@ -66,11 +60,41 @@ class SimCluster:
         self.log.create(cfg.egress_topic, n)
         self.log.create(cfg.seqlog_topic, 1)
         self.network.register(COORDINATOR, self.coordinator.on_message)
-        self._tasks.append(asyncio.create_task(self.coordinator.run()))
+        self.coordinator_task = asyncio.create_task(self.coordinator.run())
+        self.coordinator_task.add_done_callback(lambda _: self._reply_event.set())
         for i in range(1, self.n_workers + 1):
             self._start_worker(f"w{i}")
         await self.coordinator.deploy(self.graph_path)
         return self
+
+    def _new_coordinator(self) -> Coordinator:
+        cfg = self.config
+        return Coordinator(
+            cfg,
+            self.network.endpoint(COORDINATOR),
+            min_workers=self.n_workers,
+            detect_failures=False,
+            blobs=self.blobs,
+            logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
+        )
+
+    def crash_coordinator(self) -> None:
+        """Kill the coordinator and start a new one that resumes from its state in the blob store."""
+        self.crashes += 1
+        self._reply_event.set()  # wake a wait() that watches the old coordinator
+        self.network.unregister(COORDINATOR)
+        self.coordinator_task.cancel()
+        self.coordinator = coordinator = self._new_coordinator()
+
+        async def resume() -> None:
+            assert await coordinator.resume(), "no coordinator state to resume from"
+            self.network.register(COORDINATOR, coordinator.on_message)
+            for w in self.workers:
+                w.on_coordinator_lost()  # what a broken TCP connection tells a worker
+            await coordinator.run()
+
+        self.coordinator_task = asyncio.create_task(resume())
+        self.coordinator_task.add_done_callback(lambda _: self._reply_event.set())
 
     def _start_worker(self, node: str) -> Worker:
         cfg = self.config
@@ -88,7 +112,8 @@ class SimCluster:
         self.network.register(node, w.on_message)
         self.workers = [x for x in self.workers if x.node_id != node] + [w]
         self.workers.sort(key=lambda x: x.node_id)
-        self.worker_tasks[node] = asyncio.create_task(w.run())
+        self.worker_tasks[node] = task = asyncio.create_task(w.run())
+        task.add_done_callback(lambda _: self._reply_event.set())  # wake wait() to report a crash
         return w
 
     def crash(self, node: str) -> None:
@@ -100,7 +125,7 @@ class SimCluster:
         self._start_worker(node)
 
     async def __aexit__(self, *exc: object) -> None:
-        tasks = self._tasks + list(self.worker_tasks.values())
+        tasks = [self.coordinator_task, *self.worker_tasks.values()]
         for t in tasks:
             t.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -131,13 +156,19 @@ class SimCluster:
                 self._reply_event.clear()
                 if self.network.errors:
                     raise self.network.errors[0]
-                for t in [*self._tasks, *self.worker_tasks.values()]:
+                for t in [self.coordinator_task, *self.worker_tasks.values()]:
                     if t.done():
                         t.result()
                         raise AssertionError("a cluster task ended")
                 await self._reply_event.wait()
             # Replies leave before the epoch ends (early commit); state is final once it has.
-            await self.coordinator.idle.wait()
+            while not self.coordinator.idle.is_set():
+                self._reply_event.clear()
+                idle = asyncio.ensure_future(self.coordinator.idle.wait())
+                changed = asyncio.ensure_future(self._reply_event.wait())
+                await asyncio.wait([idle, changed], return_when=asyncio.FIRST_COMPLETED)
+                idle.cancel()
+                changed.cancel()
 
         await asyncio.wait_for(until_done(), timeout_s)
         return self.replies
