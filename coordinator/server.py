@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
+
 from coordinator.barrier import Stage, combine_exec, combine_votes
 from coordinator.membership import Membership
 from coordinator.placement import place
@@ -32,8 +34,6 @@ from coordinator.snapshots import (
     retain,
     with_generation,
 )
-import msgspec
-
 from styx_py.blobs import BlobStore, epoch_of, manifest_key
 from styx_py.config import Config
 from styx_py.errors import GraphError, StyxError
@@ -41,13 +41,13 @@ from styx_py.graph import OperatorSpec, load_graph
 from styx_py.wire import (
     AdminReply,
     AllExecDone,
+    ClusterMeta,
     ClusterView,
     Decision,
     DeployRequest,
     EpochDone,
     EpochStart,
     ExecDone,
-    ClusterMeta,
     Heartbeat,
     Manifest,
     Message,
@@ -102,6 +102,9 @@ class Coordinator:
         self.recover_done: dict[str, RecoverDone] = {}
         self.recover_event = asyncio.Event()
         self.recoveries = 0
+        self.detected_after_s = 0.0
+        self.last_recovery: dict[str, Any] | None = None
+        self.recovery_started = 0.0
         self.resuming = False
         self.expected: set[str] = set()
         self.failed_recoveries = 0
@@ -176,6 +179,9 @@ class Coordinator:
                 self.work.set()
             case Heartbeat():
                 self.membership.heartbeat(msg.node_id, self.clock())
+                if msg.node_id in self.membership.workers:
+                    # The echo renews the worker's lease (see Worker._check_lease).
+                    self.transport.send(msg.node_id, Heartbeat("coordinator", self.epoch))
             case Register():
                 self._on_register(msg)
             case DeployRequest():
@@ -207,6 +213,8 @@ class Coordinator:
         if self.graph_path is not None and msg.node_id in self.membership.workers:
             # A worker came back (restarted after a crash): its state is gone, so the cluster rolls
             # back to the last complete snapshot and replays the logged epochs.
+            last_seen = self.membership.last_seen.get(msg.node_id, self.clock())
+            self.detected_after_s = self.clock() - last_seen
             self.membership.register(msg.node_id, msg.host, msg.port, self.clock())
             log.warning("worker %s re-registered: recovering", msg.node_id)
             self.start_recovery()
@@ -339,6 +347,9 @@ class Coordinator:
             self.totals["fallback"] += len(fallback)
             self.epoch_times.append((self.clock(), committed, aborts, len(fallback)))
             self.epoch = e + 1
+            if e == replay_until and self.last_recovery is not None:
+                self.last_recovery["replay_s"] = round(self.clock() - self.recovery_started, 3)
+                log.warning("replay done: %s", self.last_recovery)
             if e + 1 > replay_until and sum(d.pending for d in done) == 0 and not self.work.is_set():
                 self.idle.set()
                 await self.work.wait()
@@ -501,7 +512,7 @@ class Coordinator:
         # the dead generation keeps its old generation number and is never replayed.
         self.manifest = with_generation(self.manifest, replay_until + 1, self.gen)
         m = self.manifest
-        started = self.clock()
+        started = self.recovery_started = self.clock()
         self.recover_done = {}
         self.recover_event.clear()
         self._broadcast(Recover(self.gen, m, replay_until))
@@ -525,6 +536,14 @@ class Coordinator:
             self.start_recovery()
             return
         self.failed_recoveries = 0
+        self.last_recovery = {
+            "generation": self.gen,
+            "snapshot_epoch": m.epoch,
+            "detect_s": round(self.detected_after_s, 3),
+            "restore_s": round(self.clock() - started, 3),
+            "replay_epochs": max(0, replay_until - m.epoch),
+            "replay_s": 0.0 if replay_until <= m.epoch else None,
+        }
         log.warning(
             "generation %d: restored snapshot %d in %.3fs, replaying epochs %d..%d",
             self.gen,
@@ -569,6 +588,7 @@ class Coordinator:
             "state": self.state,
             "generation": self.gen,
             "recoveries": self.recoveries,
+            "last_recovery": self.last_recovery,
             "last_snapshot": self.last_snapshot,
             "kafka_bootstrap": self.kafka_bootstrap,
             "ingress_topic": self.config.ingress_topic,

@@ -78,7 +78,7 @@ class MinioBlobStore:
             try:
                 resp = self.client.get_object(self.bucket, key)
             except S3Error as exc:
-                if exc.code == "NoSuchKey":
+                if exc.code in ("NoSuchKey", "NoSuchBucket"):
                     return None
                 raise
             try:
@@ -91,9 +91,13 @@ class MinioBlobStore:
 
     async def list(self, prefix: str) -> builtins.list[str]:
         def names() -> builtins.list[str]:
-            return sorted(
-                str(o.object_name) for o in self.client.list_objects(self.bucket, prefix, recursive=True)
-            )
+            try:
+                objects = builtins.list(self.client.list_objects(self.bucket, prefix, recursive=True))
+            except S3Error as exc:
+                if exc.code == "NoSuchBucket":
+                    return []
+                raise
+            return sorted(str(o.object_name) for o in objects)
 
         return await asyncio.to_thread(names)
 

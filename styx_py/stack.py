@@ -107,10 +107,7 @@ class LocalStack:
             self.env.setdefault("STYX_S3_REGION", s3.region)
         cport = free_port()
         self.coordinator = f"127.0.0.1:{cport}"
-        self._spawn(
-            "coordinator",
-            ["coordinator", "--port", str(cport), "--kafka", self.kafka, "--workers", str(self.n_workers)],
-        )
+        self.start_coordinator()
         for i in range(1, self.n_workers + 1):
             self.start_worker(f"w{i}")
         self._wait_registered(timeout_s)
@@ -138,6 +135,14 @@ class LocalStack:
                 )
             time.sleep(0.05)
         self.gateway_url = url
+
+    def start_coordinator(self) -> None:
+        """Start (or restart, on the same port) the coordinator; a restart resumes from S3."""
+        port = self.coordinator.rpartition(":")[2]
+        self._spawn(
+            "coordinator",
+            ["coordinator", "--port", port, "--kafka", self.kafka, "--workers", str(self.n_workers)],
+        )
 
     def start_worker(self, name: str) -> None:
         """Start (or restart, after a crash) worker ``name``; a restart makes the cluster recover."""

@@ -66,11 +66,16 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
         await asyncio.gather(*(submit(f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS)))
 
         async def killer() -> None:
-            for _ in range(KILLS):
-                await asyncio.sleep(rng.uniform(0.3, 1.5))  # chaos timing, not a wait for a condition
-                victim = rng.choice(["w1", "w2"])
+            for i in range(KILLS):
+                # Chaos timing, not a wait for a condition. Every third kill follows the previous one
+                # closely (two failures within one snapshot interval); kill 2 takes the coordinator.
+                await asyncio.sleep(rng.uniform(0.05, 0.2) if i % 3 == 1 else rng.uniform(0.4, 1.5))
+                victim = "coordinator" if i == 2 else rng.choice(["w1", "w2"])
                 stack.kill(victim)
-                stack.start_worker(victim)
+                if victim == "coordinator":
+                    stack.start_coordinator()
+                else:
+                    stack.start_worker(victim)
 
         async def load() -> None:
             tasks = []
@@ -90,9 +95,7 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
         )
 
     status = await admin(stack.coordinator, StatusRequest())
-    print(
-        f"recoveries {status['recoveries']}, last snapshot {status['last_snapshot']}, totals {status['totals']}"
-    )
+    print(f"recoveries {status['recoveries']}, snapshot {status['last_snapshot']}, {status['totals']}")
     assert status["recoveries"] >= KILLS // 2, status
     assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
     logged = await read_topic(stack.kafka, stack.topics["STYX_EGRESS_TOPIC"])  # type: ignore[attr-defined]

@@ -64,8 +64,9 @@ def _unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def _reply(req: Request, status: str, result: Any = None, error: str | None = None,
-           error_type: str | None = None) -> Reply:
+def _reply(
+    req: Request, status: str, result: Any = None, error: str | None = None, error_type: str | None = None
+) -> Reply:
     raw = msgspec.Raw(encode_value(result)) if status == "committed" else NIL
     return Reply(req.request_id, 1, 1, 0, status, raw, error, error_type, req.ts_ms)
 
@@ -215,9 +216,7 @@ async def _produce_raw(bootstrap: str, topic: str, values: list[tuple[int, bytes
 async def test_500_concurrent_calls_get_their_own_results(client: StyxClient, cluster: Cluster) -> None:
     keys: list[str | int] = [f"user-{i}" if i % 2 else i for i in range(500)]
     ops = ["single" if i % 10 == 0 else "acct" for i in range(500)]
-    results = await asyncio.gather(
-        *(client.call(ops[i], keys[i], "echo", i, f"v{i}") for i in range(500))
-    )
+    results = await asyncio.gather(*(client.call(ops[i], keys[i], "echo", i, f"v{i}") for i in range(500)))
     for i, result in enumerate(results):
         assert result == {"key": keys[i], "fn": "echo", "args": [i, f"v{i}"]}
     assert client.stats.sent == 500
@@ -312,7 +311,7 @@ async def test_same_request_id_in_flight_is_sent_once(client: StyxClient, cluste
 async def test_submit_many_preserves_order_and_validates_first(client: StyxClient, cluster: Cluster) -> None:
     calls = [("acct" if i % 3 else "single", f"k{i}", "echo", (i,)) for i in range(60)]
     replies = await client.submit_many(calls, concurrency=7)
-    assert [decode_value(r.result) for r in replies ] == [
+    assert [decode_value(r.result) for r in replies] == [
         {"key": f"k{i}", "fn": "echo", "args": [i]} for i in range(60)
     ]
     sent = client.stats.sent
@@ -328,7 +327,11 @@ def test_reply_decoder_round_trips_results() -> None:
         decoded = decode_reply(encode_value(reply))
         assert decode_value(decoded.result) == result
         assert (decoded.request_id, decoded.tid, decoded.epoch, decoded.phase, decoded.request_ts_ms) == (
-            "id", 1, 2, 1, 9
+            "id",
+            1,
+            2,
+            1,
+            9,
         )
 
 
@@ -468,6 +471,6 @@ async def test_sync_client_round_trip(cluster: Cluster) -> None:
     assert result == {"key": "k", "fn": "echo", "args": [1, "two"]}
     assert aborted_message == "insufficient funds for k"
     assert [r.status for r in replies] == ["committed"] * 10
-    assert [decode_value(r.result) for r in replies ] == [
+    assert [decode_value(r.result) for r in replies] == [
         {"key": i, "fn": "echo", "args": [i]} for i in range(10)
     ]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from fractions import Fraction
 from typing import Any, Protocol
@@ -281,6 +283,7 @@ class Worker:
         self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
         self.replied: dict[str, Reply] = {}  # replies already on the egress log (recovery)
         self.recovering: asyncio.Task[None] | None = None
+        self.coordinator_seen = time.monotonic()
         self.host, self.port = host, port
         self.heartbeats = heartbeats
         self.store = StateStore()
@@ -333,6 +336,8 @@ class Worker:
 
     # ---- message dispatch --------------------------------------------------------------------------
     def on_message(self, src: str, msg: Message) -> None:
+        if src == COORDINATOR:
+            self.coordinator_seen = time.monotonic()
         if isinstance(msg, DATA_MESSAGES) and msg.gen != self.generation:
             # A message of a generation that recovery ended: its epoch numbers mean something else now.
             assert msg.gen < self.generation or self.generation < 0, (
@@ -356,6 +361,8 @@ class Worker:
                 self.on_decision(msg)
             case ClusterView():
                 self.on_view(msg)
+            case Heartbeat():
+                pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
             case SnapshotResult():
                 snapshot.on_result(self.unconfirmed, msg, self.store)
             case Recover():
@@ -627,9 +634,21 @@ class Worker:
         if not msg.fallback:
             self._finish_epoch(es)
 
+    def _check_lease(self) -> None:
+        """Fencing: a worker that heard nothing from the coordinator for longer than the failure
+        timeout may have been declared dead and replaced; it must not send another reply."""
+        silent_ms = (time.monotonic() - self.coordinator_seen) * 1000
+        if silent_ms > self.config.failure_timeout_ms:
+            log.critical(
+                "%s: no word from the coordinator for %.0f ms: fencing myself off", self.node_id, silent_ms
+            )
+            os._exit(70)
+
     def _send_replies(self, es: EpochState, replies: list[tuple[int, Reply]]) -> None:
         """Early commit replies. After a recovery, a reply already on the egress log is not sent
         again; the replayed one must be identical (determinism), which is asserted."""
+        if self.heartbeats:
+            self._check_lease()
         replied = self.replied
         for partition, reply in replies:
             if replied:

@@ -45,12 +45,10 @@ class SimCluster:
         self._reply_event = asyncio.Event()
         self.network.on_error = self._reply_event.set
         self._ids = itertools.count()
-        self._tasks: list[asyncio.Task[None]] = []
         self.workers: list[Worker] = []
         self.worker_tasks: dict[str, asyncio.Task[None]] = {}
         self.blobs = MemoryBlobStore()
         self.crashes = 0
-        cfg = self.config
         self.coordinator = self._new_coordinator()
 
     async def __aenter__(self) -> SimCluster:
