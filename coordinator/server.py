@@ -410,7 +410,10 @@ class Coordinator:
         """Merge long delta chains and drop what no manifest needs (the next snapshot waits for it)."""
         assert self.blobs is not None
         try:
-            compacted = await compact(self.blobs, manifest, self.config.snapshot_compact_after)
+            cfg = self.config
+            compacted = await compact(
+                self.blobs, manifest, cfg.snapshot_compact_after, cfg.dedup_replies_per_partition
+            )
             if compacted != manifest:
                 await self.blobs.put(manifest_key(manifest.epoch), manifest_encoder.encode(compacted))
                 if gen == self.gen and self.manifest is manifest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from styx_py.blobs import BlobStore, base_key, delta_key, epoch_of
-from styx_py.wire import ClusterMeta, Manifest, PartitionSnapshot, SeqLogEntry
+from styx_py.wire import ClusterMeta, Manifest, PartitionSnapshot, Reply, SeqLogEntry
 
 snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
 
@@ -32,7 +32,7 @@ def with_generation(m: Manifest, first_epoch: int, gen: int) -> Manifest:
     return msgspec.structs.replace(m, epoch_generations=[*m.epoch_generations, (first_epoch, gen)])
 
 
-async def compact(blobs: BlobStore, manifest: Manifest, keep_deltas: int) -> Manifest:
+async def compact(blobs: BlobStore, manifest: Manifest, keep_deltas: int, keep_replies: int) -> Manifest:
     """Merge each partition's chain of deltas into one base object once it is longer than ``keep_deltas``.
 
     Deltas are applied in numeric epoch order (never by name); deletes are dropped from the base,
@@ -44,6 +44,7 @@ async def compact(blobs: BlobStore, manifest: Manifest, keep_deltas: int) -> Man
             deltas[p] = keys
             continue
         state: dict[tuple[str, str | int], bytes] = {}
+        replies: dict[str, Reply] = {}
         last: PartitionSnapshot | None = None
         for key in sorted(keys, key=epoch_of):
             raw = await blobs.get(key)
@@ -55,8 +56,14 @@ async def compact(blobs: BlobStore, manifest: Manifest, keep_deltas: int) -> Man
                     state.pop((op, k), None)
                 else:
                     state[(op, k)] = v
+            for reply in last.replies:
+                replies.pop(reply.request_id, None)  # re-insert: the dict keeps commit order
+                replies[reply.request_id] = reply
         assert last is not None
-        base = msgspec.structs.replace(last, writes=[(op, k, v) for (op, k), v in state.items()])
+        kept = list(replies.values())[-keep_replies:] if keep_replies > 0 else []
+        base = msgspec.structs.replace(
+            last, writes=[(op, k, v) for (op, k), v in state.items()], replies=kept
+        )
         key = base_key(p, last.epoch)
         await blobs.put(key, manifest_encoder.encode(base))
         deltas[p] = [key]

@@ -36,6 +36,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     snapshot_interval_s: float = 10.0  # take an incremental snapshot this often (at an epoch boundary)
     snapshot_interval_epochs: int = 0  # if > 0, every this many epochs instead (deterministic tests)
     snapshot_compact_after: int = 8  # merge a partition's deltas into one base beyond this many
+    dedup_replies_per_partition: int = 100_000  # replies kept to answer resent request ids
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool]] = [

@@ -330,6 +330,15 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     lc_end: int = 0
 
 
+class IngressRecord(msgspec.Struct, array_like=True):
+    """A request as a worker took it from its ingress partition."""
+
+    partition: int
+    offset: int
+    request: Request
+    ts_ms: int
+
+
 class PartitionSnapshot(msgspec.Struct, array_like=True):
     """One partition's part of a snapshot: its committed writes since the previous snapshot, where
     its ingress consumption stands, its rescheduled transactions and its egress position."""
@@ -341,6 +350,8 @@ class PartitionSnapshot(msgspec.Struct, array_like=True):
     rescheduled: list[tuple[int, int, int, Request]]  # (tid, offset, ts_ms, request)
     egress_offset: int  # every reply of this partition below it belongs to an epoch <= ``epoch``
     seqlog_offset: int  # every sequencer-log entry of an epoch > ``epoch`` lies at or above it
+    replies: list[Reply] = []  # replies given since the previous snapshot (resent ids are answered)
+    waiting: list[tuple[int, int, Request]] = []  # (offset, ts_ms, request): resent while running
 
 
 # What decoding hostile bytes can raise: bad msgpack, wrong shape, invalid UTF-8 in a string,

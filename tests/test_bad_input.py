@@ -228,6 +228,7 @@ def _append_raw(c: SimCluster, rid: str, partition: int, key: Any, args: bytes) 
     """Put a request on the ingress log directly, bypassing SimCluster.submit's checks."""
     req = Request(rid, "acct", "deposit", key, msgspec.Raw(args), len(c.requests))
     c.requests[rid] = req
+    c.submissions[rid] += 1
     c.log.append(c.config.ingress_topic, partition, req)
 
 

@@ -28,6 +28,7 @@ async def run_with_crashes(
     upload_failures: int = 0,
     compact_after: int = 8,
     epoch_size: int | None = None,
+    resends: int = 0,
 ) -> SimCluster:
     rng = random.Random(seed)
     async with SimCluster(
@@ -55,10 +56,13 @@ async def run_with_crashes(
             )
         for _ in range(3):
             submit_random_mix(c, rng, n // 3, n_keys=20, hot=rng.choice([0.2, 0.6]))
+            # Clients resending request ids: some answered long ago, some still in flight.
+            for rid in rng.sample(sorted(c.requests), min(resends, len(c.requests))):
+                c.resubmit(rid)
             await c.wait(timeout_s=120)
         assert not c.duplicate_replies(), "a request was answered twice"
         assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
-        serial_state, serial_outcomes = await serial_replay(c.graph, c.requests, c.replies)
+        serial_state, serial_outcomes = await serial_replay(c.graph, c.requests, c.unique_replies())
         for reply in c.replies:
             assert reply_outcome(reply) == serial_outcomes[reply.request_id], (seed, reply)
         assert c.state() == serial_state, f"seed {seed}: final state differs from the serial execution"
@@ -109,3 +113,12 @@ async def test_coordinator_crashes(seed: int) -> None:
         200 + seed, crashes=seed % 3, coordinator_crashes=1 + seed % 2, snapshot_every=seed % 3, n=300
     )
     assert c.crashes >= 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_resent_request_ids_are_answered_not_executed(seed: int) -> None:
+    c = await run_with_crashes(
+        300 + seed, crashes=seed % 3, coordinator_crashes=seed % 2, snapshot_every=1 + seed % 3, resends=15
+    )
+    assert c.submissions.total() > len(c.requests), "nothing was resent"
+    assert len(c.replies) == c.submissions.total()

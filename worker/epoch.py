@@ -50,6 +50,7 @@ from styx_py.wire import (
     ExecDone,
     Final,
     Heartbeat,
+    IngressRecord,
     Invoke,
     Manifest,
     Message,
@@ -57,7 +58,6 @@ from styx_py.wire import (
     RecoverDone,
     Register,
     Reply,
-    Request,
     SeqLogEntry,
     SnapshotDone,
     SnapshotResult,
@@ -68,6 +68,7 @@ from worker import snapshot
 from worker.ackshare import ShareCollector
 from worker.commit import reply_for
 from worker.conflicts import EntityKey, find_conflicts
+from worker.dedup import ReplyTable
 from worker.executor import CachedInvocation, CallRecord, run_invocation
 from worker.locks import LockTable
 from worker.sequencer import Sequencer
@@ -76,6 +77,8 @@ from worker.state import StateStore, Writes
 log = logging.getLogger("styx.worker")
 
 COORDINATOR = "coordinator"
+# How a request of a batch is handled (sequencer-log entries carry these in place of a tid).
+FRESH, ANSWERED, WAITING = 1, -1, -2
 # Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
 DATA_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Decision)
 
@@ -87,13 +90,6 @@ class Transport(Protocol):
     node_id: str
 
     def send(self, dest: str, msg: Message) -> None: ...
-
-
-class IngressRecord(msgspec.Struct, array_like=True):
-    partition: int
-    offset: int
-    request: Request
-    ts_ms: int
 
 
 class Ingress(Protocol):
@@ -214,6 +210,7 @@ class EpochState:
         self.seqlog_written: Awaitable[None] | None = None
         self.finished = False
         self.snapshot = False
+        self.resends: list[tuple[int, Reply]] = []  # resent request ids answered from earlier replies
         self.committed = self.aborted_count = self.rescheduled = 0
 
     def buffer(self, phase: int, tid: int) -> Writes:
@@ -280,8 +277,11 @@ class Worker:
         self.generation = -1  # until the first cluster view: a restarted worker ignores stale traffic
         self.inflight: set[asyncio.Task[None]] = set()
         self.unconfirmed: dict[int, Writes] = {}  # snapshot epoch -> its delta, until confirmed
+        self.unconfirmed_replies: dict[int, dict[int, list[Reply]]] = {}
         self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
-        self.replied: dict[str, Reply] = {}  # replies already on the egress log (recovery)
+        self.replied: dict[str, list[Reply]] = {}  # replies already on the egress log (recovery)
+        self.answered = ReplyTable(config.dedup_replies_per_partition)
+        self.waiting: dict[str, list[IngressRecord]] = {}  # resent ids whose first copy still runs
         self.recovering: asyncio.Task[None] | None = None
         self.coordinator_seen = time.monotonic()
         self.host, self.port = host, port
@@ -365,6 +365,9 @@ class Worker:
                 pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
             case SnapshotResult():
                 snapshot.on_result(self.unconfirmed, msg, self.store)
+                replies = self.unconfirmed_replies.pop(msg.epoch, None)
+                if not msg.ok and replies:
+                    self.answered.restore_delta(replies)
             case Recover():
                 assert self.tasks is not None
                 if self.recovering is not None:
@@ -478,14 +481,38 @@ class Worker:
         self.rescheduled = []
         room = max(0, self.config.epoch_size_max - len(resched))
         records = self.ingress.take(room) if room else []
-        tids = self.sequencer.assign(len(records))
-        roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, records, strict=True)]
+        running = {r.request.request_id for r in resched} | set(self.waiting)
+        fresh: list[IngressRecord] = []
+        entries: list[tuple[int, int, int, str]] = []
+        for rec in records:
+            kind = self._classify(es, rec, running)
+            if kind == FRESH:
+                fresh.append(rec)
+            else:
+                entries.append((kind, rec.partition, rec.offset, rec.request.request_id))
+        tids = self.sequencer.assign(len(fresh))
+        roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, fresh, strict=True)]
         # Logged even when empty: a complete set of entries (one per worker) marks an epoch that may
         # have been decided, which is how a restarted coordinator finds where replay must end.
-        entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
+        entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots] + entries
         entry = SeqLogEntry(msg.epoch, self.node_id, lc_start, entries, self.generation, self.sequencer.lc)
         es.seqlog_written = self.seqlog.append(entry)
         self._run_roots(es, roots)
+
+    def _classify(self, es: EpochState, rec: IngressRecord, running: set[str]) -> int:
+        """FRESH (a new transaction), ANSWERED (resent after its reply: send that reply again) or
+        WAITING (resent while its first copy runs: answer with that copy's reply). Deterministic:
+        it depends only on the reply table and the batch, both replayed identically."""
+        rid = rec.request.request_id
+        earlier = self.answered.get(rec.partition, rid)
+        if earlier is not None:
+            es.resends.append((rec.partition, earlier))
+            return ANSWERED
+        if rid in running:
+            self.waiting.setdefault(rid, []).append(rec)
+            return WAITING
+        running.add(rid)
+        return FRESH
 
     async def _start_replayed(self, es: EpochState) -> None:
         """Re-form this worker's batch of a logged epoch exactly: same requests, same tids."""
@@ -493,10 +520,19 @@ class Worker:
         roots: list[RootTxn] = []
         if entry is not None:
             waiting = {r.tid: r for r in self.rescheduled}
+            running = {r.request.request_id for r in self.rescheduled} | set(self.waiting)
             for tid, partition, offset, _rid in entry.entries:
-                root = waiting.pop(tid, None)
+                root = waiting.pop(tid, None) if tid > 0 else None
                 if root is None:
-                    root = RootTxn(tid, await self.ingress.take_exact(partition, offset))
+                    rec = await self.ingress.take_exact(partition, offset)
+                    if tid <= 0:
+                        kind = self._classify(es, rec, running)
+                        assert kind == tid, (
+                            f"replay classified {rec.request.request_id} as {kind}, log says {tid}"
+                        )
+                        continue
+                    running.add(rec.request.request_id)
+                    root = RootTxn(tid, rec)
                 roots.append(root)
             self.rescheduled = list(waiting.values())
             self.sequencer.rebalance(entry.lc_end)
@@ -607,6 +643,8 @@ class Worker:
             else:
                 es.committed += 1
         self._send_replies(es, replies)
+        for partition, reply in es.resends:
+            self._emit(partition, reply)
 
         self.stats["fallback"] += len(msg.fallback)
         es.locks = LockTable(msg.fallback, es.touched)
@@ -645,18 +683,28 @@ class Worker:
             os._exit(70)
 
     def _send_replies(self, es: EpochState, replies: list[tuple[int, Reply]]) -> None:
-        """Early commit replies. After a recovery, a reply already on the egress log is not sent
-        again; the replayed one must be identical (determinism), which is asserted."""
+        """Early commit replies: recorded (a resent id gets the same one), then sent, also to any
+        copies of the request that arrived while it ran."""
         if self.heartbeats:
             self._check_lease()
-        replied = self.replied
         for partition, reply in replies:
-            if replied:
-                earlier = replied.pop(reply.request_id, None)
-                if earlier is not None:
-                    assert earlier == reply, f"replay diverged for {reply.request_id}: {earlier} != {reply}"
-                    continue
-            self.egress.send(partition, reply)
+            self.answered.record(partition, reply)
+            self._emit(partition, reply)
+            for rec in self.waiting.pop(reply.request_id, ()):
+                self._emit(rec.partition, reply)
+
+    def _emit(self, partition: int, reply: Reply) -> None:
+        """After a recovery, a reply already on the egress log is not sent again; the replayed one
+        must be identical (determinism), which is asserted."""
+        if self.replied:
+            earlier = self.replied.get(reply.request_id)
+            if earlier:
+                first = earlier.pop()
+                if not earlier:
+                    del self.replied[reply.request_id]
+                assert first == reply, f"replay diverged for {reply.request_id}: {first} != {reply}"
+                return
+        self.egress.send(partition, reply)
 
     # ---- phase 4: fallback under locks ----------------------------------------------------------------
     def _root_done_fallback(self, es: EpochState, root: RootTxn) -> None:
@@ -719,8 +767,11 @@ class Worker:
 
     def _take_snapshot(self, epoch: int) -> None:
         delta = self.store.take_delta()
+        replies = self.answered.take_delta()
         self.unconfirmed[epoch] = delta
+        self.unconfirmed_replies[epoch] = replies
         resched = [(r.partition, r.tid, r.offset, r.ts_ms, r.request) for r in self.rescheduled]
+        waiting = [rec for recs in self.waiting.values() for rec in recs]
         parts = snapshot.capture(
             epoch,
             delta,
@@ -730,6 +781,8 @@ class Worker:
             resched,
             self.egress.offsets(),
             self.seqlog.acked(),
+            replies,
+            waiting,
         )
         self.spawn(self._upload_snapshot(epoch, parts))
 
@@ -763,6 +816,7 @@ class Worker:
         self.epochs.clear()
         self.generation = msg.gen
         self.unconfirmed.clear()
+        self.unconfirmed_replies.clear()
         try:
             await self._load(msg)
         except Exception as exc:  # noqa: BLE001 - reported: the coordinator retries the recovery
@@ -783,6 +837,8 @@ class Worker:
         seqlog_from = 0
         first = True
         rescheduled: list[RootTxn] = []
+        answered = ReplyTable(self.config.dedup_replies_per_partition)
+        waiting: dict[str, list[IngressRecord]] = {}
         for p in owned:
             last: snapshot.PartitionSnapshot | None = None
             for key in sorted(m.deltas.get(p, []), key=epoch_of):
@@ -792,6 +848,8 @@ class Worker:
                     raise FileNotFoundError(f"snapshot object {key} listed in manifest {m.epoch} is missing")
                 last = snapshot.snapshot_decoder.decode(raw)
                 store.load_writes(last.writes)
+                for reply in last.replies:
+                    answered.record(p, reply, as_delta=False)
             if last is not None:
                 seqlog_from = last.seqlog_offset if first else min(seqlog_from, last.seqlog_offset)
                 first = False
@@ -799,15 +857,24 @@ class Worker:
                 egress_offsets[p] = last.egress_offset
                 for tid, offset, ts_ms, request in last.rescheduled:
                     rescheduled.append(RootTxn(tid, IngressRecord(p, offset, request, ts_ms)))
+                for offset, ts_ms, request in last.waiting:
+                    waiting.setdefault(request.request_id, []).append(
+                        IngressRecord(p, offset, request, ts_ms)
+                    )
         self.store = store
         self.rescheduled = rescheduled
+        self.answered = answered
+        self.waiting = waiting
         self.ingress.seek(positions)
         self.egress.reset_offsets(egress_offsets)
         self.sequencer.lc = m.lc
         self.completed_epoch = m.epoch
         entries = await self.logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
         self.replay = plan_replay(entries, m, msg.replay_until, set(owned), self.node_id)
-        self.replied = {r.request_id: r for r in await self.logs.replies_from(egress_offsets)}
+        replied: dict[str, list[Reply]] = {}
+        for r in await self.logs.replies_from(egress_offsets):
+            replied.setdefault(r.request_id, []).append(r)
+        self.replied = replied
 
 
 def plan_replay(

@@ -16,8 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from styx_py.config import Config
 from styx_py.limits import MAX_REQUEST_BYTES
-from styx_py.wire import UNDECODABLE, request_decoder
-from worker.epoch import IngressRecord
+from styx_py.wire import UNDECODABLE, IngressRecord, request_decoder
 
 log = logging.getLogger("styx.ingress")
 

@@ -15,7 +15,7 @@ import msgspec
 
 from styx_py.blobs import BlobStore, delta_key
 from styx_py.partitioning import partition_of
-from styx_py.wire import PartitionSnapshot, Request, SnapshotResult
+from styx_py.wire import IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
 
 __all__ = ["PartitionSnapshot", "capture", "on_result", "snapshot_decoder", "upload"]
 from worker.state import StateStore, Writes
@@ -35,6 +35,8 @@ def capture(
     rescheduled: list[Rescheduled],
     egress_offsets: dict[int, int],
     seqlog_offset: int,
+    replies: dict[int, list[Reply]],
+    waiting: list[IngressRecord],
 ) -> list[PartitionSnapshot]:
     """Split a delta map by partition into the parts of one snapshot (pure)."""
     writes: dict[int, list[tuple[str, str | int, bytes | None]]] = {p: [] for p in owned}
@@ -43,9 +45,20 @@ def capture(
     resched: dict[int, list[tuple[int, int, int, Request]]] = {p: [] for p in owned}
     for p, tid, offset, ts_ms, request in sorted(rescheduled, key=lambda r: r[1]):
         resched[p].append((tid, offset, ts_ms, request))
+    held: dict[int, list[tuple[int, int, Request]]] = {p: [] for p in owned}
+    for rec in waiting:
+        held[rec.partition].append((rec.offset, rec.ts_ms, rec.request))
     return [
         PartitionSnapshot(
-            epoch, p, writes[p], positions.get(p, 0), resched[p], egress_offsets.get(p, 0), seqlog_offset
+            epoch,
+            p,
+            writes[p],
+            positions.get(p, 0),
+            resched[p],
+            egress_offsets.get(p, 0),
+            seqlog_offset,
+            replies.get(p, []),
+            sorted(held[p], key=lambda w: w[0]),
         )
         for p in sorted(owned)
     ]

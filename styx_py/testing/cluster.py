@@ -41,6 +41,7 @@ class SimCluster:
         self.network = MemoryNetwork(seed)
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
+        self.submissions: Counter[str] = Counter()
         self.replies: list[Reply] = []
         self._reply_event = asyncio.Event()
         self.network.on_error = self._reply_event.set
@@ -141,16 +142,30 @@ class SimCluster:
         rid = request_id or f"r{next(self._ids)}"
         partitions = self.graph.operators[operator].partitions if operator in self.graph.operators else 1
         partition = partition_of(key, partitions)  # raises TypeError for a bad key, before recording
-        req = Request(rid, operator, function, key, msgspec.Raw(encode_value(list(args))), len(self.requests))
-        self.requests[rid] = req
+        req = self.requests.get(rid)
+        if req is None:
+            req = Request(
+                rid, operator, function, key, msgspec.Raw(encode_value(list(args))), len(self.requests)
+            )
+            self.requests[rid] = req
+        self.submissions[rid] += 1
         self.log.append(self.config.ingress_topic, partition, req)
         return rid
+
+    def resubmit(self, request_id: str) -> None:
+        """A client resending a request id it already sent (same request, again on the log)."""
+        req = self.requests[request_id]
+        self.submissions[request_id] += 1
+        partitions = (
+            self.graph.operators[req.operator].partitions if req.operator in self.graph.operators else 1
+        )
+        self.log.append(self.config.ingress_topic, partition_of(req.key, partitions), req)
 
     async def wait(self, timeout_s: float = 60.0) -> list[Reply]:
         """Until every submitted request has a reply (fails loudly on a timeout or a crashed task)."""
 
         async def until_done() -> None:
-            while len(self.replies) < len(self.requests):
+            while len(self.replies) < self.submissions.total():
                 self._reply_event.clear()
                 if self.network.errors:
                     raise self.network.errors[0]
@@ -180,7 +195,15 @@ class SimCluster:
         return merged
 
     def duplicate_replies(self) -> list[str]:
-        return [rid for rid, n in Counter(r.request_id for r in self.replies).items() if n > 1]
+        """Request ids answered more often than they were submitted, or answered differently."""
+        counts = Counter(r.request_id for r in self.replies)
+        first: dict[str, Reply] = {}
+        differing = {r.request_id for r in self.replies if first.setdefault(r.request_id, r) != r}
+        return sorted({rid for rid, n in counts.items() if n > self.submissions[rid]} | differing)
+
+    def unique_replies(self) -> list[Reply]:
+        """One reply per request id (resent ids are answered with an identical reply)."""
+        return list({r.request_id: r for r in self.replies}.values())
 
     def fingerprint(self) -> str:
         """A hash of the final state and every reply: equal for two runs of the same seed."""

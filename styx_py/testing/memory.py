@@ -14,8 +14,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from styx_py.wire import Batch, Message, Reply, Request, SeqLogEntry, decode_batch, encode_frame
-from worker.epoch import IngressRecord
+from styx_py.wire import (
+    Batch,
+    IngressRecord,
+    Message,
+    Reply,
+    Request,
+    SeqLogEntry,
+    decode_batch,
+    encode_frame,
+)
 
 Handler = Callable[[str, Message], None]
 
