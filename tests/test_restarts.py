@@ -1,0 +1,103 @@
+"""Restarts of the services under a running cluster: the durable broker and the S3 server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from client import StyxClient
+from styx_py.services import SeaweedS3
+from styx_py.stack import LocalStack, admin
+from styx_py.wire import StatusRequest
+from tests.test_integration import read_topic
+
+pytestmark = pytest.mark.services
+
+ACCOUNTS = 100
+INITIAL = 1000
+
+
+async def transfers(client: StyxClient, n: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    ids = [uuid.uuid4().hex for _ in range(n)]
+    window = asyncio.Semaphore(200)
+
+    async def one(rid: str) -> None:
+        a, b = rng.sample(range(ACCOUNTS), 2)
+        async with window:
+            await client.submit("account", f"a{a}", "transfer", f"a{b}", rng.randint(1, 50), request_id=rid)
+
+    await asyncio.gather(*(one(rid) for rid in ids))
+    return ids
+
+
+async def balances(client: StyxClient) -> list[int]:
+    return list(await asyncio.gather(*(client.call("account", f"a{i}", "balance") for i in range(ACCOUNTS))))
+
+
+async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
+    env = {"STYX_SNAPSHOT_INTERVAL_S": "0.5", "STYX_LOG_LEVEL": "WARNING"}
+    stack = LocalStack(tmp_path, workers=2, durable=True, env=env)
+    await asyncio.to_thread(stack.start)  # LocalStack's set-up is synchronous
+    try:
+        await asyncio.to_thread(stack.deploy, "benchmarks.bank:app")
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            await asyncio.gather(
+                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
+            )
+            before = await transfers(client, 500, 1)
+            assert stack.broker is not None
+            # SIGKILL: only what was acknowledged may survive, and all of that must.
+            await asyncio.to_thread(stack.broker.restart, hard=True)
+            after = await transfers(client, 500, 2)
+            total = sum(await balances(client))
+        assert total == ACCOUNTS * INITIAL
+        logged = await read_topic(stack.kafka, "styx-egress")
+        counts = Counter(r.request_id for r in logged)
+        for rid in before + after:
+            assert counts[rid] == 1, f"{rid} answered {counts[rid]} times"
+        stack.check_alive()  # workers and coordinator rode out the broker restart
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def test_snapshots_survive_an_s3_restart(s3: SeaweedS3, kafka: object, tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    env = {
+        "STYX_INGRESS_TOPIC": f"in-{suffix}",
+        "STYX_EGRESS_TOPIC": f"out-{suffix}",
+        "STYX_SEQLOG_TOPIC": f"seq-{suffix}",
+        "STYX_SNAPSHOT_BUCKET": f"snap-{suffix}",
+        "STYX_SNAPSHOT_INTERVAL_S": "0.2",
+        "STYX_LOG_LEVEL": "WARNING",
+    }
+    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)  # type: ignore[attr-defined]
+    await asyncio.to_thread(stack.start)
+    try:
+        await asyncio.to_thread(stack.deploy, "benchmarks.bank:app")
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            await asyncio.gather(
+                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
+            )
+            await transfers(client, 300, 3)
+            status = await admin(stack.coordinator, StatusRequest())
+            while status["last_snapshot"] is None:  # poll until a snapshot is complete
+                await transfers(client, 20, 4)
+                status = await admin(stack.coordinator, StatusRequest())
+            await asyncio.to_thread(s3.restart, hard=True)
+            stack.kill("w1")
+            stack.start_worker("w1")
+            await transfers(client, 300, 5)
+            total = sum(await balances(client))
+            status = await admin(stack.coordinator, StatusRequest())
+    finally:
+        await asyncio.to_thread(stack.stop)
+    assert total == ACCOUNTS * INITIAL
+    assert status["recoveries"] >= 1
+    assert status["last_recovery"]["snapshot_epoch"] >= 0, "recovery did not use the snapshot"
