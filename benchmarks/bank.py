@@ -30,4 +30,12 @@ async def balance(ctx: Context) -> int:
     return int(await ctx.get(default=0))
 
 
+@account.function
+async def open_accounts(ctx: Context, keys: list[str], amount: int) -> int:
+    """Bulk load: one transaction opens many accounts (one async call each, on their own partitions)."""
+    for key in keys:
+        ctx.call_async(account, "deposit", key, amount)
+    return len(keys)
+
+
 app = Graph("bank", [account])

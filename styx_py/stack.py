@@ -182,6 +182,31 @@ class LocalStack:
                 tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-3000:]
                 raise ServiceError(f"{name} exited with code {proc.returncode}:\n{tail}")
 
+    def supervise(self) -> list[str]:
+        """Restart what died (as Kubernetes would), and kill-and-restart workers the coordinator
+        declared failed (a hung event loop). Returns what was restarted; the cluster recovers."""
+        restarted: list[str] = []
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                continue
+            if name == "coordinator":
+                self.start_coordinator()
+            elif name.startswith("w"):
+                self.start_worker(name)
+            else:
+                self.check_alive()  # the gateway has no state to recover: report it
+            restarted.append(name)
+        try:
+            failed = asyncio.run(admin(self.coordinator, StatusRequest(), timeout_s=2.0))["failed_workers"]
+        except StyxError:
+            failed = []  # the coordinator is restarting
+        for name in failed:
+            if name in self.procs and name not in restarted:
+                self.kill(name)
+                self.start_worker(name)
+                restarted.append(name)
+        return restarted
+
     def deploy(self, import_path: str) -> dict[str, Any]:
         return asyncio.run(admin(self.coordinator, DeployRequest(import_path)))
 

@@ -95,8 +95,9 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
         )
 
     status = await admin(stack.coordinator, StatusRequest())
-    print(f"recoveries {status['recoveries']}, snapshot {status['last_snapshot']}, {status['totals']}")
-    assert status["recoveries"] >= KILLS // 2, status
+    print(f"generation {status['generation']}, last recovery {status['last_recovery']}")
+    # The generation counts every recovery over the cluster's life (it survives coordinator restarts).
+    assert status["generation"] >= KILLS // 2 + 1, status
     assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
     logged = await read_topic(stack.kafka, stack.topics["STYX_EGRESS_TOPIC"])  # type: ignore[attr-defined]
     counts = Counter(r.request_id for r in logged)

@@ -101,3 +101,44 @@ async def test_snapshots_survive_an_s3_restart(s3: SeaweedS3, kafka: object, tmp
     assert total == ACCOUNTS * INITIAL
     assert status["recoveries"] >= 1
     assert status["last_recovery"]["snapshot_epoch"] >= 0, "recovery did not use the snapshot"
+
+
+async def test_hung_worker_is_detected_replaced_and_recovered(kafka: object, tmp_path: Path) -> None:
+    """SIGSTOP freezes a worker's event loop: no heartbeat for failure_timeout_ms => failed; the
+    supervisor kills and restarts it and the cluster recovers (the frozen one is fenced by SIGKILL)."""
+    import os
+    import signal
+    import time
+
+    suffix = uuid.uuid4().hex[:8]
+    env = {
+        "STYX_INGRESS_TOPIC": f"in-{suffix}",
+        "STYX_EGRESS_TOPIC": f"out-{suffix}",
+        "STYX_SEQLOG_TOPIC": f"seq-{suffix}",
+        "STYX_LOG_LEVEL": "WARNING",
+    }
+    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env)  # type: ignore[attr-defined]
+    await asyncio.to_thread(stack.start)
+    try:
+        await asyncio.to_thread(stack.deploy, "benchmarks.bank:app")
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            await asyncio.gather(
+                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
+            )
+            os.kill(stack.procs["w1"].pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            pending = asyncio.ensure_future(transfers(client, 300, 6))  # waits on the frozen worker
+            restarted: list[str] = []
+            while "w1" not in restarted:  # poll the supervisor with a deadline
+                assert time.monotonic() - frozen_at < 30, "the hung worker was never replaced"
+                restarted += await asyncio.to_thread(stack.supervise)
+            detected_s = time.monotonic() - frozen_at
+            await pending
+            total = sum(await balances(client))
+            status = await admin(stack.coordinator, StatusRequest())
+    finally:
+        await asyncio.to_thread(stack.stop)
+    assert total == ACCOUNTS * INITIAL
+    assert status["recoveries"] >= 1
+    print(f"hung worker replaced after {detected_s:.2f}s; recovery {status['last_recovery']}")
+    assert detected_s < 5, f"detection took {detected_s:.1f}s"
