@@ -76,7 +76,6 @@ async def run(workers: int, keys: int, snapshot_interval_s: float) -> dict[str, 
                 st = await status(stack)
     finally:
         await asyncio.to_thread(stack.stop)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
     return {
         "workers": workers,
         "keys": keys,
@@ -89,7 +88,6 @@ async def run(workers: int, keys: int, snapshot_interval_s: float) -> dict[str, 
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
-        "git": rev.stdout.strip(),
     }
 
 
@@ -101,6 +99,8 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/recovery.json")
     args = p.parse_args()
     result = asyncio.run(run(args.workers, args.keys, args.snapshot_interval_s))
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    result["git"] = rev.stdout.strip()
     print(json.dumps(result, indent=2))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
