@@ -35,14 +35,7 @@ async def serve_coordinator(
     async def topics(spec: dict[str, int]) -> None:
         await create_topics(kafka, spec)
 
-    blobs = blob_store_from(
-        config.s3_endpoint,
-        config.s3_access_key,
-        config.s3_secret_key,
-        config.snapshot_bucket,
-        region=config.s3_region,
-        secure=config.s3_secure,
-    )
+    blobs = blob_store_from(config)
     coordinator = Coordinator(
         config,
         transport,

@@ -10,6 +10,7 @@ has pending work, spaced by at least ``epoch_interval_ms``; an idle cluster wait
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -102,6 +103,7 @@ class Coordinator:
         self.recover_done: dict[str, RecoverDone] = {}
         self.recover_event = asyncio.Event()
         self.recoveries = 0
+        self.stalls = 0
         self.detected_after_s = 0.0
         self.last_recovery: dict[str, Any] | None = None
         self.recovery_started = 0.0
@@ -298,8 +300,17 @@ class Coordinator:
         return sorted(self.membership.workers)
 
     async def _gather(self, stage: Stage[Any]) -> list[Any]:
+        """Every worker's message for this stage. A stage that does not complete within
+        ``epoch_timeout_ms`` (a lost message, a wedged worker) is treated as a failure: recover."""
         if not stage.complete:
-            await self.stage_done.wait()
+            try:
+                await asyncio.wait_for(self.stage_done.wait(), self.config.epoch_timeout_ms / 1000)
+            except TimeoutError:
+                missing = sorted(stage.expected - set(stage.got))
+                log.error("epoch %d stalled waiting for %s: recovering", stage.epoch, missing)
+                self.stalls += 1
+                self.start_recovery()  # cancels this loop
+                raise asyncio.CancelledError from None
         self.stage_done.clear()
         return stage.messages()
 
@@ -519,10 +530,15 @@ class Coordinator:
         self.recover_done = {}
         self.recover_event.clear()
         self._broadcast(Recover(self.gen, m, replay_until))
-        while len(self.recover_done) < len(self.workers):
-            await self.recover_event.wait()
+        deadline = self.clock() + self.config.epoch_timeout_ms / 1000
+        while len(self.recover_done) < len(self.workers) and self.clock() < deadline:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.recover_event.wait(), max(0.0, deadline - self.clock()))
             self.recover_event.clear()
         reasons = ", ".join(f"{d.node_id}: {d.error}" for d in self.recover_done.values() if not d.ok)
+        missing = sorted(set(self.workers) - set(self.recover_done))
+        if missing:
+            reasons = f"no answer from {missing}"
         if not reasons:
             try:
                 # The new generation must be durable before it runs an epoch (a restarted
@@ -591,6 +607,7 @@ class Coordinator:
             "state": self.state,
             "generation": self.gen,
             "recoveries": self.recoveries,
+            "stalled_epochs": self.stalls,
             "last_recovery": self.last_recovery,
             "last_snapshot": self.last_snapshot,
             "kafka_bootstrap": self.kafka_bootstrap,

@@ -13,6 +13,8 @@ from typing import Protocol
 from minio import Minio
 from minio.error import S3Error
 
+from styx_py.config import Config
+
 
 class BlobStore(Protocol):
     async def put(self, key: str, data: bytes) -> None: ...
@@ -127,17 +129,15 @@ def epoch_of(key: str) -> int:
     return int(key.rsplit("/", 1)[1].split(".", 1)[0])
 
 
-def blob_store_from(
-    endpoint: str,
-    access_key: str,
-    secret_key: str,
-    bucket: str,
-    *,
-    region: str = "us-east-1",
-    secure: bool = False,
-) -> MinioBlobStore | None:
+def blob_store_from(config: Config) -> MinioBlobStore | None:
     """The snapshot store a process should use, or None when no S3 endpoint is configured."""
-    if not endpoint:
+    if not config.s3_endpoint:
         return None
-    client = Minio(endpoint, access_key=access_key, secret_key=secret_key, region=region, secure=secure)
-    return MinioBlobStore(client, bucket)
+    client = Minio(
+        config.s3_endpoint,
+        access_key=config.s3_access_key,
+        secret_key=config.s3_secret_key,
+        region=config.s3_region,
+        secure=config.s3_secure,
+    )
+    return MinioBlobStore(client, config.snapshot_bucket)

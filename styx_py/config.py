@@ -20,6 +20,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     epoch_size_max: int = 1000  # max new transactions one worker sequences per epoch
     heartbeat_interval_ms: int = 200
     failure_timeout_ms: int = 1000  # missed heartbeats for this long => worker failed
+    epoch_timeout_ms: int = 30_000  # an epoch stage (or a recovery) stuck this long => recover
     max_pending_requests: int = 100_000  # per worker ingress buffer; consumption pauses beyond
     call_graph_caching: bool = True
     ingress_topic: str = "styx-ingress"

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from styx_py.testing.cluster import SimCluster
-from styx_py.testing.serial import reply_outcome, serial_replay
+from styx_py.testing.serial import check_against_serial
 
 APP = "tests.apps.oracle:app"
 
@@ -61,12 +61,7 @@ async def run_seed(
         for _ in range(waves):
             submit_random_mix(c, rng, n // waves, n_keys=20, hot=rng.choice([0.2, 0.6]))
             await c.wait()
-        assert not c.duplicate_replies(), "a request was answered twice"
-        assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
-        serial_state, serial_outcomes = await serial_replay(c.graph, c.requests, c.unique_replies())
-        for reply in c.replies:
-            assert reply_outcome(reply) == serial_outcomes[reply.request_id], (seed, reply)
-        assert c.state() == serial_state, f"seed {seed}: final state differs from the serial execution"
+        await check_against_serial(c)
         return c
 
 

@@ -37,14 +37,7 @@ async def serve_worker(
     sink = KafkaSink(kafka, config)
     await ingress.start()
     await sink.start()
-    blobs = blob_store_from(
-        config.s3_endpoint,
-        config.s3_access_key,
-        config.s3_secret_key,
-        config.snapshot_bucket,
-        region=config.s3_region,
-        secure=config.s3_secure,
-    )
+    blobs = blob_store_from(config)
     worker = Worker(
         node_id,
         config,

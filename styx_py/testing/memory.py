@@ -41,6 +41,9 @@ class MemoryNetwork:
         self.errors: list[BaseException] = []
         self.on_error: Callable[[], None] | None = None
         self.faults: list[tuple[int, Callable[[], None]]] = []  # (after n deliveries, action), sorted
+        self.drops: set[int] = set()  # delivery numbers whose message is lost
+        self.drop_types: set[type] = set()  # the next message of each of these types is lost
+        self.dropped = 0
 
     def fault_at(self, delivered: int, action: Callable[[], None]) -> None:
         """Run ``action`` right after the ``delivered``-th message delivery (seeded fault points)."""
@@ -88,6 +91,10 @@ class MemoryNetwork:
                 break  # a fault injected by the previous delivery cleared the channel
             msg = q.popleft()
             self.delivered += 1
+            if self.delivered in self.drops or type(msg) in self.drop_types:
+                self.drop_types.discard(type(msg))
+                self.dropped += 1
+                continue  # lost: only the epoch watchdog can notice
             if handler is not None:
                 try:
                     handler(ch[0], msg)
