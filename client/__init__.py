@@ -26,6 +26,7 @@ from styx_py.errors import (
     StyxError,
     TransactionAborted,
     TransactionFailed,
+    Unavailable,
 )
 from styx_py.wire import Reply
 
@@ -48,9 +49,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from client.gateway import Gateway, GatewayConfig, Unavailable
+    from client.gateway import Gateway, GatewayConfig
 
-_GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig", "Unavailable"})
+_GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig"})
 
 
 def __getattr__(name: str) -> Any:

@@ -99,6 +99,7 @@ from styx_py.errors import (
     ProtocolError,
     RequestTimeout,
     StyxError,
+    Unavailable,
 )
 from styx_py.limits import MAX_KEY_CHARS, MAX_REQUEST_BYTES
 from styx_py.transport import admin_request
@@ -116,13 +117,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("styx.gateway")
-
-
-class Unavailable(StyxError):
-    """The cluster cannot take requests now (recovering, unreachable, nothing deployed); retry later.
-
-    Defined here until it joins the tree in ``styx_py.errors``; the gateway answers it with 503.
-    """
 
 
 # ---- configuration ---------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from styx_py.errors import (
     StyxError,
     TransactionAborted,
     TransactionFailed,
+    Unavailable,
 )
 from styx_py.partitioning import partition_of
 from styx_py.transport import admin_request
@@ -201,7 +202,7 @@ class StyxClient:
             timeout = float(kw.get("timeout_s", 30.0))
             reply = await admin_request(coordinator, StatusRequest(), timeout_s=timeout)
         except (OSError, TimeoutError) as exc:
-            raise StyxError(f"cannot reach the coordinator at {coordinator}: {exc}") from exc
+            raise Unavailable(f"cannot reach the coordinator at {coordinator}: {exc}") from exc
         if not reply.ok:
             raise StyxError(f"coordinator at {coordinator} refused the status request: {reply.error}")
         body = reply.body
@@ -272,7 +273,7 @@ class StyxClient:
                     f"Kafka at {self.bootstrap} did not give topic metadata within {self.timeout_s} s"
                 ) from exc
             except KafkaError as exc:
-                raise StyxError(f"cannot use Kafka at {self.bootstrap}: {exc!r}") from exc
+                raise Unavailable(f"cannot use Kafka at {self.bootstrap}: {exc!r}") from exc
             needed = max(self.operators.values())
             if ingress_partitions < needed:
                 raise ConfigError(
@@ -481,12 +482,12 @@ class StyxClient:
                 self.ingress_topic, payload, key=rid.encode(), partition=partition
             )
         except KafkaError as exc:
-            _fail(entry.future, StyxError(f"could not send request {rid}: {exc!r}"), exc)
+            _fail(entry.future, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
             return
         except BaseException as exc:
             # Interrupted (timeout, cancellation) or a bug: the request may never have been sent, so
             # callers sharing this request id must not wait for a reply that cannot come.
-            _fail(entry.future, StyxError(f"request {rid} was not sent: {exc!r}"), exc)
+            _fail(entry.future, Unavailable(f"request {rid} was not sent: {exc!r}"), exc)
             raise
         self.stats.sent += 1
 
@@ -496,7 +497,7 @@ class StyxClient:
                 return
             exc = done.exception()
             if exc is not None:
-                _fail(entry.future, StyxError(f"could not send request {rid}: {exc!r}"), exc)
+                _fail(entry.future, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
 
         delivery.add_done_callback(on_delivery)
 

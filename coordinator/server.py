@@ -302,15 +302,21 @@ class Coordinator:
     async def _gather(self, stage: Stage[Any]) -> list[Any]:
         """Every worker's message for this stage. A stage that does not complete within
         ``epoch_timeout_ms`` (a lost message, a wedged worker) is treated as a failure: recover."""
+        gen = self.gen
         if not stage.complete:
             try:
-                await asyncio.wait_for(self.stage_done.wait(), self.config.epoch_timeout_ms / 1000)
+                async with asyncio.timeout(self.config.epoch_timeout_ms / 1000):
+                    await self.stage_done.wait()
             except TimeoutError:
                 missing = sorted(stage.expected - set(stage.got))
                 log.error("epoch %d stalled waiting for %s: recovering", stage.epoch, missing)
                 self.stalls += 1
                 self.start_recovery()  # cancels this loop
                 raise asyncio.CancelledError from None
+        if gen != self.gen:
+            # A recovery began while we waited; never act on for a generation that is over (a
+            # cancellation can race with the wake-up, so this does not rely on it).
+            raise asyncio.CancelledError
         self.stage_done.clear()
         return stage.messages()
 
@@ -324,7 +330,10 @@ class Coordinator:
         await self.deployed.wait()
         interval_s = self.config.epoch_interval_ms / 1000
         last_start = 0.0
+        gen = self.gen
         while True:
+            if gen != self.gen:
+                return  # a recovery began: this loop belongs to a generation that is over
             e = self.epoch
             replay = e <= replay_until
             self.work.clear()
@@ -334,6 +343,8 @@ class Coordinator:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 last_start = self.clock()
+                if gen != self.gen:
+                    return
             stage = self._open(e)
             self._broadcast(EpochStart(e, self.lc, self.gen, replay))
             aborted, self.lc = combine_exec(await self._gather(stage))
@@ -499,14 +510,16 @@ class Coordinator:
 
     # ---- recovery -----------------------------------------------------------------------------------
     def start_recovery(self) -> None:
-        """(Re)start recovery; a failure during recovery simply starts it again.
-
-        Synchronously, before anything else is sent: stop the epoch loop and open a new generation,
-        so no message of the old generation can reach a restarted worker as if it were current.
-        """
-        assert self.tasks is not None and self.manifest is not None
+        """(Re)start recovery (a failure during recovery simply starts it again)."""
+        assert self.tasks is not None
         if self.recovery_task is not None and not self.recovery_task.done():
             self.recovery_task.cancel()
+        self._new_generation()
+        self.recovery_task = self.tasks.create_task(self._recover())
+
+    def _new_generation(self) -> None:
+        """Synchronously, before anything else is sent: stop the epoch loop and open a new
+        generation, so no message of the old one can reach a restarted worker as if it were current."""
         if self.loop_task is not None:
             self.loop_task.cancel()
         self.state = "recovering"
@@ -516,9 +529,21 @@ class Coordinator:
         self.snapshot_lc.clear()
         self.gen += 1
         self._broadcast_view()
-        self.recovery_task = self.tasks.create_task(self._recover())
 
     async def _recover(self) -> None:
+        """Retried for as long as it takes (S3 or a worker may be down for a while), with a capped
+        backoff; the cluster reports "recovering" meanwhile."""
+        while (reasons := await self._recover_once()) is not None:
+            self.failed_recoveries += 1
+            log.error("recovery to generation %d failed (%s); retrying", self.gen, reasons)
+            await asyncio.sleep(min(MAX_RECOVERY_BACKOFF_S, 0.05 * 2**self.failed_recoveries))
+            self._new_generation()
+        self.failed_recoveries = 0
+        assert self.tasks is not None
+        self.loop_task = self.tasks.create_task(self._epoch_loop(self.replay_until))
+
+    async def _recover_once(self) -> str | None:
+        """One attempt; the reason it failed, or None."""
         assert self.manifest is not None
         # A failure during a replay must not shorten it: epochs decided before are still replayed.
         self.replay_until = replay_until = max(self.replay_until, self.last_decided)
@@ -526,6 +551,12 @@ class Coordinator:
         # the dead generation keeps its old generation number and is never replayed.
         self.manifest = with_generation(self.manifest, replay_until + 1, self.gen)
         m = self.manifest
+        try:
+            # Durable before any worker hears of it: a restarted coordinator must never reuse a
+            # generation number, nor mistake a new generation's epochs for a dead one's.
+            await self._save_meta()
+        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+            return f"saving the cluster state failed: {type(exc).__name__}: {exc}"
         started = self.recovery_started = self.clock()
         self.recover_done = {}
         self.recover_event.clear()
@@ -533,28 +564,15 @@ class Coordinator:
         deadline = self.clock() + self.config.epoch_timeout_ms / 1000
         while len(self.recover_done) < len(self.workers) and self.clock() < deadline:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.recover_event.wait(), max(0.0, deadline - self.clock()))
+                async with asyncio.timeout(max(0.0, deadline - self.clock())):
+                    await self.recover_event.wait()
             self.recover_event.clear()
-        reasons = ", ".join(f"{d.node_id}: {d.error}" for d in self.recover_done.values() if not d.ok)
         missing = sorted(set(self.workers) - set(self.recover_done))
         if missing:
-            reasons = f"no answer from {missing}"
-        if not reasons:
-            try:
-                # The new generation must be durable before it runs an epoch (a restarted
-                # coordinator tells its epochs apart from a dead generation's by it).
-                await self._save_meta()
-            except Exception as exc:  # noqa: BLE001 - retried below, like any failed recovery
-                reasons = f"saving the cluster state failed: {type(exc).__name__}: {exc}"
+            return f"no answer from {missing}"
+        reasons = ", ".join(f"{d.node_id}: {d.error}" for d in self.recover_done.values() if not d.ok)
         if reasons:
-            # Retried for as long as it takes (S3 or a worker may be down for a while); the cluster
-            # reports "recovering" meanwhile. The backoff is capped.
-            self.failed_recoveries += 1
-            log.error("recovery to generation %d failed (%s); retrying", self.gen, reasons)
-            await asyncio.sleep(min(MAX_RECOVERY_BACKOFF_S, 0.05 * 2**self.failed_recoveries))
-            self.start_recovery()
-            return
-        self.failed_recoveries = 0
+            return reasons
         self.last_recovery = {
             "generation": self.gen,
             "snapshot_epoch": m.epoch,
@@ -574,8 +592,7 @@ class Coordinator:
         self.epoch = m.epoch + 1
         self.lc = m.lc
         self.state = "running"
-        assert self.tasks is not None
-        self.loop_task = self.tasks.create_task(self._epoch_loop(replay_until))
+        return None
 
     # ---- status -----------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from styx_py.errors import (
     StyxError,
     TransactionAborted,
     TransactionFailed,
+    Unavailable,
 )
 from styx_py.graph import Graph, load_graph
 from styx_py.operator import Operator
@@ -36,6 +37,7 @@ __all__ = [
     "StyxError",
     "TransactionAborted",
     "TransactionFailed",
+    "Unavailable",
     "load_graph",
     "partition_of",
 ]

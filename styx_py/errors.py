@@ -10,7 +10,8 @@
     │   ├── TransactionAborted     user logic aborted it (``Abort`` or an exception in a function)
     │   └── BadRequest             unknown operator/function, undecodable arguments…
     ├── RequestTimeout             no reply within the deadline
-    └── Overloaded                 too many pending requests in the client
+    ├── Overloaded                 too many pending requests in the client
+    └── Unavailable                the cluster cannot take requests now (unreachable, recovering)
 
     Abort(Exception)               raised by user code to abort the whole transaction;
                                    its message reaches the client
@@ -60,6 +61,11 @@ class RequestTimeout(StyxError):
 
 class Overloaded(StyxError):
     """The client has too many requests in flight; retry later."""
+
+
+class Unavailable(StyxError):
+    """The cluster cannot take requests now (broker or coordinator unreachable, recovering,
+    nothing deployed); retry later. The gateway answers it with 503."""
 
 
 class Abort(Exception):

@@ -82,6 +82,7 @@ class SimCluster:
         self.crashes += 1
         self._reply_event.set()  # wake a wait() that watches the old coordinator
         self.network.unregister(COORDINATOR)
+        self.coordinator.transport.dead = True  # type: ignore[attr-defined]
         self.coordinator_task.cancel()
         self.coordinator = coordinator = self._new_coordinator()
 
@@ -120,6 +121,8 @@ class SimCluster:
         and start a fresh process with the same id, which re-registers and triggers recovery."""
         self.crashes += 1
         self.network.unregister(node)
+        old = next(w for w in self.workers if w.node_id == node)
+        old.transport.dead = True  # type: ignore[attr-defined]
         self.worker_tasks.pop(node).cancel()
         self._start_worker(node)
 

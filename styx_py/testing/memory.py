@@ -117,9 +117,11 @@ class MemoryTransport:
     def __init__(self, network: MemoryNetwork, node_id: str) -> None:
         self.network = network
         self.node_id = node_id
+        self.dead = False  # set when its process "crashed": a killed process sends nothing more
 
     def send(self, dest: str, msg: Message) -> None:
-        self.network.send(self.node_id, dest, msg)
+        if not self.dead:
+            self.network.send(self.node_id, dest, msg)
 
 
 class MemoryLog:
