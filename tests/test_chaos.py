@@ -68,7 +68,8 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
         async def killer() -> None:
             for i in range(KILLS):
                 # Chaos timing, not a wait for a condition. Every third kill follows the last
-                # closely (two failures within one snapshot interval); kills 2, 12, 22, … take the coordinator.
+                # closely (two failures within one snapshot interval); kills 2, 12, 22, …
+                # take the coordinator.
                 await asyncio.sleep(rng.uniform(0.05, 0.2) if i % 3 == 1 else rng.uniform(0.4, 1.5))
                 victim = "coordinator" if i % 10 == 2 else rng.choice(["w1", "w2"])
                 stack.kill(victim)
