@@ -15,14 +15,20 @@ M = TypeVar("M", ExecDone, Vote, EpochDone)
 
 
 class Stage(Generic[M]):
-    def __init__(self, epoch: int, workers: Iterable[str]) -> None:
+    def __init__(self, epoch: int, workers: Iterable[str], kind: type[M] | None = None) -> None:
         self.epoch = epoch
         self.expected = frozenset(workers)
+        self.kind: type[M] | None = kind
         self.got: dict[str, M] = {}
 
     def add(self, msg: M) -> bool:
-        """Record a worker's message; True once every expected worker has reported."""
-        if msg.epoch == self.epoch and msg.node_id in self.expected:
+        """Record a worker's message (a repeat or one of another stage changes nothing); True once
+        every expected worker has reported."""
+        if (
+            msg.epoch == self.epoch
+            and msg.node_id in self.expected
+            and (self.kind is None or isinstance(msg, self.kind))
+        ):
             self.got[msg.node_id] = msg
         return self.complete
 

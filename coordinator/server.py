@@ -320,8 +320,8 @@ class Coordinator:
         self.stage_done.clear()
         return stage.messages()
 
-    def _open(self, epoch: int) -> Stage[Any]:
-        self.stage = Stage(epoch, self.workers)
+    def _open(self, epoch: int, kind: type[Any]) -> Stage[Any]:
+        self.stage = Stage(epoch, self.workers, kind)
         self.stage_done.clear()
         return self.stage
 
@@ -345,13 +345,13 @@ class Coordinator:
                 last_start = self.clock()
                 if gen != self.gen:
                     return
-            stage = self._open(e)
+            stage = self._open(e, ExecDone)
             self._broadcast(EpochStart(e, self.lc, self.gen, replay))
             aborted, self.lc = combine_exec(await self._gather(stage))
-            stage = self._open(e)
+            stage = self._open(e, Vote)
             self._broadcast(AllExecDone(e, aborted, self.gen))
             fallback, uncacheable = combine_votes(await self._gather(stage))
-            stage = self._open(e)
+            stage = self._open(e, EpochDone)
             snapshot = not replay and self._snapshot_due()
             if snapshot:
                 self.snapshot_pending[e] = {}

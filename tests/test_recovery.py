@@ -30,6 +30,7 @@ async def run_with_crashes(
     epoch_size: int | None = None,
     resends: int = 0,
     drops: int = 0,
+    duplicates: int = 0,
 ) -> SimCluster:
     rng = random.Random(seed)
     async with SimCluster(
@@ -48,6 +49,8 @@ async def run_with_crashes(
         for _ in range(crashes):
             node = rng.choice(["w1", "w2", "w3"])
             c.network.fault_at(base + rng.randint(20, 1200), lambda node=node: c.crash(node))
+        for _ in range(duplicates):
+            c.network.duplicates.add(base + rng.randint(20, 1200))
         for _ in range(drops):
             c.network.drops.add(base + rng.randint(20, 1200))  # a lost message stalls an epoch
         for _ in range(coordinator_crashes):
@@ -143,3 +146,11 @@ async def test_a_lost_protocol_message_is_repaired(lost: str) -> None:
         await check_against_serial(c)
         assert c.network.dropped == 1
         assert c.coordinator.stalls >= 1, "the lost message went unnoticed"
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_duplicated_messages_change_nothing(seed: int) -> None:
+    c = await run_with_crashes(
+        500 + seed, crashes=seed % 2, snapshot_every=1 + seed % 3, duplicates=40, drops=seed % 2
+    )
+    assert c.network.duplicated >= 10

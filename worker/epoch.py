@@ -145,6 +145,7 @@ class RootTxn:
     """A transaction whose root entity lives on this worker."""
 
     __slots__ = (
+        "acked",
         "changed",
         "collector",
         "err_path",
@@ -169,6 +170,7 @@ class RootTxn:
 
     def reset(self) -> None:
         self.collector = ShareCollector()
+        self.acked: set[tuple[int, ...]] = set()
         self.failed = False
         self.changed = False
         self.error = ""
@@ -210,6 +212,8 @@ class EpochState:
         self.seqlog_written: Awaitable[None] | None = None
         self.finished = False
         self.snapshot = False
+        self.decided = False
+        self.invoked: set[tuple[int, int, tuple[int, ...]]] = set()
         self.resends: list[tuple[int, Reply]] = []  # resent request ids answered from earlier replies
         self.committed = self.aborted_count = self.rescheduled = 0
 
@@ -423,9 +427,14 @@ class Worker:
 
     def handle_invoke(self, inv: Invoke) -> None:
         es = self.epoch_state(inv.epoch)
-        assert es is not None, f"invocation for finished epoch {inv.epoch}"
+        if es is None:
+            return  # a repeat of an invocation of a finished epoch
         if inv.phase == PHASE_FALLBACK and self._defer(es, inv):
             return
+        key = (inv.phase, inv.tid, tuple(inv.path))
+        if key in es.invoked:
+            return  # a repeat: run each invocation once
+        es.invoked.add(key)
         self.spawn(run_invocation(self, es, inv, None))
 
     def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
@@ -454,10 +463,15 @@ class Worker:
 
     def on_ack(self, ack: Ack, root_value: msgspec.Raw | None) -> None:
         es = self.epoch_state(ack.epoch)
-        assert es is not None, f"ack for finished epoch {ack.epoch}"
+        if es is None:
+            return  # a repeat of an ack of a finished epoch
         if ack.phase == PHASE_FALLBACK and self._defer(es, ack):
             return
         root = es.roots[ack.tid]
+        path = tuple(ack.path)
+        if path in root.acked:
+            return  # a repeat: every invocation acks once
+        root.acked.add(path)
         if not ack.path:
             root.result = root_value
         root.record(ack.status, ack.error, ack.path)
@@ -470,7 +484,8 @@ class Worker:
     # ---- phase 1: sequencing and optimistic execution --------------------------------------------
     def on_epoch_start(self, msg: EpochStart) -> None:
         es = self.epoch_state(msg.epoch)
-        assert es is not None and not es.started, f"epoch {msg.epoch} started twice"
+        if es is None or es.started:
+            return  # a repeat
         es.started = True
         self.sequencer.rebalance(msg.lc)
         if msg.replay:
@@ -617,7 +632,8 @@ class Worker:
     # ---- phase 2: conflicts --------------------------------------------------------------------------
     def on_all_exec_done(self, msg: AllExecDone) -> None:
         es = self.epoch_state(msg.epoch)
-        assert es is not None
+        if es is None:
+            return  # a repeat
         es.aborted = frozenset(msg.aborted)
         conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
         vote = Vote(es.epoch, self.node_id, conflicts, sorted(es.uncacheable), self.generation)
@@ -626,7 +642,9 @@ class Worker:
     # ---- phase 3: lock-free commit and early replies ---------------------------------------------------
     def on_decision(self, msg: Decision) -> None:
         es = self.epoch_state(msg.epoch)
-        assert es is not None
+        if es is None or es.decided:
+            return  # a repeat
+        es.decided = True
         es.snapshot = msg.snapshot
         fallback = frozenset(msg.fallback)
         for tid in sorted(es.opt_buffers):
@@ -731,7 +749,8 @@ class Worker:
 
     def on_final(self, msg: Final) -> None:
         es = self.epoch_state(msg.epoch)
-        assert es is not None
+        if es is None:
+            return  # a repeat of a finished epoch's final
         if self._defer(es, msg):
             return
         writes = es.fb_buffers.pop(msg.tid, None)

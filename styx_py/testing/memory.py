@@ -43,6 +43,8 @@ class MemoryNetwork:
         self.faults: list[tuple[int, Callable[[], None]]] = []  # (after n deliveries, action), sorted
         self.drops: set[int] = set()  # delivery numbers whose message is lost
         self.drop_types: set[type] = set()  # the next message of each of these types is lost
+        self.duplicates: set[int] = set()  # delivery numbers whose message arrives twice
+        self.duplicated = 0
         self.dropped = 0
 
     def fault_at(self, delivered: int, action: Callable[[], None]) -> None:
@@ -91,6 +93,9 @@ class MemoryNetwork:
                 break  # a fault injected by the previous delivery cleared the channel
             msg = q.popleft()
             self.delivered += 1
+            if self.delivered in self.duplicates:
+                q.append(msg)  # delivered again later (after whatever is queued behind it)
+                self.duplicated += 1
             if self.delivered in self.drops or type(msg) in self.drop_types:
                 self.drop_types.discard(type(msg))
                 self.dropped += 1
