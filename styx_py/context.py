@@ -6,12 +6,20 @@ This is the abstract API user code sees; the runtime implementation lives in ``w
 
 from __future__ import annotations
 
+import random as _random
 import uuid as _uuid
 from abc import ABC, abstractmethod
 from typing import Any
+from zlib import crc32
 
 from styx_py.operator import Operator
 from styx_py.partitioning import Key
+
+
+def invocation_rng(tid: int, path: list[int]) -> _random.Random:
+    """The random stream of one invocation: a function of its tid and call-tree position only, so a
+    re-run, a fallback re-execution and a replay draw the same numbers (and so does the serial model)."""
+    return _random.Random((tid << 32) | crc32(",".join(map(str, path)).encode()))
 
 
 class Context(ABC):

@@ -280,8 +280,7 @@ class Worker:
         self.logs = logs
         self.generation = -1  # until the first cluster view: a restarted worker ignores stale traffic
         self.inflight: set[asyncio.Task[None]] = set()
-        self.unconfirmed: dict[int, Writes] = {}  # snapshot epoch -> its delta, until confirmed
-        self.unconfirmed_replies: dict[int, dict[int, list[Reply]]] = {}
+        self.unconfirmed: snapshot.Unconfirmed = {}  # a snapshot's deltas, until the coordinator confirms it
         self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
         self.replied: dict[str, list[Reply]] = {}  # replies already on the egress log (recovery)
         self.answered = ReplyTable(config.dedup_replies_per_partition)
@@ -302,7 +301,6 @@ class Worker:
         self.completed_epoch = -1
         self.rescheduled: list[RootTxn] = []
         self.tasks: asyncio.TaskGroup | None = None
-        self.ready = asyncio.Event()
         self.stats = {"epochs": 0, "committed": 0, "aborted": 0, "rescheduled": 0, "fallback": 0}
         ingress.set_listener(self._on_ingress_available)
 
@@ -368,10 +366,7 @@ class Worker:
             case Heartbeat():
                 pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
             case SnapshotResult():
-                snapshot.on_result(self.unconfirmed, msg, self.store)
-                replies = self.unconfirmed_replies.pop(msg.epoch, None)
-                if not msg.ok and replies:
-                    self.answered.restore_delta(replies)
+                snapshot.on_result(self.unconfirmed, msg, self.store, self.answered)
             case Recover():
                 assert self.tasks is not None
                 if self.recovering is not None:
@@ -412,7 +407,6 @@ class Worker:
             self.graph_path = view.graph_path
         self.op_partitions = {spec.name: spec.partitions for spec in view.operators}
         self.ingress.assign([p for p, owner in enumerate(view.placement) if owner == self.node_id])
-        self.ready.set()
 
     # ---- routing -----------------------------------------------------------------------------------
     def owner_of(self, operator: str, key: str | int) -> str:
@@ -787,8 +781,7 @@ class Worker:
     def _take_snapshot(self, epoch: int) -> None:
         delta = self.store.take_delta()
         replies = self.answered.take_delta()
-        self.unconfirmed[epoch] = delta
-        self.unconfirmed_replies[epoch] = replies
+        self.unconfirmed[epoch] = (delta, replies)
         resched = [(r.partition, r.tid, r.offset, r.ts_ms, r.request) for r in self.rescheduled]
         waiting = [rec for recs in self.waiting.values() for rec in recs]
         parts = snapshot.capture(
@@ -835,7 +828,6 @@ class Worker:
         self.epochs.clear()
         self.generation = msg.gen
         self.unconfirmed.clear()
-        self.unconfirmed_replies.clear()
         try:
             await self._load(msg)
         except Exception as exc:  # noqa: BLE001 - reported: the coordinator retries the recovery

@@ -22,11 +22,10 @@ import inspect
 import random as _random
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
-from zlib import crc32
 
 import msgspec
 
-from styx_py.context import Context
+from styx_py.context import Context, invocation_rng
 from styx_py.errors import Abort
 from styx_py.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.operator import Operator, operator_name
@@ -202,8 +201,7 @@ class RuntimeContext(Context):
     # ---- determinism -----------------------------------------------------------------------------
     def random(self) -> float:
         if self._rng is None:
-            path = ",".join(map(str, self._inv.path)).encode()
-            self._rng = _random.Random((self._inv.tid << 32) | crc32(path))
+            self._rng = invocation_rng(self._inv.tid, self._inv.path)
         return self._rng.random()
 
     def now(self) -> float:

@@ -16,8 +16,9 @@ import msgspec
 from styx_py.blobs import BlobStore, delta_key
 from styx_py.partitioning import partition_of
 from styx_py.wire import IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
+from worker.dedup import ReplyTable
 
-__all__ = ["PartitionSnapshot", "capture", "on_result", "snapshot_decoder", "upload"]
+__all__ = ["PartitionSnapshot", "Unconfirmed", "capture", "on_result", "snapshot_decoder", "upload"]
 from worker.state import StateStore, Writes
 
 _encoder = msgspec.msgpack.Encoder()
@@ -74,10 +75,17 @@ async def upload(blobs: BlobStore, parts: list[PartitionSnapshot]) -> int:
     return size
 
 
-def on_result(unconfirmed: dict[int, Writes], msg: SnapshotResult, store: StateStore) -> None:
-    delta = unconfirmed.pop(msg.epoch, None)
-    if not msg.ok and delta:
-        # Newer writes win over the failed snapshot's; the next snapshot carries both.
-        merged = dict(delta)
-        merged.update(store.delta)
-        store.delta = merged
+Unconfirmed = dict[int, tuple[Writes, dict[int, list[Reply]]]]  # epoch -> (state delta, replies)
+
+
+def on_result(unconfirmed: Unconfirmed, msg: SnapshotResult, store: StateStore, answered: ReplyTable) -> None:
+    """The coordinator's verdict: forget a durable snapshot's deltas, or put a failed one's back."""
+    taken = unconfirmed.pop(msg.epoch, None)
+    if msg.ok or taken is None:
+        return
+    delta, replies = taken
+    # Newer writes win over the failed snapshot's; the next snapshot carries both.
+    merged = dict(delta)
+    merged.update(store.delta)
+    store.delta = merged
+    answered.restore_delta(replies)

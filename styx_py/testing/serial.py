@@ -14,9 +14,8 @@ from __future__ import annotations
 import random as _random
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
-from zlib import crc32
 
-from styx_py.context import Context
+from styx_py.context import Context, invocation_rng
 from styx_py.errors import Abort
 from styx_py.graph import Graph
 from styx_py.operator import Operator, operator_name
@@ -69,8 +68,7 @@ class _SerialContext(Context):
 
     def random(self) -> float:
         if self._rng is None:
-            path = ",".join(map(str, self.path)).encode()
-            self._rng = _random.Random((self.run.tid << 32) | crc32(path))
+            self._rng = invocation_rng(self.run.tid, self.path)
         return self._rng.random()
 
     def now(self) -> float:
