@@ -613,6 +613,9 @@ class Gateway:
                 access_log=False,
                 log_config=None,
                 log_level="warning",
+                # Longer than clients' idle pools: a server closing an idle keep-alive connection
+                # races a client reusing it (httpx ReadError); uvicorn's default is 5 s.
+                timeout_keep_alive=75,
                 timeout_graceful_shutdown=self.config.shutdown_grace_s,
             )
         )
