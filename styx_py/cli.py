@@ -224,6 +224,12 @@ def cmd_call(args: argparse.Namespace) -> int:
     return asyncio.run(call())
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from benchmarks.bench import cmd_bench as run_bench
+
+    return run_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="styx", description="styx-py: deterministic transactional stateful functions"
@@ -292,6 +298,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="read-only, argument-less function behind GET /v1/state/OPERATOR/KEY (repeatable)",
     )
     gw.set_defaults(fn=cmd_gateway)
+
+    from benchmarks.bench import add_arguments as bench_arguments
+
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark workload open-loop (ycsbt, tpcc, deathstar-*); results and plots",
+        description="Open-loop benchmark: requests leave on the clock, latency is measured from each "
+        "request's scheduled send time. Starts a local cluster unless --coordinator is given.",
+    )
+    bench_arguments(bench)
+    bench.set_defaults(fn=cmd_bench)
 
     for name, fn, helptext in (
         ("deploy", cmd_deploy, "deploy a graph by import path"),

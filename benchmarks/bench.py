@@ -1,0 +1,225 @@
+"""``styx bench``: run a workload open-loop against a cluster, write results and plots.
+
+    styx bench ycsbt --rate 2000 --duration 30                 # starts a local cluster itself
+    styx bench tpcc --warehouses 10 --sweep 200,400,800        # one cluster, several rates
+    styx bench ycsbt --coordinator 127.0.0.1:6000 --rate 500   # against a running cluster
+
+Every run writes ``<out>/<workload>-<rate>-<stamp>.json`` (configuration, machine, git revision,
+per-second series, percentiles, check outcome) and PNG plots: the latency CDF and throughput and
+latency over time; a sweep also plots latency against throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
+from benchmarks.workload import Options, Workload, make_workload, workload_names
+
+RESULTS_DIR = Path("benchmarks/results")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", choices=workload_names(), help="which workload")
+    p.add_argument("--rate", type=float, default=1000.0, help="requests per second (default 1000)")
+    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per run (default 20)")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds sent first and not measured (3)")
+    p.add_argument("--sweep", help="comma-separated rates: one run each on the same cluster, plus a plot")
+    p.add_argument("--via", choices=["sdk", "http"], default="sdk", help="submit through (default sdk)")
+    p.add_argument("--keys", type=int, default=10_000, help="YCSB-T accounts (default 10000)")
+    p.add_argument("--zipf", type=float, default=0.0, help="key skew 0 (uniform) … 0.999")
+    p.add_argument("--multi-partition", type=float, default=None, help="YCSB-T share of cross-partition")
+    p.add_argument("--warehouses", type=int, default=1, help="TPC-C warehouses (default 1)")
+    p.add_argument("--scale", type=float, default=1.0, help="TPC-C / DeathStar population scale (1.0)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workers", type=int, default=2, help="workers of a cluster started here (default 2)")
+    p.add_argument("--coordinator", help="HOST:PORT of a running cluster (default: start one)")
+    p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
+    p.add_argument("--no-load", action="store_true", help="the running cluster is loaded already")
+    p.add_argument("--no-check", action="store_true", help="skip the invariant check after each run")
+    p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
+    p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")
+    p.add_argument("--no-plots", action="store_true", help="write the JSON results only")
+    p.add_argument("--quiet", action="store_true", help="no per-second progress lines")
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    return Options(
+        keys=args.keys,
+        zipf=args.zipf,
+        multi_partition=args.multi_partition,
+        warehouses=args.warehouses,
+        scale=args.scale,
+        seed=args.seed,
+    )
+
+
+def machine_info() -> dict[str, Any]:
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *cmd], capture_output=True, text=True, check=True, timeout=10
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "git_revision": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.rate]
+    workload = make_workload(args.workload, options_from(args))
+    if args.coordinator:
+        gateway = args.gateway
+        if args.via == "http" and not gateway:
+            print("styx bench: --via http with --coordinator needs --gateway URL", file=sys.stderr)
+            return 2
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        return asyncio.run(bench(args, workload, rates, args.coordinator, gateway))
+    from styx_py.stack import LocalStack
+
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    data_dir = Path(tempfile.mkdtemp(prefix="styx-bench-"))
+    try:
+        print(f"starting a local cluster with {args.workers} workers …", flush=True)
+        env = {"STYX_LOG_LEVEL": "WARNING"}
+        with LocalStack(data_dir, workers=args.workers, gateway=args.via == "http", env=env) as stack:
+            stack.deploy(workload.app)
+            print(f"deployed {workload.app}", flush=True)
+            return asyncio.run(bench(args, workload, rates, stack.coordinator, stack.gateway_url or None))
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def bench(
+    args: argparse.Namespace, workload: Workload, rates: list[float], coordinator: str, gateway: str | None
+) -> int:
+    from client import StyxClient
+
+    say = print
+    out = Path(args.out)
+    max_pending = max(100_000, int(max(rates) * (args.timeout + args.warmup + args.duration)))
+    async with await StyxClient.connect(coordinator, max_pending=max_pending) as client:
+        if not args.no_load:
+            t0 = time.perf_counter()
+            await workload.load(client, progress=lambda m: say(m, flush=True))
+            say(f"loaded in {time.perf_counter() - t0:.1f} s", flush=True)
+        sender: Sender
+        if args.via == "http":
+            assert gateway is not None
+            sender = HttpSender(gateway, args.timeout)
+        else:
+            sender = SdkSender(client, args.timeout)
+        runs: list[tuple[RunResult, Path]] = []
+        failed_check = False
+        try:
+            for rate in rates:
+                say(
+                    f"{workload.name}: {rate:g} req/s for {args.duration:g} s "
+                    f"(+{args.warmup:g} s warm-up) via {args.via}",
+                    flush=True,
+                )
+                result = await run_open_loop(
+                    workload,
+                    sender,
+                    rate=rate,
+                    duration_s=args.duration,
+                    warmup_s=args.warmup,
+                    seed=args.seed + len(runs),
+                    progress=lambda m: say(m, flush=True),
+                    quiet=args.quiet,
+                )
+                if not args.no_check:
+                    result.check = await workload.check(client)
+                    failed_check |= bool(result.check)
+                    say(
+                        "  check: "
+                        + ("OK" if not result.check else f"FAILED ({len(result.check)}): {result.check[:5]}"),
+                        flush=True,
+                    )
+                path = write_results(out, args, workload, result)
+                if not args.no_plots:
+                    from benchmarks.plots import plot_run
+
+                    plot_run(result, path.with_suffix(""), title=f"{workload.name} @ {rate:g}/s")
+                say(f"  results: {path}", flush=True)
+                runs.append((result, path))
+        finally:
+            if isinstance(sender, HttpSender):
+                await sender.close()
+    if len(runs) > 1:
+        sweep_path = write_sweep(out, args, workload, runs)
+        if not args.no_plots:
+            from benchmarks.plots import plot_sweep
+
+            plot_sweep([r for r, _ in runs], sweep_path.with_suffix(""), title=f"{workload.name} sweep")
+        say(f"sweep: {sweep_path}", flush=True)
+        best = max((r.rate for r, _ in runs if r.sustainable()), default=None)
+        say(f"max sustainable rate (p99 < 1 s, ≥98 % served): {best if best is not None else 'none'}")
+    return 1 if failed_check else 0
+
+
+def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
+    return {
+        "workload": workload.name,
+        "app": workload.app,
+        "options": {k: v for k, v in dataclasses.asdict(workload.options).items() if k != "extra"},
+        "via": args.via,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "workers": None if args.coordinator else args.workers,
+        "cluster": args.coordinator or "local (started by styx bench)",
+        "command": " ".join(["styx", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
+    }
+
+
+def write_results(out: Path, args: argparse.Namespace, workload: Workload, result: RunResult) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = out / f"{workload.name}-{result.rate:g}-{stamp}.json"
+    doc = {
+        "config": _config(args, workload),
+        "machine": machine_info(),
+        "started": stamp,
+        "result": result.summary(),
+        "series": result.series(),
+    }
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return path
+
+
+def write_sweep(
+    out: Path, args: argparse.Namespace, workload: Workload, runs: list[tuple[RunResult, Path]]
+) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = out / f"{workload.name}-sweep-{stamp}.json"
+    doc = {
+        "config": _config(args, workload),
+        "machine": machine_info(),
+        "runs": [
+            {"rate": r.rate, "file": p.name, **{k: v for k, v in r.summary().items() if k != "causes"}}
+            for r, p in runs
+        ],
+    }
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return path

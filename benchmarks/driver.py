@@ -1,0 +1,333 @@
+"""The open-loop load driver: constant-rate submission, latency from the scheduled send time.
+
+Request ``i`` is *scheduled* at ``start + i / rate`` whatever happened to the others, and its latency
+is ``reply time - scheduled time``. A client (or a loop) that falls behind therefore cannot hide the
+queueing it causes (no coordinated omission): a request sent late carries its lateness in its latency.
+Requests scheduled during the warm-up are sent but not counted. Latencies go into HdrHistograms
+(1 µs … 10 min, 3 significant digits), overall, per request kind and per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hdrh.histogram import HdrHistogram
+
+from benchmarks.workload import Op, Workload
+
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+_HIST_MAX_US = 600_000_000
+
+
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(1, _HIST_MAX_US, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: str  # committed | aborted | failed | error (no reply: timeout, overload, send failure)
+    cause: str = ""  # abort / failure cause, normalised (numbers and keys replaced by '#')
+
+
+class Sender(Protocol):
+    async def send(self, op: Op) -> Outcome: ...
+
+
+_VARIABLE = re.compile(r"[\w:.'\"-]*\d[\w:.'\"-]*")
+
+
+def normalise_cause(message: str | None) -> str:
+    """Group abort messages by cause: tokens holding digits (keys, amounts) become '#'."""
+    return _VARIABLE.sub("#", message or "")[:80]
+
+
+class SdkSender:
+    """Through the SDK (Kafka ingress → cluster → Kafka egress)."""
+
+    def __init__(self, client: Any, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+
+    async def send(self, op: Op) -> Outcome:
+        from styx_py.errors import StyxError
+
+        try:
+            reply = await self.client.submit(
+                op.operator, op.key, op.function, *op.args, timeout_s=self.timeout_s
+            )
+        except StyxError as exc:
+            return Outcome("error", type(exc).__name__)
+        if reply.status == "committed":
+            return Outcome("committed")
+        if reply.status == "aborted":
+            return Outcome("aborted", normalise_cause(reply.error))
+        return Outcome(reply.status, reply.error_type or normalise_cause(reply.error))
+
+
+class HttpSender:
+    """Through the HTTP gateway (POST /v1/invocations) on keep-alive connections."""
+
+    def __init__(self, gateway_url: str, timeout_s: float) -> None:
+        from benchmarks.http_overhead import KeepAliveClient
+
+        self.http = KeepAliveClient(gateway_url, max_connections=512)
+        self.timeout_s = timeout_s
+
+    async def send(self, op: Op) -> Outcome:
+        body = json.dumps(
+            {"operator": op.operator, "key": op.key, "function": op.function, "args": list(op.args)}
+        ).encode()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                status, data = await self.http.post("/v1/invocations", body)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            return Outcome("error", type(exc).__name__)
+        if status == 200:
+            return Outcome("committed")
+        try:
+            reply = json.loads(data)["error"]["reply"]
+        except (ValueError, KeyError, TypeError):
+            return Outcome("error", f"HTTP {status}")
+        if reply["status"] == "aborted":
+            return Outcome("aborted", normalise_cause(reply.get("error")))
+        return Outcome(reply["status"], reply.get("error_type") or normalise_cause(reply.get("error")))
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
+@dataclass
+class Second:
+    """What happened to the requests scheduled in one second of the measured window."""
+
+    scheduled: int = 0
+    committed: int = 0
+    aborted: int = 0
+    failed: int = 0
+    errors: int = 0
+    completed_here: int = 0  # replies that *arrived* in this second (throughput as seen by the client)
+    hist: HdrHistogram = field(default_factory=new_histogram)
+
+
+@dataclass
+class RunResult:
+    rate: float
+    duration_s: float
+    warmup_s: float
+    sent: int = 0  # requests scheduled in the measured window
+    answered: int = 0  # … of which got a reply (any status)
+    unanswered: int = 0  # … still without reply at the end of the drain
+    statuses: Counter[str] = field(default_factory=Counter)
+    causes: Counter[str] = field(default_factory=Counter)  # "status: cause"
+    hist: HdrHistogram = field(default_factory=new_histogram)
+    by_label: dict[str, HdrHistogram] = field(default_factory=dict)
+    label_counts: Counter[str] = field(default_factory=Counter)
+    seconds: list[Second] = field(default_factory=list)
+    send_lag_max_s: float = 0.0  # worst lateness of an actual send behind its schedule
+    actual_send_rate: float = 0.0  # measured from the send clock over the window
+    check: list[str] | None = None
+
+    @property
+    def throughput(self) -> float:
+        """Answered requests (any status) per second of the window."""
+        return self.answered / self.duration_s
+
+    def percentiles_ms(self, hist: HdrHistogram | None = None) -> dict[str, float]:
+        h = hist or self.hist
+        if h.get_total_count() == 0:
+            return {f"p{p:g}": math.nan for p in PERCENTILES} | {"max": math.nan, "mean": math.nan}
+        out = {f"p{p:g}": h.get_value_at_percentile(p) / 1000 for p in PERCENTILES}
+        out["max"] = h.get_max_value() / 1000
+        out["mean"] = h.get_mean_value() / 1000
+        return out
+
+    def sustainable(self, p99_limit_ms: float = 1000.0) -> bool:
+        """Kept up: every request answered, ≥ 98 % of the rate served, p99 under the limit."""
+        return (
+            self.unanswered == 0
+            and self.statuses["error"] == 0
+            and self.throughput >= 0.98 * self.rate
+            and self.percentiles_ms()["p99"] < p99_limit_ms
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
+            "sent": self.sent,
+            "answered": self.answered,
+            "unanswered": self.unanswered,
+            "throughput": round(self.throughput, 1),
+            "actual_send_rate": round(self.actual_send_rate, 1),
+            "send_lag_max_ms": round(self.send_lag_max_s * 1000, 2),
+            "statuses": dict(self.statuses),
+            "causes": dict(self.causes.most_common(20)),
+            "latency_ms": self.percentiles_ms(),
+            "latency_ms_by_label": {
+                label: self.percentiles_ms(h) | {"count": self.label_counts[label]}
+                for label, h in sorted(self.by_label.items())
+            },
+            "sustainable_p99_1s": self.sustainable(),
+            "check": self.check,
+        }
+
+    def series(self) -> list[dict[str, Any]]:
+        out = []
+        for i, s in enumerate(self.seconds):
+            n = s.hist.get_total_count()
+            out.append(
+                {
+                    "second": i,
+                    "scheduled": s.scheduled,
+                    "committed": s.committed,
+                    "aborted": s.aborted,
+                    "failed": s.failed,
+                    "errors": s.errors,
+                    "replies_arrived": s.completed_here,
+                    "p50_ms": s.hist.get_value_at_percentile(50) / 1000 if n else None,
+                    "p99_ms": s.hist.get_value_at_percentile(99) / 1000 if n else None,
+                    "max_ms": s.hist.get_max_value() / 1000 if n else None,
+                }
+            )
+        return out
+
+
+async def run_open_loop(
+    workload: Workload,
+    sender: Sender,
+    *,
+    rate: float,
+    duration_s: float,
+    warmup_s: float = 2.0,
+    seed: int = 1,
+    drain_s: float = 60.0,
+    progress: Callable[[str], None] | None = print,
+    quiet: bool = False,
+) -> RunResult:
+    """Send ``rate`` requests/s for ``warmup_s + duration_s`` seconds on the clock; wait for replies."""
+    if rate <= 0 or duration_s <= 0 or warmup_s < 0:
+        raise ValueError(f"rate and duration must be > 0 and warmup >= 0: {rate=} {duration_s=} {warmup_s=}")
+    import random
+
+    rng = random.Random(seed)
+    loop = asyncio.get_running_loop()
+    result = RunResult(rate=rate, duration_s=duration_s, warmup_s=warmup_s)
+    result.seconds = [Second() for _ in range(math.ceil(duration_s))]
+    total = round(rate * (warmup_s + duration_s))
+    first_measured = math.ceil(rate * warmup_s)
+    start = loop.time() + 0.05
+    window_end = start + warmup_s + duration_s
+    inflight: set[asyncio.Task[None]] = set()
+    done_count = 0
+    first_send = last_send = 0.0
+
+    def record(i: int, label: str, scheduled: float, outcome: Outcome, finished: float) -> None:
+        nonlocal done_count
+        done_count += 1
+        if i < first_measured:
+            return
+        sec = result.seconds[min(len(result.seconds) - 1, int(scheduled - start - warmup_s))]
+        result.statuses[outcome.status] += 1
+        if outcome.status == "error":
+            sec.errors += 1
+            result.causes[f"error: {outcome.cause}"] += 1
+            return
+        result.answered += 1
+        arrived = int(finished - start - warmup_s)
+        if 0 <= arrived < len(result.seconds):
+            result.seconds[arrived].completed_here += 1
+        if outcome.status == "committed":
+            sec.committed += 1
+        elif outcome.status == "aborted":
+            sec.aborted += 1
+            result.causes[f"aborted: {outcome.cause}"] += 1
+        else:
+            sec.failed += 1
+            result.causes[f"{outcome.status}: {outcome.cause}"] += 1
+        us = max(1, min(_HIST_MAX_US, int((finished - scheduled) * 1e6)))
+        result.hist.record_value(us)
+        sec.hist.record_value(us)
+        h = result.by_label.get(label)
+        if h is None:
+            h = result.by_label[label] = new_histogram()
+        h.record_value(us)
+        result.label_counts[label] += 1
+
+    async def one(i: int, op: Op, scheduled: float) -> None:
+        outcome = await sender.send(op)
+        record(i, op.label, scheduled, outcome, loop.time())
+
+    def reporter() -> None:
+        if progress is None or quiet:
+            return
+        elapsed = loop.time() - start
+        phase = "warm-up" if elapsed < warmup_s else "measure"
+        p = result.percentiles_ms()
+        progress(
+            f"  [{phase} {elapsed:5.1f}s] sent {sent:>8}  done {done_count:>8}  "
+            f"in flight {len(inflight):>6}  "
+            f"p50 {p['p50']:7.1f} ms  p99 {p['p99']:7.1f} ms  aborted {result.statuses['aborted']}  "
+            f"errors {result.statuses['error']}"
+        )
+
+    sent = 0
+    next_report = start + 1.0
+    while sent < total:
+        now = loop.time()
+        due = min(total, int((now - start) * rate) + 1)
+        if due > sent:
+            for i in range(sent, due):
+                scheduled = start + i / rate
+                op = workload.next_op(rng)
+                if i >= first_measured:
+                    result.sent += 1
+                    sec_index = min(len(result.seconds) - 1, int(scheduled - start - warmup_s))
+                    result.seconds[sec_index].scheduled += 1
+                    result.send_lag_max_s = max(result.send_lag_max_s, now - scheduled)
+                    if i == first_measured:
+                        first_send = now
+                    last_send = now
+                task = loop.create_task(one(i, op, scheduled))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+            sent = due
+        if now >= next_report:
+            reporter()
+            next_report += 1.0
+        if sent < total:
+            await asyncio.sleep(max(0.0, start + sent / rate - loop.time()))
+    if result.sent > 1 and last_send > first_send:
+        result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
+    # Drain: every request gets its reply or its own timeout; a stuck one counts as unanswered.
+    deadline = max(window_end, loop.time()) + drain_s
+    while inflight and loop.time() < deadline:
+        await asyncio.wait(set(inflight), timeout=min(1.0, deadline - loop.time()))
+        if inflight:
+            reporter()
+    result.unanswered = sum(1 for _ in inflight)
+    for task in list(inflight):
+        task.cancel()
+    if inflight:
+        await asyncio.gather(*inflight, return_exceptions=True)
+    if progress is not None:
+        p = result.percentiles_ms()
+        progress(
+            f"  done: {result.answered}/{result.sent} answered at {result.throughput:.0f}/s "
+            f"(asked {rate:g}/s, sent at {result.actual_send_rate:.0f}/s)  p50 {p['p50']:.1f} ms  "
+            f"p99 {p['p99']:.1f} ms  p99.9 {p['p99.9']:.1f} ms  max {p['max']:.1f} ms  "
+            f"{dict(result.statuses)}"
+        )
+    return result
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

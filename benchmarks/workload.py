@@ -1,0 +1,125 @@
+"""What every benchmark workload provides to the one harness (driver, CLI, audit).
+
+A workload is a styx-py app (deployed by import path) plus three things the harness calls:
+
+* :meth:`Workload.load` populates the initial state in bulk (few large transactions, not one per row);
+* :meth:`Workload.next_op` draws the next request of the mix from the driver's random stream;
+* :meth:`Workload.check_state` verifies the workload's invariants on a state map. It is a plain
+  function of ``{(operator, key): value}``, so the same rules run on state read through the client
+  (:meth:`Workload.check`) and on snapshot rows in the offline audit.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from styx_py.partitioning import Key
+
+if TYPE_CHECKING:
+    from client import StyxClient
+
+State = Mapping[tuple[str, Key], Any]
+"""Entity state by (operator, key): what ``check_state`` verifies."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One request of the mix. ``label`` names its kind in the per-kind statistics."""
+
+    label: str
+    operator: str
+    key: Key
+    function: str
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(slots=True)
+class Options:
+    """Workload parameters; each workload reads the ones that apply to it (the CLI sets them all)."""
+
+    keys: int = 10_000  # YCSB-T accounts
+    zipf: float = 0.0  # key skew: 0 uniform … 0.999 very skewed
+    multi_partition: float | None = None  # YCSB-T share of cross-partition transfers (None: as drawn)
+    warehouses: int = 1  # TPC-C
+    scale: float = 1.0  # DeathStar / TPC-C population scale (1.0 = the standard cardinalities)
+    seed: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Workload(ABC):
+    """Base of every workload; subclasses set ``name`` and ``app`` and implement the four methods."""
+
+    name: ClassVar[str]
+    app: ClassVar[str]  # import path of the graph, e.g. "benchmarks.bank:app"
+    description: ClassVar[str] = ""
+
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options or Options()
+
+    @abstractmethod
+    async def load(self, client: StyxClient, progress: Progress = print) -> None:
+        """Populate the initial state through ``client`` (bulk transactions), reporting progress."""
+
+    @abstractmethod
+    def next_op(self, rng: random.Random) -> Op:
+        """The next request of the mix, drawn from ``rng`` only (a run is reproducible by seed)."""
+
+    @abstractmethod
+    async def read_state(self, client: StyxClient) -> State:
+        """Read, through read-only functions, the entities :meth:`check_state` needs."""
+
+    @abstractmethod
+    def check_state(self, state: State) -> list[str]:
+        """Every violated invariant as a precise message; empty when the state is consistent."""
+
+    async def check(self, client: StyxClient) -> list[str]:
+        return self.check_state(await self.read_state(client))
+
+
+def workload_names() -> list[str]:
+    return sorted(_registry())
+
+
+def make_workload(name: str, options: Options | None = None) -> Workload:
+    registry = _registry()
+    if name not in registry:
+        raise ValueError(f"unknown workload {name!r}; known: {', '.join(sorted(registry))}")
+    return registry[name](options)
+
+
+def _registry() -> dict[str, type[Workload]]:
+    # Imported lazily: each workload module imports its app (operators) only when used.
+    from benchmarks import ycsbt
+
+    classes: list[type[Workload]] = [ycsbt.YcsbT]
+    for module, attrs in (("tpcc", ("Tpcc",)), ("deathstar", ("HotelReservation", "MovieReview"))):
+        try:
+            mod = __import__(f"benchmarks.{module}", fromlist=list(attrs))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"benchmarks.{module}":
+                raise
+            continue
+        classes += [getattr(mod, attr) for attr in attrs]
+    return {cls.name: cls for cls in classes}
+
+
+async def read_many(
+    client: StyxClient, reads: Iterable[tuple[str, Key, str]], concurrency: int = 2000
+) -> dict[tuple[str, Key], Any]:
+    """Run read-only calls ``(operator, key, function)`` and map (operator, key) to each result."""
+    from styx_py.wire import decode_value
+
+    calls = [(op, key, fn, ()) for op, key, fn in reads]
+    replies = await client.submit_many(calls, concurrency=concurrency)
+    out: dict[tuple[str, Key], Any] = {}
+    for (op, key, fn, _), reply in zip(calls, replies, strict=True):
+        if reply.status != "committed":
+            raise RuntimeError(f"reading {op}.{fn}({key!r}) failed: {reply.status} {reply.error}")
+        out[(op, key)] = decode_value(reply.result)
+    return out
