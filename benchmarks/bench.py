@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
     p.add_argument("--no-load", action="store_true", help="the running cluster is loaded already")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check after each run")
+    p.add_argument(
+        "--linger-ms", type=int, default=1, help="client producer linger: batching vs latency (default 1)"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")
     p.add_argument("--no-plots", action="store_true", help="write the JSON results only")
@@ -120,7 +123,9 @@ async def bench(
     say = print
     out = Path(args.out)
     max_pending = max(100_000, int(max(rates) * (args.timeout + args.warmup + args.duration)))
-    async with await StyxClient.connect(coordinator, max_pending=max_pending) as client:
+    async with await StyxClient.connect(
+        coordinator, max_pending=max_pending, linger_ms=args.linger_ms
+    ) as client:
         if not args.no_load:
             t0 = time.perf_counter()
             await workload.load(client, progress=lambda m: say(m, flush=True))

@@ -41,7 +41,7 @@ class Sender(Protocol):
     async def send(self, op: Op) -> Outcome: ...
 
 
-_VARIABLE = re.compile(r"[\w:.'\"-]*\d[\w:.'\"-]*")
+_VARIABLE = re.compile(r"[\w.'\"-]*\d[\w.'\"-]*")
 
 
 def normalise_cause(message: str | None) -> str:
@@ -135,10 +135,13 @@ class RunResult:
     actual_send_rate: float = 0.0  # measured from the send clock over the window
     check: list[str] | None = None
 
+    last_reply_s: float = 0.0  # when the last measured reply arrived, from the window's start
+
     @property
     def throughput(self) -> float:
-        """Answered requests (any status) per second of the window."""
-        return self.answered / self.duration_s
+        """Answered requests (any status) per second, over the window or until the last of them was
+        answered if that is later: a system that falls behind serves fewer than it was offered."""
+        return self.answered / max(self.duration_s, self.last_reply_s)
 
     def percentiles_ms(self, hist: HdrHistogram | None = None) -> dict[str, float]:
         h = hist or self.hist
@@ -167,6 +170,7 @@ class RunResult:
             "answered": self.answered,
             "unanswered": self.unanswered,
             "throughput": round(self.throughput, 1),
+            "last_reply_s": round(self.last_reply_s, 3),
             "actual_send_rate": round(self.actual_send_rate, 1),
             "send_lag_max_ms": round(self.send_lag_max_s * 1000, 2),
             "statuses": dict(self.statuses),
@@ -242,6 +246,7 @@ async def run_open_loop(
             result.causes[f"error: {outcome.cause}"] += 1
             return
         result.answered += 1
+        result.last_reply_s = max(result.last_reply_s, finished - start - warmup_s)
         arrived = int(finished - start - warmup_s)
         if 0 <= arrived < len(result.seconds):
             result.seconds[arrived].completed_here += 1

@@ -1,0 +1,249 @@
+"""The benchmark harness: the open-loop driver's honesty, and every workload end-to-end on real services.
+
+* The driver keeps the requested rate (within 2 %) when the system keeps up, and the latency it
+  reports includes queueing when it does not: measured from the scheduled send time, so a slow
+  system cannot hide behind a client that waits (coordinated omission).
+* ``styx bench <workload>`` runs each workload at small scale against a real cluster (Tansu + worker
+  processes), writes its results file and plots, and the workload's ``check()`` passes.
+* A broken app (a transfer that forgets the deposit) makes ``check()`` fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.driver import Outcome, RunResult, SdkSender, normalise_cause, run_open_loop
+from benchmarks.workload import Op, Options, Progress, State, Workload, make_workload, workload_names
+from client import StyxClient
+from styx_py.cli import main as styx_main
+from styx_py.services import TansuBroker
+from styx_py.stack import LocalStack
+
+# ---- the driver against in-process senders (the driver's own arithmetic) ---------------------------------
+
+
+class Uniform(Workload):
+    name = "uniform-test"
+    app = "-"
+
+    async def load(self, client: StyxClient, progress: Progress = print) -> None:
+        return None
+
+    def next_op(self, rng: random.Random) -> Op:
+        return Op("ping", "op", rng.randrange(100), "fn")
+
+    async def read_state(self, client: StyxClient) -> State:
+        return {}
+
+    def check_state(self, state: State) -> list[str]:
+        return []
+
+
+class FixedDelay:
+    """Answers every request after ``delay_s``, with unlimited concurrency: always keeps up."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    async def send(self, op: Op) -> Outcome:
+        await asyncio.sleep(self.delay_s)
+        return Outcome("committed")
+
+
+class OneServer:
+    """One request at a time, ``service_s`` each: capacity 1/service_s requests per second."""
+
+    def __init__(self, service_s: float) -> None:
+        self.service_s = service_s
+        self.lock = asyncio.Lock()
+
+    async def send(self, op: Op) -> Outcome:
+        async with self.lock:
+            await asyncio.sleep(self.service_s)
+        return Outcome("committed")
+
+
+async def test_driver_keeps_the_requested_rate_when_the_system_keeps_up() -> None:
+    result = await run_open_loop(
+        Uniform(), FixedDelay(0.002), rate=500, duration_s=2.0, warmup_s=0.5, progress=None
+    )
+    assert result.sent == 1000
+    assert result.answered == 1000 and result.unanswered == 0
+    assert abs(result.throughput - 500) <= 0.02 * 500
+    assert abs(result.actual_send_rate - 500) <= 0.02 * 500, result.actual_send_rate
+    p = result.percentiles_ms()
+    assert 2.0 <= p["p50"] < 20.0, p
+    assert result.sustainable()
+    assert sum(s.scheduled for s in result.seconds) == 1000
+
+
+async def test_driver_latency_includes_queueing_when_the_system_falls_behind() -> None:
+    # Capacity 100/s, offered 200/s for 2 s: 400 requests need 4 s, so the last one waits ~2 s.
+    result = await run_open_loop(
+        Uniform(), OneServer(0.01), rate=200, duration_s=2.0, warmup_s=0.0, progress=None
+    )
+    assert result.answered == 400
+    assert 90 <= result.throughput <= 105, result.throughput  # served at capacity, not as offered
+    p = result.percentiles_ms()
+    # A closed-loop client would report ~10 ms for every request; queueing must show instead.
+    assert p["max"] >= 1500, p
+    assert p["p50"] >= 500, p
+    first, last = result.seconds[0], result.seconds[-1]
+    assert last.hist.get_value_at_percentile(50) > first.hist.get_value_at_percentile(50) + 500_000
+    assert not result.sustainable()
+
+
+async def test_errors_and_aborts_are_counted_by_cause() -> None:
+    class Mixed:
+        n = 0
+
+        async def send(self, op: Op) -> Outcome:
+            self.n += 1
+            if self.n % 4 == 0:
+                return Outcome("aborted", normalise_cause(f"insufficient credit in acct{self.n}: 3 < 9"))
+            if self.n % 10 == 0:
+                return Outcome("error", "RequestTimeout")
+            return Outcome("committed")
+
+    result = await run_open_loop(Uniform(), Mixed(), rate=400, duration_s=1.0, warmup_s=0.0, progress=None)
+    assert result.statuses["aborted"] == 100
+    assert result.causes == {"aborted: insufficient credit in #: # < #": 100, "error: RequestTimeout": 20}
+    assert result.answered == 380  # errors are not answers
+    assert not result.sustainable()  # any error disqualifies a run
+
+
+def test_bad_parameters_are_refused() -> None:
+    with pytest.raises(ValueError, match="rate"):
+        asyncio.run(run_open_loop(Uniform(), FixedDelay(0), rate=0, duration_s=1, progress=None))
+    with pytest.raises(ValueError, match="unknown workload"):
+        make_workload("nope")
+    with pytest.raises(ValueError, match="zipf"):
+        make_workload("ycsbt", Options(zipf=1.5))
+
+
+def test_every_workload_is_registered() -> None:
+    assert {"ycsbt", "tpcc", "deathstar-hotel", "deathstar-movie"} <= set(workload_names())
+
+
+# ---- real services -----------------------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    return {
+        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
+        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
+        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
+        "STYX_LOG_LEVEL": "WARNING",
+    }
+
+
+@pytest.fixture
+def cluster(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
+    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=_env()) as stack:
+        yield stack
+
+
+SMALL = {
+    "ycsbt": ["--keys", "300"],
+    "tpcc": ["--warehouses", "1", "--scale", "0.01"],
+    "deathstar-hotel": ["--scale", "0.05"],
+    "deathstar-movie": ["--scale", "0.05"],
+}
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_styx_bench_runs_each_workload_end_to_end(
+    name: str, cluster: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if name not in workload_names():
+        pytest.fail(f"workload {name} is not registered")
+    cluster.deploy(make_workload(name).app)
+    out = tmp_path / "results"
+    args = ["--coordinator", cluster.coordinator, "--rate", "150", "--duration", "2", "--warmup", "0.5"]
+    code = styx_main(["bench", name, *args, "--out", str(out), "--quiet", *SMALL[name]])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "check: OK" in printed
+    [results] = list(out.glob(f"{name}-150-*.json"))
+    doc = json.loads(results.read_text())
+    r = doc["result"]
+    assert r["check"] == []
+    assert r["sent"] == 300 and r["answered"] == 300, r
+    assert abs(r["throughput"] - 150) <= 3, r
+    assert r["latency_ms"]["p50"] > 0
+    assert len(doc["series"]) == 2 and doc["config"]["workload"] == name
+    assert doc["machine"]["cpus"] and "git_revision" in doc["machine"]
+    assert {p.name.rsplit("-", 1)[-1] for p in out.glob("*.png")} == {"cdf.png", "time.png"}
+
+
+@pytest.mark.services
+def test_check_fails_on_a_broken_transfer(cluster: LocalStack) -> None:
+    cluster.deploy("tests.apps.broken_bank:app")
+    workload = make_workload("ycsbt", Options(keys=200))
+
+    async def go() -> tuple[RunResult, list[str]]:
+        async with await StyxClient.connect(cluster.coordinator) as client:
+            await workload.load(client, progress=lambda _: None)
+            assert await workload.check(client) == []  # loaded correctly: the bug is in transfer
+            result = await run_open_loop(
+                workload, SdkSender(client, 30), rate=100, duration_s=1, warmup_s=0, progress=None
+            )
+            return result, await workload.check(client)
+
+    result, errors = asyncio.run(go())
+    assert result.statuses["committed"] > 0
+    assert len(errors) == 1 and errors[0].startswith("money not conserved"), errors
+
+
+class SlowWork(Workload):
+    name = "slow-test"
+    app = "tests.apps.slow:app"
+
+    async def load(self, client: StyxClient, progress: Progress = print) -> None:
+        return None
+
+    def next_op(self, rng: random.Random) -> Op:
+        return Op("work", "item", rng.randrange(1000), "work")
+
+    async def read_state(self, client: StyxClient) -> State:
+        return {}
+
+    def check_state(self, state: State) -> list[str]:
+        return []
+
+
+@pytest.mark.services
+def test_driver_reports_queueing_of_a_slowed_cluster(kafka: TansuBroker, tmp_path: Path) -> None:
+    """Every call burns 4 ms of a worker's CPU: 2 workers serve < 500/s; 1000/s are offered for 3 s.
+
+    Small epochs keep each worker's loop free often enough to answer heartbeats (a busy loop that
+    misses them for a second is declared failed, as it should be)."""
+    env = _env() | {"STYX_EPOCH_SIZE_MAX": "40", "STYX_FAILURE_TIMEOUT_MS": "5000"}
+
+    async def go(stack: LocalStack) -> RunResult:
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            return await run_open_loop(
+                SlowWork(), SdkSender(client, 120), rate=1000, duration_s=3, warmup_s=0, progress=None
+            )
+
+    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as stack:
+        stack.deploy(SlowWork.app)
+        result = asyncio.run(go(stack))
+    assert result.answered == 3000 and result.statuses["committed"] == 3000
+    p = result.percentiles_ms()
+    # 3000 requests at < 500/s take > 6 s: the later ones waited seconds, and the driver says so.
+    assert p["max"] >= 2000, p
+    assert p["p99"] >= 1500, p
+    first, last = result.seconds[0], result.seconds[-1]
+    assert last.hist.get_value_at_percentile(50) > first.hist.get_value_at_percentile(50) + 1_000_000
+    assert result.throughput < 0.6 * 1000, result.throughput
+    assert not result.sustainable()
