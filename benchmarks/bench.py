@@ -93,31 +93,49 @@ def cmd_bench(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.rate]
     workload = make_workload(args.workload, options_from(args))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[tuple[RunResult, Path]] = []
     if args.coordinator:
         gateway = args.gateway
         if args.via == "http" and not gateway:
             print("styx bench: --via http with --coordinator needs --gateway URL", file=sys.stderr)
             return 2
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        return asyncio.run(bench(args, workload, rates, args.coordinator, gateway))
-    from styx_py.stack import LocalStack
+        runs = asyncio.run(bench(args, workload, rates, args.coordinator, gateway))
+    else:
+        # A fresh cluster per rate: the broker's logs (and so its fetch cost) grow with every run, and
+        # a later run must not pay for the earlier ones.
+        from styx_py.stack import LocalStack
 
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    data_dir = Path(tempfile.mkdtemp(prefix="styx-bench-"))
-    try:
-        print(f"starting a local cluster with {args.workers} workers …", flush=True)
-        env = {"STYX_LOG_LEVEL": "WARNING"}
-        with LocalStack(data_dir, workers=args.workers, gateway=args.via == "http", env=env) as stack:
-            stack.deploy(workload.app)
-            print(f"deployed {workload.app}", flush=True)
-            return asyncio.run(bench(args, workload, rates, stack.coordinator, stack.gateway_url or None))
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        for rate in rates:
+            data_dir = Path(tempfile.mkdtemp(prefix="styx-bench-"))
+            try:
+                print(f"starting a local cluster with {args.workers} workers …", flush=True)
+                env = {"STYX_LOG_LEVEL": "WARNING"}
+                with LocalStack(data_dir, workers=args.workers, gateway=args.via == "http", env=env) as stack:
+                    stack.deploy(workload.app)
+                    print(f"deployed {workload.app}", flush=True)
+                    runs += asyncio.run(
+                        bench(args, workload, [rate], stack.coordinator, stack.gateway_url or None)
+                    )
+            finally:
+                shutil.rmtree(data_dir, ignore_errors=True)
+    if len(runs) > 1:
+        sweep_path = write_sweep(out, args, workload, runs)
+        if not args.no_plots:
+            from benchmarks.plots import plot_sweep
+
+            plot_sweep([r for r, _ in runs], sweep_path.with_suffix(""), title=f"{workload.name} sweep")
+        print(f"sweep: {sweep_path}", flush=True)
+        best = max((r.rate for r, _ in runs if r.sustainable()), default=None)
+        print(f"max sustainable rate (p99 < 1 s, ≥98 % served): {best if best is not None else 'none'}")
+    return 1 if any(r.check for r, _ in runs) else 0
 
 
 async def bench(
     args: argparse.Namespace, workload: Workload, rates: list[float], coordinator: str, gateway: str | None
-) -> int:
+) -> list[tuple[RunResult, Path]]:
+    """Load (unless --no-load), then one run per rate on this cluster, each checked and written."""
     from client import StyxClient
 
     say = print
@@ -137,7 +155,6 @@ async def bench(
         else:
             sender = SdkSender(client, args.timeout)
         runs: list[tuple[RunResult, Path]] = []
-        failed_check = False
         try:
             for rate in rates:
                 say(
@@ -157,7 +174,6 @@ async def bench(
                 )
                 if not args.no_check:
                     result.check = await workload.check(client)
-                    failed_check |= bool(result.check)
                     say(
                         "  check: "
                         + ("OK" if not result.check else f"FAILED ({len(result.check)}): {result.check[:5]}"),
@@ -173,16 +189,7 @@ async def bench(
         finally:
             if isinstance(sender, HttpSender):
                 await sender.close()
-    if len(runs) > 1:
-        sweep_path = write_sweep(out, args, workload, runs)
-        if not args.no_plots:
-            from benchmarks.plots import plot_sweep
-
-            plot_sweep([r for r, _ in runs], sweep_path.with_suffix(""), title=f"{workload.name} sweep")
-        say(f"sweep: {sweep_path}", flush=True)
-        best = max((r.rate for r, _ in runs if r.sustainable()), default=None)
-        say(f"max sustainable rate (p99 < 1 s, ≥98 % served): {best if best is not None else 'none'}")
-    return 1 if failed_check else 0
+    return runs
 
 
 def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:

@@ -20,15 +20,17 @@ class KeyChooser:
         if zipf > 0:
             self.cdf = list(itertools.accumulate(1.0 / (i**zipf) for i in range(1, n + 1)))
 
-    def one(self) -> int:
+    def one(self, rng: random.Random | None = None) -> int:
+        """One key index, drawn from ``rng`` (default: the chooser's own stream)."""
+        r = rng or self.rng
         if self.cdf is None:
-            return self.rng.randrange(self.n)
-        return min(self.n - 1, bisect.bisect_left(self.cdf, self.rng.random() * self.cdf[-1]))
+            return r.randrange(self.n)
+        return min(self.n - 1, bisect.bisect_left(self.cdf, r.random() * self.cdf[-1]))
 
-    def distinct(self, m: int) -> list[int]:
+    def distinct(self, m: int, rng: random.Random | None = None) -> list[int]:
         out: list[int] = []
         while len(out) < m:
-            k = self.one()
+            k = self.one(rng)
             if k not in out:
                 out.append(k)
         return out

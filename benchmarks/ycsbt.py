@@ -65,15 +65,15 @@ class YcsbT(Workload):
 
     def next_op(self, rng: random.Random) -> Op:
         o = self.options
-        src = self.chooser.one()
+        src = self.chooser.one(rng)
         if o.multi_partition is None:
-            dst = self.chooser.one()
+            dst = self.chooser.one(rng)
             while dst == src:
-                dst = self.chooser.one()
+                dst = self.chooser.one(rng)
         else:
             cross = rng.random() < o.multi_partition
             for _ in range(1000):
-                dst = self.chooser.one()
+                dst = self.chooser.one(rng)
                 if dst != src and (self.partition[dst] != self.partition[src]) == cross:
                     break
             else:  # the skewed chooser keeps missing: take any key of the wanted kind
