@@ -8,6 +8,7 @@ import logging
 from coordinator.server import Coordinator
 from styx_py.blobs import blob_store_from
 from styx_py.config import Config
+from styx_py.metrics import MetricsServer
 from styx_py.services import create_topics
 from styx_py.transport import TcpTransport
 from worker.epoch import COORDINATOR
@@ -33,7 +34,7 @@ async def serve_coordinator(
     transport = TcpTransport(COORDINATOR, handle, host, port)
 
     async def topics(spec: dict[str, int]) -> None:
-        await create_topics(kafka, spec)
+        await create_topics(kafka, spec, replication_factor=config.kafka_replication_factor)
 
     blobs = blob_store_from(config)
     coordinator = Coordinator(
@@ -48,10 +49,18 @@ async def serve_coordinator(
     resumed = await coordinator.resume()
     await transport.start()
     log.info("coordinator listening on %s:%d", host, transport.port)
+    metrics: MetricsServer | None = None
+    if config.metrics_port:
+        m = coordinator.metrics
+        metrics = MetricsServer(m.registry, m.readiness, config.metrics_host, config.metrics_port)
+        await metrics.start()
+        log.info("coordinator metrics on http://%s:%d/metrics", config.metrics_host, metrics.port)
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(coordinator.run())
             if deploy is not None and not resumed:
                 tg.create_task(coordinator.deploy(deploy))
     finally:
+        if metrics is not None:
+            await metrics.close()
         await transport.close()

@@ -21,6 +21,7 @@ import msgspec
 
 from coordinator.barrier import Stage, combine_exec, combine_votes
 from coordinator.membership import Membership
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.placement import place
 from coordinator.snapshots import (
     META_KEY,
@@ -138,6 +139,7 @@ class Coordinator:
         self.totals = {"committed": 0, "aborted": 0, "rescheduled": 0, "fallback": 0}
         self.epoch_times: deque[tuple[float, int, int, int]] = deque(maxlen=2000)
         self.started_at = clock()
+        self.metrics = CoordinatorMetrics(self)  # read at scrape time; per epoch: a few observations
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -346,11 +348,14 @@ class Coordinator:
                 if gen != self.gen:
                     return
             stage = self._open(e, ExecDone)
+            t_start = time.perf_counter()
             self._broadcast(EpochStart(e, self.lc, self.gen, replay))
             aborted, self.lc = combine_exec(await self._gather(stage))
+            t_executed = time.perf_counter()
             stage = self._open(e, Vote)
             self._broadcast(AllExecDone(e, aborted, self.gen))
             fallback, uncacheable = combine_votes(await self._gather(stage))
+            t_voted = time.perf_counter()
             stage = self._open(e, EpochDone)
             snapshot = not replay and self._snapshot_due()
             if snapshot:
@@ -360,6 +365,7 @@ class Coordinator:
             self._broadcast(Decision(e, fallback, uncacheable, self.gen, snapshot))
             self.last_decided = e
             done: list[EpochDone] = await self._gather(stage)
+            self.metrics.epoch(t_start, t_executed, t_voted, time.perf_counter(), done)
             self.stage = None
             committed = sum(d.committed for d in done)
             aborts = sum(d.aborted for d in done)
@@ -423,6 +429,7 @@ class Coordinator:
             self.failed_snapshots += 1
             errors = "; ".join(f"{n}: {p.error}" for n, p in sorted(parts.items()) if not p.ok)
             log.warning("snapshot %d failed: %s", epoch, errors)
+        self.metrics.snapshot(ok, self.clock() - self.last_snapshot_at)
         self.snapshot_pending.pop(epoch, None)
         self.snapshot_lc.pop(epoch, None)
         if gen == self.gen:

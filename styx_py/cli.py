@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from styx_py.config import load_config
-from styx_py.errors import StyxError
+from styx_py.config import Config, load_config
+from styx_py.errors import ConfigError, StyxError
 from styx_py.runtime import run, setup_logging
 
 DEMO_APP = "benchmarks.bank:app"
@@ -63,7 +63,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         STATE_FILE.parent.mkdir(exist_ok=True)
         STATE_FILE.write_text(json.dumps(stack.endpoints()))
         for name, address in stack.endpoints().items():
-            print(f"  {name:<12} {address}", flush=True)
+            print(f"  {name:<20} {address}", flush=True)
         if stack.gateway_url:
             print(f"  {'http docs':<12} {stack.gateway_url}/docs", flush=True)
         print(f"  {'logs':<12} {stack.log_dir}", flush=True)
@@ -95,19 +95,33 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("stopped", flush=True)
 
 
+def _kafka(args: argparse.Namespace, config: Config) -> str:
+    kafka = args.kafka or config.kafka_bootstrap
+    if not kafka:
+        raise ConfigError("no Kafka bootstrap address: pass --kafka HOST:PORT or set STYX_KAFKA_BOOTSTRAP")
+    return str(kafka)
+
+
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.main import serve_coordinator
 
-    setup_logging("coordinator")
-    run(serve_coordinator(load_config(), args.kafka, args.workers, args.host, args.port, args.deploy))
+    config = load_config()  # fails here, naming the setting, on a bad value
+    setup_logging("coordinator", config.log_level)
+    kafka = _kafka(args, config)
+    run(serve_coordinator(config, kafka, args.workers, args.host, args.port, args.deploy))
     return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from worker.main import serve_worker
 
-    setup_logging(args.id)
-    run(serve_worker(args.id, args.coordinator, args.kafka, load_config(), args.host, args.port))
+    config = load_config()
+    setup_logging(args.id, config.log_level)
+    coordinator = args.coordinator or config.coordinator
+    if not coordinator:
+        raise ConfigError("no coordinator address: pass --coordinator HOST:PORT or set STYX_COORDINATOR")
+    kafka = _kafka(args, config)
+    run(serve_worker(args.id, coordinator, kafka, config, args.host, args.port, args.advertise_host))
     return 0
 
 
@@ -260,19 +274,23 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(fn=cmd_up)
 
     co = sub.add_parser("coordinator", help="run the coordinator process")
-    co.add_argument("--kafka", required=True, help="Kafka bootstrap HOST:PORT")
+    co.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default: $STYX_KAFKA_BOOTSTRAP)")
     co.add_argument("--workers", type=int, default=1, help="workers to wait for before deploying")
-    co.add_argument("--host", default="127.0.0.1")
-    co.add_argument("--port", type=int, default=6000)
+    co.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in a container)")
+    co.add_argument("--port", type=int, default=6000, help="port workers and clients connect to")
     co.add_argument("--deploy", help="deploy this graph at start")
     co.set_defaults(fn=cmd_coordinator)
 
     wk = sub.add_parser("worker", help="run a worker process")
     wk.add_argument("--id", required=True, help="worker id, unique in the cluster")
-    wk.add_argument("--coordinator", required=True, help="coordinator HOST:PORT")
-    wk.add_argument("--kafka", required=True, help="Kafka bootstrap HOST:PORT")
-    wk.add_argument("--host", default="127.0.0.1")
-    wk.add_argument("--port", type=int, default=0)
+    wk.add_argument("--coordinator", help="coordinator HOST:PORT (default: $STYX_COORDINATOR)")
+    wk.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default: $STYX_KAFKA_BOOTSTRAP)")
+    wk.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in a container)")
+    wk.add_argument("--port", type=int, default=0, help="port peers connect to (0: a free one)")
+    wk.add_argument(
+        "--advertise-host",
+        help="name or address the coordinator and peers reach this worker at (default: --host)",
+    )
     wk.set_defaults(fn=cmd_worker)
 
     gw = sub.add_parser(

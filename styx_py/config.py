@@ -1,72 +1,325 @@
 """Configuration, parsed once at start-up (never at import), with units in the names.
 
-Values come from keyword arguments or ``STYX_*`` environment variables; a bad value fails fast with
-the key's name.
+Every setting is a field of :class:`Config` and carries its own metadata (:class:`Setting`: unit,
+description, bounds, who reads it), so this module is the one place that defines a setting's name,
+type, default, unit and meaning. The README's configuration table is rendered from it
+(``python -m styx_py.config --write README.md``; a test checks that the two agree), and the
+deployment files may only use ``STYX_*`` variables defined here (checked by ``tests/test_deploy.py``).
+
+Values come from keyword arguments or ``STYX_<NAME>`` environment variables; a bad value fails fast
+with the setting's name and its environment variable.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import sys
+import typing
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from styx_py.errors import ConfigError
 
+Scope = Literal["cluster", "process", "client"]
+SCOPES: dict[str, str] = {
+    "cluster": "coordinator and every worker (must be the same on all of them)",
+    "process": "each coordinator and worker process on its own",
+    "client": "`styx` commands (gateway, deploy, call, status)",
+}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Metadata of one setting, attached to its :class:`Config` field with ``Annotated``."""
+
+    description: str
+    unit: str = ""  # ms, s, bytes, requests, … ("" when the value has none)
+    ge: float | None = None  # inclusive bounds, checked at start-up
+    le: float | None = None
+    choices: tuple[str, ...] = ()  # allowed values (case-insensitive) of a string setting
+    scope: Scope = "cluster"
+    secret: bool = False  # never printed (the README shows no default)
+
 
 class Config(msgspec.Struct, kw_only=True, frozen=True):
-    epoch_interval_ms: float = 1.0  # minimum spacing between epoch starts while work waits
-    epoch_size_max: int = 1000  # max new transactions one worker sequences per epoch
-    heartbeat_interval_ms: int = 200
-    failure_timeout_ms: int = 1000  # missed heartbeats for this long => worker failed
-    epoch_timeout_ms: int = 30_000  # an epoch stage (or a recovery) stuck this long => recover
-    max_pending_requests: int = 100_000  # per worker ingress buffer; consumption pauses beyond
-    call_graph_caching: bool = True
-    ingress_topic: str = "styx-ingress"
-    egress_topic: str = "styx-egress"
-    seqlog_topic: str = "styx-seqlog"
-    kafka_fetch_wait_ms: int = 5  # Tansu answers a waiting fetch only at its deadline
-    kafka_linger_ms: int = 1
-    snapshot_bucket: str = "styx-snapshots"
-    s3_endpoint: str = ""  # host:port of the S3 service; empty: no snapshots (recovery replays the logs)
-    s3_access_key: str = ""
-    s3_secret_key: str = ""
-    s3_region: str = "us-east-1"
-    s3_secure: bool = False
-    snapshot_interval_s: float = 10.0  # take an incremental snapshot this often (at an epoch boundary)
-    snapshot_interval_epochs: int = 0  # if > 0, every this many epochs instead (deterministic tests)
-    snapshot_compact_after: int = 8  # merge a partition's deltas into one base beyond this many
-    dedup_replies_per_partition: int = 100_000  # replies kept to answer resent request ids
+    # ---- epochs and failure detection ------------------------------------------------------------------
+    epoch_interval_ms: Annotated[
+        float, Setting("minimum spacing between epoch starts while work is waiting", "ms", ge=0)
+    ] = 1.0
+    epoch_size_max: Annotated[
+        int,
+        Setting("max new transactions one worker sequences into one epoch", "transactions", 1, 1_000_000),
+    ] = 1000
+    heartbeat_interval_ms: Annotated[
+        int, Setting("worker heartbeat period (sent from the worker's event loop)", "ms", ge=1)
+    ] = 200
+    failure_timeout_ms: Annotated[
+        int,
+        Setting(
+            "a worker silent this long is reported failed; a worker that hears nothing from the "
+            "coordinator this long fences itself off (must exceed heartbeat_interval_ms)",
+            "ms",
+            ge=1,
+        ),
+    ] = 1000
+    epoch_timeout_ms: Annotated[
+        int, Setting("an epoch stage or a recovery stuck this long triggers a recovery", "ms", ge=1)
+    ] = 30_000
+    max_pending_requests: Annotated[
+        int,
+        Setting(
+            "per-worker ingress buffer; fetching pauses beyond it (at least epoch_size_max)", "requests", ge=1
+        ),
+    ] = 100_000
+    call_graph_caching: Annotated[
+        bool, Setting("re-invoke cached calls in parallel in the fallback phase")
+    ] = True
+    # ---- Kafka ---------------------------------------------------------------------------------------------
+    kafka_bootstrap: Annotated[
+        str,
+        Setting(
+            "Kafka bootstrap servers, host:port[,host:port…]; `--kafka` overrides it; required by the "
+            "coordinator and the workers"
+        ),
+    ] = ""
+    ingress_topic: Annotated[str, Setting("Kafka topic of requests (partition = entity partition)")] = (
+        "styx-ingress"
+    )
+    egress_topic: Annotated[str, Setting("Kafka topic of replies")] = "styx-egress"
+    seqlog_topic: Annotated[str, Setting("Kafka topic of the sequencer log (one partition)")] = "styx-seqlog"
+    kafka_fetch_wait_ms: Annotated[
+        int,
+        Setting("consumer fetch wait (Tansu answers a waiting fetch only at its deadline)", "ms", 5, 10_000),
+    ] = 5
+    kafka_linger_ms: Annotated[int, Setting("producer linger", "ms", 0, 10_000)] = 1
+    kafka_replication_factor: Annotated[
+        int,
+        Setting(
+            "replication factor of the topics the coordinator creates at deploy (3 on a production "
+            "Kafka; topics that exist are left as they are)",
+            "replicas",
+            1,
+            32,
+        ),
+    ] = 1
+    # ---- S3 and snapshots ------------------------------------------------------------------------------
+    snapshot_bucket: Annotated[
+        str,
+        Setting("S3 bucket for snapshots, manifests and the coordinator's state (created if missing)"),
+    ] = "styx-snapshots"
+    s3_endpoint: Annotated[
+        str,
+        Setting("host:port of the S3 service; empty: no snapshots (recovery replays the whole log)"),
+    ] = ""
+    s3_access_key: Annotated[str, Setting("S3 access key", secret=True)] = ""
+    s3_secret_key: Annotated[str, Setting("S3 secret key", secret=True)] = ""
+    s3_region: Annotated[str, Setting("S3 region")] = "us-east-1"
+    s3_secure: Annotated[bool, Setting("use HTTPS to reach S3")] = False
+    snapshot_interval_s: Annotated[
+        float,
+        Setting("take an incremental snapshot this often (at an epoch boundary)", "s", ge=0),
+    ] = 10.0
+    snapshot_interval_epochs: Annotated[
+        int,
+        Setting("if > 0, snapshot every this many epochs instead (deterministic tests)", "epochs", ge=0),
+    ] = 0
+    snapshot_compact_after: Annotated[
+        int, Setting("merge a partition's deltas into one base beyond this many", "deltas", ge=1)
+    ] = 8
+    dedup_replies_per_partition: Annotated[
+        int, Setting("replies kept per partition to answer resent request ids", "replies", ge=0)
+    ] = 100_000
+    # ---- each process ------------------------------------------------------------------------------------
+    metrics_port: Annotated[
+        int,
+        Setting(
+            "port of the Prometheus endpoint (`/metrics`, `/healthz`, `/readyz`) of a coordinator or "
+            "worker; 0: none",
+            "port",
+            0,
+            65_535,
+            scope="process",
+        ),
+    ] = 0
+    metrics_host: Annotated[str, Setting("address the metrics endpoint listens on", scope="process")] = (
+        "127.0.0.1"
+    )
+    log_level: Annotated[
+        str,
+        Setting(
+            "log level of coordinator, worker and gateway processes", choices=LOG_LEVELS, scope="process"
+        ),
+    ] = "INFO"
+    # ---- clients -----------------------------------------------------------------------------------------
+    coordinator: Annotated[
+        str,
+        Setting(
+            "host:port of the coordinator for workers, the gateway and `styx deploy/call/status` "
+            "(`--coordinator` overrides it)",
+            scope="client",
+        ),
+    ] = ""
+    gateway_token: Annotated[
+        str,
+        Setting(
+            "bearer token the HTTP gateway requires on /v1/* (required when it binds a non-loopback "
+            "address; `--token-file` overrides it)",
+            scope="client",
+            secret=True,
+        ),
+    ] = ""
 
     def __post_init__(self) -> None:
-        checks: list[tuple[str, bool]] = [
-            ("epoch_interval_ms", self.epoch_interval_ms >= 0),
-            ("epoch_size_max", 1 <= self.epoch_size_max <= 1_000_000),
-            ("heartbeat_interval_ms", self.heartbeat_interval_ms > 0),
-            ("failure_timeout_ms", self.failure_timeout_ms > self.heartbeat_interval_ms),
-            ("max_pending_requests", self.max_pending_requests >= self.epoch_size_max),
-            ("kafka_fetch_wait_ms", self.kafka_fetch_wait_ms >= 5),
+        for spec in SETTINGS:
+            problem = spec.problem(getattr(self, spec.name))
+            if problem:
+                raise ConfigError(f"invalid value for {spec.name} ({spec.env}): {problem}")
+        checks: list[tuple[str, bool, str]] = [
+            (
+                "failure_timeout_ms",
+                self.failure_timeout_ms > self.heartbeat_interval_ms,
+                "must exceed heartbeat_interval_ms",
+            ),
+            (
+                "max_pending_requests",
+                self.max_pending_requests >= self.epoch_size_max,
+                "must be at least epoch_size_max",
+            ),
         ]
-        for key, ok in checks:
+        for key, ok, why in checks:
             if not ok:
-                raise ConfigError(f"invalid value for {key}: {getattr(self, key)!r}")
+                raise ConfigError(
+                    f"invalid value for {key} (STYX_{key.upper()}): {getattr(self, key)!r}: {why}"
+                )
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One setting as the schema describes it: name, environment variable, type, default, metadata."""
+
+    name: str
+    type: type
+    default: Any
+    meta: Setting
+
+    @property
+    def env(self) -> str:
+        return f"STYX_{self.name.upper()}"
+
+    def problem(self, value: Any) -> str:
+        """Why ``value`` is out of bounds for this setting ("" when it is fine)."""
+        m = self.meta
+        if m.ge is not None and value < m.ge:
+            return f"{value!r}: must be >= {m.ge:g}"
+        if m.le is not None and value > m.le:
+            return f"{value!r}: must be <= {m.le:g}"
+        if m.choices and str(value).upper() not in m.choices:
+            return f"{value!r}: must be one of {', '.join(m.choices)}"
+        return ""
+
+
+def _schema() -> tuple[SettingSpec, ...]:
+    hints = typing.get_type_hints(Config, include_extras=True)
+    out: list[SettingSpec] = []
+    for field in msgspec.structs.fields(Config):
+        hint = hints[field.name]
+        base, *extras = typing.get_args(hint)
+        meta = next((x for x in extras if isinstance(x, Setting)), None)
+        assert meta is not None, f"Config.{field.name} has no Setting metadata"
+        out.append(SettingSpec(field.name, base, field.default, meta))
+    return tuple(out)
+
+
+SETTINGS: tuple[SettingSpec, ...] = _schema()
+ENV_VARS: frozenset[str] = frozenset(s.env for s in SETTINGS)
+
+_AT_FIELD = re.compile(r"at `\$\.(\w+)`")
 
 
 def load_config(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Build a Config from ``STYX_<KEY>`` environment variables, then ``overrides``."""
     env = os.environ if env is None else env
-    fields = {f.name: f.type for f in msgspec.structs.fields(Config)}
+    names = {s.name for s in SETTINGS}
     raw: dict[str, Any] = {}
-    for name in fields:
-        value = env.get(f"STYX_{name.upper()}")
+    for spec in SETTINGS:
+        value = env.get(spec.env)
         if value is not None:
-            raw[name] = value
+            raw[spec.name] = value
     for name, value in (overrides or {}).items():
-        if name not in fields:
+        if name not in names:
             raise ConfigError(f"unknown configuration key {name!r}")
         raw[name] = value
     try:
         return msgspec.convert(raw, Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+        found = _AT_FIELD.search(str(exc))
+        if found is None:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+        key = found.group(1)
+        raise ConfigError(f"invalid value for {key} (STYX_{key.upper()}): {raw.get(key)!r}: {exc}") from exc
+
+
+# ---- documentation -----------------------------------------------------------------------------------
+
+TABLE_BEGIN = "<!-- BEGIN CONFIG TABLE: generated by `python -m styx_py.config --write README.md` -->"
+TABLE_END = "<!-- END CONFIG TABLE -->"
+
+
+def _default_text(spec: SettingSpec) -> str:
+    if spec.meta.secret or spec.default == "":
+        return "(empty)"
+    if isinstance(spec.default, bool):
+        return "`true`" if spec.default else "`false`"
+    if isinstance(spec.default, float) and spec.default.is_integer():
+        return f"`{int(spec.default)}`"
+    return f"`{spec.default}`"
+
+
+def markdown_table() -> str:
+    """The README's configuration table, one row per setting, grouped by who reads it."""
+    lines = [
+        "| environment variable | type | default | unit | read by | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in SETTINGS:
+        m = spec.meta
+        description = m.description + (f" (one of {', '.join(m.choices)})" if m.choices else "")
+        lines.append(
+            f"| `{spec.env}` | {spec.type.__name__} | {_default_text(spec)} | {m.unit or '—'} | "
+            f"{m.scope} | {description} |"
+        )
+    return "\n".join(lines)
+
+
+def render_into(text: str) -> str:
+    """``text`` (a README) with the part between the table markers replaced by :func:`markdown_table`."""
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        raise ConfigError(f"no configuration table markers ({TABLE_BEGIN!r} … {TABLE_END!r})")
+    return text[: begin + len(TABLE_BEGIN)] + "\n" + markdown_table() + "\n" + text[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m styx_py.config", description="print (or write) the configuration table"
+    )
+    parser.add_argument("--write", metavar="README", help="replace the table between the markers in README")
+    args = parser.parse_args(argv)
+    if args.write:
+        with open(args.write, encoding="utf-8") as f:
+            text = f.read()
+        with open(args.write, "w", encoding="utf-8") as f:
+            f.write(render_into(text))
+    else:
+        print(markdown_table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

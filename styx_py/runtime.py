@@ -10,8 +10,9 @@ from collections.abc import Coroutine
 from typing import Any
 
 
-def setup_logging(name: str) -> None:
-    level = os.environ.get("STYX_LOG_LEVEL", "INFO").upper()
+def setup_logging(name: str, level: str | None = None) -> None:
+    """``level`` is the parsed ``log_level`` setting; without one (the gateway), ``STYX_LOG_LEVEL``."""
+    level = (level or os.environ.get("STYX_LOG_LEVEL") or "INFO").upper()
     logging.basicConfig(level=level, format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 

@@ -632,8 +632,10 @@ class SeaweedS3(_ManagedProcess):
 _READINESS_TOPIC = "styx-readiness-probe"
 
 
-async def create_topics(bootstrap: str, topics: dict[str, int], *, request_timeout_ms: int = 10000) -> None:
-    """Create topics (name -> partition count, replication 1); existing ones are left alone.
+async def create_topics(
+    bootstrap: str, topics: dict[str, int], *, request_timeout_ms: int = 10000, replication_factor: int = 1
+) -> None:
+    """Create topics (name -> partition count) with ``replication_factor``; existing ones are left alone.
 
     An existing topic is not an error so that start-up code can call this every time.
     Other per-topic errors are raised as the matching aiokafka error.
@@ -644,7 +646,10 @@ async def create_topics(bootstrap: str, topics: dict[str, int], *, request_timeo
     await admin.start()
     try:
         response = await admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()]
+            [
+                NewTopic(name, num_partitions=n, replication_factor=replication_factor)
+                for name, n in topics.items()
+            ]
         )
     finally:
         await admin.close()

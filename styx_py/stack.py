@@ -2,7 +2,8 @@
 
 Used by ``styx up`` and by the integration tests. Every part is a real process on a free port;
 readiness is a real operation (an authenticated S3 PUT, a CreateTopics, every worker registered with
-the coordinator), never a sleep.
+the coordinator), never a sleep. The coordinator and every worker also serve Prometheus metrics
+(``STYX_METRICS_PORT``) on a free port each, kept across restarts; :meth:`LocalStack.endpoints` lists them.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class LocalStack:
         self.gateway_args = list(gateway_args or [])
         self.gateway_url = ""
         self.external_s3 = s3
+        self.metrics_ports: dict[str, int] = {}  # process name -> its /metrics port (kept on restart)
 
     # ---- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> LocalStack:
@@ -142,22 +144,28 @@ class LocalStack:
         self._spawn(
             "coordinator",
             ["coordinator", "--port", port, "--kafka", self.kafka, "--workers", str(self.n_workers)],
+            metrics=True,
         )
 
     def start_worker(self, name: str) -> None:
         """Start (or restart, after a crash) worker ``name``; a restart makes the cluster recover."""
-        self._spawn(name, ["worker", "--id", name, "--coordinator", self.coordinator, "--kafka", self.kafka])
+        args = ["worker", "--id", name, "--coordinator", self.coordinator, "--kafka", self.kafka]
+        self._spawn(name, args, metrics=True)
 
     def dead_workers(self) -> list[str]:
         return sorted(n for n, p in self.procs.items() if n.startswith("w") and p.poll() is not None)
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], *, metrics: bool = False) -> None:
+        env = self.env
+        if metrics:
+            port = self.metrics_ports.setdefault(name, free_port())
+            env = {**env, "STYX_METRICS_PORT": str(port), "STYX_METRICS_HOST": "127.0.0.1"}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "styx_py.cli", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=self.env,
+            env=env,
             start_new_session=True,
         )
         log.close()
@@ -245,4 +253,10 @@ class LocalStack:
             out["s3"] = self.s3.config.url
         if self.gateway_url:
             out["gateway"] = self.gateway_url
+        for name in self.metrics_ports:
+            out[f"metrics {name}"] = self.metrics_url(name)
         return out
+
+    def metrics_url(self, name: str) -> str:
+        """``http://127.0.0.1:PORT/metrics`` of the coordinator or worker ``name``."""
+        return f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"

@@ -30,6 +30,8 @@ def test_up_demo_runs_end_to_end(tmp_path: Path) -> None:
         "kafka",
         "s3",
         "deployed benchmarks.bank:app",
+        "metrics coordinator",  # every process's /metrics URL
+        "metrics w2",
         "txn/s",
         "latency ms: p50",
         "money conserved: 100000 == 100000: yes",

@@ -71,6 +71,7 @@ from worker.conflicts import EntityKey, find_conflicts
 from worker.dedup import ReplyTable
 from worker.executor import CachedInvocation, CallRecord, run_invocation
 from worker.locks import LockTable
+from worker.metrics import WorkerMetrics
 from worker.sequencer import Sequencer
 from worker.state import StateStore, Writes
 
@@ -302,6 +303,8 @@ class Worker:
         self.rescheduled: list[RootTxn] = []
         self.tasks: asyncio.TaskGroup | None = None
         self.stats = {"epochs": 0, "committed": 0, "aborted": 0, "rescheduled": 0, "fallback": 0}
+        self.aborts_by_status = [0] * 6  # aborted transactions by reply status (ST_*): the abort cause
+        self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         ingress.set_listener(self._on_ingress_available)
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -652,6 +655,7 @@ class Worker:
             replies.append((root.partition, reply_for(root, es.epoch, PHASE_OPTIMISTIC)))
             if root.failed:
                 es.aborted_count += 1
+                self.aborts_by_status[root.error_status] += 1
             else:
                 es.committed += 1
         self._send_replies(es, replies)
@@ -738,6 +742,7 @@ class Worker:
                 es.committed += 1
             else:
                 es.aborted_count += 1
+                self.aborts_by_status[root.error_status] += 1
             self._send_replies(es, [(root.partition, reply_for(root, es.epoch, PHASE_FALLBACK))])
         self.on_final(final)
 
@@ -800,14 +805,17 @@ class Worker:
 
     async def _upload_snapshot(self, epoch: int, parts: list[snapshot.PartitionSnapshot]) -> None:
         assert self.blobs is not None, "snapshots need a blob store"
+        started = time.perf_counter()
         try:
             size = await snapshot.upload(self.blobs, parts)
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
             log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
+            self.metrics.snapshot(False, time.perf_counter() - started, 0)
             done = SnapshotDone(
                 epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, self.generation
             )
         else:
+            self.metrics.snapshot(True, time.perf_counter() - started, size)
             seqlog_offset = parts[0].seqlog_offset if parts else self.seqlog.acked()
             done = SnapshotDone(
                 epoch, self.node_id, True, "", len(parts), size, self.generation, seqlog_offset
@@ -828,14 +836,17 @@ class Worker:
         self.epochs.clear()
         self.generation = msg.gen
         self.unconfirmed.clear()
+        started = time.perf_counter()
         try:
             await self._load(msg)
         except Exception as exc:  # noqa: BLE001 - reported: the coordinator retries the recovery
             log.error("%s: recovery to generation %d failed: %s", self.node_id, msg.gen, exc)
+            self.metrics.recovery(False, time.perf_counter() - started)
             self.transport.send(
                 COORDINATOR, RecoverDone(msg.gen, self.node_id, False, f"{type(exc).__name__}: {exc}")
             )
             return
+        self.metrics.recovery(True, time.perf_counter() - started)
         self.transport.send(COORDINATOR, RecoverDone(msg.gen, self.node_id, True, ""))
 
     async def _load(self, msg: Recover) -> None:

@@ -134,3 +134,14 @@ class KafkaIngress:
 
     def pending(self) -> int:
         return self.count
+
+    def lag(self) -> dict[int, int]:
+        """Per assigned partition whose high watermark a fetch has reported: records on Kafka not yet
+        sequenced (read at metrics scrape time, never on the epoch path)."""
+        out: dict[int, int] = {}
+        for p, next_offset in self.next_take.items():
+            if p in self.buffers:
+                hw = self.consumer.highwater(TopicPartition(self.topic, p))
+                if hw is not None:
+                    out[p] = max(0, hw - next_offset)
+        return out

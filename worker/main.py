@@ -1,4 +1,9 @@
-"""Worker process: ``styx worker --id w1 --coordinator HOST:PORT --kafka BOOTSTRAP``."""
+"""Worker process: ``styx worker --id w1 --coordinator HOST:PORT --kafka BOOTSTRAP``.
+
+The worker listens on ``host:port`` and tells the coordinator (and so its peers) to reach it at
+``advertise_host:port``: behind a wildcard bind (``0.0.0.0`` in a container) that is the worker's
+stable DNS name, e.g. ``$(POD_NAME).styx-worker`` in a StatefulSet.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import logging
 
 from styx_py.blobs import blob_store_from
 from styx_py.config import Config
+from styx_py.metrics import MetricsServer
 from styx_py.transport import TcpTransport
 from styx_py.wire import ClusterView, Message
 from worker.egress import KafkaSink
@@ -18,7 +24,13 @@ log = logging.getLogger("styx.worker")
 
 
 async def serve_worker(
-    node_id: str, coordinator: str, kafka: str, config: Config, host: str = "127.0.0.1", port: int = 0
+    node_id: str,
+    coordinator: str,
+    kafka: str,
+    config: Config,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    advertise_host: str | None = None,
 ) -> None:
     worker: Worker | None = None
 
@@ -47,17 +59,26 @@ async def serve_worker(
         sink,
         blobs=blobs,
         logs=KafkaLogReader(kafka, config),
-        host=host,
+        host=advertise_host or host,
         port=transport.port,
     )
     transport.on_disconnect = lambda peer: worker.on_coordinator_lost() if peer == COORDINATOR else None
     log.info("worker %s listening on %s:%d", node_id, host, transport.port)
+    metrics: MetricsServer | None = None
+    if config.metrics_port:
+        worker.metrics.watch_kafka(ingress, sink)
+        m = worker.metrics
+        metrics = MetricsServer(m.registry, m.readiness, config.metrics_host, config.metrics_port)
+        await metrics.start()
+        log.info("worker %s metrics on http://%s:%d/metrics", node_id, config.metrics_host, metrics.port)
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(sink.run())
             tg.create_task(ingress.run())
             tg.create_task(worker.run())
     finally:
+        if metrics is not None:
+            await metrics.close()
         await ingress.stop()
         await sink.stop()
         await transport.close()

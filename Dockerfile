@@ -1,0 +1,58 @@
+# syntax=docker/dockerfile:1
+# One image for every styx-py process; the command picks the role:
+#
+#   docker build -t styx-py:0.1.0 .
+#   docker run styx-py:0.1.0 coordinator --host 0.0.0.0 --port 6000 --workers 2 --deploy myapp.graph:app
+#   docker run styx-py:0.1.0 worker --id w1 --host 0.0.0.0 --port 7000 --advertise-host w1
+#   docker run styx-py:0.1.0 gateway --host 0.0.0.0 --port 8080
+#
+# Settings come from STYX_* environment variables (README, "Configuration"). Your application's code
+# goes in a layer on top (README, "Run on Kubernetes / with docker-compose"):
+#
+#   FROM styx-py:0.1.0
+#   COPY --chown=styx:styx myapp/ /app/myapp/
+#
+# Ports: 6000 coordinator (workers, clients, admin), 7000 worker (peers), 8080 gateway (HTTP),
+# 9400 Prometheus metrics and probes of the coordinator and workers (STYX_METRICS_PORT).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---- build: a virtual environment with the runtime dependencies and styx-py -------------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/styx
+WORKDIR /src
+# Dependencies first: this layer is rebuilt only when pyproject.toml changes.
+COPY pyproject.toml ./
+COPY deploy/docker/requirements.py ./deploy/docker/requirements.py
+RUN python deploy/docker/requirements.py pyproject.toml > requirements.txt \
+    && /opt/styx/bin/pip install -r requirements.txt
+COPY README.md ./
+COPY styx_py ./styx_py
+COPY coordinator ./coordinator
+COPY worker ./worker
+COPY client ./client
+COPY benchmarks ./benchmarks
+RUN /opt/styx/bin/pip install --no-deps . \
+    && /opt/styx/bin/styx --help > /dev/null
+
+# ---- runtime: the environment, tini as PID 1, a non-root user ---------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+# tini forwards SIGTERM to styx and reaps children (a bare PID 1 ignores SIGTERM).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tini \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 styx \
+    && useradd --system --uid 10001 --gid styx --home-dir /app --shell /usr/sbin/nologin styx \
+    && mkdir -p /app \
+    && chown styx:styx /app
+COPY --from=build /opt/styx /opt/styx
+ENV PATH=/opt/styx/bin:$PATH \
+    PYTHONPATH=/app \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /app
+USER 10001:10001
+EXPOSE 6000 7000 8080 9400
+ENTRYPOINT ["tini", "--", "styx"]
+CMD ["--help"]

@@ -1,0 +1,185 @@
+"""Prometheus metrics of the coordinator: the cluster-wide view of epochs, transactions, snapshots
+and recoveries (served by :class:`styx_py.metrics.MetricsServer`).
+
+Cheap by construction: totals the coordinator keeps anyway (``totals``, ``recoveries``, …) are read
+at scrape time by a collector; the epoch loop observes four durations per epoch into plain
+:class:`~styx_py.metrics.LoopHistogram` objects. Measured on this machine: ~9 µs per epoch including
+the four clock readings, against ~26 µs with prometheus_client's locked Histogram and Counter.
+Nothing is added per transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from styx_py.metrics import EPOCH_BUCKETS_S, SLOW_BUCKETS_S, LoopHistogram, histogram_family
+from styx_py.wire import EpochDone
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
+
+__all__ = ["PHASES", "CoordinatorMetrics"]
+
+# The three barrier stages of an epoch, as the coordinator sees them (see coordinator.barrier).
+PHASES = ("execute", "conflicts", "commit")
+STATES = ("starting", "running", "recovering")
+
+
+class CoordinatorMetrics:
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+        self.registry = CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        # Updated once per epoch on the event loop: plain numbers, exposed by the collector.
+        self.epochs = 0
+        self.phases = {p: LoopHistogram(EPOCH_BUCKETS_S) for p in PHASES}
+        self._execute, self._conflicts, self._commit = (self.phases[p] for p in PHASES)
+        self.epoch_duration = LoopHistogram(EPOCH_BUCKETS_S)
+        self.pending = 0  # requests waiting on the workers after the last epoch (ingress + rescheduled)
+        self.snapshot_duration = Histogram(
+            "styx_coordinator_snapshot_duration_seconds",
+            "a snapshot from its Decision to its manifest written and compaction done "
+            "(the next snapshot waits for both)",
+            buckets=SLOW_BUCKETS_S,
+            registry=r,
+        )
+        self.snapshots = Counter(
+            "styx_coordinator_snapshots", "snapshots finished, by result", ["result"], registry=r
+        )
+        self._snapshots_ok, self._snapshots_failed = (self.snapshots.labels(x) for x in ("ok", "failed"))
+        r.register(_Collector(coordinator, self))
+
+    def epoch(
+        self, start: float, executed: float, voted: float, end: float, done: Iterable[EpochDone]
+    ) -> None:
+        """One completed epoch, from four ``time.perf_counter()`` readings."""
+        self.epochs += 1
+        self._execute.observe(executed - start)
+        self._conflicts.observe(voted - executed)
+        self._commit.observe(end - voted)
+        self.epoch_duration.observe(end - start)
+        self.pending = sum(d.pending for d in done)
+
+    def snapshot(self, ok: bool, seconds: float) -> None:
+        """A snapshot finished: its manifest was written (``ok``) or it was abandoned."""
+        if ok:
+            self._snapshots_ok.inc()
+            self.snapshot_duration.observe(seconds)
+        else:
+            self._snapshots_failed.inc()
+
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: ready to serve (running, or waiting for a deploy); not while recovering."""
+        c = self.coordinator
+        if c.state == "recovering":
+            return False, f"recovering (generation {c.gen})"
+        if c.graph_path is None:
+            return True, f"waiting for a deploy ({len(c.membership.workers)} workers registered)"
+        return True, f"running {c.graph_path}, epoch {c.epoch}"
+
+
+class _Collector(Collector):
+    """Values the coordinator keeps anyway, read at scrape time."""
+
+    def __init__(self, coordinator: Coordinator, metrics: CoordinatorMetrics) -> None:
+        self.c = coordinator
+        self.m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        c, m = self.c, self.m
+        yield CounterMetricFamily(
+            "styx_coordinator_epochs", "epochs completed (rate: epochs/s)", value=m.epochs
+        )
+        yield histogram_family(
+            "styx_coordinator_epoch_phase_duration_seconds",
+            "epoch barrier stages: execute (EpochStart to every ExecDone), conflicts (to every Vote), "
+            "commit (Decision to every EpochDone: lock-free commit, replies and the fallback phase)",
+            "phase",
+            m.phases,
+        )
+        yield histogram_family(
+            "styx_coordinator_epoch_duration_seconds",
+            "one epoch, EpochStart to the last EpochDone",
+            None,
+            {"": m.epoch_duration},
+        )
+        txns = CounterMetricFamily(
+            "styx_coordinator_transactions",
+            "transactions finished, cluster-wide, by outcome "
+            "(aborted: by user logic, errors or bad requests)",
+            labels=["outcome"],
+        )
+        txns.add_metric(["committed"], c.totals["committed"])
+        txns.add_metric(["aborted"], c.totals["aborted"])
+        yield txns
+        yield CounterMetricFamily(
+            "styx_coordinator_fallback_transactions",
+            "transactions re-run under locks after an Aria conflict",
+            value=c.totals["fallback"],
+        )
+        yield CounterMetricFamily(
+            "styx_coordinator_rescheduled_transactions",
+            "transactions moved to the next epoch (their read/write set changed in the fallback phase)",
+            value=c.totals["rescheduled"],
+        )
+        yield GaugeMetricFamily("styx_coordinator_epoch", "the current epoch number", value=c.epoch)
+        yield GaugeMetricFamily("styx_coordinator_generation", "the current generation", value=c.gen)
+        yield GaugeMetricFamily(
+            "styx_coordinator_pending_requests",
+            "requests waiting on the workers (ingress buffers + rescheduled) after the last epoch",
+            value=self.m.pending,
+        )
+        state = GaugeMetricFamily("styx_coordinator_state", "1 for the current state", labels=["state"])
+        for s in STATES:
+            state.add_metric([s], 1.0 if c.state == s else 0.0)
+        yield state
+        yield GaugeMetricFamily(
+            "styx_coordinator_workers", "registered workers", value=len(c.membership.workers)
+        )
+        yield GaugeMetricFamily(
+            "styx_coordinator_failed_workers", "workers that missed heartbeats", value=len(c.failed)
+        )
+        yield CounterMetricFamily(
+            "styx_coordinator_recoveries", "recoveries started (a generation each)", value=c.recoveries
+        )
+        yield CounterMetricFamily(
+            "styx_coordinator_stalled_epochs",
+            "epoch stages that timed out (epoch_timeout_ms) and triggered a recovery",
+            value=c.stalls,
+        )
+        last = GaugeMetricFamily(
+            "styx_coordinator_last_recovery_seconds",
+            "the last recovery: detect (failure to re-registration), restore (snapshot loaded), "
+            "replay (logged epochs re-run)",
+            labels=["stage"],
+        )
+        rec = c.last_recovery or {}
+        for stage in ("detect", "restore", "replay"):
+            value = rec.get(f"{stage}_s")
+            last.add_metric([stage], float(value) if value is not None else 0.0)
+        yield last
+        snap = c.last_snapshot or {}
+        yield GaugeMetricFamily(
+            "styx_coordinator_snapshot_bytes",
+            "size of the last complete snapshot",
+            value=snap.get("bytes", 0),
+        )
+        yield GaugeMetricFamily(
+            "styx_coordinator_snapshot_objects",
+            "objects written by the last complete snapshot",
+            value=snap.get("objects", 0),
+        )
+        yield GaugeMetricFamily(
+            "styx_coordinator_snapshot_epoch",
+            "epoch of the last complete snapshot",
+            value=snap.get("epoch", -1),
+        )
+        yield CounterMetricFamily(
+            "styx_coordinator_compactions", "delta-chain compactions after a snapshot", value=c.compactions
+        )

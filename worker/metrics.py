@@ -1,0 +1,189 @@
+"""Prometheus metrics of one worker (served by :class:`styx_py.metrics.MetricsServer`).
+
+Cheap by construction: the worker's own per-epoch totals (``Worker.stats``, ``aborts_by_status``),
+queue lengths and the ingress consumer's high watermarks are read at scrape time by a collector;
+only snapshot uploads and recoveries (rare, off the epoch loop) observe histograms. Nothing is
+added per transaction except one list increment on the abort path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from styx_py.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
+from styx_py.wire import ST_ABORT, ST_BAD, ST_ERROR
+
+if TYPE_CHECKING:
+    from worker.egress import KafkaSink
+    from worker.epoch import Worker
+    from worker.ingress import KafkaIngress
+
+__all__ = ["ABORT_CAUSES", "WorkerMetrics"]
+
+# Reply status of an aborted transaction -> the cause label; anything else is "other".
+ABORT_CAUSES = {ST_ABORT: "user_abort", ST_ERROR: "user_error", ST_BAD: "bad_request"}
+
+
+class WorkerMetrics:
+    def __init__(self, worker: Worker) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        self.snapshot_duration = Histogram(
+            "styx_worker_snapshot_upload_duration_seconds",
+            "uploading this worker's part of a snapshot to S3",
+            buckets=SLOW_BUCKETS_S,
+            registry=r,
+        )
+        self.snapshot_size = Histogram(
+            "styx_worker_snapshot_size_bytes",
+            "bytes this worker uploaded for one snapshot",
+            buckets=SNAPSHOT_BYTES_BUCKETS,
+            registry=r,
+        )
+        self.snapshot_failures = Counter(
+            "styx_worker_snapshot_failures", "snapshot uploads that failed", registry=r
+        )
+        self.recovery_duration = Histogram(
+            "styx_worker_recovery_duration_seconds",
+            "restoring the last snapshot and reading the logs, per recovery",
+            buckets=SLOW_BUCKETS_S,
+            registry=r,
+        )
+        self.recoveries = Counter("styx_worker_recoveries", "recoveries, by result", ["result"], registry=r)
+        self._recovered, self._recovery_failed = (
+            self.recoveries.labels("ok"),
+            self.recoveries.labels("failed"),
+        )
+        self.worker = worker
+        self.collector = _Collector(worker)
+        r.register(self.collector)
+
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: part of a deployed cluster and not recovering."""
+        w = self.worker
+        if w.view is None:
+            return False, "not part of a deployed cluster yet"
+        if w.recovering is not None and not w.recovering.done():
+            return False, f"recovering (generation {w.generation})"
+        return True, f"generation {w.generation}, partitions {w.owned_partitions()}"
+
+    def watch_kafka(self, ingress: KafkaIngress, sink: KafkaSink) -> None:
+        """Also report the Kafka ingress lag and the producer queue (real processes only)."""
+        self.collector.ingress = ingress
+        self.collector.sink = sink
+
+    def snapshot(self, ok: bool, seconds: float, size: int) -> None:
+        if ok:
+            self.snapshot_duration.observe(seconds)
+            self.snapshot_size.observe(size)
+        else:
+            self.snapshot_failures.inc()
+
+    def recovery(self, ok: bool, seconds: float) -> None:
+        if ok:
+            self._recovered.inc()
+            self.recovery_duration.observe(seconds)
+        else:
+            self._recovery_failed.inc()
+
+
+class _Collector(Collector):
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.ingress: KafkaIngress | None = None
+        self.sink: KafkaSink | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        w = self.w
+        stats = w.stats
+        yield CounterMetricFamily(
+            "styx_worker_epochs", "epochs this worker completed (rate: epochs/s)", value=stats["epochs"]
+        )
+        yield CounterMetricFamily(
+            "styx_worker_transactions_committed",
+            "transactions rooted on this worker that committed",
+            value=stats["committed"],
+        )
+        aborted = CounterMetricFamily(
+            "styx_worker_transactions_aborted",
+            "transactions rooted on this worker that aborted, by cause: user_abort (Abort raised), "
+            "user_error (another exception in user code), bad_request (unknown operator/function, "
+            "bad key or arguments)",
+            labels=["cause"],
+        )
+        by_status = w.aborts_by_status
+        other = sum(by_status) - sum(by_status[s] for s in ABORT_CAUSES)
+        for status, cause in ABORT_CAUSES.items():
+            aborted.add_metric([cause], by_status[status])
+        aborted.add_metric(["other"], other)
+        yield aborted
+        yield CounterMetricFamily(
+            "styx_worker_transactions_fallback",
+            "transactions re-run under locks after an Aria conflict (counted on every worker)",
+            value=stats["fallback"],
+        )
+        yield CounterMetricFamily(
+            "styx_worker_transactions_rescheduled",
+            "transactions moved to the next epoch (read/write set changed in the fallback phase)",
+            value=stats["rescheduled"],
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_rescheduled_waiting",
+            "rescheduled transactions waiting for the next epoch",
+            value=len(w.rescheduled),
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_ingress_buffered",
+            "requests fetched from Kafka, not yet sequenced (bounded by max_pending_requests)",
+            value=w.ingress.pending(),
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_inflight_tasks", "invocation and upload tasks running", value=len(w.inflight)
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_open_epochs", "epochs started and not finished", value=len(w.epochs)
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_waiting_resends",
+            "resent request ids waiting for their first copy's reply",
+            value=sum(len(v) for v in w.waiting.values()),
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_partitions", "partitions this worker owns", value=len(w.owned_partitions())
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_generation", "the generation this worker runs", value=w.generation
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_completed_epoch", "the last epoch completed", value=w.completed_epoch
+        )
+        if self.ingress is not None:
+            lag = GaugeMetricFamily(
+                "styx_worker_ingress_lag",
+                "ingress requests on Kafka not yet sequenced: the partition's high watermark minus the "
+                "next offset to sequence (known after the first fetch)",
+                labels=["partition"],
+            )
+            for partition, value in sorted(self.ingress.lag().items()):
+                lag.add_metric([str(partition)], value)
+            yield lag
+            yield CounterMetricFamily(
+                "styx_worker_ingress_skipped",
+                "undecodable ingress records skipped",
+                value=self.ingress.skipped,
+            )
+        if self.sink is not None:
+            yield GaugeMetricFamily(
+                "styx_worker_egress_queued",
+                "replies and sequencer-log entries waiting for the Kafka producer",
+                value=len(self.sink.queue),
+            )
+            yield CounterMetricFamily(
+                "styx_worker_egress_records", "records handed to the Kafka producer", value=self.sink.sent
+            )
