@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from styx_py.errors import GraphError
 from styx_py.limits import MAX_PARTITIONS
@@ -38,6 +38,14 @@ class Operator:
         self.partitions = partitions
         self.functions: dict[str, UserFunction] = {}
         self.read_only: set[str] = set()
+
+    @overload
+    def function(self, fn: F, *, name: str | None = None, read_only: bool = False) -> F: ...
+
+    @overload
+    def function(
+        self, fn: None = None, *, name: str | None = None, read_only: bool = False
+    ) -> Callable[[F], F]: ...
 
     def function(self, fn: F | None = None, *, name: str | None = None, read_only: bool = False) -> Any:
         """Register ``fn`` as a function of this operator (usable bare or with arguments)."""
