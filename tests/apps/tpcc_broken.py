@@ -1,0 +1,29 @@
+"""TPC-C with two injected bugs, for the end-to-end test of the consistency check.
+
+NewOrder forgets to insert the new-order row (conditions 2 and 5 must notice) and Payment forgets to
+add the amount to W_YTD (conditions 1 and 8 must notice). Everything else is the real app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.tpcc import build_app
+from styx_py import Abort, Context
+
+
+async def insert_nothing(ctx: Context, value: Any) -> None:
+    """The new-order row is never written."""
+
+
+async def pay_without_ytd(ctx: Context, amount: int) -> str:
+    """Returns W_NAME like the real ``warehouse.pay`` but leaves W_YTD as it was."""
+    row = await ctx.get()
+    if row is None:
+        raise Abort(f"no warehouse {ctx.key}")
+    return str(row["name"])
+
+
+app = build_app(
+    "tpcc-broken", {("new_order", "insert"): insert_nothing, ("warehouse", "pay"): pay_without_ytd}
+)
