@@ -244,6 +244,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    try:
+        from styx_py.audit.job import run_from_args
+    except ModuleNotFoundError as exc:
+        raise StyxError(
+            f"styx audit needs the 'spark' extra (pip install -e '.[spark]'): no {exc.name}"
+        ) from exc
+    return run_from_args(args)
+
+
+def _audit_arguments(p: argparse.ArgumentParser) -> None:
+    from styx_py.audit.options import add_arguments  # light: PySpark is imported only when it runs
+
+    add_arguments(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="styx", description="styx-py: deterministic transactional stateful functions"
@@ -327,6 +343,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_arguments(bench)
     bench.set_defaults(fn=cmd_bench)
+
+    au = sub.add_parser(
+        "audit",
+        help="audit a run on Spark: exactly-once, ordering, invariants, latency; report + Parquet",
+        description="Read the ingress, egress and sequencer-log topics (and a snapshot from S3) with "
+        "PySpark and check exactly-once replies, the Mencius tid order, the workload's invariants and "
+        "the serial replay; write OUT/report.md, OUT/plots/*.png and OUT/tables/*.parquet. Exit code 1 "
+        "when a check fails. Needs the 'spark' extra.",
+    )
+    _audit_arguments(au)
+    au.set_defaults(fn=cmd_audit)
 
     for name, fn, helptext in (
         ("deploy", cmd_deploy, "deploy a graph by import path"),

@@ -114,19 +114,27 @@ async def serial_replay(
     outcomes: dict[str, tuple[str, Any]] = {}
     for reply in sorted(replies, key=lambda r: (r.epoch, r.phase, r.tid)):
         req = requests[reply.request_id]
-        run = _SerialRun(graph, state, reply.tid, req.ts_ms)
-        try:
-            result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])
-        except _Failed as exc:
-            outcomes[req.request_id] = (exc.status, exc.error)
-            continue
-        for k, v in run.writes.items():
-            if v is None:
-                state.pop(k, None)
-            else:
-                state[k] = v
-        outcomes[req.request_id] = ("committed", result)
+        outcomes[req.request_id] = await apply_serially(graph, state, req, reply.tid)
     return {k: decode_value(v) for k, v in state.items()}, outcomes
+
+
+async def apply_serially(
+    graph: Graph, state: dict[EntityKey, bytes], req: Request, tid: int
+) -> tuple[str, Any]:
+    """Run ``req`` as the next transaction of the serial order: its writes go into ``state`` (encoded
+    values) when it commits. Returns ``(status, result or error)``. Never suspends (nothing in the
+    serial context waits), so a caller may drive the coroutine without an event loop."""
+    run = _SerialRun(graph, state, tid, req.ts_ms)
+    try:
+        result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])
+    except _Failed as exc:
+        return (exc.status, exc.error)
+    for k, v in run.writes.items():
+        if v is None:
+            state.pop(k, None)
+        else:
+            state[k] = v
+    return ("committed", result)
 
 
 def reply_outcome(reply: Reply) -> tuple[str, Any]:

@@ -1,0 +1,144 @@
+"""What an audit reads and checks: its configuration and command-line arguments (no PySpark here, so
+``styx --help`` stays fast and works without the 'spark' extra)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minio import Minio
+
+DEFAULT_SPLIT_RECORDS = 250_000  # largest offset range one Spark task reads
+DEFAULT_TIMEOUT_S = 120.0  # a Kafka read that makes no progress for this long fails
+
+
+@dataclass(frozen=True, slots=True)
+class S3Options:
+    """Where the snapshots are; unset fields come from the ``STYX_S3_*`` environment, as for the cluster."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    bucket: str = "styx-snapshots"
+    region: str = "us-east-1"
+    secure: bool = False
+
+    @staticmethod
+    def parse(options: Mapping[str, str]) -> S3Options:
+        env = os.environ
+        endpoint = options.get("endpoint") or env.get("STYX_S3_ENDPOINT", "")
+        if not endpoint:
+            raise ValueError("option 'endpoint' (S3 host:port) is required")
+        return S3Options(
+            endpoint,
+            options.get("access_key") or env.get("STYX_S3_ACCESS_KEY", ""),
+            options.get("secret_key") or env.get("STYX_S3_SECRET_KEY", ""),
+            options.get("bucket") or env.get("STYX_SNAPSHOT_BUCKET", "styx-snapshots"),
+            options.get("region") or env.get("STYX_S3_REGION", "us-east-1"),
+            (options.get("secure") or env.get("STYX_S3_SECURE", "false")).lower() in ("1", "true", "yes"),
+        )
+
+    def as_options(self) -> dict[str, str]:
+        return {
+            "endpoint": self.endpoint,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+            "bucket": self.bucket,
+            "region": self.region,
+            "secure": str(self.secure).lower(),
+        }
+
+    def client(self) -> Minio:
+        return Minio(
+            self.endpoint,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            region=self.region,
+            secure=self.secure,
+        )
+
+
+@dataclass
+class AuditConfig:
+    kafka: str
+    ingress_topic: str
+    egress_topic: str
+    seqlog_topic: str
+    out: Path
+    workload: str | None = None
+    workload_options: dict[str, Any] = field(default_factory=dict)  # benchmarks.workload.Options fields
+    app: str | None = None  # graph import path for the serial replay (default: the workload's app)
+    s3: S3Options | None = None
+    snapshot: str = "latest"
+    serial: bool = True
+    write_facts: bool = False
+    split_records: int = DEFAULT_SPLIT_RECORDS
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    driver_memory: str = "2g"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kafka", required=True, help="Kafka bootstrap HOST:PORT")
+    p.add_argument("--ingress-topic", default="styx-ingress")
+    p.add_argument("--egress-topic", default="styx-egress")
+    p.add_argument("--seqlog-topic", default="styx-seqlog")
+    p.add_argument(
+        "--s3-endpoint",
+        help="S3 HOST:PORT of the snapshots (default $STYX_S3_ENDPOINT; none: no state checks)",
+    )
+    p.add_argument("--s3-access-key", help="default $STYX_S3_ACCESS_KEY")
+    p.add_argument("--s3-secret-key", help="default $STYX_S3_SECRET_KEY")
+    p.add_argument("--s3-region", help="default $STYX_S3_REGION or us-east-1")
+    p.add_argument("--s3-secure", action="store_true", help="HTTPS")
+    p.add_argument("--bucket", help="snapshot bucket (default $STYX_SNAPSHOT_BUCKET or styx-snapshots)")
+    p.add_argument("--snapshot", default="latest", help="'latest' (default) or a snapshot epoch")
+    p.add_argument("--workload", help="check this workload's invariants (ycsbt, tpcc, …)")
+    p.add_argument("--keys", type=int, help="workload option: YCSB-T accounts")
+    p.add_argument("--warehouses", type=int, help="workload option: TPC-C warehouses")
+    p.add_argument("--scale", type=float, help="workload option: population scale")
+    p.add_argument("--app", help="graph import path for the serial replay (default: the workload's app)")
+    p.add_argument("--no-serial", action="store_true", help="skip the serial replay of the log")
+    p.add_argument("--write-facts", action="store_true", help="also write the per-request table (Parquet)")
+    p.add_argument("--split-records", type=int, default=DEFAULT_SPLIT_RECORDS, help="records per Spark task")
+    p.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds without progress on a Kafka read"
+    )
+    p.add_argument("--driver-memory", default="2g", help="Spark driver memory (default 2g)")
+    p.add_argument("--out", required=True, help="directory for report.md, plots/ and tables/")
+
+
+def config_from(args: argparse.Namespace) -> AuditConfig:
+    s3: S3Options | None = None
+    if args.s3_endpoint or os.environ.get("STYX_S3_ENDPOINT"):
+        s3 = S3Options.parse(
+            {
+                "endpoint": args.s3_endpoint or "",
+                "access_key": args.s3_access_key or "",
+                "secret_key": args.s3_secret_key or "",
+                "region": args.s3_region or "",
+                "secure": "true" if args.s3_secure else "",
+                "bucket": args.bucket or "",
+            }
+        )
+    named = (("keys", args.keys), ("warehouses", args.warehouses), ("scale", args.scale))
+    return AuditConfig(
+        kafka=args.kafka,
+        ingress_topic=args.ingress_topic,
+        egress_topic=args.egress_topic,
+        seqlog_topic=args.seqlog_topic,
+        out=Path(args.out),
+        workload=args.workload,
+        workload_options={k: v for k, v in named if v is not None},
+        app=args.app,
+        s3=s3,
+        snapshot=args.snapshot,
+        serial=not args.no_serial,
+        write_facts=args.write_facts,
+        split_records=args.split_records,
+        timeout_s=args.timeout,
+        driver_memory=args.driver_memory,
+    )
