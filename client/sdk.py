@@ -45,6 +45,7 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
 )
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
+from styx_py.batching import MAX_BATCH_BYTES, BatchLanes
 from styx_py.errors import (
     BadRequest,
     ConfigError,
@@ -183,6 +184,8 @@ class StyxClient:
         self._producer: Any = None
         self._consumer: Any = None
         self._reader: asyncio.Task[None] | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._lanes: BatchLanes | None = None
         self._broken: BaseException | None = None
         self._started = False
         self._closed = False
@@ -246,6 +249,7 @@ class StyxClient:
             acks="all",
             linger_ms=self.linger_ms,
             enable_idempotence=False,
+            max_batch_size=MAX_BATCH_BYTES,
         )
         # No group and manual assignment: a group join takes seconds on Tansu and the client must read
         # every partition anyway. "earliest" only matters if a position is ever lost (retention on a
@@ -289,6 +293,8 @@ class StyxClient:
             raise
         self._producer = producer
         self._consumer = consumer
+        self._lanes = BatchLanes(producer)
+        self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
         self._reader = loop.create_task(self._read_replies(), name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)
         self._started = True
@@ -365,6 +371,10 @@ class StyxClient:
             # wait() instead of awaiting the task: its CancelledError must not be mistaken for ours.
             await asyncio.wait([reader])
         self._fail_pending(StyxError("StyxClient closed before the reply arrived"))
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.cancel()
+            await asyncio.wait([sender])
         producer, self._producer = self._producer, None
         consumer, self._consumer = self._consumer, None
         await _stop_quietly(producer, "producer")
@@ -452,7 +462,7 @@ class StyxClient:
         try:
             async with asyncio.timeout(timeout):
                 if payload is not None:
-                    await self._produce(rid, partition, payload, entry)
+                    self._produce(rid, partition, payload, entry)
                 return await asyncio.shield(entry.future)
         except TimeoutError:
             self.stats.timeouts += 1
@@ -471,35 +481,23 @@ class StyxClient:
                     # failed before we awaited): no "exception was never retrieved" noise at GC.
                     entry.future.exception()
 
-    async def _produce(self, rid: str, partition: int, payload: bytes, entry: _Pending) -> None:
-        """Hand the request to the producer; a failed delivery fails the request's future.
+    def _produce(self, rid: str, partition: int, payload: bytes, entry: _Pending) -> None:
+        """Queue the request for its partition's next batch; a failed delivery fails its future.
 
-        Only the enqueue is awaited: waiting for the broker's ack is unnecessary, because the reply
-        (which implies the ack) is awaited anyway, and a delivery error still surfaces at once.
+        Nothing is awaited: the reply (which implies the broker's ack) is awaited anyway, and a
+        delivery error still surfaces at once.
         """
-        try:
-            delivery = await self._producer.send(
-                self.ingress_topic, payload, key=rid.encode(), partition=partition
-            )
-        except KafkaError as exc:
-            _fail(entry.future, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
-            return
-        except BaseException as exc:
-            # Interrupted (timeout, cancellation) or a bug: the request may never have been sent, so
-            # callers sharing this request id must not wait for a reply that cannot come.
-            _fail(entry.future, Unavailable(f"request {rid} was not sent: {exc!r}"), exc)
-            raise
-        self.stats.sent += 1
+        assert self._lanes is not None
 
-        def on_delivery(done: asyncio.Future[Any]) -> None:
-            if done.cancelled():
-                _fail(entry.future, StyxError(f"request {rid} was not sent: producer stopped"), None)
-                return
-            exc = done.exception()
-            if exc is not None:
+        def on_done(_offset: int, exc: BaseException | None) -> None:
+            if exc is None:
+                self.stats.sent += 1
+            elif isinstance(exc, KafkaError):
                 _fail(entry.future, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
+            else:
+                _fail(entry.future, StyxError(f"request {rid} was not sent: {exc!r}"), exc)
 
-        delivery.add_done_callback(on_delivery)
+        self._lanes.add(self.ingress_topic, partition, rid.encode(), payload, on_done)
 
     async def call(
         self,

@@ -1,26 +1,27 @@
 """Kafka egress: replies (early commit) and the sequencer log, through one producer.
 
-``send`` never blocks the epoch loop: records are queued and a drain task hands them to the
-producer. A failed produce is not swallowed: it ends the drain task and with it the worker (a worker
-that cannot reply must not go on committing).
+``send`` never blocks the epoch loop: records are queued per partition and a drain task hands each
+partition's queue to the producer as one batch (:mod:`styx_py.batching`). A failed produce is not
+swallowed: it ends the drain task and with it the worker (a worker that cannot reply must not go on
+committing).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaProducer
 
+from styx_py.batching import MAX_BATCH_BYTES, BatchLanes
 from styx_py.config import Config
 from styx_py.limits import MAX_REQUEST_BYTES
 from styx_py.wire import Reply, SeqLogEntry
 
 
 class KafkaSink:
-    """One producer for egress replies and sequencer-log entries, drained off the epoch loop."""
+    """One producer for egress replies and sequencer-log entries, batched per partition off the epoch loop."""
 
     def __init__(self, bootstrap: str, config: Config) -> None:
         self.config = config
@@ -29,14 +30,23 @@ class KafkaSink:
             acks="all",
             linger_ms=config.kafka_linger_ms,
             max_request_size=4 * MAX_REQUEST_BYTES,
+            max_batch_size=MAX_BATCH_BYTES,
         )
-        self.queue: list[tuple[str, int, bytes, bytes | None, asyncio.Future[None] | None]] = []
-        self.wakeup = asyncio.Event()
+        self.lanes = BatchLanes(self.producer)
         self.encoder = msgspec.msgpack.Encoder()
-        self.sent = 0
         self.error: BaseException | None = None
+        self.failed = asyncio.Event()
         self.egress_acked: dict[int, int] = {}  # egress partition -> offset below which replies are acked
         self.seqlog_acked = 0
+
+    @property
+    def sent(self) -> int:
+        return self.lanes.records_sent
+
+    @property
+    def queued(self) -> int:
+        """Records waiting for their batch to be sent."""
+        return self.lanes.pending()
 
     async def start(self) -> None:
         await self.producer.start()
@@ -45,39 +55,27 @@ class KafkaSink:
         await self.producer.stop()
 
     async def run(self) -> None:
-        while True:
-            await self.wakeup.wait()
-            self.wakeup.clear()
-            if self.error is not None:
-                raise RuntimeError(f"produce failed: {self.error}") from self.error
-            batch, self.queue = self.queue, []
-            for topic, partition, value, key, done in batch:
-                fut = await self.producer.send(topic, value, key=key, partition=partition)
-                fut.add_done_callback(self._on_sent if done is None else self._resolver(done))
-            self.sent += len(batch)
+        """Drain the lanes; a failed produce ends this task and with it the worker."""
+        drain = asyncio.get_running_loop().create_task(self.lanes.run())
+        try:
+            await self.failed.wait()
+            raise RuntimeError(f"produce failed: {self.error}") from self.error
+        finally:
+            drain.cancel()
 
-    def _on_sent(self, fut: asyncio.Future[Any]) -> None:
-        exc = fut.exception()
-        if exc is not None:
-            self.error = exc
-            self.wakeup.set()
-            return
-        md = fut.result()
-        if md.offset + 1 > self.egress_acked.get(md.partition, 0):
-            self.egress_acked[md.partition] = md.offset + 1
-
-    def _resolver(self, done: asyncio.Future[None]) -> Callable[[asyncio.Future[Any]], None]:
-        def resolve(fut: asyncio.Future[Any]) -> None:
-            exc = fut.exception()
-            if done.done():
-                return
+    def _on_reply_sent(self, partition: int) -> Callable[[int, BaseException | None], None]:
+        def done(offset: int, exc: BaseException | None) -> None:
             if exc is not None:
-                done.set_exception(exc)
-            else:
-                self.seqlog_acked = max(self.seqlog_acked, fut.result().offset + 1)
-                done.set_result(None)
+                self._fail(exc)
+            elif offset + 1 > self.egress_acked.get(partition, 0):
+                self.egress_acked[partition] = offset + 1
 
-        return resolve
+        return done
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.failed.set()
 
     def offsets(self) -> dict[int, int]:
         return dict(self.egress_acked)
@@ -87,16 +85,14 @@ class KafkaSink:
         for p, off in offsets.items():
             self.egress_acked[p] = max(self.egress_acked.get(p, 0), off)
 
-    def _enqueue(
-        self, topic: str, partition: int, value: bytes, key: bytes | None, done: asyncio.Future[None] | None
-    ) -> None:
-        self.queue.append((topic, partition, value, key, done))
-        self.wakeup.set()
-
     # Egress
     def send(self, partition: int, reply: Reply) -> None:
-        self._enqueue(
-            self.config.egress_topic, partition, self.encoder.encode(reply), reply.request_id.encode(), None
+        self.lanes.add(
+            self.config.egress_topic,
+            partition,
+            reply.request_id.encode(),
+            self.encoder.encode(reply),
+            self._on_reply_sent(partition),
         )
 
     # Sequencer log
@@ -105,5 +101,16 @@ class KafkaSink:
 
     def append(self, entry: SeqLogEntry) -> asyncio.Future[None]:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._enqueue(self.config.seqlog_topic, 0, self.encoder.encode(entry), None, done)
+
+        def resolve(offset: int, exc: BaseException | None) -> None:
+            if exc is not None:
+                self._fail(exc)
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            self.seqlog_acked = max(self.seqlog_acked, offset + 1)
+            if not done.done():
+                done.set_result(None)
+
+        self.lanes.add(self.config.seqlog_topic, 0, None, self.encoder.encode(entry), resolve)
         return done

@@ -182,7 +182,7 @@ class _Collector(Collector):
             yield GaugeMetricFamily(
                 "styx_worker_egress_queued",
                 "replies and sequencer-log entries waiting for the Kafka producer",
-                value=len(self.sink.queue),
+                value=self.sink.queued,
             )
             yield CounterMetricFamily(
                 "styx_worker_egress_records", "records handed to the Kafka producer", value=self.sink.sent
