@@ -143,8 +143,8 @@ class Invoke(_Msg, tag="inv"):
     function: str
     key: Key
     args: msgspec.Raw
-    share_n: int
-    share_d: int
+    share_n: int | str  # exact ack share (worker.ackshare.to_wire): str beyond 64 bits
+    share_d: int | str
     want_result: bool
     ts_ms: int
     gen: int = 0
@@ -164,8 +164,8 @@ class Ack(_Msg, tag="ack"):
     epoch: int
     tid: int
     phase: int
-    share_n: int
-    share_d: int
+    share_n: int | str  # exact ack share (worker.ackshare.to_wire): str beyond 64 bits
+    share_d: int | str
     status: int
     error: str
     path: list[int]

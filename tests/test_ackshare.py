@@ -118,3 +118,21 @@ def test_missing_ack_never_completes(tree: Node, data: st.DataObject) -> None:
     collector = ShareCollector()
     assert not any(collector.add(a) for a in rest)
     assert collector.total < ONE
+
+
+def test_shares_beyond_64_bits_cross_the_wire_exactly() -> None:
+    """A chain of 100 synchronous calls halves the share 100 times: the denominator outgrows msgpack's
+    64-bit integers, which once stalled such a transaction forever. Shares then travel as strings."""
+    from styx_py.wire import HEADER_BYTES, Ack, Batch, decode_batch, encode_frame
+    from worker.ackshare import from_wire, to_wire
+
+    share = ONE
+    for _ in range(100):
+        share, _given = split_sync(share)
+    assert share.denominator > 2**64
+    ack = Ack(1, 7, 0, *to_wire(share), 0, "", [0] * 100, 0)
+    frame = encode_frame(Batch("w1", [ack]))
+    [decoded] = decode_batch(frame[HEADER_BYTES:]).msgs
+    assert isinstance(decoded, Ack)
+    assert from_wire(decoded.share_n, decoded.share_d) == share
+    assert to_wire(Fraction(1, 3)) == (1, 3)  # small shares stay plain integers

@@ -16,6 +16,22 @@ from __future__ import annotations
 from fractions import Fraction
 
 ONE = Fraction(1)
+_INT64 = 2**63
+
+WireInt = int | str
+"""A share's numerator or denominator on the wire: an int, or its decimal string beyond 64 bits
+(msgpack integers stop there; a deep chain of synchronous calls halves the share 64 times)."""
+
+
+def to_wire(share: Fraction) -> tuple[WireInt, WireInt]:
+    n, d = share.numerator, share.denominator
+    return (n if n < _INT64 else str(n)), (d if d < _INT64 else str(d))
+
+
+def from_wire(n: WireInt, d: WireInt) -> Fraction:
+    if type(n) is int and type(d) is int:
+        return Fraction(n, d)
+    return Fraction(int(n), int(d))
 
 
 def split_async(share: Fraction, k: int) -> Fraction:

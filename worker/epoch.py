@@ -65,7 +65,7 @@ from styx_py.wire import (
     WorkAvailable,
 )
 from worker import snapshot
-from worker.ackshare import ShareCollector
+from worker.ackshare import ShareCollector, from_wire, to_wire
 from worker.commit import reply_for
 from worker.conflicts import EntityKey, find_conflicts
 from worker.dedup import ReplyTable
@@ -450,9 +450,7 @@ class Worker:
             slot.set_result((msg.status, msg.value))
 
     def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
-        ack = Ack(
-            inv.epoch, inv.tid, inv.phase, own.numerator, own.denominator, status, error, inv.path, inv.gen
-        )
+        ack = Ack(inv.epoch, inv.tid, inv.phase, *to_wire(own), status, error, inv.path, inv.gen)
         if inv.root == self.node_id:
             self.on_ack(ack, value if not inv.path else None)
         else:
@@ -472,7 +470,7 @@ class Worker:
         if not ack.path:
             root.result = root_value
         root.record(ack.status, ack.error, ack.path)
-        if root.collector.add(Fraction(ack.share_n, ack.share_d)):
+        if root.collector.add(from_wire(ack.share_n, ack.share_d)):
             if ack.phase == PHASE_OPTIMISTIC:
                 self._root_done_optimistic(es, root)
             else:

@@ -43,7 +43,7 @@ from styx_py.wire import (
     decode_value,
     encode_value,
 )
-from worker.ackshare import split_async, split_sync
+from worker.ackshare import from_wire, split_async, split_sync, to_wire
 
 if TYPE_CHECKING:
     from worker.epoch import EpochState, Worker
@@ -110,7 +110,7 @@ class RuntimeContext(Context):
         self._inv = inv
         self._cached = cached
         self._ekey = (inv.operator, inv.key)
-        self._share = Fraction(inv.share_n, inv.share_d)
+        self._share = from_wire(inv.share_n, inv.share_d)
         self._calls: list[CallRecord] = []
         self._async: list[Invoke] = []
         self._rng: _random.Random | None = None
@@ -172,8 +172,7 @@ class RuntimeContext(Context):
             record.function,
             record.key,
             msgspec.Raw(record.args),
-            share.numerator,
-            share.denominator,
+            *to_wire(share),
             want_result,
             inv.ts_ms,
             inv.gen,
@@ -290,7 +289,7 @@ async def run_invocation(
     elif status == ST_OK and ctx._async:
         own = split_async(ctx._share, len(ctx._async))
         for child in ctx._async:
-            child.share_n, child.share_d = own.numerator, own.denominator
+            child.share_n, child.share_d = to_wire(own)
             worker.dispatch(child)
     else:
         own = ctx._share
