@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-load", action="store_true", help="the running cluster is loaded already")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check after each run")
     p.add_argument(
-        "--linger-ms", type=int, default=1, help="client producer linger: batching vs latency (default 1)"
+        "--linger-ms", type=int, default=0, help="client producer linger in ms (default 0)"
     )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")

@@ -238,11 +238,14 @@ async def run_open_loop(
 
     rng = random.Random(seed)
     loop = asyncio.get_running_loop()
+    # perf_counter, not loop.time(): uvloop's loop clock has 1 ms resolution and is cached per loop
+    # iteration, which would quantise every latency to whole milliseconds.
+    clock = time.perf_counter
     result = RunResult(rate=rate, duration_s=duration_s, warmup_s=warmup_s)
     result.seconds = [Second() for _ in range(math.ceil(duration_s))]
     total = round(rate * (warmup_s + duration_s))
     first_measured = math.ceil(rate * warmup_s)
-    start = loop.time() + 0.05
+    start = clock() + 0.05
     window_end = start + warmup_s + duration_s
     inflight: set[asyncio.Task[None]] = set()
     done_count = 0
@@ -283,12 +286,12 @@ async def run_open_loop(
 
     async def one(i: int, op: Op, scheduled: float) -> None:
         outcome = await sender.send(op)
-        record(i, op.label, scheduled, outcome, loop.time())
+        record(i, op.label, scheduled, outcome, clock())
 
     def reporter() -> None:
         if progress is None or quiet:
             return
-        elapsed = loop.time() - start
+        elapsed = clock() - start
         phase = "warm-up" if elapsed < warmup_s else "measure"
         recent = sorted(result.seconds[max(0, min(len(result.seconds), int(elapsed - warmup_s)) - 1)].raw)
         p = {
@@ -305,7 +308,7 @@ async def run_open_loop(
     sent = 0
     next_report = start + 1.0
     while sent < total:
-        now = loop.time()
+        now = clock()
         due = min(total, int((now - start) * rate) + 1)
         if due > sent:
             for i in range(sent, due):
@@ -327,13 +330,13 @@ async def run_open_loop(
             reporter()
             next_report += 1.0
         if sent < total:
-            await asyncio.sleep(max(0.0, start + sent / rate - loop.time()))
+            await asyncio.sleep(max(0.0, start + sent / rate - clock()))
     if result.sent > 1 and last_send > first_send:
         result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
     # Drain: every request gets its reply or its own timeout; a stuck one counts as unanswered.
-    deadline = max(window_end, loop.time()) + drain_s
-    while inflight and loop.time() < deadline:
-        await asyncio.wait(set(inflight), timeout=min(1.0, deadline - loop.time()))
+    deadline = max(window_end, clock()) + drain_s
+    while inflight and clock() < deadline:
+        await asyncio.wait(set(inflight), timeout=min(1.0, deadline - clock()))
         if inflight:
             reporter()
     result.unanswered = sum(1 for _ in inflight)

@@ -139,7 +139,7 @@ class StyxClient:
         egress_topic: str = "styx-egress",
         max_pending: int = 10_000,
         timeout_s: float = 30.0,
-        linger_ms: int = 1,
+        linger_ms: int = 0,
         fetch_wait_ms: int = 5,
         functions: Mapping[str, Collection[str]] | None = None,
     ) -> None:

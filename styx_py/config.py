@@ -97,7 +97,15 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         int,
         Setting("consumer fetch wait (Tansu answers a waiting fetch only at its deadline)", "ms", 5, 10_000),
     ] = 5
-    kafka_linger_ms: Annotated[int, Setting("producer linger", "ms", 0, 10_000)] = 1
+    kafka_linger_ms: Annotated[
+        int,
+        Setting(
+            "producer linger (records are batched per partition while one batch is in flight anyway)",
+            "ms",
+            0,
+            10_000,
+        ),
+    ] = 0
     kafka_replication_factor: Annotated[
         int,
         Setting(
