@@ -247,3 +247,23 @@ def test_driver_reports_queueing_of_a_slowed_cluster(kafka: TansuBroker, tmp_pat
     assert last.hist.get_value_at_percentile(50) > first.hist.get_value_at_percentile(50) + 1_000_000
     assert result.throughput < 0.6 * 1000, result.throughput
     assert not result.sustainable()
+
+
+@pytest.mark.services
+def test_styx_bench_starts_its_own_cluster_and_goes_through_http(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --coordinator: styx bench starts SeaweedFS, Tansu, a cluster and the gateway itself; a sweep
+    of two rates gets one fresh cluster each and a latency-vs-throughput plot."""
+    out = tmp_path / "results"
+    args = ["--via", "http", "--keys", "200", "--sweep", "50,100", "--duration", "1", "--warmup", "0.5"]
+    code = styx_main(["bench", "ycsbt", *args, "--out", str(out), "--quiet"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert printed.count("starting a local cluster") == 2 and printed.count("check: OK") == 2
+    [sweep] = list(out.glob("ycsbt-sweep-*.json"))
+    runs = json.loads(sweep.read_text())["runs"]
+    assert [r["rate"] for r in runs] == [50, 100] and all(r["answered"] == r["sent"] for r in runs)
+    assert all(r["sustainable_p99_1s"] for r in runs), runs
+    assert list(out.glob("ycsbt-sweep-*-sweep.png"))
+    assert "max sustainable rate (p99 < 1 s, ≥98 % served): 100.0" in printed
