@@ -52,12 +52,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
     p.add_argument("--no-load", action="store_true", help="the running cluster is loaded already")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check after each run")
-    p.add_argument(
-        "--linger-ms", type=int, default=0, help="client producer linger in ms (default 0)"
-    )
+    p.add_argument("--linger-ms", type=int, default=0, help="client producer linger in ms (default 0)")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")
     p.add_argument("--no-plots", action="store_true", help="write the JSON results only")
+    p.add_argument(
+        "--audit",
+        action="store_true",
+        help="after each run, audit its Kafka logs and snapshots on Spark (styx audit; needs [spark])",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-second progress lines")
 
 
@@ -106,12 +109,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs: list[tuple[RunResult, Path]] = []
+    audits: list[int] = []
     if args.coordinator:
         gateway = args.gateway
         if args.via == "http" and not gateway:
             print("styx bench: --via http with --coordinator needs --gateway URL", file=sys.stderr)
             return 2
         runs = _run_fast(bench(args, workload, rates, args.coordinator, gateway))
+        if args.audit:
+            # The running cluster's Kafka and topics come from its coordinator; S3 from $STYX_S3_*.
+            from styx_py.stack import admin
+            from styx_py.wire import StatusRequest
+
+            status = _run_fast(admin(args.coordinator, StatusRequest()))
+            topics = ["--ingress-topic", str(status["ingress_topic"]), "--egress-topic"]
+            topics.append(str(status["egress_topic"]))
+            target = out / f"{workload.name}-audit"
+            audits.append(audit(args, workload, str(status["kafka_bootstrap"]), target, topics))
     else:
         # A fresh cluster per rate: the broker's logs (and so its fetch cost) grow with every run, and
         # a later run must not pay for the earlier ones.
@@ -125,9 +139,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 with LocalStack(data_dir, workers=args.workers, gateway=args.via == "http", env=env) as stack:
                     stack.deploy(workload.app)
                     print(f"deployed {workload.app}", flush=True)
-                    runs += asyncio.run(
+                    runs += _run_fast(
                         bench(args, workload, [rate], stack.coordinator, stack.gateway_url or None)
                     )
+                    if args.audit:
+                        s3_args: list[str] = []
+                        if stack.s3 is not None:
+                            s3 = stack.s3.config
+                            s3_args += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key]
+                            s3_args += ["--s3-secret-key", s3.secret_key]
+                        target = out / f"{workload.name}-{rate:g}-audit"
+                        audits.append(audit(args, workload, stack.kafka, target, s3_args))
             finally:
                 shutil.rmtree(data_dir, ignore_errors=True)
     if len(runs) > 1:
@@ -139,7 +161,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"sweep: {sweep_path}", flush=True)
         best = max((r.rate for r, _ in runs if r.sustainable()), default=None)
         print(f"max sustainable rate (p99 < 1 s, ≥98 % served): {best if best is not None else 'none'}")
-    return 1 if any(r.check for r, _ in runs) else 0
+    if any(audits):
+        print("audit: FAILED (see the report above)", flush=True)
+    return 1 if any(r.check for r, _ in runs) or any(audits) else 0
+
+
+def audit(args: argparse.Namespace, workload: Workload, kafka: str, out: Path, extra: list[str]) -> int:
+    """Run ``styx audit`` over exactly this run's topics (and snapshots); its exit code."""
+    from styx_py.cli import main as styx_main
+
+    o = workload.options
+    argv = ["audit", "--kafka", kafka, "--workload", workload.name, "--out", str(out), *extra]
+    argv += ["--keys", str(o.keys), "--warehouses", str(o.warehouses), "--scale", str(o.scale)]
+    print(f"auditing the run on Spark: {out}", flush=True)
+    return styx_main(argv)
 
 
 async def bench(
