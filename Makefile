@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint bench-http
+.PHONY: install demo test lint bench bench-tpcc10 bench-http
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,20 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check styx_py coordinator worker client benchmarks tests
 	$(VENV)/bin/mypy
+
+# The README's results table: each workload swept over rates, one fresh local cluster per rate; results
+# (JSON + PNG) in benchmarks/results/. About 15 minutes on 2 cores.
+bench: install
+	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench tpcc --warehouses 1 --sweep 100,200,400 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench deathstar-hotel --sweep 500,1000,2000 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench deathstar-movie --sweep 250,500,1000 --duration 15 --warmup 3 --quiet
+
+# TPC-C with 10 warehouses: one cluster, loaded once (2.2 M rows, ~8 minutes), then a sweep; the check
+# reads ~1 M entities (~5 minutes), so it is skipped here (the tests check TPC-C at small scale).
+bench-tpcc10: install
+	$(VENV)/bin/styx bench tpcc --warehouses 10 --one-cluster --sweep 100,200,400 --duration 15 --warmup 3 \
+		--no-check --quiet
 
 # What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (README "HTTP API").
 bench-http: install

@@ -50,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=2, help="workers of a cluster started here (default 2)")
     p.add_argument("--coordinator", help="HOST:PORT of a running cluster (default: start one)")
     p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
+    p.add_argument(
+        "--one-cluster",
+        action="store_true",
+        help="a sweep without --coordinator: one cluster, loaded once, for every rate (default: one each)",
+    )
     p.add_argument("--no-load", action="store_true", help="the running cluster is loaded already")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check after each run")
     p.add_argument("--linger-ms", type=int, default=0, help="client producer linger in ms (default 0)")
@@ -131,7 +136,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # a later run must not pay for the earlier ones.
         from styx_py.stack import LocalStack
 
-        for rate in rates:
+        for group in [rates] if args.one_cluster else [[rate] for rate in rates]:
+            rate = group[0]
             data_dir = Path(tempfile.mkdtemp(prefix="styx-bench-"))
             try:
                 print(f"starting a local cluster with {args.workers} workers …", flush=True)
@@ -140,7 +146,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     stack.deploy(workload.app)
                     print(f"deployed {workload.app}", flush=True)
                     runs += _run_fast(
-                        bench(args, workload, [rate], stack.coordinator, stack.gateway_url or None)
+                        bench(args, workload, group, stack.coordinator, stack.gateway_url or None)
                     )
                     if args.audit:
                         s3_args: list[str] = []
