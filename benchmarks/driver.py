@@ -137,6 +137,7 @@ class RunResult:
     send_lag_max_s: float = 0.0  # worst lateness of an actual send behind its schedule
     actual_send_rate: float = 0.0  # measured from the send clock over the window
     check: list[str] | None = None
+    check_skipped: str = ""
 
     last_reply_s: float = 0.0  # when the last measured reply arrived, from the window's start
 
@@ -196,6 +197,7 @@ class RunResult:
             },
             "sustainable_p99_1s": self.sustainable(),
             "check": self.check,
+            "check_skipped": self.check_skipped or None,
         }
 
     def series(self) -> list[dict[str, Any]]:
