@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -22,13 +23,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
 from benchmarks.workload import Options, Workload, make_workload, workload_names
+from styx_py.errors import StyxError
+
+if TYPE_CHECKING:
+    from styx_py.stack import LocalStack
 
 RESULTS_DIR = Path("benchmarks/results")
 T = TypeVar("T")
@@ -107,6 +113,26 @@ def _run_fast(main: Coroutine[Any, Any, T]) -> T:
         return runner.run(main)
 
 
+@contextlib.contextmanager
+def _supervised(stack: LocalStack) -> Iterator[None]:
+    """Restart a worker that dies or is declared failed while the benchmark runs, as `styx up` does:
+    an overloaded machine can starve a worker's heartbeats, and the cluster must recover, not hang."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            for name in stack.supervise():
+                print(f"  {name} died or was declared failed: restarted (the cluster recovers)", flush=True)
+
+    watcher = threading.Thread(target=watch, name="bench-supervisor", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.rate]
@@ -145,9 +171,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 with LocalStack(data_dir, workers=args.workers, gateway=args.via == "http", env=env) as stack:
                     stack.deploy(workload.app)
                     print(f"deployed {workload.app}", flush=True)
-                    runs += _run_fast(
-                        bench(args, workload, group, stack.coordinator, stack.gateway_url or None)
-                    )
+                    with _supervised(stack):
+                        runs += _run_fast(
+                            bench(args, workload, group, stack.coordinator, stack.gateway_url or None)
+                        )
                     if args.audit:
                         s3_args: list[str] = []
                         if stack.s3 is not None:
@@ -230,7 +257,10 @@ async def bench(
                     result.check_skipped = f"{lost} requests got no reply in time; the state may still change"
                     say(f"  check: skipped ({result.check_skipped})", flush=True)
                 elif not args.no_check:
-                    result.check = await workload.check(client)
+                    try:
+                        result.check = await workload.check(client)
+                    except (StyxError, RuntimeError) as exc:
+                        result.check = [f"the check could not read the state: {exc}"]
                     say(
                         "  check: "
                         + ("OK" if not result.check else f"FAILED ({len(result.check)}): {result.check[:5]}"),
