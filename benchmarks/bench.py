@@ -230,6 +230,7 @@ async def bench(
         if args.via == "http":
             assert gateway is not None
             sender = HttpSender(gateway, args.timeout)
+            await sender.wait_ready()
         else:
             sender = SdkSender(client, args.timeout)
         runs: list[tuple[RunResult, Path]] = []

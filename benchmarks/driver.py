@@ -94,12 +94,29 @@ class HttpSender:
         if status == 200:
             return Outcome("committed")
         try:
-            reply = json.loads(data)["error"]["reply"]
-        except (ValueError, KeyError, TypeError):
+            error = json.loads(data)["error"]
+            reply = error.get("reply")
+        except (ValueError, KeyError, TypeError, AttributeError):
             return Outcome("error", f"HTTP {status}")
+        if not isinstance(reply, dict):  # no transaction outcome: 429, 503, 504 …
+            return Outcome("error", f"HTTP {status} {error.get('code', '')}".strip())
         if reply["status"] == "aborted":
             return Outcome("aborted", normalise_cause(reply.get("error")))
         return Outcome(reply["status"], reply.get("error_type") or normalise_cause(reply.get("error")))
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Until the gateway answers /readyz with 200 (it connects to the cluster in the background)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                status, _ = await self.http.request("GET", "/readyz")
+            except OSError:
+                status = 0
+            if status == 200:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the gateway did not become ready within {timeout_s} s")
+            await asyncio.sleep(0.05)
 
     async def close(self) -> None:
         await self.http.close()
@@ -287,7 +304,10 @@ async def run_open_loop(
         raw.append(us)
 
     async def one(i: int, op: Op, scheduled: float) -> None:
-        outcome = await sender.send(op)
+        try:
+            outcome = await sender.send(op)
+        except Exception as exc:  # noqa: BLE001 - a sender bug is counted, never lost in a task
+            outcome = Outcome("error", f"{type(exc).__name__}: {exc}"[:80])
         record(i, op.label, scheduled, outcome, clock())
 
     def reporter() -> None:

@@ -86,9 +86,13 @@ class KeepAliveClient:
         self.slots = asyncio.Semaphore(max_connections)
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        return await self.request("POST", path, body)
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         request = (
-            b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), self.host.encode(), len(body), body)
+            b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s"
+            % (method.encode(), path.encode(), self.host.encode(), len(body), body)
         )
         async with self.slots:
             while self.idle:
