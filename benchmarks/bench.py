@@ -167,7 +167,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             data_dir = Path(tempfile.mkdtemp(prefix="styx-bench-"))
             try:
                 print(f"starting a local cluster with {args.workers} workers …", flush=True)
-                env = {"STYX_LOG_LEVEL": "WARNING"}
+                # Benchmarks overload the machine on purpose: a worker whose loop is busy with a big
+                # epoch must not be declared failed after 1 s of late heartbeats.
+                env = {"STYX_LOG_LEVEL": "WARNING", "STYX_FAILURE_TIMEOUT_MS": "5000"}
                 with LocalStack(data_dir, workers=args.workers, gateway=args.via == "http", env=env) as stack:
                     stack.deploy(workload.app)
                     print(f"deployed {workload.app}", flush=True)

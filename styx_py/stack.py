@@ -51,6 +51,9 @@ async def admin(address: str, msg: DeployRequest | StatusRequest, timeout_s: flo
     return reply.body
 
 
+RESTART_GRACE_S = 10.0  # a (re)started worker is not killed for being "failed" before it could register
+
+
 class LocalStack:
     def __init__(
         self,
@@ -77,6 +80,7 @@ class LocalStack:
         self.s3: SeaweedS3 | None = None
         self.broker: TansuBroker | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.started_at: dict[str, float] = {}  # monotonic time each process was (re)started
         self.coordinator = ""
         self.kafka = ""
         self.with_gateway = gateway
@@ -161,6 +165,7 @@ class LocalStack:
             port = self.metrics_ports.setdefault(name, free_port())
             env = {**env, "STYX_METRICS_PORT": str(port), "STYX_METRICS_HOST": "127.0.0.1"}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
+        self.started_at[name] = time.monotonic()
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "styx_py.cli", *args],
             stdout=log,
@@ -209,7 +214,10 @@ class LocalStack:
         except StyxError:
             failed = []  # the coordinator is restarting
         for name in failed:
-            if name in self.procs and name not in restarted:
+            # A worker started moments ago is still booting and registering: the coordinator lists it
+            # as failed until it does. Killing it again would restart it forever.
+            booting = time.monotonic() - self.started_at.get(name, 0.0) < RESTART_GRACE_S
+            if name in self.procs and name not in restarted and not booting:
                 self.kill(name)
                 self.start_worker(name)
                 restarted.append(name)
