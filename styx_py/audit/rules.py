@@ -151,6 +151,26 @@ def check_request(
     return out
 
 
+def check_undecodable(kind: str, count: int, example: str | None) -> list[Finding]:
+    """Records of a log that do not decode as its kind. The cluster skips such ingress records (no
+    request id survives, so there is no one to answer): a warning. It never writes such replies or
+    sequencer-log entries: an error (a foreign producer, or corruption)."""
+    if count == 0:
+        return []
+    ingress = kind == "ingress"
+    why = (
+        "the cluster skips them: no reply is possible" if ingress else "the cluster never writes such records"
+    )
+    return [
+        Finding(
+            "input.undecodable",
+            kind,
+            f"{count} {kind} records do not decode ({why}); the first: {example}",
+            WARNING if ingress else ERROR,
+        )
+    ]
+
+
 # ---- ordering: one group per tid --------------------------------------------------------------------
 
 
