@@ -51,7 +51,7 @@ async def admin(address: str, msg: DeployRequest | StatusRequest, timeout_s: flo
     return reply.body
 
 
-RESTART_GRACE_S = 10.0  # a (re)started worker is not killed for being "failed" before it could register
+RESTART_GRACE_S = 5.0  # a restarted worker is not killed for being "failed" before it could register
 
 
 class LocalStack:
@@ -80,7 +80,7 @@ class LocalStack:
         self.s3: SeaweedS3 | None = None
         self.broker: TansuBroker | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.started_at: dict[str, float] = {}  # monotonic time each process was (re)started
+        self.restarted_at: dict[str, float] = {}  # when supervise() last restarted each process
         self.coordinator = ""
         self.kafka = ""
         self.with_gateway = gateway
@@ -165,7 +165,6 @@ class LocalStack:
             port = self.metrics_ports.setdefault(name, free_port())
             env = {**env, "STYX_METRICS_PORT": str(port), "STYX_METRICS_HOST": "127.0.0.1"}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
-        self.started_at[name] = time.monotonic()
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "styx_py.cli", *args],
             stdout=log,
@@ -206,6 +205,7 @@ class LocalStack:
                 self.start_coordinator()
             elif name.startswith("w"):
                 self.start_worker(name)
+                self.restarted_at[name] = time.monotonic()
             else:
                 self.check_alive()  # the gateway has no state to recover: report it
             restarted.append(name)
@@ -216,10 +216,11 @@ class LocalStack:
         for name in failed:
             # A worker started moments ago is still booting and registering: the coordinator lists it
             # as failed until it does. Killing it again would restart it forever.
-            booting = time.monotonic() - self.started_at.get(name, 0.0) < RESTART_GRACE_S
+            booting = time.monotonic() - self.restarted_at.get(name, -RESTART_GRACE_S) < RESTART_GRACE_S
             if name in self.procs and name not in restarted and not booting:
                 self.kill(name)
                 self.start_worker(name)
+                self.restarted_at[name] = time.monotonic()
                 restarted.append(name)
         return restarted
 
