@@ -86,6 +86,7 @@ def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
         )
         .orderBy("epoch")
     )
+    per_second.insert(1, "time", pd.to_datetime(per_second["second"], unit="s", utc=True))
     # An epoch lasts from its sequencer-log entries to the next epoch's (the log is written at its start).
     epochs["duration_ms"] = epochs["logged_ms"].shift(-1) - epochs["logged_ms"]
     return {

@@ -12,6 +12,8 @@ from typing import Any
 
 from minio import Minio
 
+from styx_py.errors import ConfigError
+
 DEFAULT_SPLIT_RECORDS = 250_000  # largest offset range one Spark task reads
 DEFAULT_TIMEOUT_S = 120.0  # a Kafka read that makes no progress for this long fails
 
@@ -82,10 +84,10 @@ class AuditConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kafka", required=True, help="Kafka bootstrap HOST:PORT")
-    p.add_argument("--ingress-topic", default="styx-ingress")
-    p.add_argument("--egress-topic", default="styx-egress")
-    p.add_argument("--seqlog-topic", default="styx-seqlog")
+    p.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default $STYX_KAFKA_BOOTSTRAP)")
+    p.add_argument("--ingress-topic", help="default $STYX_INGRESS_TOPIC or styx-ingress")
+    p.add_argument("--egress-topic", help="default $STYX_EGRESS_TOPIC or styx-egress")
+    p.add_argument("--seqlog-topic", help="default $STYX_SEQLOG_TOPIC or styx-seqlog")
     p.add_argument(
         "--s3-endpoint",
         help="S3 HOST:PORT of the snapshots (default $STYX_S3_ENDPOINT; none: no state checks)",
@@ -112,6 +114,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> AuditConfig:
+    """The audit's configuration from the command line, then the cluster's ``STYX_*`` environment."""
+    env = os.environ
+    kafka = args.kafka or env.get("STYX_KAFKA_BOOTSTRAP", "")
+    if not kafka:
+        raise ConfigError("no Kafka bootstrap address: pass --kafka HOST:PORT or set STYX_KAFKA_BOOTSTRAP")
     s3: S3Options | None = None
     if args.s3_endpoint or os.environ.get("STYX_S3_ENDPOINT"):
         s3 = S3Options.parse(
@@ -126,10 +133,10 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
         )
     named = (("keys", args.keys), ("warehouses", args.warehouses), ("scale", args.scale))
     return AuditConfig(
-        kafka=args.kafka,
-        ingress_topic=args.ingress_topic,
-        egress_topic=args.egress_topic,
-        seqlog_topic=args.seqlog_topic,
+        kafka=kafka,
+        ingress_topic=args.ingress_topic or env.get("STYX_INGRESS_TOPIC", "styx-ingress"),
+        egress_topic=args.egress_topic or env.get("STYX_EGRESS_TOPIC", "styx-egress"),
+        seqlog_topic=args.seqlog_topic or env.get("STYX_SEQLOG_TOPIC", "styx-seqlog"),
         out=Path(args.out),
         workload=args.workload,
         workload_options={k: v for k, v in named if v is not None},
