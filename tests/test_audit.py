@@ -54,6 +54,7 @@ class Run:
     seqlog: str
     s3: S3Options
     reads: list[str]  # request ids of read-only balance calls (their loss changes no state)
+    resent: list[str]  # request ids a client submitted twice (each submission gets the same reply)
 
 
 def config(run: Run, out: Path, **changes: object) -> AuditConfig:
@@ -70,24 +71,33 @@ def config(run: Run, out: Path, **changes: object) -> AuditConfig:
     return replace(cfg, **changes)  # type: ignore[arg-type]
 
 
-async def drive(stack: LocalStack) -> list[str]:
-    """Load, transfer (killing a worker half-way), then read until a snapshot covers the transfers."""
+async def drive(stack: LocalStack) -> tuple[list[str], list[str]]:
+    """Load, transfer (killing a worker half-way), resend a few request ids, then read until a snapshot
+    covers the transfers. Returns the ids of the reads and of the resent requests."""
     workload = YcsbT(Options(keys=ACCOUNTS, seed=3))
     rng = random.Random(3)
     reads: list[str] = []
+    sent: list[tuple[str, str, str, str, tuple[object, ...]]] = []
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
         await workload.load(client, progress=lambda _: None)
         window = asyncio.Semaphore(100)
 
         async def transfer() -> None:
             op = workload.next_op(rng)
+            rid = uuid.uuid4().hex
+            sent.append((rid, op.operator, str(op.key), op.function, op.args))
             async with window:
-                await client.submit(op.operator, op.key, op.function, *op.args)
+                await client.submit(op.operator, op.key, op.function, *op.args, request_id=rid)
 
         await asyncio.gather(*(transfer() for _ in range(TRANSFERS // 2)))
         stack.kill("w1")  # SIGKILL: the cluster rolls back to its last snapshot and replays the log
         stack.start_worker("w1")
         await asyncio.gather(*(transfer() for _ in range(TRANSFERS - TRANSFERS // 2)))
+        # A client retrying after its reply (twice): the cluster answers again, with the identical reply.
+        resent = sent[:: TRANSFERS // 5][:5]
+        first = [await client.submit(o, k, f, *a, request_id=rid) for rid, o, k, f, a in resent]
+        again = [await client.submit(o, k, f, *a, request_id=rid) for rid, o, k, f, a in resent]
+        assert first == again
         last_transfer_epoch = (await admin(stack.coordinator, StatusRequest()))["epoch"]
 
         async def read(i: int) -> None:
@@ -103,7 +113,7 @@ async def drive(stack: LocalStack) -> list[str]:
                 break
         else:
             raise AssertionError("no snapshot after the last transfer")
-    return reads
+    return reads, [rid for rid, *_ in resent]
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +130,7 @@ def run(kafka: TansuBroker, s3: SeaweedS3, tmp_path_factory: pytest.TempPathFact
     tmp = tmp_path_factory.mktemp("audit-cluster")
     with LocalStack(tmp, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env) as stack:
         stack.deploy(YcsbT.app)
-        reads = asyncio.run(drive(stack))
+        reads, resent = asyncio.run(drive(stack))
         assert stack.status()["recoveries"] >= 1, "the worker kill did not cause a recovery"
     c = s3.config
     yield Run(
@@ -130,6 +140,7 @@ def run(kafka: TansuBroker, s3: SeaweedS3, tmp_path_factory: pytest.TempPathFact
         env["STYX_SEQLOG_TOPIC"],
         S3Options(c.endpoint, c.access_key, c.secret_key, env["STYX_SNAPSHOT_BUCKET"], c.region),
         reads,
+        resent,
     )
 
 
@@ -183,8 +194,9 @@ def test_clean_run_passes_every_audit(spark: object, run: Run, tmp_path: Path) -
     assert result.ok, "\n".join(f"[{f.check}] {f.message}" for f in result.samples)
     assert not errors(result)
     stats = result.stats
-    assert stats["records"]["ingress"] >= TRANSFERS + len(run.reads)
-    assert stats["request_ids"] == stats["replies"] == stats["records"]["ingress"]
+    assert stats["records"]["ingress"] >= TRANSFERS + 2 * len(run.resent) + len(run.reads)
+    assert stats["records"]["egress"] == stats["records"]["ingress"]  # resends answered once more each
+    assert stats["request_ids"] == stats["replies"] == stats["records"]["ingress"] - 2 * len(run.resent)
     assert stats["snapshot"]["entities"] == ACCOUNTS
     assert len(stats["workers_by_generation"]) >= 2, "the recovery should have started a generation"
     report = result.report.read_text()
@@ -200,7 +212,11 @@ def test_duplicated_reply_is_detected(spark: object, run: Run, tmp_path: Path) -
     picked: list[Reply] = []
 
     def duplicate_one(records: list[KafkaRecord]) -> list[KafkaRecord]:
-        victim = next(r for r in records if reply_of(r).status == "committed")
+        victim = next(
+            r
+            for r in records
+            if reply_of(r).status == "committed" and reply_of(r).request_id not in run.resent
+        )
         picked.append(reply_of(victim))
         return [*records, victim]  # the same reply again, on the same partition
 
@@ -240,10 +256,15 @@ def test_tampered_balance_is_detected(spark: object, run: Run, tmp_path: Path) -
         client.put_object(bucket, name, io.BytesIO(data), len(data))
     manifest = load_manifest(client, bucket)
     assert manifest is not None
-    # The newest object of partition 0 holds the snapshot's value of every account it wrote.
-    name = manifest.deltas[0][-1]
-    part = msgspec.msgpack.decode(client.get_object(bucket, name).read(), type=PartitionSnapshot)
-    i, (op, key, value) = next((i, w) for i, w in enumerate(part.writes) if w[0] == "account" and w[2])
+    # Tamper with an account in the newest object of partition 0 that wrote one (later deltas may be empty).
+    for name in reversed(manifest.deltas[0]):
+        part = msgspec.msgpack.decode(client.get_object(bucket, name).read(), type=PartitionSnapshot)
+        written = [(i, w) for i, w in enumerate(part.writes) if w[0] == "account" and w[2] is not None]
+        if written:
+            break
+    else:
+        raise AssertionError("no account in the snapshot of partition 0")
+    i, (op, key, value) = written[0]
     assert value is not None
     balance = decode_value(value)
     part.writes[i] = (op, key, encode_value(balance + 7))
