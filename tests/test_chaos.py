@@ -111,3 +111,20 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
     for rid, reply in by_id.items():
         assert reply_outcome(reply) == outcomes[rid], rid
     assert balances == [serial_state.get(("account", f"a{i}"), 0) for i in range(ACCOUNTS)]
+
+    # The chaos run ends with the offline audit over exactly the topics and snapshots it produced:
+    # exactly-once, Mencius ordering, epochs against the sequencer log, serial replay of the snapshot.
+    pytest.importorskip("pyspark")
+    from styx_py.cli import main as styx_main
+
+    s3 = stack.external_s3
+    assert s3 is not None
+    topics = stack.topics  # type: ignore[attr-defined]
+    argv = ["audit", "--kafka", stack.kafka, "--ingress-topic", topics["STYX_INGRESS_TOPIC"]]
+    argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
+    argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]
+    argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "benchmarks.bank:app"]
+    argv += ["--out", str(stack.data_dir / "audit")]
+    code = await asyncio.to_thread(styx_main, argv)
+    report = (stack.data_dir / "audit" / "report.md").read_text()
+    assert code == 0, report[:3000]
