@@ -277,7 +277,7 @@ def test_effective_generation_is_the_manifests() -> None:
 
 def test_invariant_findings_name_the_workload() -> None:
     wl = YcsbT(Options(keys=3))
-    state = {("account", f"acct{i}"): INITIAL for i in range(3)}
+    state: dict[tuple[str, str | int], int] = {("account", f"acct{i}"): INITIAL for i in range(3)}
     assert check_invariants("ycsbt", wl.check_state(state), 4) == []
     state[("account", "acct1")] = INITIAL + 7
     [f] = check_invariants("ycsbt", wl.check_state(state), 4)
@@ -307,43 +307,54 @@ LOG = [
 ]
 
 
-def serial(
+async def serial(
     snapshot_epoch: int | None, state: dict[tuple[str, Any], Any] | None, log: Any = LOG
 ) -> list[Finding]:
     check = SerialCheck(bank_app, snapshot_epoch, state)
     for q, r in log:
-        check.feed(q, r)
+        await check.feed(q, r)
     return check.finish()
 
 
-def test_serial_replay_matches_the_log_and_the_snapshot() -> None:
-    assert serial(1, {("account", "a"): 70, ("account", "b"): 30}) == []
-    assert serial(2, {("account", "a"): 80, ("account", "b"): 20}) == []
-    assert serial(None, None) == []
+async def test_serial_replay_matches_the_log_and_the_snapshot() -> None:
+    assert await serial(1, {("account", "a"): 70, ("account", "b"): 30}) == []
+    assert await serial(2, {("account", "a"): 80, ("account", "b"): 20}) == []
+    assert await serial(None, None) == []
 
 
-def test_serial_replay_finds_a_tampered_snapshot() -> None:
-    [f] = serial(1, {("account", "a"): 77, ("account", "b"): 30})
+async def test_serial_replay_finds_a_tampered_snapshot() -> None:
+    [f] = await serial(1, {("account", "a"): 77, ("account", "b"): 30})
     assert f.check == "serial.state"
     assert (
         f.message == "account 'a': snapshot 1 holds 77, the serial replay of the log up to epoch 1 gives 70"
     )
 
 
-def test_serial_replay_finds_a_wrong_reply() -> None:
+async def test_serial_replay_finds_a_wrong_reply() -> None:
     log = list(LOG)
     log[1] = (LOG[1][0], reply("t1", 3, 1, result=71))
-    [f] = serial(None, None, log)
+    [f] = await serial(None, None, log)
     assert f.check == "serial.outcome"
     assert f.message == (
-        "reply to t1 (account.transfer on 'a', tid 3 epoch 1) is committed 71, "
-        "the serial replay gives committed 70"
+        "reply to t1 (account.transfer on 'a', tid 3 epoch 1): the result is 71, the serial replay gives 70"
     )
 
 
-def test_serial_replay_insists_on_commit_order() -> None:
+async def test_serial_replay_names_the_fields_of_a_dict_result_that_differ() -> None:
+    from styx_py.audit.rules import _difference
+
+    got = reply("r", 1, 0, result={"id": "x", "ts": 5, "n": 1})
+    assert _difference(got, ("committed", {"id": "x", "ts": 7, "n": 1})) == (
+        "the result differs from the serial replay's in 1 field(s): ts: 5 vs 7"
+    )
+    assert _difference(got, ("aborted", "no")) == (
+        "the reply is committed {'id': 'x', 'ts': 5, 'n': 1}, the serial replay gives aborted 'no'"
+    )
+
+
+async def test_serial_replay_insists_on_commit_order() -> None:
     with pytest.raises(AssertionError, match="out of commit order"):
-        serial(None, None, [LOG[1], LOG[0]])
+        await serial(None, None, [LOG[1], LOG[0]])
 
 
 # ---- rows: decoding log records and snapshot objects (Arrow) --------------------------------------------

@@ -247,7 +247,7 @@ def serial_replay(
     answered = facts.where(
         F.col("request_id").isNotNull() & (F.col("submissions") > 0) & (F.col("replies") > 0)
     ).select(
-        *("request_id", "operator", "function", "key", "key_is_int", "args", "request_ts_ms"),
+        *("request_id", "operator", "function", "key", "key_is_int", "args", "request_ts_ms", "ingress_ms"),
         *("tid", "epoch", "phase", "status", "result", "error", "error_type"),
     )
     return (

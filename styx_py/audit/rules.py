@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -438,14 +438,25 @@ def check_invariants(workload_name: str, messages: Sequence[str], snapshot_id: i
     return [Finding(f"invariant.{workload_name}", f"snapshot {snapshot_id}", m) for m in messages]
 
 
-def _drive(coro: Coroutine[Any, Any, tuple[str, Any]]) -> tuple[str, Any]:
-    """Run a coroutine that never suspends without an event loop (the serial model never waits)."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise AssertionError("the serial model suspended: a function awaited something outside its context")
+def _clip(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _difference(reply: Reply, serial: tuple[str, Any]) -> str:
+    """How a reply differs from its serial outcome, down to the fields of a dict result."""
+    status, value = serial
+    if reply.status != status:
+        got = _clip(decode_value(reply.result)) if reply.status == "committed" else repr(reply.error)
+        return f"the reply is {reply.status} {got}, the serial replay gives {status} {_clip(value)}"
+    if status != "committed":
+        return f"the reply's error is {reply.error!r}, the serial replay's {value!r}"
+    got = decode_value(reply.result)
+    if isinstance(got, dict) and isinstance(value, dict):
+        fields = sorted((k for k in got.keys() | value.keys() if got.get(k) != value.get(k)), key=str)
+        shown = "; ".join(f"{k}: {_clip(got.get(k))} vs {_clip(value.get(k))}" for k in fields[:MAX_LISTED])
+        return f"the result differs from the serial replay's in {len(fields)} field(s): {shown}"
+    return f"the result is {_clip(got)}, the serial replay gives {_clip(value)}"
 
 
 def _same_outcome(reply: Reply, serial: tuple[str, Any]) -> bool:
@@ -483,25 +494,26 @@ class SerialCheck:
         self.last: tuple[int, int, int] = (-1, -1, -1)
         self.compared = snapshot_epoch is None or snapshot_state is None
 
-    def feed(self, request: Request, reply: Reply) -> None:
+    async def feed(self, request: Request, reply: Reply) -> None:
+        """The next reply in commit order, with its request. ``request.ts_ms`` must be the clock the
+        cluster gave the transaction (``ctx.now()``): the ingress record's timestamp."""
         order = (reply.epoch, reply.phase, reply.tid)
         assert order > self.last, f"serial replay fed out of commit order: {order} after {self.last}"
         self.last = order
         if not self.compared and self.snapshot_epoch is not None and reply.epoch > self.snapshot_epoch:
             self._compare_state()
-        outcome = _drive(apply_serially(self.graph, self.state, request, reply.tid))
+        outcome = await apply_serially(self.graph, self.state, request, reply.tid)
         self.replayed += 1
         if not _same_outcome(reply, outcome):
             self.mismatched += 1
             if self.mismatched <= self.max_findings:
-                got = reply.error if reply.status != "committed" else _shown(bytes(reply.result))
                 self.findings.append(
                     Finding(
                         "serial.outcome",
                         reply.request_id,
                         f"reply to {reply.request_id} ({request.operator}.{request.function} on "
-                        f"{request.key!r}, tid {reply.tid} epoch {reply.epoch}) is {reply.status} {got}, "
-                        f"the serial replay gives {outcome[0]} {outcome[1]!r}",
+                        f"{request.key!r}, tid {reply.tid} epoch {reply.epoch}): "
+                        + _difference(reply, outcome),
                     )
                 )
 

@@ -8,6 +8,7 @@ tested on hand-made batches.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -74,6 +75,7 @@ FACTS_SCHEMA = pa.schema(
         ("key_is_int", pa.bool_()),
         ("args", pa.binary()),
         ("sent_ms", pa.int64()),  # the client's send time (Request.ts_ms), else the ingress record's time
+        ("ingress_ms", pa.int64()),  # the (first) ingress record's time: the transaction's ctx.now()
         ("request_ts_ms", pa.int64()),  # Request.ts_ms as sent (0: unknown)
         ("tid", pa.int64()),
         ("epoch", pa.int64()),
@@ -197,6 +199,7 @@ def _facts(table: pa.Table) -> Iterator[pa.RecordBatch]:
             "replies": pa.array(np.ones(len(q), dtype=np.int32)),
             **{name: col(name).take(q) for name in _REQUEST_FIELDS},
             "sent_ms": sent,
+            "ingress_ms": col("record_ms").take(q),
             "request_ts_ms": ts,
             **{name: col(name).take(r) for name in _REPLY_FIELDS},
             "reply_ms": reply_ms,
@@ -226,6 +229,7 @@ def _fact(rows: list[dict[str, Any]]) -> dict[str, Any]:
     fact: dict[str, Any] = {"request_id": rid, "submissions": len(reqs), "replies": len(reps)}
     fact.update({name: None if q is None else q[name] for name in _REQUEST_FIELDS})
     fact["sent_ms"] = sent
+    fact["ingress_ms"] = None if q is None else q["record_ms"]
     fact["request_ts_ms"] = None if q is None else q["ts_ms"]
     fact.update({name: None if r is None else r[name] for name in _REPLY_FIELDS})
     fact["reply_ms"] = None if r is None else r["record_ms"]
@@ -320,22 +324,29 @@ def serial_findings(
 ) -> Iterator[pa.RecordBatch]:
     """All answered requests, in commit order, in one task → SerialCheck's findings."""
     check = SerialCheck(load_graph(app), snapshot_epoch, snapshot_state)
-    for batch in batches:
-        for row in batch.to_pylist():
-            ts = row["request_ts_ms"] or 0
-            rid = row["request_id"]
-            key = key_value(row["key"], row["key_is_int"])
-            request = Request(rid, row["operator"], row["function"], key, _raw(row["args"]), ts)
-            reply = Reply(
-                rid,
-                row["tid"],
-                row["epoch"],
-                row["phase"],
-                row["status"],
-                _raw(row["result"]),
-                row["error"],
-                row["error_type"],
-                ts,
-            )
-            check.feed(request, reply)
+
+    async def replay() -> None:
+        # In an event loop: user functions may await asyncio.gather(ctx.call(…), …).
+        for batch in batches:
+            for row in batch.to_pylist():
+                rid = row["request_id"]
+                key = key_value(row["key"], row["key_is_int"])
+                # The cluster's clock for the transaction is its ingress record's timestamp.
+                request = Request(
+                    rid, row["operator"], row["function"], key, _raw(row["args"]), row["ingress_ms"]
+                )
+                reply = Reply(
+                    rid,
+                    row["tid"],
+                    row["epoch"],
+                    row["phase"],
+                    row["status"],
+                    _raw(row["result"]),
+                    row["error"],
+                    row["error_type"],
+                    row["request_ts_ms"] or 0,
+                )
+                await check.feed(request, reply)
+
+    asyncio.run(replay())
     yield pa.RecordBatch.from_pylist(finding_dicts(check.finish()), schema=FINDINGS_SCHEMA)

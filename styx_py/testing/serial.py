@@ -122,8 +122,7 @@ async def apply_serially(
     graph: Graph, state: dict[EntityKey, bytes], req: Request, tid: int
 ) -> tuple[str, Any]:
     """Run ``req`` as the next transaction of the serial order: its writes go into ``state`` (encoded
-    values) when it commits. Returns ``(status, result or error)``. Never suspends (nothing in the
-    serial context waits), so a caller may drive the coroutine without an event loop."""
+    values) when it commits. Returns ``(status, result or error)``."""
     run = _SerialRun(graph, state, tid, req.ts_ms)
     try:
         result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])
