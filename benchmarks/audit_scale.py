@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -248,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     suffix = uuid.uuid4().hex[:8]
     topics = {"ingress": f"in-{suffix}", "egress": f"out-{suffix}", "seqlog": f"seq-{suffix}"}
     bucket = f"snap-{suffix}"
+    try:
+        return _run(args, data, topics, bucket)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, data: Path, topics: dict[str, str], bucket: str) -> int:
     with (
         SeaweedS3(data / "s3", buckets=[bucket]) as s3,
         TansuBroker("memory", log_path=data / "tansu.log") as kafka,
@@ -282,16 +291,17 @@ def main(argv: list[str] | None = None) -> int:
             "--ingress-topic", topics["ingress"],
             "--egress-topic", topics["egress"],
             "--seqlog-topic", topics["seqlog"],
-            "--s3-endpoint", c.endpoint, "--s3-access-key", c.access_key, "--s3-secret-key", c.secret_key,
+            "--s3-endpoint", c.endpoint,
             "--bucket", bucket,
             "--workload", "ycsbt", "--keys", str(args.keys),
             "--out", args.out,
             *args.audit_args.split(),
         ]  # fmt: skip
-        shown = " ".join(cmd[1:]).replace(c.secret_key, "…")
-        print(f"running: {shown}", flush=True)
+        print(f"running: {' '.join(cmd[1:])}", flush=True)
         t2 = time.monotonic()
-        code = subprocess.call(cmd)
+        # The keys go by environment (as for the cluster), not on a command line that ps shows.
+        env = {**os.environ, "STYX_S3_ACCESS_KEY": c.access_key, "STYX_S3_SECRET_KEY": c.secret_key}
+        code = subprocess.call(cmd, env=env)
         print(
             f"styx audit exited with {code} after {time.monotonic() - t2:.1f}s (wall, including Spark start)"
         )
