@@ -1,13 +1,16 @@
 """Offline audit and analytics of a styx-py run, on Spark (PySpark), over the Kafka logs and S3 snapshots.
 
+* :mod:`.options` — what an audit reads and checks; the ``styx audit`` arguments (no PySpark);
 * :mod:`.rows` — row shapes and the pure decoding of log records and snapshot objects (Arrow);
 * :mod:`.kafka_source` — ``styx_kafka``, a Spark data source over Kafka topics (Python Data Source API,
   aiokafka), one input partition per (topic, partition, offset range), ends at the fetch high watermark;
 * :mod:`.snapshot_source` — ``styx_snapshots``, a Spark data source over the snapshots in S3 (minio);
 * :mod:`.rules` — the audit rules, plain functions (unit-tested without Spark);
-* :mod:`.job` — the Spark job that distributes the rules and computes the analytics (``styx audit``);
+* :mod:`.tasks` — the rules as Arrow batch functions, what Spark runs in its Python workers;
+* :mod:`.job` — the Spark job that distributes them (``styx audit``, ``spark-submit job.py``);
+* :mod:`.analytics` — latency, throughput, aborts and epoch tables;
 * :mod:`.report` — ``report.md`` and its PNG plots.
 
-Importing this package imports nothing heavy; PySpark is needed only by the sources and the job
-(``pip install -e '.[spark]'``).
+Importing this package imports nothing heavy; PySpark, pyarrow and pandas are needed by the sources,
+the tasks and the job (``pip install -e '.[spark]'``).
 """
