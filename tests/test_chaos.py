@@ -98,9 +98,7 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
     status = await admin(stack.coordinator, StatusRequest())
     print(f"generation {status['generation']}, last recovery {status['last_recovery']}")
     # The generation counts every recovery over the cluster's life (it survives coordinator restarts).
-    # Kills that land while restarted workers are still booting fold into one recovery (how many do
-    # depends on the machine's speed), so only "the cluster did recover" is asserted here.
-    assert status["generation"] >= 1, status
+    assert status["generation"] >= KILLS // 2 + 1, status
     assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
     logged = await read_topic(stack.kafka, stack.topics["STYX_EGRESS_TOPIC"])  # type: ignore[attr-defined]
     counts = Counter(r.request_id for r in logged)

@@ -599,11 +599,8 @@ async def test_burst_sheds_quickly_and_stays_responsive(cluster: LocalStack) -> 
         assert statuses.count(200) == capacity and statuses.count(429) == burst_size - capacity
         # Client-side times include queueing behind 800 connections in this one test process;
         # the server-side time of a 429 comes from the gateway's own histogram.
-        # Shed requests never wait for the (gated, never answering) cluster: each is refused in well
-        # under a second. The bound is loose on purpose: 800 requests on a 2-core machine that also
-        # runs the test's own clients; latency numbers belong to the benchmarks, not to this test.
-        fast = _bucket(metrics, "/v1/invocations", "0.25")
-        assert fast >= 0.95 * (burst_size - capacity), f"only {fast} requests answered within 250 ms"
+        fast = _bucket(metrics, "/v1/invocations", "0.025")
+        assert fast >= 0.95 * (burst_size - capacity), f"only {fast} requests answered within 25 ms"
         assert shed_s < 20, f"shedding {burst_size} requests took {shed_s:.1f}s"
         assert len(probes) >= 3 and max(probes) < 1.0, f"/healthz during the burst: {probes}"
         assert len(gt.gateway.jobs) == 0 and len(gt.gateway.replies) <= 100
