@@ -52,9 +52,11 @@ else a fresh UUID, and is the request id the cluster sees (so server-side dedup 
 Final replies (200/409/422 from the cluster) are cached for ``idempotency_ttl_s`` in a table bounded
 by entries and bytes; a retry with the same id gets the identical body. A retry while the first is
 still running waits on the same job (it is never sent twice by this gateway). Reusing a key with a
-different payload is 422 ``idempotency_key_reused``. Timeouts and 429/503 are not cached: nothing
-was decided, so a retry runs (and a job that timed out for its HTTP caller keeps waiting for its
-reply until ``max_reply_timeout_s``, so a retry usually just joins it).
+different payload is 422 ``idempotency_key_reused``. While ``max_pending`` jobs are pending, a new
+invocation is shed with 429 before its body is read, so only an ``Idempotency-Key`` header (not a
+body ``request_id``) lets a retry through to join its job or fetch its cached reply. Timeouts and
+429/503 are not cached: nothing was decided, so a retry runs (and a job that timed out for its HTTP
+caller keeps waiting for its reply until ``max_reply_timeout_s``, so a retry usually just joins it).
 
 Memory is bounded by ``max_pending`` (jobs), ``max_http_inflight`` (HTTP requests in the app),
 ``max_cached_replies``/``max_cache_bytes`` (idempotency table) and ``max_body_bytes``.
@@ -131,6 +133,7 @@ _UNREACHABLE_AFTER = 3
 _INT_KEY_MIN, _INT_KEY_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_INVOCATIONS = "/v1/invocations"
 _AVAILABLE_STATES = frozenset({"running", "idle"})
 
 
@@ -977,7 +980,8 @@ class _Guard:
     """Outermost ASGI layer: cheap rejections before any parsing, and per-request metrics.
 
     Order: 429 when ``max_http_inflight`` requests are being handled (probes are exempt, so health
-    checks stay answerable under overload), 401 for ``/v1/*`` without the token, 413 for a body above
+    checks stay answerable under overload), 401 for ``/v1/*`` without the token, 429 for a new
+    invocation while ``max_pending`` jobs are pending (before its body is read), 413 for a body above
     ``max_body_bytes`` (by Content-Length at once, else while reading it).
     """
 
@@ -1032,6 +1036,16 @@ class _Guard:
             )
             await _send(gateway._respond(unauthorized), scope, receive, send)
             return
+        if path == _INVOCATIONS and scope["method"] == "POST" and self._full(scope):
+            # The cheap shed: no body read, no parsing, no await before the 429 goes out, so a burst
+            # far above capacity costs microseconds a request (a retry whose Idempotency-Key names a
+            # pending job or a cached reply still gets through to join or fetch it).
+            gateway.stats.shed += 1
+            overloaded = gateway._overloaded(
+                f"{len(gateway.jobs)} invocations pending (max_pending={config.max_pending})"
+            )
+            await _send(gateway._respond(overloaded), scope, receive, send)
+            return
         if not probe:
             self.in_flight += 1
         try:
@@ -1048,6 +1062,18 @@ class _Guard:
             if not probe:
                 self.in_flight -= 1
 
+    def _full(self, scope: Scope) -> bool:
+        """``max_pending`` jobs are pending and the request does not name one of them (or a cached reply)
+        by its Idempotency-Key header."""
+        gateway = self.gateway
+        if len(gateway.jobs) < gateway.config.max_pending:
+            return False
+        for name, value in scope["headers"]:
+            if name == b"idempotency-key":
+                rid = value.decode("latin-1")
+                return rid not in gateway.jobs and gateway.replies.get(rid) is None
+        return True
+
     def _authorized(self, scope: Scope) -> bool:
         assert self.expected is not None
         for name, value in scope["headers"]:
@@ -1060,7 +1086,10 @@ def _route(scope: Scope) -> str:
     """Route template for metric labels (bounded), never the raw path."""
     route = scope.get("route")
     path = getattr(route, "path", None)
-    return path if isinstance(path, str) else "unmatched"
+    if isinstance(path, str):
+        return path
+    # Answered by the guard before routing: a path without parameters is its own template.
+    return _INVOCATIONS if scope["path"] == _INVOCATIONS else "unmatched"
 
 
 async def _send(response: Response, scope: Scope, receive: Receive, send: Send) -> None:

@@ -429,6 +429,12 @@ async def test_overload_429_and_timeout_504(cluster: LocalStack) -> None:
                 headers={"Idempotency-Key": rid},
             )
             assert assert_error(timeout, 504, "timeout")["request_id"] == rid
+            # While full, new invocations are shed before the body is read: a retry naming its job
+            # only in the body is shed too (documented), only the header lets it join.
+            by_body = await http.post(
+                "/v1/invocations", json={**invocation(account, "deposit", 1), "request_id": rid}
+            )
+            assert_error(by_body, 429, "overloaded")
 
             backend = gt.gateway.backend
             assert isinstance(backend, GatedBackend)
