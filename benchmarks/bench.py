@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,6 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=2, help="workers of a cluster started here (default 2)")
     p.add_argument("--coordinator", help="HOST:PORT of a running cluster (default: start one)")
+    p.add_argument(
+        "--kafka",
+        help="a cluster started here uses this Kafka-protocol broker (BOOTSTRAP) instead of its own Tansu, "
+        "on fresh topics per run (snapshots stay on its own SeaweedFS)",
+    )
     p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
     p.add_argument(
         "--one-cluster",
@@ -170,7 +176,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 # Benchmarks overload the machine on purpose: a worker whose loop is busy with a big
                 # epoch must not be declared failed after 1 s of late heartbeats.
                 env = {"STYX_LOG_LEVEL": "WARNING", "STYX_FAILURE_TIMEOUT_MS": "5000"}
-                with LocalStack(data_dir, workers=args.workers, gateway=args.via == "http", env=env) as stack:
+                services = contextlib.ExitStack()
+                s3 = None
+                if args.kafka:
+                    # A broker that outlives the run: fresh topics, so each run starts on empty logs.
+                    from styx_py.services import SeaweedS3
+
+                    suffix = uuid.uuid4().hex[:8]
+                    for name in ("INGRESS", "EGRESS", "SEQLOG"):
+                        env[f"STYX_{name}_TOPIC"] = f"bench-{name.lower()}-{suffix}"
+                    s3_dir = data_dir / "s3"
+                    s3 = services.enter_context(
+                        SeaweedS3(s3_dir, buckets=["styx-snapshots"], log_path=data_dir / "seaweedfs.log")
+                    ).config
+                with (
+                    services,
+                    LocalStack(
+                        data_dir,
+                        workers=args.workers,
+                        gateway=args.via == "http",
+                        env=env,
+                        kafka=args.kafka,
+                        s3=s3,
+                    ) as stack,
+                ):
                     stack.deploy(workload.app)
                     print(f"deployed {workload.app}", flush=True)
                     with _supervised(stack):
@@ -292,6 +321,7 @@ def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
         "warmup_s": args.warmup,
         "workers": None if args.coordinator else args.workers,
         "cluster": args.coordinator or "local (started by styx bench)",
+        "kafka": args.kafka or ("" if args.coordinator else "tansu (memory, started by styx bench)"),
         "command": " ".join(["styx", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
     }
 

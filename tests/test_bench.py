@@ -267,3 +267,45 @@ def test_styx_bench_starts_its_own_cluster_and_goes_through_http(
     assert all(set(r["statuses"]) <= {"committed", "aborted"} for r in runs), runs
     assert list(out.glob("ycsbt-sweep-*-sweep.png"))
     assert "max sustainable rate (p99 < 1 s, ≥98 % served):" in printed
+
+
+@pytest.mark.services
+def test_styx_bench_on_an_external_broker_uses_fresh_topics_per_run(
+    kafka: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--kafka: the cluster started here runs on a broker that outlives it (here the suite's Tansu);
+    each run of a sweep gets its own topics, so a run neither sees nor pays for the previous one."""
+    out = tmp_path / "results"
+    before = asyncio.run(_list_topics(kafka.bootstrap))
+    args = [
+        "--kafka",
+        kafka.bootstrap,
+        "--keys",
+        "200",
+        "--sweep",
+        "50,60",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+    ]
+    code = styx_main(["bench", "ycsbt", *args, "--out", str(out), "--quiet", "--no-plots"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert printed.count("check: OK") == 2
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("ycsbt-[0-9]*.json"))]
+    assert [r["config"]["kafka"] for r in runs] == [kafka.bootstrap] * 2
+    assert all(r["result"]["answered"] == r["result"]["sent"] for r in runs), [r["result"] for r in runs]
+    new = asyncio.run(_list_topics(kafka.bootstrap)) - before
+    assert len({t for t in new if t.startswith("bench-ingress-")}) == 2, new  # one per run
+
+
+async def _list_topics(bootstrap: str) -> set[str]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
