@@ -1,6 +1,6 @@
 """CPU cost per transaction of each process of a local cluster, at a fixed open-loop rate.
 
-    python -m benchmarks.cpu_cost --rate 2000 --seconds 10
+    python -m benchmarks.cpu_cost --rate 2000 --seconds 10 [--linger-ms 5]
 
 Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers), loads YCSB-T, runs
 transfers at ``--rate`` and reads each process's CPU time (user + system, from /proc) before and
@@ -35,9 +35,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-async def measure(stack: LocalStack, pids: dict[str, int], rate: float, seconds: float) -> None:
+async def measure(
+    stack: LocalStack, pids: dict[str, int], rate: float, seconds: float, linger_ms: int = 0
+) -> None:
     workload = make_workload("ycsbt", Options())
-    async with await StyxClient.connect(stack.coordinator, max_pending=1_000_000) as client:
+    connect = StyxClient.connect(stack.coordinator, max_pending=1_000_000, linger_ms=linger_ms)
+    async with await connect as client:
         await workload.load(client, progress=lambda _: None)
         sender = SdkSender(client, 60)
         await run_open_loop(workload, sender, rate=rate, duration_s=1, warmup_s=0, progress=None)
@@ -64,6 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--linger-ms", type=int, default=5, help="client producer linger (as styx bench)")
     args = parser.parse_args()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(tempfile.mkdtemp(prefix="styx-cpu-"))
@@ -75,7 +79,7 @@ def main() -> int:
             pids["tansu"] = stack.broker.pid
             pids["client+driver"] = os.getpid()
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(measure(stack, pids, args.rate, args.seconds))
+                runner.run(measure(stack, pids, args.rate, args.seconds, args.linger_ms))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     return 0
