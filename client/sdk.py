@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Collection, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -439,47 +439,105 @@ class StyxClient:
         already in flight waits for the same reply instead of sending again, so retries with the
         same ``request_id`` are safe.
         """
-        self._check_usable()
-        partition = self._validate(operator, key, function)
-        rid = request_id if request_id is not None else uuid.uuid4().hex
+        rid, entry, send = self._admit(operator, key, function, args, request_id)
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        entry = self._pending.get(rid)
-        payload: bytes | None = None
-        if entry is None:
-            if len(self._pending) >= self.max_pending:
-                raise Overloaded(f"{len(self._pending)} requests in flight (max_pending={self.max_pending})")
-            ts_ms = time.time_ns() // 1_000_000
-            try:
-                args_raw = msgspec.Raw(encode_value(list(args)))
-                payload = encode_value(Request(rid, operator, function, key, args_raw, ts_ms))
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise BadRequest(
-                    f"request {operator}.{function}(key={key!r}) cannot be encoded: {exc}"
-                ) from exc
-            # Registered before producing: the reply may be read before send() even returns.
-            entry = self._pending[rid] = _Pending(asyncio.get_running_loop().create_future())
         entry.waiters += 1
         try:
             async with asyncio.timeout(timeout):
-                if payload is not None:
-                    self._produce(rid, partition, payload, entry)
+                if send is not None:
+                    send()
                 return await asyncio.shield(entry.future)
         except TimeoutError:
             self.stats.timeouts += 1
-            raise RequestTimeout(
-                f"no reply to {operator}.{function}(key={key!r}) request {rid} within {timeout} s"
-            ) from None
+            raise RequestTimeout(_timeout_message(operator, function, key, rid, timeout)) from None
         finally:
-            entry.waiters -= 1
-            if entry.waiters == 0:
-                if self._pending.get(rid) is entry:
-                    del self._pending[rid]
-                if not entry.future.done():
-                    entry.future.cancel()
-                elif not entry.future.cancelled():
-                    # Mark a failure as observed (it was raised to us through the shield, or the send
-                    # failed before we awaited): no "exception was never retrieved" noise at GC.
-                    entry.future.exception()
+            self._leave(rid, entry)
+
+    def submit_future(
+        self,
+        operator: str,
+        key: Key,
+        function: str,
+        *args: Any,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> asyncio.Future[Reply]:
+        """:meth:`submit` without a coroutine: send now, return a future of the reply.
+
+        Same semantics and errors (local ones are raised here; a timeout or a failed send fails the
+        future), but no task, timeout context or shield per request: for load generators and
+        pipelines that keep thousands in flight. Cancelling the returned future gives up on the
+        reply (the request may still run, as with a timeout).
+        """
+        rid, entry, send = self._admit(operator, key, function, args, request_id)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        loop = asyncio.get_running_loop()
+        mine: asyncio.Future[Reply] = loop.create_future()
+        entry.waiters += 1
+
+        def expire() -> None:
+            if not mine.done():
+                self.stats.timeouts += 1
+                mine.set_exception(RequestTimeout(_timeout_message(operator, function, key, rid, timeout)))
+
+        timer = loop.call_at(loop.time() + timeout, expire)
+
+        def settle(done: asyncio.Future[Reply]) -> None:
+            # The entry's outcome (reply or failure) becomes ours, unless we timed out or gave up.
+            if not mine.done():
+                if done.cancelled():
+                    mine.cancel()
+                elif (exc := done.exception()) is not None:
+                    mine.set_exception(exc)
+                else:
+                    mine.set_result(done.result())
+
+        def leave(_: asyncio.Future[Reply]) -> None:
+            timer.cancel()
+            entry.future.remove_done_callback(settle)
+            self._leave(rid, entry)
+
+        entry.future.add_done_callback(settle)
+        mine.add_done_callback(leave)
+        if send is not None:
+            send()
+        return mine
+
+    def _admit(
+        self, operator: str, key: Key, function: str, args: tuple[Any, ...], request_id: str | None
+    ) -> tuple[str, _Pending, Callable[[], None] | None]:
+        """Validate and encode locally (raising BadRequest/Overloaded, nothing sent); the request id, its
+        in-flight entry (joined when the id is in flight already), and the send to call, if it is new."""
+        self._check_usable()
+        partition = self._validate(operator, key, function)
+        rid = request_id if request_id is not None else uuid.uuid4().hex
+        entry = self._pending.get(rid)
+        if entry is not None:
+            return rid, entry, None
+        if len(self._pending) >= self.max_pending:
+            raise Overloaded(f"{len(self._pending)} requests in flight (max_pending={self.max_pending})")
+        ts_ms = time.time_ns() // 1_000_000
+        try:
+            args_raw = msgspec.Raw(encode_value(list(args)))
+            payload = encode_value(Request(rid, operator, function, key, args_raw, ts_ms))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise BadRequest(f"request {operator}.{function}(key={key!r}) cannot be encoded: {exc}") from exc
+        # Registered before producing: the reply may be read before send() even returns.
+        new = self._pending[rid] = _Pending(asyncio.get_running_loop().create_future())
+        return rid, new, lambda: self._produce(rid, partition, payload, new)
+
+    def _leave(self, rid: str, entry: _Pending) -> None:
+        """One waiter of ``entry`` is done; the last one takes the entry out of the table."""
+        entry.waiters -= 1
+        if entry.waiters == 0:
+            if self._pending.get(rid) is entry:
+                del self._pending[rid]
+            if not entry.future.done():
+                entry.future.cancel()
+            elif not entry.future.cancelled():
+                # Mark a failure as observed (it was raised to a waiter, or the send failed before
+                # anyone awaited): no "exception was never retrieved" noise at GC.
+                entry.future.exception()
 
     def _produce(self, rid: str, partition: int, payload: bytes, entry: _Pending) -> None:
         """Queue the request for its partition's next batch; a failed delivery fails its future.
@@ -614,6 +672,10 @@ def result_of(reply: Reply) -> Any:
             raise TransactionFailed(message, reply)
         case _:
             raise ProtocolError(f"reply {reply.request_id} has unknown status {reply.status!r}")
+
+
+def _timeout_message(operator: str, function: str, key: Key, rid: str, timeout: float) -> str:
+    return f"no reply to {operator}.{function}(key={key!r}) request {rid} within {timeout} s"
 
 
 def _fail(future: asyncio.Future[Reply], error: StyxError, cause: BaseException | None) -> None:

@@ -308,6 +308,42 @@ async def test_same_request_id_in_flight_is_sent_once(client: StyxClient, cluste
     assert client.stats.sent == 1
 
 
+async def test_submit_future_resolves_times_out_and_joins(client: StyxClient, cluster: Cluster) -> None:
+    """The task-free path: same replies, timeouts, local errors and in-flight sharing as submit()."""
+    futures = [client.submit_future("acct", f"k{i}", "echo", i) for i in range(200)]
+    replies = await asyncio.gather(*futures)
+    assert [decode_value(r.result) for r in replies] == [
+        {"key": f"k{i}", "fn": "echo", "args": [i]} for i in range(200)
+    ]
+    assert client.pending_count == 0
+
+    with pytest.raises(RequestTimeout, match="no reply"):
+        await client.submit_future("acct", "k", "drop", timeout_s=0.3)
+    assert client.pending_count == 0 and client.stats.timeouts == 1
+
+    with pytest.raises(BadRequest, match="unknown operator"):
+        client.submit_future("nope", "k", "echo")  # raised at once, nothing sent
+
+    # A submit() and a submit_future() of one id share one send and one reply.
+    sent = client.stats.sent
+    joined = await asyncio.gather(
+        client.submit("acct", "k", "echo", 2, request_id="both"),
+        client.submit_future("acct", "k", "echo", 2, request_id="both"),
+    )
+    assert joined[0] is joined[1] and client.stats.sent == sent + 1
+    assert [r.request_id for r in cluster.echo.received].count("both") == 1
+
+    # Giving up on one waiter keeps the request for the other; the last one clears it.
+    first = client.submit_future("acct", "a", "drop", request_id="held")
+    second = client.submit_future("acct", "a", "drop", request_id="held")
+    first.cancel()
+    await asyncio.sleep(0)  # the cancellation's callbacks run
+    assert client.pending_count == 1 and not second.done()
+    second.cancel()
+    await asyncio.sleep(0)
+    assert client.pending_count == 0
+
+
 async def test_submit_many_preserves_order_and_validates_first(client: StyxClient, cluster: Cluster) -> None:
     calls = [("acct" if i % 3 else "single", f"k{i}", "echo", (i,)) for i in range(60)]
     replies = await client.submit_many(calls, concurrency=7)
