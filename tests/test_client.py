@@ -223,6 +223,13 @@ async def test_500_concurrent_calls_get_their_own_results(client: StyxClient, cl
     assert client.stats.replied == 500
     assert client.pending_count == 0
     assert len(cluster.echo.received) == 500
+    # Generated ids: distinct, 32 hex digits, and not shared with another client's.
+    ids = [r.request_id for r in cluster.echo.received]
+    assert len(set(ids)) == 500
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    async with cluster.client() as other:
+        await other.call("acct", "k", "echo", 0)
+    assert cluster.echo.received[-1].request_id not in set(ids)
 
 
 async def test_aborted_failed_and_bad_replies_raise_the_matching_error(client: StyxClient) -> None:
