@@ -393,10 +393,10 @@ async def run_open_loop(
             reporter()
             next_report += 1.0
         if sent < total:
-            # Whole ticks of at least _TICK_S: a sleep shorter than the loop's timer resolution
-            # returns at once, and a loop spinning on it burns a core the cluster needs. Requests
-            # that fall due within a tick leave together; latency still counts from each one's
-            # scheduled time, so the tick shows in the numbers rather than hiding in them.
+            # At least one tick: a sleep shorter than the loop's timer resolution returns at once,
+            # and a loop spinning on it burns a core the cluster needs. Requests that fall due
+            # within a tick leave together; latency still counts from each one's scheduled time, so
+            # the tick shows in the numbers rather than hiding in them.
             await asyncio.sleep(max(_TICK_S, start + sent / rate - clock()))
     if result.sent > 1 and last_send > first_send:
         result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
