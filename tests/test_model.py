@@ -287,7 +287,7 @@ def test_inline_module_reference_check() -> None:
 def test_load_graph_of_the_oracle_app() -> None:
     g = load_graph("tests.apps.oracle:app")
     assert g.name == "oracle"
-    assert sorted(g.operators) == ["acct", "ledger"]
+    assert sorted(g.operators) == ["acct", "counter", "ledger"]
 
 
 @pytest.mark.parametrize(

@@ -487,11 +487,12 @@ class Worker:
             self.spawn(self._start_replayed(es))
             return
         lc_start = self.sequencer.lc
-        resched = sorted(self.rescheduled, key=lambda r: r.tid)
-        self.rescheduled = []
+        resched, self.rescheduled = take_rescheduled(self.rescheduled)
         room = max(0, self.config.epoch_size_max - len(resched))
         records = self.ingress.take(room) if room else []
+        # In flight: this batch's rescheduled transactions, those still waiting, and resent copies.
         running = {r.request.request_id for r in resched} | set(self.waiting)
+        running.update(r.request.request_id for r in self.rescheduled)
         fresh: list[IngressRecord] = []
         entries: list[tuple[int, int, int, str]] = []
         for rec in records:
@@ -895,6 +896,33 @@ class Worker:
         for r in await self.logs.replies_from(egress_offsets):
             replied.setdefault(r.request_id, []).append(r)
         self.replied = replied
+
+
+def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[RootTxn]]:
+    """Split the rescheduled transactions into those that run in the next epoch and those that wait.
+
+    At most one per root entity runs, the oldest (lowest tid); the others wait, keeping their tids.
+    A transaction is rescheduled when its call graph changed in the fallback, which happens when an
+    older transaction wrote what it read; two of them with the same root entity would, in all
+    likelihood, collide again the same way (TPC-C: every NewOrder of a district reads and bumps
+    ``D_NEXT_O_ID``, and its new order's key is the id it read). Running all of them again made each
+    epoch re-execute the whole backlog twice (optimistic and fallback) to commit one transaction per
+    hot entity: epochs grew with the backlog until throughput collapsed. Running one per entity
+    commits the same one per epoch while the epochs stay small. The split needs no determinism of
+    its own: a batch's composition is logged, and replay re-forms it from the log.
+    """
+    ordered = sorted(rescheduled, key=lambda r: r.tid)
+    run: list[RootTxn] = []
+    wait: list[RootTxn] = []
+    roots: set[tuple[str, str | int]] = set()
+    for root in ordered:
+        entity = (root.request.operator, root.request.key)
+        if entity in roots:
+            wait.append(root)
+        else:
+            roots.add(entity)
+            run.append(root)
+    return run, wait
 
 
 def plan_replay(

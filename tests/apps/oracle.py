@@ -8,6 +8,7 @@ from styx_py import Abort, Context, Graph, Operator
 
 acct = Operator("acct", partitions=8)
 ledger = Operator("ledger", partitions=3)
+counter = Operator("counter", partitions=4)
 
 
 @acct.function
@@ -103,4 +104,15 @@ async def record(ctx: Context, who: str, amount: int) -> None:
     await ctx.put(entries)
 
 
-app = Graph("oracle", [acct, ledger])
+@counter.function
+async def open_order(ctx: Context, amount: int) -> int:
+    """Takes this counter's next number and records the order under it: the callee's key depends on
+    the state read, like TPC-C's NewOrder and ``D_NEXT_O_ID``. Two of these on one counter in one
+    epoch always change the second one's call graph in the fallback (it is rescheduled)."""
+    n = int(await ctx.get(default=0)) + 1
+    await ctx.put(n)
+    ctx.call_async(ledger, "record", f"{ctx.key}:{n}", ctx.key, amount)
+    return n
+
+
+app = Graph("oracle", [acct, ledger, counter])
