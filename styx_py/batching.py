@@ -8,7 +8,7 @@ submitted with ``send_batch``. While a lane's batch is in flight, its next recor
 batch size adapts to the load with no added latency when idle.
 
 Each record carries an ``on_done(offset, error)`` callback, called once: with the record's offset
-when the broker acknowledged its batch, or with the error that failed it.
+when the broker acknowledged its batch, or with the error that failed it, and optionally Kafka headers.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 OnDone = Callable[[int, BaseException | None], None]
+Headers = list[tuple[str, bytes]]  # aiokafka's C record builder takes a list, nothing else
+Entry = tuple[bytes | None, bytes, OnDone | None, Headers]
+_NO_HEADERS: Headers = []  # shared, never modified
 
 # Largest batch a lane builds (also the producer's max_batch_size; records larger than this still go,
 # alone in their batch).
@@ -27,24 +30,37 @@ MAX_BATCH_BYTES = 512 * 1024
 class BatchLanes:
     def __init__(self, producer: Any) -> None:
         self.producer = producer
-        self.lanes: dict[tuple[str, int], list[tuple[bytes | None, bytes, OnDone | None]]] = {}
+        self.lanes: dict[tuple[str, int], list[Entry]] = {}
         self.wakeup = asyncio.Event()
         self.busy: set[tuple[str, int]] = set()  # lanes with a batch in flight
         self.tasks: set[asyncio.Task[None]] = set()
         self.records_sent = 0
         self.batches_sent = 0
+        self.idle = asyncio.Event()  # set while nothing is queued or in flight
+        self.idle.set()
+
+    async def flush(self) -> None:
+        """Until every record added so far is acknowledged (or failed)."""
+        await self.idle.wait()
 
     def pending(self) -> int:
         return sum(len(q) for q in self.lanes.values())
 
     def add(
-        self, topic: str, partition: int, key: bytes | None, value: bytes, on_done: OnDone | None
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes,
+        on_done: OnDone | None,
+        headers: Headers | None = None,
     ) -> None:
         lane = (topic, partition)
         queue = self.lanes.get(lane)
         if queue is None:
             queue = self.lanes[lane] = []
-        queue.append((key, value, on_done))
+        queue.append((key, value, on_done, _NO_HEADERS if headers is None else headers))
+        self.idle.clear()
         if lane not in self.busy:
             self.wakeup.set()
 
@@ -64,9 +80,7 @@ class BatchLanes:
             for task in list(self.tasks):
                 task.cancel()
 
-    async def _send(
-        self, lane: tuple[str, int], records: list[tuple[bytes | None, bytes, OnDone | None]]
-    ) -> None:
+    async def _send(self, lane: tuple[str, int], records: list[Entry]) -> None:
         topic, partition = lane
         try:
             i = 0
@@ -74,14 +88,14 @@ class BatchLanes:
                 builder = self.producer.create_batch()
                 start = i
                 while i < len(records):
-                    key, value, _ = records[i]
-                    if builder.append(key=key, value=value, timestamp=None) is None:
+                    key, value, _, headers = records[i]
+                    if builder.append(key=key, value=value, timestamp=None, headers=headers) is None:
                         break
                     i += 1
                 if i == start:  # one record larger than a batch: aiokafka's builder takes it alone
-                    key, value, _ = records[i]
+                    key, value, _, headers = records[i]
                     builder = self.producer.create_batch()
-                    if builder.append(key=key, value=value, timestamp=None) is None:
+                    if builder.append(key=key, value=value, timestamp=None, headers=headers) is None:
                         self._fail(records[i : i + 1], ValueError(f"record of {len(value)} bytes too large"))
                         i += 1
                         continue
@@ -95,10 +109,10 @@ class BatchLanes:
             self.busy.discard(lane)
             if self.lanes.get(lane):
                 self.wakeup.set()
+            elif not self.busy and not any(self.lanes.values()):
+                self.idle.set()
 
-    async def _submit(
-        self, topic: str, partition: int, builder: Any, part: list[tuple[bytes | None, bytes, OnDone | None]]
-    ) -> None:
+    async def _submit(self, topic: str, partition: int, builder: Any, part: list[Entry]) -> None:
         try:
             delivery = await self.producer.send_batch(builder, topic, partition=partition)
             metadata = await delivery
@@ -111,12 +125,12 @@ class BatchLanes:
         self.batches_sent += 1
         self.records_sent += len(part)
         base = metadata.offset
-        for j, (_, _, on_done) in enumerate(part):
+        for j, (_, _, on_done, _) in enumerate(part):
             if on_done is not None:
                 on_done(base + j, None)
 
     @staticmethod
-    def _fail(part: list[tuple[bytes | None, bytes, OnDone | None]], exc: BaseException) -> None:
-        for _, _, on_done in part:
+    def _fail(part: list[Entry], exc: BaseException) -> None:
+        for _, _, on_done, _ in part:
             if on_done is not None:
                 on_done(-1, exc)

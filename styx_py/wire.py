@@ -302,6 +302,12 @@ class Request(msgspec.Struct, array_like=True):
     ts_ms: int = 0  # client send time (for latency); not used by the engine
 
 
+# Kafka header on every egress record: the epoch that sent it (decimal). A resent request's reply is
+# identical to the first one, epoch field included; recovery tells which replies a replayed epoch
+# already sent by this header, not by the reply.
+EPOCH_HEADER = "styx-epoch"
+
+
 class Reply(msgspec.Struct, array_like=True):
     """One transaction outcome on the egress topic (early commit reply)."""
 

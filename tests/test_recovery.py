@@ -41,6 +41,7 @@ async def run_with_crashes(
         snapshot_interval_epochs=snapshot_every,
         snapshot_compact_after=compact_after,
         epoch_timeout_ms=300,
+        egress_ack_lag=rng.choice([0, 2]),
     ) as c:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
@@ -154,3 +155,26 @@ async def test_duplicated_messages_change_nothing(seed: int) -> None:
         500 + seed, crashes=seed % 2, snapshot_every=1 + seed % 3, duplicates=40, drops=seed % 2
     )
     assert c.network.duplicated >= 10
+
+
+async def test_a_request_resent_after_a_recovery_is_answered_again() -> None:
+    """A recovered worker does not send again the replies its replay finds already on the egress log.
+    Replies of epochs up to the restored snapshot can be there too (acknowledged after the snapshot
+    recorded its egress position) without being replayed; a client resending such a request later
+    must still get its reply, not have it taken for the replay's copy."""
+    async with SimCluster(
+        APP, workers=3, seed=4, epoch_size_max=5, snapshot_interval_epochs=1, egress_ack_lag=3
+    ) as c:
+        for i in range(20):
+            c.submit("acct", "deposit", f"k{i}", 100)
+        await c.wait()
+        c.crash("w2")
+        for i in range(20):
+            c.submit("acct", "deposit", f"k{i}", 1)
+        await c.wait()
+        assert c.coordinator.recoveries >= 1
+        for rid in sorted(c.requests):
+            c.resubmit(rid)
+        await c.wait(timeout_s=20)
+        await check_against_serial(c)
+    assert len(c.replies) == c.submissions.total() == 80

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 from styx_py.batching import MAX_BATCH_BYTES, BatchLanes
 from styx_py.config import Config
 from styx_py.limits import MAX_REQUEST_BYTES
-from styx_py.wire import Reply, SeqLogEntry
+from styx_py.wire import EPOCH_HEADER, Reply, SeqLogEntry
 
 
 class KafkaSink:
@@ -80,19 +80,24 @@ class KafkaSink:
     def offsets(self) -> dict[int, int]:
         return dict(self.egress_acked)
 
+    async def flush(self) -> None:
+        """Until every reply and log entry queued so far is acknowledged."""
+        await self.lanes.flush()
+
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         """After a recovery: the restored snapshot's egress positions are the new lower bounds."""
         for p, off in offsets.items():
             self.egress_acked[p] = max(self.egress_acked.get(p, 0), off)
 
     # Egress
-    def send(self, partition: int, reply: Reply) -> None:
+    def send(self, partition: int, reply: Reply, epoch: int) -> None:
         self.lanes.add(
             self.config.egress_topic,
             partition,
             reply.request_id.encode(),
             self.encoder.encode(reply),
             self._on_reply_sent(partition),
+            [(EPOCH_HEADER, str(epoch).encode())],
         )
 
     # Sequencer log

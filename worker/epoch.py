@@ -114,13 +114,19 @@ class Ingress(Protocol):
 
 
 class Egress(Protocol):
-    def send(self, partition: int, reply: Reply) -> None: ...
+    def send(self, partition: int, reply: Reply, epoch: int) -> None:
+        """Queue ``reply``, marked as sent by ``epoch`` (recovery reads the mark back)."""
+        ...
 
     def offsets(self) -> dict[int, int]:
         """Per egress partition, an offset below which every reply is acknowledged."""
         ...
 
     def reset_offsets(self, offsets: dict[int, int]) -> None: ...
+
+    async def flush(self) -> None:
+        """Until every reply sent so far is on the log (acknowledged)."""
+        ...
 
 
 class SequencerLog(Protocol):
@@ -134,7 +140,9 @@ class SequencerLog(Protocol):
 class LogReader(Protocol):
     """What recovery reads back: replies already sent, and the sequencer log."""
 
-    async def replies_from(self, offsets: dict[int, int]) -> list[Reply]: ...
+    async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
+        """Replies on the egress log from ``offsets`` on, of those sent by epochs after ``after_epoch``."""
+        ...
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]: ...
 
@@ -486,6 +494,11 @@ class Worker:
         if msg.replay:
             self.spawn(self._start_replayed(es))
             return
+        if self.replied:
+            # Replay is over: what is left of the replies found on the egress log belongs to epochs
+            # up to the restored snapshot (acknowledged after it recorded its egress position), which
+            # were not replayed. Every reply from now on is new, a resent request's answer included.
+            self.replied = {}
         lc_start = self.sequencer.lc
         resched, self.rescheduled = take_rescheduled(self.rescheduled)
         room = max(0, self.config.epoch_size_max - len(resched))
@@ -659,7 +672,7 @@ class Worker:
                 es.committed += 1
         self._send_replies(es, replies)
         for partition, reply in es.resends:
-            self._emit(partition, reply)
+            self._emit(es.epoch, partition, reply)
 
         self.stats["fallback"] += len(msg.fallback)
         es.locks = LockTable(msg.fallback, es.touched)
@@ -704,11 +717,11 @@ class Worker:
             self._check_lease()
         for partition, reply in replies:
             self.answered.record(partition, reply)
-            self._emit(partition, reply)
+            self._emit(es.epoch, partition, reply)
             for rec in self.waiting.pop(reply.request_id, ()):
-                self._emit(rec.partition, reply)
+                self._emit(es.epoch, rec.partition, reply)
 
-    def _emit(self, partition: int, reply: Reply) -> None:
+    def _emit(self, epoch: int, partition: int, reply: Reply) -> None:
         """After a recovery, a reply already on the egress log is not sent again; the replayed one
         must be identical (determinism), which is asserted."""
         if self.replied:
@@ -719,7 +732,7 @@ class Worker:
                     del self.replied[reply.request_id]
                 assert first == reply, f"replay diverged for {reply.request_id}: {first} != {reply}"
                 return
-        self.egress.send(partition, reply)
+        self.egress.send(partition, reply, epoch)
 
     # ---- phase 4: fallback under locks ----------------------------------------------------------------
     def _root_done_fallback(self, es: EpochState, root: RootTxn) -> None:
@@ -893,7 +906,10 @@ class Worker:
         entries = await self.logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
         self.replay = plan_replay(entries, m, msg.replay_until, set(owned), self.node_id)
         replied: dict[str, list[Reply]] = {}
-        for r in await self.logs.replies_from(egress_offsets):
+        # Replies the previous generation queued may still be on their way to the log: wait for them,
+        # or replay would not find them there and would send them a second time.
+        await self.egress.flush()
+        for r in await self.logs.replies_from(egress_offsets, m.epoch):
             replied.setdefault(r.request_id, []).append(r)
         self.replied = replied
 

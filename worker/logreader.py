@@ -6,18 +6,19 @@ The end of a partition is the fetch high watermark (``end_offsets()`` is wrong o
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from styx_py.config import Config
-from styx_py.wire import Reply, SeqLogEntry, reply_decoder, seqlog_decoder
+from styx_py.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
 
 
 async def read_to_end(
     bootstrap: str, starts: dict[TopicPartition, int], timeout_s: float = 60.0
-) -> list[bytes]:
-    """Every record value from each start offset up to the partition's current high watermark."""
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record from each start offset up to the partition's current high watermark."""
     if not starts:
         return []
     consumer = AIOKafkaConsumer(
@@ -28,7 +29,7 @@ async def read_to_end(
         consumer.assign(list(starts))
         for tp, offset in starts.items():
             consumer.seek(tp, offset)
-        values: list[bytes] = []
+        values: list[ConsumerRecord[bytes, bytes]] = []
         ends: dict[TopicPartition, int] = {}
         deadline = time.monotonic() + timeout_s
         while len(ends) < len(starts) or [
@@ -41,7 +42,7 @@ async def read_to_end(
             batches = await consumer.getmany(timeout_ms=100)
             for tp, records in batches.items():
                 end = ends.get(tp)
-                values.extend(r.value for r in records if end is None or r.offset < end)
+                values.extend(r for r in records if end is None or r.offset < end)
             for tp in starts:
                 if tp not in ends:
                     hw = consumer.highwater(tp)
@@ -57,21 +58,37 @@ class KafkaLogReader:
         self.bootstrap = bootstrap
         self.config = config
 
-    async def replies_from(self, offsets: dict[int, int]) -> list[Reply]:
+    async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
+        """Replies on the egress log from ``offsets`` on that epochs after ``after_epoch`` sent (a record
+        without the epoch header counts as such)."""
         topic = self.config.egress_topic
-        values = await read_to_end(self.bootstrap, {TopicPartition(topic, p): o for p, o in offsets.items()})
+        records = await read_to_end(self.bootstrap, {TopicPartition(topic, p): o for p, o in offsets.items()})
         out: list[Reply] = []
-        for v in values:
+        for r in records:
+            sent = sent_epoch(r.headers)
+            if sent is not None and sent <= after_epoch:
+                continue
             try:
-                out.append(reply_decoder.decode(v))
+                out.append(reply_decoder.decode(r.value))
             except msgspec.DecodeError:
                 continue  # not ours to judge: recovery only needs the replies it can recognise
         return out
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
         tp = TopicPartition(self.config.seqlog_topic, 0)
-        values = await read_to_end(self.bootstrap, {tp: from_offset})
-        return [seqlog_decoder.decode(v) for v in values]
+        records = await read_to_end(self.bootstrap, {tp: from_offset})
+        return [seqlog_decoder.decode(r.value) for r in records]
 
 
-__all__ = ["KafkaLogReader", "read_to_end"]
+def sent_epoch(headers: Sequence[tuple[str, bytes]]) -> int | None:
+    """The epoch an egress record's header names, if it has a valid one."""
+    for name, value in headers:
+        if name == EPOCH_HEADER:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+__all__ = ["KafkaLogReader", "read_to_end", "sent_epoch"]

@@ -30,8 +30,11 @@ from worker.epoch import COORDINATOR, Worker
 class SimCluster:
     """``async with SimCluster("pkg.mod:app", workers=3, seed=7) as c: c.submit(...); await c.wait()``."""
 
-    def __init__(self, graph_path: str, *, workers: int = 3, seed: int = 0, **config: Any) -> None:
+    def __init__(
+        self, graph_path: str, *, workers: int = 3, seed: int = 0, egress_ack_lag: int = 0, **config: Any
+    ) -> None:
         self.graph_path = graph_path
+        self.egress_ack_lag = egress_ack_lag
         self.graph: Graph = load_graph(graph_path)
         self.n_workers = workers
         self.seed = seed
@@ -103,7 +106,7 @@ class SimCluster:
             cfg,
             self.network.endpoint(node),
             MemoryIngress(self.log, cfg.ingress_topic),
-            MemoryEgress(self.log, cfg.egress_topic, self._on_reply),
+            MemoryEgress(self.log, cfg.egress_topic, self._on_reply, self.egress_ack_lag),
             MemorySeqLog(self.log, cfg.seqlog_topic),
             blobs=self.blobs,
             logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),

@@ -135,6 +135,7 @@ class MemoryLog:
     def __init__(self) -> None:
         self.topics: dict[str, list[list[Any]]] = {}
         self.listeners: dict[tuple[str, int], list[Callable[[], None]]] = {}
+        self.sent_epochs: dict[tuple[str, int], list[int]] = {}  # egress: the epoch header per record
 
     def create(self, topic: str, partitions: int) -> None:
         parts = self.topics.setdefault(topic, [])
@@ -207,21 +208,36 @@ class MemoryIngress:
 
 
 class MemoryEgress:
-    def __init__(self, log: MemoryLog, topic: str, on_reply: Callable[[Reply], None] | None = None) -> None:
+    """Replies appended to the in-memory log. ``ack_lag`` holds the acknowledged offsets that many
+    replies behind the end of each partition, as a real producer's asynchronous acknowledgements
+    do: a snapshot then records an egress position below replies of its own epochs."""
+
+    def __init__(
+        self,
+        log: MemoryLog,
+        topic: str,
+        on_reply: Callable[[Reply], None] | None = None,
+        ack_lag: int = 0,
+    ) -> None:
         self.log = log
         self.topic = topic
         self.on_reply = on_reply
+        self.ack_lag = ack_lag
 
-    def send(self, partition: int, reply: Reply) -> None:
+    def send(self, partition: int, reply: Reply, epoch: int) -> None:
+        self.log.sent_epochs.setdefault((self.topic, partition), []).append(epoch)
         self.log.append(self.topic, partition, reply)
         if self.on_reply is not None:
             self.on_reply(reply)
 
     def offsets(self) -> dict[int, int]:
-        return {p: len(part) for p, part in enumerate(self.log.topics[self.topic])}
+        return {p: max(0, len(part) - self.ack_lag) for p, part in enumerate(self.log.topics[self.topic])}
 
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         pass  # offsets are read off the log itself
+
+    async def flush(self) -> None:
+        pass  # appended at once
 
 
 class MemoryLogReader:
@@ -232,9 +248,13 @@ class MemoryLogReader:
         self.egress_topic = egress_topic
         self.seqlog_topic = seqlog_topic
 
-    async def replies_from(self, offsets: dict[int, int]) -> list[Reply]:
+    async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
         parts = self.log.topics[self.egress_topic]
-        return [r for p, start in sorted(offsets.items()) for r in parts[p][start:]]
+        out: list[Reply] = []
+        for p, start in sorted(offsets.items()):
+            sent = self.log.sent_epochs.get((self.egress_topic, p), [])
+            out += [r for r, e in zip(parts[p][start:], sent[start:], strict=True) if e > after_epoch]
+        return out
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
         return list(self.log.topics[self.seqlog_topic][0][from_offset:])
