@@ -165,6 +165,12 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
 
         await poll(all_ready, 30, "workers ready after the deploy")
 
+        async def gateway_ready() -> bool:
+            # The gateway connects its client once it has seen the deploy, on its own schedule.
+            return (await http.get(stack.gateway_url + "/readyz")).status_code == 200
+
+        await poll(gateway_ready, 30, "gateway ready after the deploy")
+
         # Transactions of every outcome: commits, user aborts, user errors, bad requests.
         async with await StyxClient.connect(stack.coordinator, timeout_s=60) as client:
             await asyncio.gather(*(client.submit("account", f"a{i}", "deposit", 100) for i in range(20)))
