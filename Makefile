@@ -26,7 +26,7 @@ lint: install
 # The README's results table: each workload swept over rates, one fresh local cluster per rate; results
 # (JSON + PNG) in benchmarks/results/. About 15 minutes on 2 cores.
 bench: install
-	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,4500,5000,5500 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,5000,5500,6000,6500,7000 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench tpcc --warehouses 1 --sweep 50,100,200,300,400 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench deathstar-hotel --sweep 500,1000,2000,3000,4000 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench deathstar-movie --sweep 250,500,1000,1500,2000,2500 --duration 15 --warmup 3 --quiet
