@@ -24,14 +24,14 @@ lint: install
 	$(VENV)/bin/mypy
 
 # The README's results table: each workload swept over rates, one fresh local cluster per rate; results
-# (JSON + PNG) in benchmarks/results/. About 15 minutes on 2 cores.
+# (JSON + PNG) in benchmarks/results/. About 17 minutes on 2 cores.
 bench: install
-	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,5000,5500,6000,6500,7000 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000,9000 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench tpcc --warehouses 1 --sweep 50,100,200,300,400 --duration 15 --warmup 3 --quiet
-	$(VENV)/bin/styx bench deathstar-hotel --sweep 500,1000,2000,3000,4000 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench deathstar-hotel --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench deathstar-movie --sweep 250,500,1000,1500,2000,2500 --duration 15 --warmup 3 --quiet
 
-# TPC-C with 10 warehouses: one cluster, loaded once (2.2 M rows, ~8 minutes), then a sweep; the check
+# TPC-C with 10 warehouses: one cluster, loaded once (2.2 M rows, ~2.5 minutes), then a sweep; the check
 # reads ~1 M entities (~5 minutes), so it is skipped here (the tests check TPC-C at small scale).
 bench-tpcc10: install
 	$(VENV)/bin/styx bench tpcc --warehouses 10 --one-cluster --sweep 100,200,400,600 --duration 15 --warmup 3 \
