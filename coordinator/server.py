@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import msgspec
@@ -189,8 +189,7 @@ class Coordinator:
             case Register():
                 self._on_register(msg)
             case DeployRequest():
-                assert self.tasks is not None
-                self.tasks.create_task(self._deploy_and_reply(src, msg.import_path))
+                self._spawn(self._deploy_and_reply(src, msg.import_path))
             case StatusRequest():
                 self.transport.send(src, AdminReply(True, "", self.status()))
             case SnapshotDone():
@@ -397,8 +396,16 @@ class Coordinator:
             return
         parts[msg.node_id] = msg
         if len(parts) == len(self.workers):
-            assert self.tasks is not None
-            self.tasks.create_task(self._complete_snapshot(msg.epoch, self.gen))
+            self._spawn(self._complete_snapshot(msg.epoch, self.gen))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the coordinator's task group; dropped when the coordinator is stopping (a
+        message can still arrive while its task group shuts down)."""
+        assert self.tasks is not None
+        try:
+            self.tasks.create_task(coro)
+        except RuntimeError:  # "TaskGroup ... is shutting down"
+            coro.close()
 
     async def _complete_snapshot(self, epoch: int, gen: int) -> None:
         """Write the manifest once every part is durable; only then is the snapshot usable."""

@@ -36,12 +36,19 @@ class BatchLanes:
         self.tasks: set[asyncio.Task[None]] = set()
         self.records_sent = 0
         self.batches_sent = 0
-        self.idle = asyncio.Event()  # set while nothing is queued or in flight
-        self.idle.set()
+        # Per lane, records added and records done (acknowledged or failed). A lane has one batch in
+        # flight at a time and finishes its records in order, so "done >= n" means its first n are.
+        self.added: dict[tuple[str, int], int] = {}
+        self.done: dict[tuple[str, int], int] = {}
+        self.progress = asyncio.Event()
 
     async def flush(self) -> None:
-        """Until every record added so far is acknowledged (or failed)."""
-        await self.idle.wait()
+        """Until every record added so far is acknowledged (or failed); records added meanwhile are
+        not waited for, so a steady stream of new records cannot hold it up."""
+        targets = dict(self.added)
+        while any(self.done.get(lane, 0) < n for lane, n in targets.items()):
+            self.progress.clear()
+            await self.progress.wait()
 
     def pending(self) -> int:
         return sum(len(q) for q in self.lanes.values())
@@ -60,7 +67,7 @@ class BatchLanes:
         if queue is None:
             queue = self.lanes[lane] = []
         queue.append((key, value, on_done, _NO_HEADERS if headers is None else headers))
-        self.idle.clear()
+        self.added[lane] = self.added.get(lane, 0) + 1
         if lane not in self.busy:
             self.wakeup.set()
 
@@ -81,7 +88,6 @@ class BatchLanes:
                 task.cancel()
 
     async def _send(self, lane: tuple[str, int], records: list[Entry]) -> None:
-        topic, partition = lane
         try:
             i = 0
             while i < len(records):
@@ -96,31 +102,32 @@ class BatchLanes:
                     key, value, _, headers = records[i]
                     builder = self.producer.create_batch()
                     if builder.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                        self._fail(records[i : i + 1], ValueError(f"record of {len(value)} bytes too large"))
+                        self._fail(
+                            lane, records[i : i + 1], ValueError(f"record of {len(value)} bytes too large")
+                        )
                         i += 1
                         continue
                     i += 1
-                await self._submit(topic, partition, builder, records[start:i])
+                await self._submit(lane, builder, records[start:i])
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - every record's owner learns of the failure
-            self._fail(records[i:], exc)
+            self._fail(lane, records[i:], exc)
         finally:
             self.busy.discard(lane)
             if self.lanes.get(lane):
                 self.wakeup.set()
-            elif not self.busy and not any(self.lanes.values()):
-                self.idle.set()
 
-    async def _submit(self, topic: str, partition: int, builder: Any, part: list[Entry]) -> None:
+    async def _submit(self, lane: tuple[str, int], builder: Any, part: list[Entry]) -> None:
+        topic, partition = lane
         try:
             delivery = await self.producer.send_batch(builder, topic, partition=partition)
             metadata = await delivery
         except asyncio.CancelledError:
-            self._fail(part, RuntimeError("producer stopped before the batch was acknowledged"))
+            self._fail(lane, part, RuntimeError("producer stopped before the batch was acknowledged"))
             raise
         except BaseException as exc:  # noqa: BLE001
-            self._fail(part, exc)
+            self._fail(lane, part, exc)
             return
         self.batches_sent += 1
         self.records_sent += len(part)
@@ -128,9 +135,14 @@ class BatchLanes:
         for j, (_, _, on_done, _) in enumerate(part):
             if on_done is not None:
                 on_done(base + j, None)
+        self._finished(lane, len(part))
 
-    @staticmethod
-    def _fail(part: list[Entry], exc: BaseException) -> None:
+    def _fail(self, lane: tuple[str, int], part: list[Entry], exc: BaseException) -> None:
         for _, _, on_done, _ in part:
             if on_done is not None:
                 on_done(-1, exc)
+        self._finished(lane, len(part))
+
+    def _finished(self, lane: tuple[str, int], n: int) -> None:
+        self.done[lane] = self.done.get(lane, 0) + n
+        self.progress.set()

@@ -51,3 +51,34 @@ async def test_recovery_tells_replies_apart_by_the_epoch_that_sent_them(kafka: T
     assert sorted(r.request_id for r in await reader.replies_from(start, 3)) == ["r1", "r2"]
     assert await reader.replies_from(start, 4) == [first]
     assert await reader.replies_from(start, 5) == []
+
+
+async def test_flush_waits_for_what_was_queued_before_it_not_for_a_steady_stream(kafka: TansuBroker) -> None:
+    """A snapshot is confirmed after a flush of the replies queued so far; under steady load the
+    egress is never idle, so a flush that waited for idleness would hold snapshots up for good."""
+    suffix = uuid.uuid4().hex[:8]
+    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
+    await create_topics(kafka.bootstrap, {config.egress_topic: 1, config.seqlog_topic: 1})
+    sink = KafkaSink(kafka.bootstrap, config)
+    await sink.start()
+    drain = asyncio.create_task(sink.run())
+
+    async def feed() -> None:
+        for i in range(50_000):
+            sink.send(0, Reply(f"later-{i}", i, 2, 0, "committed", NIL, None, None), 2)
+            await asyncio.sleep(0)  # yield to the drain: records keep arriving while batches fly
+
+    try:
+        for i in range(5):
+            sink.send(0, Reply(f"first-{i}", i, 1, 0, "committed", NIL, None, None), 1)
+        feeder = asyncio.create_task(feed())
+        await asyncio.sleep(0)
+        flush = asyncio.create_task(sink.flush())
+        done, _ = await asyncio.wait({flush, feeder}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        assert flush in done and not feeder.done(), "flush waited for records queued after it"
+        assert sink.offsets()[0] >= 5
+        feeder.cancel()
+        assert not drain.done(), drain
+    finally:
+        drain.cancel()
+        await sink.stop()

@@ -827,6 +827,10 @@ class Worker:
                 epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, self.generation
             )
         else:
+            # Replies of the snapshot's epochs must be on the egress log before the snapshot can be
+            # confirmed: recovery from it replays only later epochs, so a reply still queued in the
+            # producer when this process dies would otherwise never be sent.
+            await self.egress.flush()
             self.metrics.snapshot(True, time.perf_counter() - started, size)
             seqlog_offset = parts[0].seqlog_offset if parts else self.seqlog.acked()
             done = SnapshotDone(

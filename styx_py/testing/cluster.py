@@ -126,6 +126,7 @@ class SimCluster:
         self.network.unregister(node)
         old = next(w for w in self.workers if w.node_id == node)
         old.transport.dead = True  # type: ignore[attr-defined]
+        old.egress.lose_unacked()  # type: ignore[attr-defined]
         self.worker_tasks.pop(node).cancel()
         self._start_worker(node)
 

@@ -208,9 +208,10 @@ class MemoryIngress:
 
 
 class MemoryEgress:
-    """Replies appended to the in-memory log. ``ack_lag`` holds the acknowledged offsets that many
-    replies behind the end of each partition, as a real producer's asynchronous acknowledgements
-    do: a snapshot then records an egress position below replies of its own epochs."""
+    """Replies appended to the in-memory log, like a real producer's: with ``ack_lag`` > 0 a reply
+    reaches the log (and the client) only ``ack_lag`` event-loop hops after ``send``, and those still
+    in flight when the worker crashes (``lose_unacked``) are lost. A snapshot then records an egress
+    position below replies of its own epochs, and a crash can lose replies the worker already sent."""
 
     def __init__(
         self,
@@ -223,21 +224,49 @@ class MemoryEgress:
         self.topic = topic
         self.on_reply = on_reply
         self.ack_lag = ack_lag
+        self.in_flight = 0
+        self.dead = False
+        self._acked = asyncio.Event()
 
     def send(self, partition: int, reply: Reply, epoch: int) -> None:
+        if self.ack_lag == 0:
+            self._append(partition, reply, epoch)
+            return
+        self.in_flight += 1
+        # Hops of call_soon keep the order of sends (the loop's ready queue is FIFO).
+        asyncio.get_running_loop().call_soon(self._hop, partition, reply, epoch, self.ack_lag - 1)
+
+    def _hop(self, partition: int, reply: Reply, epoch: int, left: int) -> None:
+        if self.dead:
+            return
+        if left > 0:
+            asyncio.get_running_loop().call_soon(self._hop, partition, reply, epoch, left - 1)
+            return
+        self.in_flight -= 1
+        self._append(partition, reply, epoch)
+        if not self.in_flight:
+            self._acked.set()
+
+    def _append(self, partition: int, reply: Reply, epoch: int) -> None:
         self.log.sent_epochs.setdefault((self.topic, partition), []).append(epoch)
         self.log.append(self.topic, partition, reply)
         if self.on_reply is not None:
             self.on_reply(reply)
 
+    def lose_unacked(self) -> None:
+        """The process died: replies not yet acknowledged never reach the log."""
+        self.dead = True
+
     def offsets(self) -> dict[int, int]:
-        return {p: max(0, len(part) - self.ack_lag) for p, part in enumerate(self.log.topics[self.topic])}
+        return {p: len(part) for p, part in enumerate(self.log.topics[self.topic])}
 
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         pass  # offsets are read off the log itself
 
     async def flush(self) -> None:
-        pass  # appended at once
+        while self.in_flight and not self.dead:
+            self._acked.clear()
+            await self._acked.wait()
 
 
 class MemoryLogReader:
