@@ -75,7 +75,6 @@ import re
 import signal
 import socket
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -93,7 +92,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.metrics import GatewayMetrics
-from client.sdk import StyxClient
+from client.sdk import RequestIds, StyxClient
 from styx_py.errors import (
     BadRequest,
     ConfigError,
@@ -582,6 +581,7 @@ class Gateway:
         self.cluster = ClusterInfo("starting", reason="the coordinator has not answered yet")
         self.backend: Backend | None = None
         self.jobs: dict[str, _Job] = {}
+        self._new_rid = RequestIds()  # for requests without a client-chosen id
         self.replies = ReplyCache(config.max_cached_replies, config.max_cache_bytes, config.idempotency_ttl_s)
         self.stats = GatewayStats()
         self.metrics.track(lambda: len(self.jobs), lambda: len(self.replies))
@@ -825,7 +825,7 @@ class Gateway:
         if problem is not None:
             return self._respond(problem)
         client_chosen = rid is not None
-        rid = rid or uuid.uuid4().hex
+        rid = rid or self._new_rid()
         fingerprint = (
             _fingerprint(body.operator, body.key, body.function, body.args) if client_chosen else None
         )
@@ -900,7 +900,7 @@ class Gateway:
             problem = failure(422, "invalid_request", "key is not valid UTF-8 (lone surrogate)")
         if problem is not None:
             return self._respond(problem)
-        rid = f"state-{uuid.uuid4().hex}"
+        rid = f"state-{self._new_rid()}"
         started = self._start_job(rid, None, (operator, key, function, []), cache=False)
         if isinstance(started, Outcome):
             return self._respond(started)
