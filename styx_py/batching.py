@@ -40,15 +40,18 @@ class BatchLanes:
         # flight at a time and finishes its records in order, so "done >= n" means its first n are.
         self.added: dict[tuple[str, int], int] = {}
         self.done: dict[tuple[str, int], int] = {}
-        self.progress = asyncio.Event()
+        self.flushes: list[tuple[dict[tuple[str, int], int], asyncio.Future[None]]] = []
 
-    async def flush(self) -> None:
-        """Until every record added so far is acknowledged (or failed); records added meanwhile are
-        not waited for, so a steady stream of new records cannot hold it up."""
-        targets = dict(self.added)
-        while any(self.done.get(lane, 0) < n for lane, n in targets.items()):
-            self.progress.clear()
-            await self.progress.wait()
+    def flush(self) -> asyncio.Future[None]:
+        """Done when every record added before this call is acknowledged (or failed). Records added
+        later are not waited for, so a steady stream of new records cannot hold it up."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        targets = {lane: n for lane, n in self.added.items() if self.done.get(lane, 0) < n}
+        if targets:
+            self.flushes.append((targets, done))
+        else:
+            done.set_result(None)
+        return done
 
     def pending(self) -> int:
         return sum(len(q) for q in self.lanes.values())
@@ -145,4 +148,11 @@ class BatchLanes:
 
     def _finished(self, lane: tuple[str, int], n: int) -> None:
         self.done[lane] = self.done.get(lane, 0) + n
-        self.progress.set()
+        waiting = []
+        for targets, done in self.flushes:
+            if all(self.done.get(ln, 0) >= k for ln, k in targets.items()):
+                if not done.done():
+                    done.set_result(None)
+            elif not done.done():
+                waiting.append((targets, done))
+        self.flushes = waiting

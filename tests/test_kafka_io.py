@@ -73,7 +73,7 @@ async def test_flush_waits_for_what_was_queued_before_it_not_for_a_steady_stream
             sink.send(0, Reply(f"first-{i}", i, 1, 0, "committed", NIL, None, None), 1)
         feeder = asyncio.create_task(feed())
         await asyncio.sleep(0)
-        flush = asyncio.create_task(sink.flush())
+        flush = sink.flush()
         done, _ = await asyncio.wait({flush, feeder}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
         assert flush in done and not feeder.done(), "flush waited for records queued after it"
         assert sink.offsets()[0] >= 5

@@ -80,9 +80,9 @@ class KafkaSink:
     def offsets(self) -> dict[int, int]:
         return dict(self.egress_acked)
 
-    async def flush(self) -> None:
-        """Until every reply and log entry queued so far is acknowledged."""
-        await self.lanes.flush()
+    def flush(self) -> asyncio.Future[None]:
+        """Done when every reply and log entry queued before this call is acknowledged."""
+        return self.lanes.flush()
 
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         """After a recovery: the restored snapshot's egress positions are the new lower bounds."""

@@ -124,8 +124,8 @@ class Egress(Protocol):
 
     def reset_offsets(self, offsets: dict[int, int]) -> None: ...
 
-    async def flush(self) -> None:
-        """Until every reply sent so far is on the log (acknowledged)."""
+    def flush(self) -> asyncio.Future[None]:
+        """Done when every reply sent before this call is on the log (acknowledged)."""
         ...
 
 
@@ -813,13 +813,19 @@ class Worker:
             replies,
             waiting,
         )
-        self.spawn(self._upload_snapshot(epoch, parts))
+        # The snapshot's replies must be on the egress log before it can be confirmed: recovery from
+        # it replays only later epochs, so a reply still queued in the producer when this process
+        # dies would otherwise never be sent. The flush covers the replies queued until now.
+        flushed = self.egress.flush()
+        self.spawn(self._upload_snapshot(epoch, parts, flushed))
 
-    async def _upload_snapshot(self, epoch: int, parts: list[snapshot.PartitionSnapshot]) -> None:
+    async def _upload_snapshot(
+        self, epoch: int, parts: list[snapshot.PartitionSnapshot], flushed: asyncio.Future[None]
+    ) -> None:
         assert self.blobs is not None, "snapshots need a blob store"
         started = time.perf_counter()
         try:
-            size = await snapshot.upload(self.blobs, parts)
+            size, _ = await asyncio.gather(snapshot.upload(self.blobs, parts), flushed)
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
             log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
             self.metrics.snapshot(False, time.perf_counter() - started, 0)
@@ -827,10 +833,6 @@ class Worker:
                 epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, self.generation
             )
         else:
-            # Replies of the snapshot's epochs must be on the egress log before the snapshot can be
-            # confirmed: recovery from it replays only later epochs, so a reply still queued in the
-            # producer when this process dies would otherwise never be sent.
-            await self.egress.flush()
             self.metrics.snapshot(True, time.perf_counter() - started, size)
             seqlog_offset = parts[0].seqlog_offset if parts else self.seqlog.acked()
             done = SnapshotDone(

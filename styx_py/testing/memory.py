@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -224,15 +224,15 @@ class MemoryEgress:
         self.topic = topic
         self.on_reply = on_reply
         self.ack_lag = ack_lag
-        self.in_flight = 0
+        self.in_flight: Counter[int] = Counter()  # replies sent, not yet on the log, by sending epoch
         self.dead = False
-        self._acked = asyncio.Event()
+        self._flushes: list[asyncio.Future[None]] = []  # done when nothing is in flight
 
     def send(self, partition: int, reply: Reply, epoch: int) -> None:
         if self.ack_lag == 0:
             self._append(partition, reply, epoch)
             return
-        self.in_flight += 1
+        self.in_flight[epoch] += 1
         # Hops of call_soon keep the order of sends (the loop's ready queue is FIFO).
         asyncio.get_running_loop().call_soon(self._hop, partition, reply, epoch, self.ack_lag - 1)
 
@@ -242,10 +242,15 @@ class MemoryEgress:
         if left > 0:
             asyncio.get_running_loop().call_soon(self._hop, partition, reply, epoch, left - 1)
             return
-        self.in_flight -= 1
+        self.in_flight[epoch] -= 1
+        if not self.in_flight[epoch]:
+            del self.in_flight[epoch]
         self._append(partition, reply, epoch)
         if not self.in_flight:
-            self._acked.set()
+            for done in self._flushes:
+                if not done.done():
+                    done.set_result(None)
+            self._flushes.clear()
 
     def _append(self, partition: int, reply: Reply, epoch: int) -> None:
         self.log.sent_epochs.setdefault((self.topic, partition), []).append(epoch)
@@ -263,10 +268,14 @@ class MemoryEgress:
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         pass  # offsets are read off the log itself
 
-    async def flush(self) -> None:
-        while self.in_flight and not self.dead:
-            self._acked.clear()
-            await self._acked.wait()
+    def flush(self) -> asyncio.Future[None]:
+        """Done when nothing sent so far is in flight (never, once the process died)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.in_flight:
+            self._flushes.append(done)
+        else:
+            done.set_result(None)
+        return done
 
 
 class MemoryLogReader:
