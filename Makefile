@@ -39,4 +39,4 @@ bench-tpcc10: install
 
 # What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (README "HTTP API").
 bench-http: install
-	$(PY) -m benchmarks.http_overhead --rate 200 --seconds 10
+	$(PY) -m styx_py.benchmarks.http_overhead --rate 200 --seconds 10

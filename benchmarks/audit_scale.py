@@ -15,7 +15,7 @@ cluster would have written, straight to the topics, in large batches:
 Every audit check passes on this data (the serial replay re-executes it with the real app). Then it
 runs ``styx audit`` as a subprocess and reports its wall time::
 
-    python -m benchmarks.audit_scale --requests 1000000 --keys 10000 --out results/tmp/audit-1m
+    python -m styx_py.benchmarks.audit_scale --requests 1000000 --keys 10000 --out results/tmp/audit-1m
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaProducer
 
-from benchmarks.bank import account
-from benchmarks.workload import Options
-from benchmarks.ycsbt import INITIAL, LOAD_CHUNK, YcsbT, key_name
-from styx_py.blobs import delta_key, manifest_key
-from styx_py.partitioning import partition_of
-from styx_py.services import SeaweedS3, TansuBroker, create_topics, minio_client
-from styx_py.wire import (
+from styx_py.benchmarks.bank import account
+from styx_py.benchmarks.workload import Options
+from styx_py.benchmarks.ycsbt import INITIAL, LOAD_CHUNK, YcsbT, key_name
+from styx_py.core.blobs import delta_key, manifest_key
+from styx_py.core.partitioning import partition_of
+from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics, minio_client
+from styx_py.core.wire import (
     NIL,
     ClusterMeta,
     Manifest,

@@ -30,12 +30,12 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
-from benchmarks.workload import Options, Workload, make_workload, workload_names
-from styx_py.errors import StyxError
+from styx_py.benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
+from styx_py.benchmarks.workload import Options, Workload, make_workload, workload_names
+from styx_py.core.errors import StyxError
 
 if TYPE_CHECKING:
-    from styx_py.stack import LocalStack
+    from styx_py.stack.local import LocalStack
 
 RESULTS_DIR = Path("benchmarks/results")
 T = TypeVar("T")
@@ -161,8 +161,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         runs = _run_fast(bench(args, workload, rates, args.coordinator, gateway))
         if args.audit:
             # The running cluster's Kafka and topics come from its coordinator; S3 from $STYX_S3_*.
-            from styx_py.stack import admin
-            from styx_py.wire import StatusRequest
+            from styx_py.stack.local import admin
+            from styx_py.core.wire import StatusRequest
 
             status = _run_fast(admin(args.coordinator, StatusRequest()))
             topics = ["--ingress-topic", str(status["ingress_topic"]), "--egress-topic"]
@@ -172,7 +172,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         # A fresh cluster per rate: the broker's logs (and so its fetch cost) grow with every run, and
         # a later run must not pay for the earlier ones.
-        from styx_py.stack import LocalStack
+        from styx_py.stack.local import LocalStack
 
         for group in [rates] if args.one_cluster else [[rate] for rate in rates]:
             rate = group[0]
@@ -186,7 +186,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 s3 = None
                 if args.kafka:
                     # A broker that outlives the run: fresh topics, so each run starts on empty logs.
-                    from styx_py.services import SeaweedS3
+                    from styx_py.stack.services import SeaweedS3
 
                     suffix = uuid.uuid4().hex[:8]
                     for name in ("INGRESS", "EGRESS", "SEQLOG"):
@@ -225,7 +225,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if len(runs) > 1:
         sweep_path = write_sweep(out, args, workload, runs)
         if not args.no_plots:
-            from benchmarks.plots import plot_sweep
+            from styx_py.benchmarks.plots import plot_sweep
 
             plot_sweep([r for r, _ in runs], sweep_path.with_suffix(""), title=f"{workload.name} sweep")
         print(f"sweep: {sweep_path}", flush=True)
@@ -237,21 +237,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def audit(args: argparse.Namespace, workload: Workload, kafka: str, out: Path, extra: list[str]) -> int:
-    """Run ``styx audit`` over exactly this run's topics (and snapshots); its exit code."""
-    from styx_py.cli import main as styx_main
+    """Run ``styx audit`` over exactly this run's topics (and snapshots); its exit code.
 
+    A process of its own: the audit sits above the benchmarks (it imports their workload checks), and
+    Spark's JVM and memory are gone when it ends."""
     o = workload.options
     argv = ["audit", "--kafka", kafka, "--workload", workload.name, "--out", str(out), *extra]
     argv += ["--keys", str(o.keys), "--warehouses", str(o.warehouses), "--scale", str(o.scale)]
     print(f"auditing the run on Spark: {out}", flush=True)
-    return styx_main(argv)
+    return subprocess.run([sys.executable, "-m", "styx_py.cli", *argv], check=False).returncode
 
 
 async def bench(
     args: argparse.Namespace, workload: Workload, rates: list[float], coordinator: str, gateway: str | None
 ) -> list[tuple[RunResult, Path]]:
     """Load (unless --no-load), then one run per rate on this cluster, each checked and written."""
-    from client import StyxClient
+    from styx_py.client import StyxClient
 
     say = print
     out = Path(args.out)
@@ -306,7 +307,7 @@ async def bench(
                     )
                 path = write_results(out, args, workload, result)
                 if not args.no_plots:
-                    from benchmarks.plots import plot_run
+                    from styx_py.benchmarks.plots import plot_run
 
                     plot_run(result, path.with_suffix(""), title=f"{workload.name} @ {rate:g}/s")
                 say(f"  results: {path}", flush=True)

@@ -1,7 +1,7 @@
 """How a Kafka-protocol broker's consume cost grows with the batches stored in a partition.
 
-    python -m benchmarks.broker_scan                       # Tansu (memory), started here
-    python -m benchmarks.broker_scan --kafka HOST:PORT --pid PID   # any running broker
+    python -m styx_py.benchmarks.broker_scan                       # Tansu (memory), started here
+    python -m styx_py.benchmarks.broker_scan --kafka HOST:PORT --pid PID   # any running broker
 
 One producer sends one-record batches (as a lightly loaded client does) into one partition at
 ``--rate`` while a consumer tails it with a 5 ms fetch wait, as the workers and the SDK do. Every
@@ -29,9 +29,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks.bench import RESULTS_DIR, machine_info
-from benchmarks.cpu_cost import cpu_seconds
-from styx_py.services import TansuBroker, create_topics
+from styx_py.benchmarks.bench import RESULTS_DIR, machine_info
+from styx_py.benchmarks.cpu_cost import cpu_seconds
+from styx_py.stack.services import TansuBroker, create_topics
 
 
 async def scan(bootstrap: str, pid: int | None, rate: float, batches: int, step: int) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """CPU cost per transaction of each process of a local cluster, at a fixed open-loop rate.
 
-    python -m benchmarks.cpu_cost --rate 2000 --seconds 10 [--linger-ms 5]
+    python -m styx_py.benchmarks.cpu_cost --rate 2000 --seconds 10 [--linger-ms 5]
 
 Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers), loads YCSB-T, runs
 transfers at ``--rate`` and reads each process's CPU time (user + system, from /proc) before and
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import uvloop
 
-from benchmarks.driver import SdkSender, run_open_loop
-from benchmarks.workload import Options, make_workload
-from client import StyxClient
-from styx_py.stack import LocalStack
+from styx_py.benchmarks.driver import SdkSender, run_open_loop
+from styx_py.benchmarks.workload import Options, make_workload
+from styx_py.client import StyxClient
+from styx_py.stack.local import LocalStack
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -73,7 +73,7 @@ def main() -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="styx-cpu-"))
     try:
         with LocalStack(data_dir, workers=2, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
-            stack.deploy("benchmarks.bank:app")
+            stack.deploy("styx_py.benchmarks.bank:app")
             pids = {name: proc.pid for name, proc in stack.procs.items()}
             assert stack.broker is not None and stack.broker.pid is not None
             pids["tansu"] = stack.broker.pid

@@ -1,6 +1,6 @@
 """DeathStar's two SFaaS workloads (Gan et al., 2019, as ported to stateful functions by Beldi and Styx).
 
-**Hotel / travel reservation** (``deathstar-hotel``, app ``benchmarks.deathstar:hotel_app``). Entities:
+**Hotel / travel reservation** (``deathstar-hotel``, app ``styx_py.benchmarks.deathstar:hotel_app``). Entities:
 
 * ``hotel`` ``hotel{i}`` and ``flight`` ``flight{i}``: ``{"capacity": rooms or seats, "bookings": [reservation
   id…]}``;
@@ -20,7 +20,7 @@ user: the paper's Figure 2 — ``hotel.reserve`` and ``flight.reserve`` each tak
 three are read-only. Invariant: no hotel or flight holds more bookings than its capacity, and hotel and
 flight bookings are exactly the reservations recorded in the users' ledgers, each with both its parts.
 
-**Movie review** (``deathstar-movie``, app ``benchmarks.deathstar:movie_app``). ``frontend.compose`` at
+**Movie review** (``deathstar-movie``, app ``styx_py.benchmarks.deathstar:movie_app``). ``frontend.compose`` at
 the user runs DeathStar's compose-review call graph, 9 invocations: ``unique_id.generate`` (the review id,
 from ``ctx.uuid()``), ``user.user_id`` (user name → id), ``movie_id.movie_id`` (title → id),
 ``text.upload`` (validates the text), ``rating.upload`` (validates the rating and adds it to the movie's
@@ -57,13 +57,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from benchmarks.workload import Op, Options, Progress, State, Workload, read_many
+from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload, read_many
 from styx_py import Abort, Context, Graph, Operator
-from styx_py.operator import UserFunction
-from styx_py.partitioning import Key
+from styx_py.core.operator import UserFunction
+from styx_py.core.partitioning import Key
 
 if TYPE_CHECKING:
-    from client import Call, StyxClient
+    from styx_py.client import Call, StyxClient
 
 PARTITIONS = 4
 LOAD_CHUNK = 500  # entities initialised per loading transaction
@@ -365,7 +365,7 @@ class HotelReservation(Workload):
     """DeathStar hotel/travel reservation; see the module docstring for the data model and the mix."""
 
     name = "deathstar-hotel"
-    app = "benchmarks.deathstar:hotel_app"
+    app = "styx_py.benchmarks.deathstar:hotel_app"
     description = "DeathStar travel: search, recommend, login, reserve hotel + flight"
 
     def __init__(self, options: Options | None = None) -> None:
@@ -715,7 +715,7 @@ class MovieReview(Workload):
     """DeathStar movie review (compose review); see the module docstring for the data model and the mix."""
 
     name = "deathstar-movie"
-    app = "benchmarks.deathstar:movie_app"
+    app = "styx_py.benchmarks.deathstar:movie_app"
     description = "DeathStar movie review: compose review across 9 functions"
 
     def __init__(self, options: Options | None = None) -> None:

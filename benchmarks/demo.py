@@ -6,8 +6,8 @@ import asyncio
 import random
 import time
 
-from client import StyxClient
-from styx_py.wire import Reply, decode_value
+from styx_py.client import StyxClient
+from styx_py.core.wire import Reply, decode_value
 
 ACCOUNTS = 1000
 INITIAL = 100

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from hdrh.histogram import HdrHistogram
 
-from benchmarks.workload import Op, Workload
+from styx_py.benchmarks.workload import Op, Workload
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 _HIST_MAX_US = 600_000_000
@@ -61,7 +61,7 @@ class SdkSender:
         self.timeout_s = timeout_s
 
     async def send(self, op: Op) -> Outcome:
-        from styx_py.errors import StyxError
+        from styx_py.core.errors import StyxError
 
         try:
             reply = await self.client.submit(
@@ -74,7 +74,7 @@ class SdkSender:
     def start(self, op: Op, done: Callable[[Outcome], None]) -> asyncio.Future[Any] | None:
         """The driver's fast path: send now and call ``done`` with the outcome (no task per request);
         the future to wait on, or None when the request failed locally (``done`` was called)."""
-        from styx_py.errors import StyxError
+        from styx_py.core.errors import StyxError
 
         try:
             future: asyncio.Future[Any] = self.client.submit_future(
@@ -108,7 +108,7 @@ class HttpSender:
     """Through the HTTP gateway (POST /v1/invocations) on keep-alive connections."""
 
     def __init__(self, gateway_url: str, timeout_s: float) -> None:
-        from benchmarks.http_overhead import KeepAliveClient
+        from styx_py.benchmarks.http_overhead import KeepAliveClient
 
         self.http = KeepAliveClient(gateway_url, max_connections=512)
         self.timeout_s = timeout_s

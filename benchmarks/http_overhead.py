@@ -1,6 +1,6 @@
 """What the HTTP gateway adds on top of the SDK: bank transfers at a fixed rate, both ways, p50/p99.
 
-    python -m benchmarks.http_overhead --rate 200 --seconds 10
+    python -m styx_py.benchmarks.http_overhead --rate 200 --seconds 10
 
 Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers and the ``styx gateway``
 process), deploys the bank app, loads the accounts, then runs the same open-loop transfer workload
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.demo import percentile
-from client import StyxClient
-from styx_py.stack import LocalStack
+from styx_py.benchmarks.demo import percentile
+from styx_py.client import StyxClient
+from styx_py.stack.local import LocalStack
 
 ACCOUNTS = 1000
 INITIAL = 100
@@ -241,7 +241,7 @@ def main() -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="styx-bench-"))
     try:
         with LocalStack(data_dir, workers=2, gateway=True, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
-            stack.deploy("benchmarks.bank:app")
+            stack.deploy("styx_py.benchmarks.bank:app")
             ok = asyncio.run(
                 measure(stack.coordinator, stack.gateway_url, args.rate, args.seconds, args.client)
             )

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from benchmarks.driver import RunResult
+from styx_py.benchmarks.driver import RunResult
 
 
 def plot_run(result: RunResult, stem: Path, title: str) -> list[Path]:

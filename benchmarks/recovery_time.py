@@ -1,6 +1,6 @@
 """Measure recovery time: N workers, K keys of state, a worker killed with SIGKILL and restarted.
 
-    python -m benchmarks.recovery_time --workers 4 --keys 1000000
+    python -m styx_py.benchmarks.recovery_time --workers 4 --keys 1000000
 
 Reports the coordinator's own recovery metrics (detection, restore = snapshot load + log reads,
 replay) and the end-to-end time from the kill to the first committed transaction on the killed
@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from client import StyxClient
-from styx_py.stack import LocalStack, admin
-from styx_py.wire import StatusRequest
+from styx_py.client import StyxClient
+from styx_py.stack.local import LocalStack, admin
+from styx_py.core.wire import StatusRequest
 
 BATCH = 1000
 
@@ -37,7 +37,7 @@ async def run(workers: int, keys: int, snapshot_interval_s: float) -> dict[str, 
     stack = LocalStack(data, workers=workers, env=env)
     await asyncio.to_thread(stack.start)
     try:
-        await asyncio.to_thread(stack.deploy, "benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=600) as client:
             t0 = time.perf_counter()
             window = asyncio.Semaphore(8)

@@ -1,6 +1,6 @@
 """The README's results table, from the sweep files in benchmarks/results/ (latest sweep per workload).
 
-python -m benchmarks.summary [--results benchmarks/results]
+python -m styx_py.benchmarks.summary [--results benchmarks/results]
 """
 
 from __future__ import annotations

@@ -83,13 +83,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.workload import Op, Options, Progress, State, Workload
+from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
 from styx_py import Abort, Context, Graph, Operator
-from styx_py.operator import UserFunction
-from styx_py.partitioning import Key, partition_of
+from styx_py.core.operator import UserFunction
+from styx_py.core.partitioning import Key, partition_of
 
 if TYPE_CHECKING:
-    from client import StyxClient
+    from styx_py.client import StyxClient
 
 Row = dict[str, Any]
 
@@ -628,7 +628,7 @@ class Tpcc(Workload):
     """TPC-C NewOrder + Payment over ``Options.warehouses`` warehouses (see the module docstring)."""
 
     name = "tpcc"
-    app = "benchmarks.tpcc:app"
+    app = "styx_py.benchmarks.tpcc:app"
     description = "TPC-C NewOrder + Payment (50/50) over W warehouses"
 
     def __init__(self, options: Options | None = None) -> None:
@@ -881,7 +881,7 @@ class Tpcc(Workload):
 
 async def _read(client: StyxClient, keys: list[tuple[str, str]], into: dict[tuple[str, Key], Any]) -> None:
     """Read ``(operator, key)`` pairs through ``get_many``; absent entities are left out of ``into``."""
-    from styx_py.wire import decode_value
+    from styx_py.core.wire import decode_value
 
     ops = list(read_batches(keys))
     replies = await client.submit_many(

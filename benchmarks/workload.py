@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from styx_py.partitioning import Key
+from styx_py.core.partitioning import Key
 
 if TYPE_CHECKING:
-    from client import StyxClient
+    from styx_py.client import StyxClient
 
 State = Mapping[tuple[str, Key], Any]
 """Entity state by (operator, key): what ``check_state`` verifies."""
@@ -56,7 +56,7 @@ class Workload(ABC):
     """Base of every workload; subclasses set ``name`` and ``app`` and implement the four methods."""
 
     name: ClassVar[str]
-    app: ClassVar[str]  # import path of the graph, e.g. "benchmarks.bank:app"
+    app: ClassVar[str]  # import path of the graph, e.g. "styx_py.benchmarks.bank:app"
     description: ClassVar[str] = ""
 
     def __init__(self, options: Options | None = None) -> None:
@@ -95,7 +95,7 @@ def make_workload(name: str, options: Options | None = None) -> Workload:
 
 def _registry() -> dict[str, type[Workload]]:
     # Imported lazily: each workload module imports its app (operators) only when used.
-    from benchmarks import ycsbt
+    from styx_py.benchmarks import ycsbt
 
     classes: list[type[Workload]] = [ycsbt.YcsbT]
     for module, attrs in (("tpcc", ("Tpcc",)), ("deathstar", ("HotelReservation", "MovieReview"))):
@@ -113,7 +113,7 @@ async def read_many(
     client: StyxClient, reads: Iterable[tuple[str, Key, str]], concurrency: int = 2000
 ) -> dict[tuple[str, Key], Any]:
     """Run read-only calls ``(operator, key, function)`` and map (operator, key) to each result."""
-    from styx_py.wire import decode_value
+    from styx_py.core.wire import decode_value
 
     calls = [(op, key, fn, ()) for op, key, fn in reads]
     replies = await client.submit_many(calls, concurrency=concurrency)

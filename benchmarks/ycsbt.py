@@ -13,13 +13,13 @@ import asyncio
 import random
 from typing import TYPE_CHECKING
 
-from benchmarks.bank import account
-from benchmarks.keys import KeyChooser
-from benchmarks.workload import Op, Options, Progress, State, Workload, read_many
-from styx_py.partitioning import partition_of
+from styx_py.benchmarks.bank import account
+from styx_py.benchmarks.keys import KeyChooser
+from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload, read_many
+from styx_py.core.partitioning import partition_of
 
 if TYPE_CHECKING:
-    from client import StyxClient
+    from styx_py.client import StyxClient
 
 INITIAL = 1_000_000
 LOAD_CHUNK = 500  # accounts opened per loading transaction
@@ -31,7 +31,7 @@ def key_name(i: int) -> str:
 
 class YcsbT(Workload):
     name = "ycsbt"
-    app = "benchmarks.bank:app"
+    app = "styx_py.benchmarks.bank:app"
     description = "YCSB-T transfers between two accounts"
 
     def __init__(self, options: Options | None = None) -> None:

@@ -2,7 +2,7 @@
 
 ::
 
-    from client import StyxClient
+    from styx_py.client import StyxClient
 
     async with await StyxClient.connect("127.0.0.1:7000") as styx:   # or StyxClient(bootstrap, operators)
         balance = await styx.call("account", "alice", "deposit", 10)
@@ -18,8 +18,8 @@ The HTTP gateway (``styx gateway``, started by ``styx up``) is :class:`Gateway` 
 
 from typing import TYPE_CHECKING, Any
 
-from client.sdk import Call, ClientStats, StyxClient, SyncStyxClient, result_of
-from styx_py.errors import (
+from styx_py.client.sdk import Call, ClientStats, StyxClient, SyncStyxClient, result_of
+from styx_py.core.errors import (
     BadRequest,
     Overloaded,
     RequestTimeout,
@@ -28,7 +28,7 @@ from styx_py.errors import (
     TransactionFailed,
     Unavailable,
 )
-from styx_py.wire import Reply
+from styx_py.core.wire import Reply
 
 __all__ = [
     "BadRequest",
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from client.gateway import Gateway, GatewayConfig
+    from styx_py.client.gateway import Gateway, GatewayConfig
 
 _GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig"})
 
@@ -57,7 +57,7 @@ _GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig"})
 def __getattr__(name: str) -> Any:
     """The gateway's names, imported on first use: SDK users do not pay for FastAPI's import (~0.3 s)."""
     if name in _GATEWAY_NAMES:
-        from client import gateway
+        from styx_py.client import gateway
 
         return getattr(gateway, name)
     raise AttributeError(f"module 'client' has no attribute {name!r}")

@@ -91,9 +91,9 @@ from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from client.metrics import GatewayMetrics
-from client.sdk import RequestIds, StyxClient
-from styx_py.errors import (
+from styx_py.client.metrics import GatewayMetrics
+from styx_py.client.sdk import RequestIds, StyxClient
+from styx_py.core.errors import (
     BadRequest,
     ConfigError,
     Overloaded,
@@ -102,9 +102,9 @@ from styx_py.errors import (
     StyxError,
     Unavailable,
 )
-from styx_py.limits import MAX_KEY_CHARS, MAX_REQUEST_BYTES
-from styx_py.transport import admin_request
-from styx_py.wire import UNDECODABLE, Key, Reply, StatusRequest, decode_value
+from styx_py.core.limits import MAX_KEY_CHARS, MAX_REQUEST_BYTES
+from styx_py.io.tcp import admin_request
+from styx_py.core.wire import UNDECODABLE, Key, Reply, StatusRequest, decode_value
 
 __all__ = [
     "Backend",

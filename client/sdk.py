@@ -1,8 +1,8 @@
 """Client SDK: send requests to a styx-py cluster through Kafka and match the replies.
 
-A request is a msgpack :class:`~styx_py.wire.Request` produced to the ingress topic, in the partition
+A request is a msgpack :class:`~styx_py.core.wire.Request` produced to the ingress topic, in the partition
 that owns its key (``partition_of(key, operator partitions)``), so the worker that owns the entity
-sequences it. The cluster answers with a :class:`~styx_py.wire.Reply` on the egress topic, in any
+sequences it. The cluster answers with a :class:`~styx_py.core.wire.Reply` on the egress topic, in any
 partition. The client therefore reads *every* egress partition with one consumer task and routes each
 reply to the future registered for its request id.
 
@@ -46,8 +46,8 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
 )
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
-from styx_py.batching import MAX_BATCH_BYTES, BatchLanes
-from styx_py.errors import (
+from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
+from styx_py.core.errors import (
     BadRequest,
     ConfigError,
     Overloaded,
@@ -58,9 +58,9 @@ from styx_py.errors import (
     TransactionFailed,
     Unavailable,
 )
-from styx_py.partitioning import partition_of
-from styx_py.transport import admin_request
-from styx_py.wire import Key, Reply, Request, StatusRequest, decode_value, encode_value, reply_decoder
+from styx_py.core.partitioning import partition_of
+from styx_py.io.tcp import admin_request
+from styx_py.core.wire import Key, Reply, Request, StatusRequest, decode_value, encode_value, reply_decoder
 
 __all__ = ["Call", "ClientStats", "StyxClient", "SyncStyxClient", "decode_reply", "result_of"]
 
@@ -79,7 +79,7 @@ _POSITION_POLL_MS = 200
 
 
 def decode_reply(data: bytes) -> Reply:
-    """Decode one egress record into a :class:`~styx_py.wire.Reply` (``result`` is msgpack, nil if none).
+    """Decode one egress record into a :class:`~styx_py.core.wire.Reply` (``result`` is msgpack, nil if none).
 
     Raises ``msgspec.DecodeError``/``msgspec.ValidationError`` for bytes that are not a reply.
     """
@@ -95,13 +95,13 @@ class ClientStats:
     replied: int = 0
     """Replies that resolved a pending request."""
     timeouts: int = 0
-    """Waits that ended in :class:`~styx_py.errors.RequestTimeout` (one per waiting caller)."""
+    """Waits that ended in :class:`~styx_py.core.errors.RequestTimeout` (one per waiting caller)."""
     duplicates_ignored: int = 0
     """Replies for a request id that had just been answered (server or broker redelivery)."""
     unmatched_ignored: int = 0
     """Replies for an id nobody waits for (another client's, or one whose caller gave up)."""
     undecodable: int = 0
-    """Egress records that are not a valid :class:`~styx_py.wire.Reply` (logged and skipped)."""
+    """Egress records that are not a valid :class:`~styx_py.core.wire.Reply` (logged and skipped)."""
 
 
 class _Pending:
@@ -375,7 +375,7 @@ class StyxClient:
     async def close(self) -> None:
         """Stop reading, fail every pending request, stop the producer and the consumer.
 
-        Pending callers get a :class:`~styx_py.errors.StyxError` at once rather than waiting for their
+        Pending callers get a :class:`~styx_py.core.errors.StyxError` at once rather than waiting for their
         timeout: no reply can reach them any more. Safe to call twice.
         """
         if self._closed:
@@ -447,7 +447,7 @@ class StyxClient:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Reply:
-        """Send one request and return the server's :class:`~styx_py.wire.Reply`, whatever its status.
+        """Send one request and return the server's :class:`~styx_py.core.wire.Reply`, whatever its status.
 
         Raises :class:`BadRequest` locally (nothing sent) for an unknown operator, a bad key or
         unencodable arguments, :class:`Overloaded` at once when ``max_pending`` requests are in

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-from styx_py.wire import EpochDone, ExecDone, Vote
+from styx_py.core.wire import EpochDone, ExecDone, Vote
 
 M = TypeVar("M", ExecDone, Vote, EpochDone)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from coordinator.server import Coordinator
-from styx_py.blobs import blob_store_from
-from styx_py.config import Config
-from styx_py.metrics import MetricsServer
-from styx_py.services import create_topics
-from styx_py.transport import TcpTransport
-from worker.epoch import COORDINATOR
-from worker.logreader import KafkaLogReader
+from styx_py.coordinator.server import Coordinator
+from styx_py.io.s3 import blob_store_from
+from styx_py.core.config import Config
+from styx_py.io.metrics import MetricsServer
+from styx_py.io.kafka_admin import create_topics
+from styx_py.io.tcp import TcpTransport
+from styx_py.core.wire import COORDINATOR
+from styx_py.io.kafka_logs import KafkaLogReader
 
 log = logging.getLogger("styx.coordinator")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from styx_py.wire import WorkerInfo
+from styx_py.core.wire import WorkerInfo
 
 
 class Membership:

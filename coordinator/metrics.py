@@ -1,9 +1,9 @@
 """Prometheus metrics of the coordinator: the cluster-wide view of epochs, transactions, snapshots
-and recoveries (served by :class:`styx_py.metrics.MetricsServer`).
+and recoveries (served by :class:`styx_py.io.metrics.MetricsServer`).
 
 Cheap by construction: totals the coordinator keeps anyway (``totals``, ``recoveries``, …) are read
 at scrape time by a collector; the epoch loop observes four durations per epoch into plain
-:class:`~styx_py.metrics.LoopHistogram` objects. Measured on this machine: ~9 µs per epoch including
+:class:`~styx_py.io.metrics.LoopHistogram` objects. Measured on this machine: ~9 µs per epoch including
 the four clock readings, against ~26 µs with prometheus_client's locked Histogram and Counter.
 Nothing is added per transaction.
 """
@@ -17,11 +17,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from styx_py.metrics import EPOCH_BUCKETS_S, SLOW_BUCKETS_S, LoopHistogram, histogram_family
-from styx_py.wire import EpochDone
+from styx_py.io.metrics import EPOCH_BUCKETS_S, SLOW_BUCKETS_S, LoopHistogram, histogram_family
+from styx_py.core.wire import EpochDone
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from styx_py.coordinator.server import Coordinator
 
 __all__ = ["PHASES", "CoordinatorMetrics"]
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import msgspec
 
-from coordinator.barrier import Stage, combine_exec, combine_votes
-from coordinator.membership import Membership
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.placement import place
-from coordinator.snapshots import (
+from styx_py.coordinator.barrier import Stage, combine_exec, combine_votes
+from styx_py.coordinator.membership import Membership
+from styx_py.coordinator.metrics import CoordinatorMetrics
+from styx_py.coordinator.placement import place
+from styx_py.coordinator.snapshots import (
     META_KEY,
     compact,
     empty_manifest,
@@ -36,11 +36,11 @@ from coordinator.snapshots import (
     retain,
     with_generation,
 )
-from styx_py.blobs import BlobStore, epoch_of, manifest_key
-from styx_py.config import Config
-from styx_py.errors import GraphError, StyxError
-from styx_py.graph import OperatorSpec, load_graph
-from styx_py.wire import (
+from styx_py.core.blobs import BlobStore, epoch_of, manifest_key
+from styx_py.core.config import Config
+from styx_py.core.errors import GraphError, StyxError
+from styx_py.core.graph import OperatorSpec, load_graph
+from styx_py.core.wire import (
     AdminReply,
     AllExecDone,
     ClusterMeta,
@@ -62,7 +62,7 @@ from styx_py.wire import (
     Vote,
     WorkAvailable,
 )
-from worker.epoch import LogReader, Transport
+from styx_py.core.ports import LogReader, Transport
 
 log = logging.getLogger("styx.coordinator")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from styx_py.blobs import BlobStore, base_key, delta_key, epoch_of
-from styx_py.wire import ClusterMeta, Manifest, PartitionSnapshot, Reply, SeqLogEntry
+from styx_py.core.blobs import BlobStore, base_key, delta_key, epoch_of
+from styx_py.core.wire import ClusterMeta, Manifest, PartitionSnapshot, Reply, SeqLogEntry
 
 snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
 

@@ -5,8 +5,8 @@ The public API for application code::
     from styx_py import Operator, Context, Graph, Abort
 """
 
-from styx_py.context import Context
-from styx_py.errors import (
+from styx_py.core.context import Context
+from styx_py.core.errors import (
     Abort,
     BadRequest,
     ConfigError,
@@ -19,9 +19,9 @@ from styx_py.errors import (
     TransactionFailed,
     Unavailable,
 )
-from styx_py.graph import Graph, load_graph
-from styx_py.operator import Operator
-from styx_py.partitioning import partition_of
+from styx_py.core.graph import Graph, load_graph
+from styx_py.core.operator import Operator
+from styx_py.core.partitioning import partition_of
 
 __all__ = [
     "Abort",

@@ -15,11 +15,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from styx_py.config import Config, load_config
-from styx_py.errors import ConfigError, StyxError
-from styx_py.runtime import run, setup_logging
+from styx_py.core.config import Config, load_config
+from styx_py.core.errors import ConfigError, StyxError
+from styx_py.io.runtime import run, setup_logging
 
-DEMO_APP = "benchmarks.bank:app"
+DEMO_APP = "styx_py.benchmarks.bank:app"
 DEMO_STATE_FUNCTION = "account=balance"  # the demo's read-only function behind GET /v1/state
 
 
@@ -32,7 +32,7 @@ def _parse_arg(text: str) -> Any:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from styx_py.stack import STATE_FILE, LocalStack
+    from styx_py.stack.local import STATE_FILE, LocalStack
 
     # aiokafka logs every refused connection while the broker starts; readiness is checked anyway.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
@@ -68,7 +68,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  {'http docs':<12} {stack.gateway_url}/docs", flush=True)
         print(f"  {'logs':<12} {stack.log_dir}", flush=True)
         if args.demo:
-            from benchmarks.demo import run_demo
+            from styx_py.benchmarks.demo import run_demo
 
             stack.deploy(DEMO_APP)
             print(f"deployed {DEMO_APP}", flush=True)
@@ -103,7 +103,7 @@ def _kafka(args: argparse.Namespace, config: Config) -> str:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from coordinator.main import serve_coordinator
+    from styx_py.coordinator.main import serve_coordinator
 
     config = load_config()  # fails here, naming the setting, on a bad value
     setup_logging("coordinator", config.log_level)
@@ -113,7 +113,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from worker.main import serve_worker
+    from styx_py.worker.main import serve_worker
 
     config = load_config()
     setup_logging(args.id, config.log_level)
@@ -126,8 +126,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from styx_py.stack import admin, coordinator_address
-    from styx_py.wire import DeployRequest
+    from styx_py.stack.local import admin, coordinator_address
+    from styx_py.core.wire import DeployRequest
 
     body = asyncio.run(admin(coordinator_address(args.coordinator), DeployRequest(args.import_path)))
     print(f"deployed {body['graph']} on {len(body['workers'])} workers")
@@ -137,8 +137,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from styx_py.stack import admin, coordinator_address
-    from styx_py.wire import StatusRequest
+    from styx_py.stack.local import admin, coordinator_address
+    from styx_py.core.wire import StatusRequest
 
     body = asyncio.run(admin(coordinator_address(args.coordinator), StatusRequest()))
     if args.json:
@@ -186,8 +186,8 @@ def _gateway_token(args: argparse.Namespace) -> str | None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    from client.gateway import GatewayConfig, serve_gateway
-    from styx_py.stack import coordinator_address
+    from styx_py.client.gateway import GatewayConfig, serve_gateway
+    from styx_py.stack.local import coordinator_address
 
     setup_logging("gateway")
     config = GatewayConfig(
@@ -209,8 +209,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from client import StyxClient
-    from styx_py.stack import coordinator_address
+    from styx_py.client import StyxClient
+    from styx_py.stack.local import coordinator_address
 
     async def call() -> int:
         client = await StyxClient.connect(coordinator_address(args.coordinator))
@@ -224,7 +224,7 @@ def cmd_call(args: argparse.Namespace) -> int:
             )
         finally:
             await client.close()
-        from styx_py.wire import decode_value
+        from styx_py.core.wire import decode_value
 
         out = {"request_id": reply.request_id, "status": reply.status, "tid": reply.tid, "epoch": reply.epoch}
         if reply.status == "committed":
@@ -239,7 +239,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from benchmarks.bench import cmd_bench as run_bench
+    from styx_py.benchmarks.bench import cmd_bench as run_bench
 
     return run_bench(args)
 
@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gw.set_defaults(fn=cmd_gateway)
 
-    from benchmarks.bench import add_arguments as bench_arguments
+    from styx_py.benchmarks.bench import add_arguments as bench_arguments
 
     bench = sub.add_parser(
         "bench",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from styx_py.services import SeaweedS3, TansuBroker
+from styx_py.stack.services import SeaweedS3, TansuBroker
 
 S3_BUCKETS = ["styx-snapshots", "tansu"]
 TANSU_BUCKET = "tansu"

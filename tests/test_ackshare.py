@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.ackshare import ONE, ShareCollector, split_async, split_sync
+from styx_py.worker.ackshare import ONE, ShareCollector, split_async, split_sync
 
 # A call tree node is the list of its outgoing calls, in program order: (is_sync, callee node).
 Node = list[tuple[bool, Any]]
@@ -123,8 +123,8 @@ def test_missing_ack_never_completes(tree: Node, data: st.DataObject) -> None:
 def test_shares_beyond_64_bits_cross_the_wire_exactly() -> None:
     """A chain of 100 synchronous calls halves the share 100 times: the denominator outgrows msgpack's
     64-bit integers, which once stalled such a transaction forever. Shares then travel as strings."""
-    from styx_py.wire import HEADER_BYTES, Ack, Batch, decode_batch, encode_frame
-    from worker.ackshare import from_wire, to_wire
+    from styx_py.core.wire import HEADER_BYTES, Ack, Batch, decode_batch, encode_frame
+    from styx_py.worker.ackshare import from_wire, to_wire
 
     share = ONE
     for _ in range(100):

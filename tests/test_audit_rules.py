@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.bank import app as bank_app
-from benchmarks.workload import Options
-from benchmarks.ycsbt import INITIAL, YcsbT
+from styx_py.benchmarks.bank import app as bank_app
+from styx_py.benchmarks.workload import Options
+from styx_py.benchmarks.ycsbt import INITIAL, YcsbT
 from styx_py.audit.rules import (
     ANSWERED,
     ERROR,
@@ -27,8 +27,8 @@ from styx_py.audit.rules import (
     effective_generation,
     mencius_tids,
 )
-from styx_py.wire import NIL, Manifest, Reply, Request, encode_value
-from worker.sequencer import Sequencer
+from styx_py.core.wire import NIL, Manifest, Reply, Request, encode_value
+from styx_py.worker.sequencer import Sequencer
 
 # ---- exactly once ------------------------------------------------------------------------------------
 
@@ -363,7 +363,7 @@ async def test_serial_replay_insists_on_commit_order() -> None:
 def test_decode_records_of_every_kind() -> None:
     pa = pytest.importorskip("pyarrow")
     from styx_py.audit.rows import KafkaRecord, decode_records, decode_snapshot_object
-    from styx_py.wire import PartitionSnapshot, SeqLogEntry
+    from styx_py.core.wire import PartitionSnapshot, SeqLogEntry
 
     enc = msgspec.msgpack.encode
     q = request("r1", "a", "transfer", "b", 3)

@@ -13,13 +13,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from styx_py.partitioning import partition_of
+from styx_py.core.partitioning import partition_of
 from styx_py.testing.cluster import SimCluster
-from styx_py.wire import Reply, Request, decode_value, encode_value
+from styx_py.core.wire import Reply, Request, decode_value, encode_value
 
 ORACLE = "tests.apps.oracle:app"
 BAD = "tests.apps.bad:app"
-BANK = "benchmarks.bank:app"
+BANK = "styx_py.benchmarks.bank:app"
 
 
 async def run_one(c: SimCluster, operator: str, function: str, key: Any, *args: Any) -> Reply:

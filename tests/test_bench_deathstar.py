@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.deathstar import (
+from styx_py.benchmarks.deathstar import (
     CELL_COLS,
     CELL_DEG,
     CELL_ROWS,
@@ -37,14 +37,14 @@ from benchmarks.deathstar import (
     cell_key,
     distance_km,
 )
-from benchmarks.workload import Op, Options, Workload, make_workload
-from client import StyxClient, result_of
-from styx_py.partitioning import Key
-from styx_py.services import TansuBroker
-from styx_py.stack import LocalStack, admin
+from styx_py.benchmarks.workload import Op, Options, Workload, make_workload
+from styx_py.client import StyxClient, result_of
+from styx_py.core.partitioning import Key
+from styx_py.stack.services import TansuBroker
+from styx_py.stack.local import LocalStack, admin
 from styx_py.testing.cluster import SimCluster
-from styx_py.testing.serial import check_against_serial
-from styx_py.wire import DeployRequest, Reply
+from styx_py.testing.cluster import check_against_serial
+from styx_py.core.wire import DeployRequest, Reply
 
 MANY_RESERVES = {"search": 0.3, "recommend": 0.1, "login": 0.1, "reserve": 0.5}
 
@@ -354,7 +354,7 @@ async def run_sim(
 async def test_sim_hotel_run_keeps_the_invariants() -> None:
     w = hotel_workload(mix=MANY_RESERVES)
     wrong = Op("bad-login", "user", "Cornell_3", "login", ("3333",))
-    c = await run_sim("benchmarks.deathstar:hotel_app", w, 300, seed=1, extra=(wrong,))
+    c = await run_sim("styx_py.benchmarks.deathstar:hotel_app", w, 300, seed=1, extra=(wrong,))
     statuses = Counter(r.status for r in c.replies)
     assert statuses["failed"] == 0, statuses
     assert any("is full" in (r.error or "") for r in c.replies)
@@ -366,21 +366,21 @@ async def test_sim_hotel_run_keeps_the_invariants() -> None:
 
 async def test_sim_broken_hotel_app_is_caught() -> None:
     w = hotel_workload(mix=MANY_RESERVES)
-    c = await run_sim("benchmarks.deathstar:broken_hotel_app", w, 300, seed=1)
+    c = await run_sim("styx_py.benchmarks.deathstar:broken_hotel_app", w, 300, seed=1)
     errors = w.check_state(c.state())
     assert any(e.startswith("flight ") and "is overbooked" in e for e in errors), errors
 
 
 async def test_sim_movie_run_keeps_the_invariants() -> None:
     w = movie_workload()
-    c = await run_sim("benchmarks.deathstar:movie_app", w, 200, seed=2)
+    c = await run_sim("styx_py.benchmarks.deathstar:movie_app", w, 200, seed=2)
     assert all(r.status == "committed" for r in c.replies)
     assert w.check_state(c.state()) == []
 
 
 async def test_sim_broken_movie_app_is_caught() -> None:
     w = movie_workload()
-    c = await run_sim("benchmarks.deathstar:broken_movie_app", w, 50, seed=2)
+    c = await run_sim("styx_py.benchmarks.deathstar:broken_movie_app", w, 50, seed=2)
     errors = w.check_state(c.state())
     assert len(errors) == 50 and all("times in movie" in e for e in errors), errors
 
@@ -439,7 +439,7 @@ async def test_real_hotel_run_keeps_the_invariants(stack: LocalStack) -> None:
 @pytest.mark.services
 async def test_real_broken_hotel_app_is_caught(stack: LocalStack) -> None:
     w = hotel_workload(mix=MANY_RESERVES)
-    _, _, errors = await run_real(stack, "benchmarks.deathstar:broken_hotel_app", w, 400, seed=4)
+    _, _, errors = await run_real(stack, "styx_py.benchmarks.deathstar:broken_hotel_app", w, 400, seed=4)
     assert any(e.startswith("flight ") and "is overbooked" in e for e in errors), errors
 
 
@@ -454,5 +454,5 @@ async def test_real_movie_run_keeps_the_invariants(stack: LocalStack) -> None:
 @pytest.mark.services
 async def test_real_broken_movie_app_is_caught(stack: LocalStack) -> None:
     w = movie_workload()
-    _, _, errors = await run_real(stack, "benchmarks.deathstar:broken_movie_app", w, 100, seed=5)
+    _, _, errors = await run_real(stack, "styx_py.benchmarks.deathstar:broken_movie_app", w, 100, seed=5)
     assert len(errors) == 100 and all("times in movie" in e for e in errors), errors[:5]

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from benchmarks.tpcc import (
+from styx_py.benchmarks.tpcc import (
     DISTRICTS,
     LOAD_CHUNK,
     PARTITIONS,
@@ -33,14 +33,14 @@ from benchmarks.tpcc import (
     generate,
     last_name,
 )
-from benchmarks.workload import Op, Options, make_workload
-from client import StyxClient
-from styx_py.limits import MAX_REQUEST_BYTES
-from styx_py.partitioning import Key, partition_of
-from styx_py.services import TansuBroker
-from styx_py.stack import LocalStack
+from styx_py.benchmarks.workload import Op, Options, make_workload
+from styx_py.client import StyxClient
+from styx_py.core.limits import MAX_REQUEST_BYTES
+from styx_py.core.partitioning import Key, partition_of
+from styx_py.stack.services import TansuBroker
+from styx_py.stack.local import LocalStack
 from styx_py.testing.cluster import SimCluster
-from styx_py.testing.serial import check_against_serial
+from styx_py.testing.cluster import check_against_serial
 
 TINY = 0.001  # 3 customers (and orders) per district, 1 undelivered, 100 items
 StateMap = dict[tuple[str, Key], Any]
@@ -376,7 +376,7 @@ def test_bulk_batches_are_partition_local_and_bounded() -> None:
 
 async def test_simulated_run_is_consistent_and_serializable() -> None:
     workload = tpcc(2, 0.01)
-    async with SimCluster("benchmarks.tpcc:app", workers=2, seed=4) as cluster:
+    async with SimCluster("styx_py.benchmarks.tpcc:app", workers=2, seed=4) as cluster:
         for op in workload.load_ops():
             cluster.submit(op.operator, op.function, op.key, *op.args)
         await cluster.wait()
@@ -412,7 +412,7 @@ def stack_for(kafka: TansuBroker, tmp_path: Path, app: str) -> Iterator[LocalSta
 
 @pytest.fixture
 def stack(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
-    yield from stack_for(kafka, tmp_path, "benchmarks.tpcc:app")
+    yield from stack_for(kafka, tmp_path, "styx_py.benchmarks.tpcc:app")
 
 
 @pytest.fixture

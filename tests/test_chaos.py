@@ -20,13 +20,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from benchmarks.bank import app as bank_app
-from client import StyxClient
-from styx_py.errors import StyxError
-from styx_py.services import SeaweedS3, TansuBroker
-from styx_py.stack import LocalStack, admin
-from styx_py.testing.serial import reply_outcome, serial_replay
-from styx_py.wire import Reply, Request, StatusRequest, encode_value
+from styx_py.benchmarks.bank import app as bank_app
+from styx_py.client import StyxClient
+from styx_py.core.errors import StyxError
+from styx_py.stack.services import SeaweedS3, TansuBroker
+from styx_py.stack.local import LocalStack, admin
+from styx_py.core.serial import reply_outcome, serial_replay
+from styx_py.core.wire import Reply, Request, StatusRequest, encode_value
 from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services
@@ -50,7 +50,7 @@ def stack(kafka: TansuBroker, s3: SeaweedS3, tmp_path: Path) -> Iterator[LocalSt
     }
     with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env) as s:
         s.topics = env  # type: ignore[attr-defined]
-        s.deploy("benchmarks.bank:app")
+        s.deploy("styx_py.benchmarks.bank:app")
         yield s
 
 
@@ -176,7 +176,7 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
     argv = ["audit", "--kafka", stack.kafka, "--ingress-topic", topics["STYX_INGRESS_TOPIC"]]
     argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
     argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]
-    argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "benchmarks.bank:app"]
+    argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "styx_py.benchmarks.bank:app"]
     argv += ["--out", str(stack.data_dir / "audit")]
     code = await asyncio.to_thread(styx_main, argv)
     report = (stack.data_dir / "audit" / "report.md").read_text()

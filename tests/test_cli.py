@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from styx_py.stack import LocalStack
+from styx_py.stack.local import LocalStack
 
 STYX = [sys.executable, "-m", "styx_py.cli"]
 
@@ -29,7 +29,7 @@ def test_up_demo_runs_end_to_end(tmp_path: Path) -> None:
         "coordinator",
         "kafka",
         "s3",
-        "deployed benchmarks.bank:app",
+        "deployed styx_py.benchmarks.bank:app",
         "metrics coordinator",  # every process's /metrics URL
         "metrics w2",
         "txn/s",
@@ -68,7 +68,7 @@ def test_deploy_call_status(kafka: object, tmp_path: Path) -> None:
     with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as stack:  # type: ignore[attr-defined]
         bad = styx("deploy", "no.such.module:app", "--coordinator", stack.coordinator)
         assert bad.returncode == 2 and "cannot import 'no.such.module'" in bad.stderr
-        ok = styx("deploy", "benchmarks.bank:app", "--coordinator", stack.coordinator)
+        ok = styx("deploy", "styx_py.benchmarks.bank:app", "--coordinator", stack.coordinator)
         assert ok.returncode == 0 and "account: 4 partitions" in ok.stdout, ok.stderr
         dep = styx("call", "account", "alice", "deposit", "100", "--coordinator", stack.coordinator)
         assert dep.returncode == 0, dep.stderr
@@ -79,6 +79,6 @@ def test_deploy_call_status(kafka: object, tmp_path: Path) -> None:
         assert json.loads(ab.stdout)["error"].startswith("insufficient credit in alice")
         st = styx("status", "--json", "--coordinator", stack.coordinator)
         body = json.loads(st.stdout)
-        assert body["graph"] == "benchmarks.bank:app"
+        assert body["graph"] == "styx_py.benchmarks.bank:app"
         assert sorted(p for w in body["workers"] for p in w["partitions"]) == [0, 1, 2, 3]
         assert body["totals"]["committed"] >= 1 and body["totals"]["aborted"] >= 1

@@ -25,7 +25,7 @@ import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from client import (
+from styx_py.client import (
     BadRequest,
     Overloaded,
     Reply,
@@ -36,11 +36,11 @@ from client import (
     TransactionAborted,
     TransactionFailed,
 )
-from client.sdk import decode_reply
-from styx_py.errors import ConfigError
-from styx_py.partitioning import partition_of
-from styx_py.services import TansuBroker, create_topics
-from styx_py.wire import (
+from styx_py.client.sdk import decode_reply
+from styx_py.core.errors import ConfigError
+from styx_py.core.partitioning import partition_of
+from styx_py.stack.services import TansuBroker, create_topics
+from styx_py.core.wire import (
     HEADER_BYTES,
     NIL,
     AdminReply,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.barrier import combine_votes
-from styx_py.wire import Vote
-from worker.conflicts import EntityKey, find_conflicts, write_minima
+from styx_py.coordinator.barrier import combine_votes
+from styx_py.core.wire import Vote
+from styx_py.worker.conflicts import EntityKey, find_conflicts, write_minima
 
 
 def k(name: str) -> EntityKey:

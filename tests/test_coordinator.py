@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.barrier import Stage, combine_exec, combine_votes
-from coordinator.membership import Membership
-from coordinator.placement import place
-from coordinator.server import Coordinator
-from styx_py.config import load_config
+from styx_py.coordinator.barrier import Stage, combine_exec, combine_votes
+from styx_py.coordinator.membership import Membership
+from styx_py.coordinator.placement import place
+from styx_py.coordinator.server import Coordinator
+from styx_py.core.config import load_config
 from styx_py.testing.memory import MemoryNetwork
-from styx_py.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Vote
+from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Vote
 
 # ---- barrier --------------------------------------------------------------------------------------
 

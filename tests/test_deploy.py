@@ -31,10 +31,10 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from client.gateway import GatewayConfig, build_app, build_gateway
+from styx_py.client.gateway import GatewayConfig, build_app, build_gateway
 from styx_py.cli import build_parser
-from styx_py.config import ENV_VARS, SETTINGS, markdown_table, render_into
-from styx_py.metrics import MetricsServer
+from styx_py.core.config import ENV_VARS, SETTINGS, markdown_table, render_into
+from styx_py.io.metrics import MetricsServer
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
@@ -188,7 +188,7 @@ def test_every_setting_has_its_metadata() -> None:
 def test_readme_configuration_table_is_rendered_from_the_schema() -> None:
     readme = (ROOT / "README.md").read_text()
     assert render_into(readme) == readme, (
-        "README's configuration table is out of date: run python -m styx_py.config --write README.md"
+        "README's configuration table is out of date: run python -m styx_py.core.config --write README.md"
     )
     assert markdown_table() in readme
 

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from client.gateway import (
+from styx_py.client.gateway import (
     Backend,
     ClusterInfo,
     Gateway,
@@ -38,11 +38,11 @@ from client.gateway import (
     coordinator_status,
     reply_outcome,
 )
-from client.sdk import StyxClient
-from styx_py.errors import ConfigError, ProtocolError
-from styx_py.services import TansuBroker, free_port
-from styx_py.stack import LocalStack
-from styx_py.wire import NIL, Key, Reply, encode_value
+from styx_py.client.sdk import StyxClient
+from styx_py.core.errors import ConfigError, ProtocolError
+from styx_py.stack.services import TansuBroker, free_port
+from styx_py.stack.local import LocalStack
+from styx_py.core.wire import NIL, Key, Reply, encode_value
 
 pytestmark = [pytest.mark.timeout(120)]
 services = pytest.mark.services  # every test here but the pure ones at the end needs the real cluster
@@ -72,7 +72,7 @@ def cluster(kafka: TansuBroker, tmp_path_factory: pytest.TempPathFactory) -> Ite
         gateway_args=["--state-function", "account=balance"],
     )
     with stack:
-        stack.deploy("benchmarks.bank:app")
+        stack.deploy("styx_py.benchmarks.bank:app")
         yield stack
 
 
@@ -529,7 +529,7 @@ async def test_bearer_token(cluster: LocalStack) -> None:
         async with client_for(gt.url, TOKEN) as http:
             await wait_ready(http)
             operators = (await http.get("/v1/operators")).json()
-            assert operators["ready"] and operators["graph"] == "benchmarks.bank:app"
+            assert operators["ready"] and operators["graph"] == "styx_py.benchmarks.bank:app"
             assert operators["operators"][0]["name"] == "account"
             assert_error(await http.get("/v1/state/account/alice"), 404, "no_state_function")
 

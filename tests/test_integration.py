@@ -17,13 +17,13 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
-from benchmarks.bank import app as bank_app
-from benchmarks.keys import KeyChooser
-from client import StyxClient
-from styx_py.services import TansuBroker
-from styx_py.stack import LocalStack, admin
-from styx_py.testing.serial import reply_outcome, serial_replay
-from styx_py.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
+from styx_py.benchmarks.bank import app as bank_app
+from styx_py.benchmarks.keys import KeyChooser
+from styx_py.client import StyxClient
+from styx_py.stack.services import TansuBroker
+from styx_py.stack.local import LocalStack, admin
+from styx_py.core.serial import reply_outcome, serial_replay
+from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
 
 pytestmark = pytest.mark.services
 
@@ -42,7 +42,7 @@ def stack(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
     }
     with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as s:
         s.topics = env  # type: ignore[attr-defined]
-        s.deploy("benchmarks.bank:app")
+        s.deploy("styx_py.benchmarks.bank:app")
         yield s
 
 

@@ -21,11 +21,11 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import StyxClient
-from styx_py.metrics import LoopHistogram, MetricsServer, histogram_family
-from styx_py.services import SeaweedS3, TansuBroker
-from styx_py.stack import LocalStack, admin
-from styx_py.wire import DeployRequest
+from styx_py.client import StyxClient
+from styx_py.io.metrics import LoopHistogram, MetricsServer, histogram_family
+from styx_py.stack.services import SeaweedS3, TansuBroker
+from styx_py.stack.local import LocalStack, admin
+from styx_py.core.wire import DeployRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "styx.json"
@@ -158,7 +158,7 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
 
         assert await ready("coordinator") == 200  # waiting for a deploy is ready
         assert {await ready(w) for w in workers} == {503}  # not part of a deployed cluster yet
-        await admin(stack.coordinator, DeployRequest("benchmarks.bank:app"))
+        await admin(stack.coordinator, DeployRequest("styx_py.benchmarks.bank:app"))
 
         async def all_ready() -> bool:
             return {await ready(w) for w in workers} == {200}

@@ -13,11 +13,11 @@ from zlib import crc32
 import pytest
 
 from styx_py import Context, Graph, Operator
-from styx_py.config import Config, load_config
-from styx_py.errors import ConfigError, GraphError
-from styx_py.graph import load_graph
-from styx_py.limits import MAX_PARTITIONS
-from styx_py.partitioning import key_bytes, partition_of
+from styx_py.core.config import Config, load_config
+from styx_py.core.errors import ConfigError, GraphError
+from styx_py.core.graph import load_graph
+from styx_py.core.limits import MAX_PARTITIONS
+from styx_py.core.partitioning import key_bytes, partition_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,7 +72,7 @@ def test_partition_of_does_not_depend_on_hash_seed() -> None:
     here = {repr(k): [partition_of(k, n) for n in (3, 8, 4096)] for k in SAMPLE_KEYS}
     code = (
         "import json, sys\n"
-        "from styx_py.partitioning import partition_of\n"
+        "from styx_py.core.partitioning import partition_of\n"
         f"keys = {SAMPLE_KEYS!r}\n"
         "json.dump({repr(k): [partition_of(k, n) for n in (3, 8, 4096)] for k in keys}, sys.stdout)\n"
     )

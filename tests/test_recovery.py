@@ -15,10 +15,10 @@ from collections.abc import Callable
 import pytest
 
 from styx_py.testing.cluster import SimCluster
-from styx_py.testing.serial import check_against_serial
-from styx_py.wire import Message, SnapshotDone
+from styx_py.testing.cluster import check_against_serial
+from styx_py.core.wire import Message, SnapshotDone
 from tests.test_oracle import APP, submit_random_mix
-from worker.epoch import Worker
+from styx_py.worker.epoch import Worker
 
 
 async def run_with_crashes(
@@ -138,7 +138,7 @@ async def test_lost_messages_stall_an_epoch_and_recovery_repairs_it(seed: int) -
 
 @pytest.mark.parametrize("lost", ["Decision", "Ack", "ExecDone", "Final", "Invoke"])
 async def test_a_lost_protocol_message_is_repaired(lost: str) -> None:
-    import styx_py.wire as wire
+    import styx_py.core.wire as wire
 
     async with SimCluster(APP, workers=3, seed=9, epoch_size_max=10, epoch_timeout_ms=300) as c:
         for i in range(20):

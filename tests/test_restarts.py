@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from client import StyxClient
-from styx_py.services import SeaweedS3
-from styx_py.stack import LocalStack, admin
-from styx_py.wire import StatusRequest
+from styx_py.client import StyxClient
+from styx_py.stack.services import SeaweedS3
+from styx_py.stack.local import LocalStack, admin
+from styx_py.core.wire import StatusRequest
 from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services
@@ -46,7 +46,7 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
     stack = LocalStack(tmp_path, workers=2, durable=True, env=env)
     await asyncio.to_thread(stack.start)  # LocalStack's set-up is synchronous
     try:
-        await asyncio.to_thread(stack.deploy, "benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
             await asyncio.gather(
                 *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
@@ -80,7 +80,7 @@ async def test_snapshots_survive_an_s3_restart(s3: SeaweedS3, kafka: object, tmp
     stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)  # type: ignore[attr-defined]
     await asyncio.to_thread(stack.start)
     try:
-        await asyncio.to_thread(stack.deploy, "benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
             await asyncio.gather(
                 *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
@@ -120,7 +120,7 @@ async def test_hung_worker_is_detected_replaced_and_recovered(kafka: object, tmp
     stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env)  # type: ignore[attr-defined]
     await asyncio.to_thread(stack.start)
     try:
-        await asyncio.to_thread(stack.deploy, "benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
             await asyncio.gather(
                 *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))

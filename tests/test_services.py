@@ -1,4 +1,4 @@
-"""Real round trips through the local services started by ``styx_py.services`` (no mocks).
+"""Real round trips through the local services started by ``styx_py.stack.services`` (no mocks).
 
 These pin the behaviour the rest of styx relies on: S3 objects and acknowledged Kafka records
 are readable, and stay readable across restarts (and crashes) of the service that stores them.
@@ -14,7 +14,7 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from styx_py.services import (
+from styx_py.stack.services import (
     S3Config,
     SeaweedS3,
     ServiceError,

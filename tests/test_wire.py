@@ -1,4 +1,4 @@
-"""The wire protocol (styx_py.wire): every message round-trips; bad bytes are ProtocolErrors; no pickle."""
+"""The wire protocol (styx_py.core.wire): every message round-trips; bad bytes are ProtocolErrors; no pickle."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from styx_py import wire
-from styx_py.errors import ProtocolError
-from styx_py.graph import OperatorSpec
-from styx_py.limits import MAX_FRAME_BYTES
-from styx_py.wire import (
+from styx_py.core.errors import ProtocolError
+from styx_py.core.graph import OperatorSpec
+from styx_py.core.limits import MAX_FRAME_BYTES
+from styx_py.core.wire import (
     Ack,
     AdminReply,
     AllExecDone,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from styx_py.wire import NIL, ST_ABORT, ST_BAD, Reply
+from styx_py.core.wire import NIL, ST_ABORT, ST_BAD, Reply
 
 if TYPE_CHECKING:
-    from worker.epoch import RootTxn
+    from styx_py.worker.epoch import RootTxn
 
 _ERROR_TYPES = {ST_ABORT: "Abort", ST_BAD: "BadRequest"}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from styx_py.wire import Reply
+from styx_py.core.wire import Reply
 
 
 class ReplyTable:

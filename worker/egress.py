@@ -1,7 +1,7 @@
 """Kafka egress: replies (early commit) and the sequencer log, through one producer.
 
 ``send`` never blocks the epoch loop: records are queued per partition and a drain task hands each
-partition's queue to the producer as one batch (:mod:`styx_py.batching`). A failed produce is not
+partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce is not
 swallowed: it ends the drain task and with it the worker (a worker that cannot reply must not go on
 committing).
 """
@@ -14,10 +14,10 @@ from collections.abc import Callable
 import msgspec
 from aiokafka import AIOKafkaProducer
 
-from styx_py.batching import MAX_BATCH_BYTES, BatchLanes
-from styx_py.config import Config
-from styx_py.limits import MAX_REQUEST_BYTES
-from styx_py.wire import EPOCH_HEADER, Reply, SeqLogEntry
+from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
+from styx_py.core.config import Config
+from styx_py.core.limits import MAX_REQUEST_BYTES
+from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
 
 
 class KafkaSink:

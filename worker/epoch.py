@@ -19,17 +19,19 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from styx_py.blobs import BlobStore, epoch_of
-from styx_py.config import Config
-from styx_py.graph import Graph, load_graph
-from styx_py.partitioning import key_bytes, partition_of
-from styx_py.wire import (
+from styx_py.core.blobs import BlobStore, epoch_of
+from styx_py.core.ports import Egress, Ingress, LogReader, SequencerLog, Transport
+from styx_py.core.config import Config
+from styx_py.core.graph import Graph, load_graph
+from styx_py.core.partitioning import key_bytes, partition_of
+from styx_py.core.wire import (
+    COORDINATOR,
     OUT_ABORT,
     OUT_COMMIT,
     OUT_RESCHEDULE,
@@ -64,87 +66,23 @@ from styx_py.wire import (
     Vote,
     WorkAvailable,
 )
-from worker import snapshot
-from worker.ackshare import ShareCollector, from_wire, to_wire
-from worker.commit import reply_for
-from worker.conflicts import EntityKey, find_conflicts
-from worker.dedup import ReplyTable
-from worker.executor import CachedInvocation, CallRecord, run_invocation
-from worker.locks import LockTable
-from worker.metrics import WorkerMetrics
-from worker.sequencer import Sequencer
-from worker.state import StateStore, Writes
+from styx_py.worker import snapshot
+from styx_py.worker.ackshare import ShareCollector, from_wire, to_wire
+from styx_py.worker.commit import reply_for
+from styx_py.worker.conflicts import EntityKey, find_conflicts
+from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.executor import CachedInvocation, CallRecord, run_invocation
+from styx_py.worker.locks import LockTable
+from styx_py.worker.metrics import WorkerMetrics
+from styx_py.worker.sequencer import Sequencer
+from styx_py.worker.state import StateStore, Writes
 
 log = logging.getLogger("styx.worker")
 
-COORDINATOR = "coordinator"
 # How a request of a batch is handled (sequencer-log entries carry these in place of a tid).
 FRESH, ANSWERED, WAITING = 1, -1, -2
 # Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
 DATA_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Decision)
-
-
-# ---- I/O seams (real implementations in worker.transport / ingress / egress / seqlog) ----------
-
-
-class Transport(Protocol):
-    node_id: str
-
-    def send(self, dest: str, msg: Message) -> None: ...
-
-
-class Ingress(Protocol):
-    def assign(self, partitions: list[int]) -> None: ...
-
-    def take(self, n: int) -> list[IngressRecord]: ...
-
-    async def take_exact(self, partition: int, offset: int) -> IngressRecord:
-        """The record at ``offset``, which must be the next one of ``partition`` (replay)."""
-        ...
-
-    def pending(self) -> int: ...
-
-    def positions(self) -> dict[int, int]:
-        """Next offset to take, per assigned partition."""
-        ...
-
-    def seek(self, positions: dict[int, int]) -> None: ...
-
-    def set_listener(self, on_available: Callable[[], None]) -> None: ...
-
-
-class Egress(Protocol):
-    def send(self, partition: int, reply: Reply, epoch: int) -> None:
-        """Queue ``reply``, marked as sent by ``epoch`` (recovery reads the mark back)."""
-        ...
-
-    def offsets(self) -> dict[int, int]:
-        """Per egress partition, an offset below which every reply is acknowledged."""
-        ...
-
-    def reset_offsets(self, offsets: dict[int, int]) -> None: ...
-
-    def flush(self) -> asyncio.Future[None]:
-        """Done when every reply sent before this call is on the log (acknowledged)."""
-        ...
-
-
-class SequencerLog(Protocol):
-    def append(self, entry: SeqLogEntry) -> Awaitable[None]: ...
-
-    def acked(self) -> int:
-        """An offset below which every entry this worker appended is durable."""
-        ...
-
-
-class LogReader(Protocol):
-    """What recovery reads back: replies already sent, and the sequencer log."""
-
-    async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
-        """Replies on the egress log from ``offsets`` on, of those sent by epochs after ``after_epoch``."""
-        ...
-
-    async def seqlog(self, from_offset: int) -> list[SeqLogEntry]: ...
 
 
 # ---- per-transaction and per-epoch state ----------------------------------------------------------

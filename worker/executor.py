@@ -1,8 +1,8 @@
 """Running one function invocation: the runtime Context and the invocation runner.
 
 An invocation runs against the worker's committed state plus the transaction's own buffered writes
-on this worker. Calls to other entities become :class:`~styx_py.wire.Invoke` messages (local or
-remote); synchronous calls wait for a :class:`~styx_py.wire.CallResult`. When the invocation ends it
+on this worker. Calls to other entities become :class:`~styx_py.core.wire.Invoke` messages (local or
+remote); synchronous calls wait for a :class:`~styx_py.core.wire.CallResult`. When the invocation ends it
 acks the share it kept to the root (see ``worker.ackshare``).
 
 Three modes:
@@ -18,19 +18,18 @@ Three modes:
 
 from __future__ import annotations
 
-import inspect
 import random as _random
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from styx_py.context import Context, invocation_rng
-from styx_py.errors import Abort
-from styx_py.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
-from styx_py.operator import Operator, operator_name
-from styx_py.partitioning import Key, key_bytes
-from styx_py.wire import (
+from styx_py.core.context import Context, invocation_rng
+from styx_py.core.errors import Abort
+from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
+from styx_py.core.operator import Operator, bind_error, operator_name
+from styx_py.core.partitioning import Key, key_bytes
+from styx_py.core.wire import (
     PHASE_FALLBACK,
     PHASE_OPTIMISTIC,
     ST_ABORT,
@@ -43,10 +42,10 @@ from styx_py.wire import (
     decode_value,
     encode_value,
 )
-from worker.ackshare import from_wire, split_async, split_sync, to_wire
+from styx_py.worker.ackshare import from_wire, split_async, split_sync, to_wire
 
 if TYPE_CHECKING:
-    from worker.epoch import EpochState, Worker
+    from styx_py.worker.epoch import EpochState, Worker
 
 EMPTY_RAW = msgspec.Raw(encode_value(None))
 
@@ -205,35 +204,6 @@ class RuntimeContext(Context):
 
     def now(self) -> float:
         return self._inv.ts_ms / 1000.0
-
-
-_arity: dict[Any, tuple[int, int]] = {}
-
-
-def _positional_arity(fn: Any) -> tuple[int, int]:
-    """(min, max) positional arguments after ``ctx``; max is huge with ``*args``."""
-    sig = inspect.signature(fn)
-    params = list(sig.parameters.values())[1:]
-    if any(p.kind in (p.KEYWORD_ONLY,) and p.default is p.empty for p in params):
-        return (1 << 30, 0)  # required keyword-only arguments cannot be passed by a call
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = sum(p.default is p.empty for p in positional)
-    variadic = any(p.kind == p.VAR_POSITIONAL for p in params)
-    return required, (1 << 30) if variadic else len(positional)
-
-
-def bind_error(fn: Any, args: list[Any]) -> str | None:
-    """Why ``fn(ctx, *args)`` cannot be called, or None. Cheap: the arity is computed once per function."""
-    arity = _arity.get(fn)
-    if arity is None:
-        arity = _arity[fn] = _positional_arity(fn)
-    if arity[0] <= len(args) <= arity[1]:
-        return None
-    try:
-        inspect.signature(fn).bind(None, *args)
-    except TypeError as exc:
-        return f"wrong arguments for {fn.__name__}: {exc}"
-    return f"wrong arguments for {fn.__name__}"
 
 
 async def run_invocation(

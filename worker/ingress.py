@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from styx_py.config import Config
-from styx_py.limits import MAX_REQUEST_BYTES
-from styx_py.wire import UNDECODABLE, IngressRecord, request_decoder
+from styx_py.core.config import Config
+from styx_py.core.limits import MAX_REQUEST_BYTES
+from styx_py.core.wire import UNDECODABLE, IngressRecord, request_decoder
 
 log = logging.getLogger("styx.ingress")
 

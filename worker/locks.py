@@ -13,7 +13,7 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from worker.conflicts import EntityKey
+from styx_py.worker.conflicts import EntityKey
 
 
 class LockTable:

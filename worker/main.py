@@ -10,15 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from styx_py.blobs import blob_store_from
-from styx_py.config import Config
-from styx_py.metrics import MetricsServer
-from styx_py.transport import TcpTransport
-from styx_py.wire import ClusterView, Message
-from worker.egress import KafkaSink
-from worker.epoch import COORDINATOR, Worker
-from worker.ingress import KafkaIngress
-from worker.logreader import KafkaLogReader
+from styx_py.io.s3 import blob_store_from
+from styx_py.core.config import Config
+from styx_py.io.metrics import MetricsServer
+from styx_py.io.tcp import TcpTransport
+from styx_py.core.wire import ClusterView, Message
+from styx_py.worker.egress import KafkaSink
+from styx_py.core.wire import COORDINATOR
+from styx_py.worker.epoch import Worker
+from styx_py.worker.ingress import KafkaIngress
+from styx_py.io.kafka_logs import KafkaLogReader
 
 log = logging.getLogger("styx.worker")
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one worker (served by :class:`styx_py.metrics.MetricsServer`).
+"""Prometheus metrics of one worker (served by :class:`styx_py.io.metrics.MetricsServer`).
 
 Cheap by construction: the worker's own per-epoch totals (``Worker.stats``, ``aborts_by_status``),
 queue lengths and the ingress consumer's high watermarks are read at scrape time by a collector;
@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from styx_py.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
-from styx_py.wire import ST_ABORT, ST_BAD, ST_ERROR
+from styx_py.io.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
+from styx_py.core.wire import ST_ABORT, ST_BAD, ST_ERROR
 
 if TYPE_CHECKING:
-    from worker.egress import KafkaSink
-    from worker.epoch import Worker
-    from worker.ingress import KafkaIngress
+    from styx_py.worker.egress import KafkaSink
+    from styx_py.worker.epoch import Worker
+    from styx_py.worker.ingress import KafkaIngress
 
 __all__ = ["ABORT_CAUSES", "WorkerMetrics"]
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import msgspec
 
-from styx_py.blobs import BlobStore, delta_key
-from styx_py.partitioning import partition_of
-from styx_py.wire import IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
-from worker.dedup import ReplyTable
+from styx_py.core.blobs import BlobStore, delta_key
+from styx_py.core.partitioning import partition_of
+from styx_py.core.wire import IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
+from styx_py.worker.dedup import ReplyTable
 
 __all__ = ["PartitionSnapshot", "Unconfirmed", "capture", "on_result", "snapshot_decoder", "upload"]
-from worker.state import StateStore, Writes
+from styx_py.worker.state import StateStore, Writes
 
 _encoder = msgspec.msgpack.Encoder()
 snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)

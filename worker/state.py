@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from worker.conflicts import EntityKey
+from styx_py.worker.conflicts import EntityKey
 
 Writes = dict[EntityKey, bytes | None]  # None = delete
 

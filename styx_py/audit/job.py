@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import importlib
 import json
 import os
 import shutil
@@ -70,7 +69,9 @@ from styx_py.audit.tasks import (
     serial_findings,
     tid_findings,
 )
-from styx_py.wire import decode_value
+from styx_py.benchmarks.workload import Options as WorkloadOptions
+from styx_py.benchmarks.workload import make_workload
+from styx_py.core.wire import decode_value
 
 SAMPLE_PER_CHECK = 10  # findings per check spelled out in the report (all of them go to Parquet)
 
@@ -326,9 +327,7 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
     )
     workload = None
     if cfg.workload is not None:
-        # By name: the benchmarks package is optional for the audit; workloads register on import.
-        workloads = importlib.import_module("benchmarks.workload")
-        workload = workloads.make_workload(cfg.workload, workloads.Options(**cfg.workload_options))
+        workload = make_workload(cfg.workload, WorkloadOptions(**cfg.workload_options))
         if manifest is not None and snapshot_state is not None:
             extra += check_invariants(workload.name, workload.check_state(snapshot_state), manifest.epoch)
     timer.lap("plan, snapshot, invariants")

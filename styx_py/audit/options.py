@@ -12,7 +12,7 @@ from typing import Any
 
 from minio import Minio
 
-from styx_py.errors import ConfigError
+from styx_py.core.errors import ConfigError
 
 DEFAULT_SPLIT_RECORDS = 250_000  # largest offset range one Spark task reads
 DEFAULT_TIMEOUT_S = 120.0  # a Kafka read that makes no progress for this long fails

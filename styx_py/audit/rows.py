@@ -8,11 +8,11 @@ Arrow batches costs Spark no per-row Python work.
 =========  ==========================================================================================
 kind       ``value``
 =========  ==========================================================================================
-ingress    :class:`~styx_py.wire.Request`: request_id, operator, function, key (+ key_is_int), args
+ingress    :class:`~styx_py.core.wire.Request`: request_id, operator, function, key (+ key_is_int), args
            (msgpack), ts_ms (the client's send time)
-egress     :class:`~styx_py.wire.Reply`: request_id, tid, epoch, phase, status, result (msgpack), error,
+egress     :class:`~styx_py.core.wire.Reply`: request_id, tid, epoch, phase, status, result (msgpack), error,
            error_type, request_ts_ms
-seqlog     :class:`~styx_py.wire.SeqLogEntry`: epoch, node_id, gen, lc_start, lc_end, entries (tid,
+seqlog     :class:`~styx_py.core.wire.SeqLogEntry`: epoch, node_id, gen, lc_start, lc_end, entries (tid,
            partition, offset, request_id; tid -1 / -2 mark a resent request answered from its reply)
 raw        the value bytes, undecoded
 =========  ==========================================================================================
@@ -27,8 +27,8 @@ from typing import Any, Literal
 import msgspec
 import pyarrow as pa
 
-from styx_py.partitioning import Key
-from styx_py.wire import UNDECODABLE, PartitionSnapshot, Reply, Request, SeqLogEntry
+from styx_py.core.partitioning import Key
+from styx_py.core.wire import UNDECODABLE, PartitionSnapshot, Reply, Request, SeqLogEntry
 
 Kind = Literal["ingress", "egress", "seqlog", "raw"]
 KINDS: tuple[Kind, ...] = ("ingress", "egress", "seqlog", "raw")

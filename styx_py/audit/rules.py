@@ -10,7 +10,7 @@ Where the rules come from (DESIGN.md §3, §4, ``worker/epoch.py``, ``worker/seq
 * **Exactly once.** A request id submitted ``m`` times (clients may resend: the cluster answers a
   resent id with the earlier reply) has exactly ``m`` replies, all identical; none is missing, none
   belongs to an id no client sent, no tid answers two request ids.
-* **Ordering.** Each epoch every worker logs one :class:`~styx_py.wire.SeqLogEntry` before any reply
+* **Ordering.** Each epoch every worker logs one :class:`~styx_py.core.wire.SeqLogEntry` before any reply
   of that epoch leaves: its rescheduled transactions first (old tids, ascending), then its fresh ones,
   whose tids are ``sid + lc·n`` for ``lc`` in ``[lc_start, lc_end)`` (Mencius, n = workers of the
   generation); all workers start an epoch at the same counter, the previous epoch's maximum. A reply's
@@ -30,10 +30,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from styx_py.graph import Graph
-from styx_py.partitioning import Key
-from styx_py.testing.serial import apply_serially
-from styx_py.wire import UNDECODABLE, Reply, Request, decode_value
+from styx_py.core.graph import Graph
+from styx_py.core.partitioning import Key
+from styx_py.core.serial import apply_serially
+from styx_py.core.wire import UNDECODABLE, Reply, Request, decode_value
 
 ERROR = "error"
 WARNING = "warning"
@@ -101,7 +101,7 @@ def check_request(
     """Everything the ingress and egress logs hold about one request id.
 
     ``requests``: its ingress records (partition, offset, operator, function, key); ``replies``: its
-    egress records (partition, offset and the :class:`~styx_py.wire.Reply` fields).
+    egress records (partition, offset and the :class:`~styx_py.core.wire.Reply` fields).
     """
     out: list[Finding] = []
     if not requests:

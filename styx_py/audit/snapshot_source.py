@@ -12,8 +12,8 @@ Options: ``endpoint`` (host:port, required), ``access_key``, ``secret_key``, ``r
 cluster, older ones may be gone), or ``all`` (every object under ``snapshots/`` whether a manifest
 lists it or not, each as its own snapshot id: for forensics).
 
-Object and manifest names come from :mod:`styx_py.blobs`; their contents are
-:class:`~styx_py.wire.PartitionSnapshot` and :class:`~styx_py.wire.Manifest` (msgpack).
+Object and manifest names come from :mod:`styx_py.core.blobs`; their contents are
+:class:`~styx_py.core.wire.PartitionSnapshot` and :class:`~styx_py.core.wire.Manifest` (msgpack).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pyspark.sql.types import StructType
 from styx_py.audit.arrow import spark_schema
 from styx_py.audit.options import S3Options
 from styx_py.audit.rows import SNAPSHOT_SCHEMA, decode_snapshot_object
-from styx_py.blobs import epoch_of
-from styx_py.wire import ClusterMeta, Manifest
+from styx_py.core.blobs import epoch_of
+from styx_py.core.wire import ClusterMeta, Manifest
 
 META_KEY = "cluster/meta"  # coordinator.snapshots.META_KEY: the coordinator's durable state
 _manifest_decoder = msgspec.msgpack.Decoder(Manifest)

@@ -25,8 +25,8 @@ from styx_py.audit.rules import (
     check_tid,
     check_undecodable,
 )
-from styx_py.graph import load_graph
-from styx_py.wire import NIL, Reply, Request
+from styx_py.core.graph import load_graph
+from styx_py.core.wire import NIL, Reply, Request
 
 FINDING = pa.struct(
     [("check", pa.string()), ("subject", pa.string()), ("message", pa.string()), ("severity", pa.string())]

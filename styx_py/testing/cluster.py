@@ -10,12 +10,13 @@ from typing import Any
 
 import msgspec
 
-from coordinator.server import Coordinator
-from styx_py.blobs import MemoryBlobStore
-from styx_py.config import Config, load_config
-from styx_py.graph import Graph, load_graph
-from styx_py.partitioning import Key, partition_of
+from styx_py.coordinator.server import Coordinator
+from styx_py.core.config import Config, load_config
+from styx_py.core.graph import Graph, load_graph
+from styx_py.core.partitioning import Key, partition_of
+from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.testing.memory import (
+    MemoryBlobStore,
     MemoryEgress,
     MemoryIngress,
     MemoryLog,
@@ -23,8 +24,9 @@ from styx_py.testing.memory import (
     MemoryNetwork,
     MemorySeqLog,
 )
-from styx_py.wire import Reply, Request, decode_value, encode_value
-from worker.epoch import COORDINATOR, Worker
+from styx_py.core.wire import Reply, Request, decode_value, encode_value
+from styx_py.core.wire import COORDINATOR
+from styx_py.worker.epoch import Worker
 
 
 class SimCluster:
@@ -220,3 +222,15 @@ class SimCluster:
         for r in sorted(self.replies, key=lambda r: r.request_id):
             h.update(msgspec.msgpack.encode(r))
         return h.hexdigest()
+
+
+async def check_against_serial(cluster: SimCluster) -> None:
+    """Every request answered (resends identically), nothing answered twice, and every reply and the
+    final state equal to the serial execution in commit order."""
+    c = cluster
+    assert not c.duplicate_replies(), "a request was answered twice, or differently"
+    assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
+    serial_state, serial_outcomes = await serial_replay(c.graph, c.requests, c.unique_replies())
+    for reply in c.replies:
+        assert reply_outcome(reply) == serial_outcomes[reply.request_id], (c.seed, reply)
+    assert c.state() == serial_state, f"seed {c.seed}: final state differs from the serial execution"

@@ -9,12 +9,13 @@ through the real frame encoder and decoder, so everything sent must be valid on 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import random
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from styx_py.wire import (
+from styx_py.core.wire import (
     Batch,
     IngressRecord,
     Message,
@@ -311,3 +312,29 @@ class MemorySeqLog:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut
+
+
+class MemoryBlobStore:
+    """In-process store; ``fail_next = n`` makes the next n uploads fail (torn snapshot tests)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.fail_next = 0
+        self.puts = 0
+
+    async def put(self, key: str, data: bytes) -> None:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise OSError(f"injected upload failure for {key}")
+        self.puts += 1
+        self.objects[key] = bytes(data)
+
+    async def get(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+    async def list(self, prefix: str) -> builtins.list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    async def delete(self, keys: builtins.list[str]) -> None:
+        for k in keys:
+            self.objects.pop(k, None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.tpcc import build_app
+from styx_py.benchmarks.tpcc import build_app
 from styx_py import Abort, Context
 
 

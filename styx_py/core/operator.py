@@ -6,11 +6,11 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from styx_py.errors import GraphError
-from styx_py.limits import MAX_PARTITIONS
+from styx_py.core.errors import GraphError
+from styx_py.core.limits import MAX_PARTITIONS
 
 if TYPE_CHECKING:
-    from styx_py.context import Context
+    from styx_py.core.context import Context
 
 UserFunction = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=UserFunction)
@@ -20,7 +20,7 @@ class Operator:
     """A named operator with ``partitions`` hash partitions.
 
     Functions are registered with the ``@operator.function`` decorator; each takes a
-    :class:`~styx_py.context.Context` first and runs on the entity ``(operator, ctx.key)``.
+    :class:`~styx_py.core.context.Context` first and runs on the entity ``(operator, ctx.key)``.
     """
 
     def __init__(self, name: str, partitions: int = 4) -> None:
@@ -72,4 +72,33 @@ def operator_name(target: Operator | str) -> str:
     return target.name if isinstance(target, Operator) else target
 
 
-__all__ = ["Context", "Operator", "UserFunction", "operator_name"]
+__all__ = ["Context", "Operator", "UserFunction", "bind_error", "operator_name"]
+
+
+_arity: dict[Any, tuple[int, int]] = {}
+
+
+def _positional_arity(fn: Any) -> tuple[int, int]:
+    """(min, max) positional arguments after ``ctx``; max is huge with ``*args``."""
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())[1:]
+    if any(p.kind in (p.KEYWORD_ONLY,) and p.default is p.empty for p in params):
+        return (1 << 30, 0)  # required keyword-only arguments cannot be passed by a call
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in positional)
+    variadic = any(p.kind == p.VAR_POSITIONAL for p in params)
+    return required, (1 << 30) if variadic else len(positional)
+
+
+def bind_error(fn: Any, args: list[Any]) -> str | None:
+    """Why ``fn(ctx, *args)`` cannot be called, or None. Cheap: the arity is computed once per function."""
+    arity = _arity.get(fn)
+    if arity is None:
+        arity = _arity[fn] = _positional_arity(fn)
+    if arity[0] <= len(args) <= arity[1]:
+        return None
+    try:
+        inspect.signature(fn).bind(None, *args)
+    except TypeError as exc:
+        return f"wrong arguments for {fn.__name__}: {exc}"
+    return f"wrong arguments for {fn.__name__}"

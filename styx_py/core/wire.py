@@ -3,7 +3,7 @@
 Every message between the coordinator and workers, and between workers, is a ``msgspec.Struct`` in
 this module, tagged so one decoder handles a channel. Frames on TCP are a 4-byte big-endian length
 and a msgpack-encoded :class:`Batch` (messages to one destination are batched per loop tick).
-Nothing is ever pickled; bytes that do not decode raise :class:`~styx_py.errors.ProtocolError`.
+Nothing is ever pickled; bytes that do not decode raise :class:`~styx_py.core.errors.ProtocolError`.
 
 Kafka payloads (:class:`Request` on the ingress topic, :class:`Reply` on the egress topic and
 :class:`SeqLogEntry` on the sequencer log) are msgpack too.
@@ -16,11 +16,14 @@ from typing import Any
 
 import msgspec
 
-from styx_py.errors import ProtocolError
-from styx_py.graph import OperatorSpec
-from styx_py.limits import MAX_FRAME_BYTES
+from styx_py.core.errors import ProtocolError
+from styx_py.core.graph import OperatorSpec
+from styx_py.core.limits import MAX_FRAME_BYTES
 
 Key = str | int
+
+# The coordinator's node id on every transport (workers have their own, e.g. "w1").
+COORDINATOR = "coordinator"
 
 # Outcome of one function invocation, carried by Ack / CallResult.
 ST_OK = 0

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from styx_py.errors import GraphError
-from styx_py.operator import Operator, UserFunction
+from styx_py.core.errors import GraphError
+from styx_py.core.operator import Operator, UserFunction
 
 
 class OperatorSpec(msgspec.Struct, frozen=True):

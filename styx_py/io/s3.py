@@ -1,4 +1,4 @@
-"""Blob storage for snapshots and manifests: S3 (MinIO/SeaweedFS via ``minio``) or memory.
+"""The snapshot blob store on S3 (MinIO / SeaweedFS via ``minio``).
 
 The S3 client is synchronous; calls run in a thread so the epoch loop never waits on S3.
 """
@@ -8,48 +8,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import io
-from typing import Protocol
 
 from minio import Minio
 from minio.error import S3Error
 
-from styx_py.config import Config
-
-
-class BlobStore(Protocol):
-    async def put(self, key: str, data: bytes) -> None: ...
-
-    async def get(self, key: str) -> bytes | None: ...
-
-    async def list(self, prefix: str) -> builtins.list[str]: ...
-
-    async def delete(self, keys: builtins.list[str]) -> None: ...
-
-
-class MemoryBlobStore:
-    """In-process store; ``fail_next = n`` makes the next n uploads fail (torn snapshot tests)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-        self.fail_next = 0
-        self.puts = 0
-
-    async def put(self, key: str, data: bytes) -> None:
-        if self.fail_next > 0:
-            self.fail_next -= 1
-            raise OSError(f"injected upload failure for {key}")
-        self.puts += 1
-        self.objects[key] = bytes(data)
-
-    async def get(self, key: str) -> bytes | None:
-        return self.objects.get(key)
-
-    async def list(self, prefix: str) -> builtins.list[str]:
-        return sorted(k for k in self.objects if k.startswith(prefix))
-
-    async def delete(self, keys: builtins.list[str]) -> None:
-        for k in keys:
-            self.objects.pop(k, None)
+from styx_py.core.config import Config
 
 
 class MinioBlobStore:
@@ -109,24 +72,6 @@ class MinioBlobStore:
                 self.client.remove_object(self.bucket, k)
 
         await asyncio.to_thread(remove)
-
-
-def delta_key(partition: int, epoch: int) -> str:
-    # Zero-padded so names also sort numerically; readers still parse the number (never rely on it).
-    return f"snapshots/p{partition:05d}/{epoch:012d}.delta"
-
-
-def base_key(partition: int, epoch: int) -> str:
-    """A compacted partition: its whole state as of ``epoch`` (deltas merged)."""
-    return f"snapshots/p{partition:05d}/{epoch:012d}.base"
-
-
-def manifest_key(epoch: int) -> str:
-    return f"manifests/{epoch:012d}.manifest"
-
-
-def epoch_of(key: str) -> int:
-    return int(key.rsplit("/", 1)[1].split(".", 1)[0])
 
 
 def blob_store_from(config: Config) -> MinioBlobStore | None:

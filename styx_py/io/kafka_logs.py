@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import msgspec
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from styx_py.config import Config
-from styx_py.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
+from styx_py.core.config import Config
+from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
 
 
 async def read_to_end(

@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from typing import Any
 from zlib import crc32
 
-from styx_py.operator import Operator
-from styx_py.partitioning import Key
+from styx_py.core.operator import Operator
+from styx_py.core.partitioning import Key
 
 
 def invocation_rng(tid: int, path: list[int]) -> _random.Random:

@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import random as _random
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from styx_py.context import Context, invocation_rng
-from styx_py.errors import Abort
-from styx_py.graph import Graph
-from styx_py.operator import Operator, operator_name
-from styx_py.partitioning import Key
-from styx_py.wire import Reply, Request, decode_value, encode_value
-from worker.executor import bind_error
-
-if TYPE_CHECKING:
-    from styx_py.testing.cluster import SimCluster
+from styx_py.core.context import Context, invocation_rng
+from styx_py.core.errors import Abort
+from styx_py.core.graph import Graph
+from styx_py.core.operator import Operator, bind_error, operator_name
+from styx_py.core.partitioning import Key
+from styx_py.core.wire import Reply, Request, decode_value, encode_value
 
 EntityKey = tuple[str, Key]
 
@@ -140,15 +136,3 @@ def reply_outcome(reply: Reply) -> tuple[str, Any]:
     if reply.status == "committed":
         return ("committed", decode_value(reply.result))
     return (reply.status, reply.error)
-
-
-async def check_against_serial(cluster: SimCluster) -> None:
-    """Every request answered (resends identically), nothing answered twice, and every reply and the
-    final state equal to the serial execution in commit order."""
-    c = cluster
-    assert not c.duplicate_replies(), "a request was answered twice, or differently"
-    assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
-    serial_state, serial_outcomes = await serial_replay(c.graph, c.requests, c.unique_replies())
-    for reply in c.replies:
-        assert reply_outcome(reply) == serial_outcomes[reply.request_id], (c.seed, reply)
-    assert c.state() == serial_state, f"seed {c.seed}: final state differs from the serial execution"

@@ -1,7 +1,7 @@
 """Length-prefixed msgspec frames over asyncio TCP, batched per destination.
 
 ``send`` never blocks: messages are appended to the destination's buffer and every buffer is
-flushed once per event-loop tick as one frame (a :class:`~styx_py.wire.Batch`). Each sender uses one
+flushed once per event-loop tick as one frame (a :class:`~styx_py.core.wire.Batch`). Each sender uses one
 connection per destination, so every channel is FIFO, which the epoch protocol relies on.
 A peer is reached on the connection it opened to us (its ``src`` is learned from its first frame) or
 on one we dial from the addresses in the cluster view.
@@ -15,9 +15,9 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from styx_py.errors import ProtocolError
-from styx_py.limits import MAX_FRAME_BYTES
-from styx_py.wire import HEADER_BYTES, AdminReply, Batch, Message, decode_batch, encode_frame, frame_length
+from styx_py.core.errors import ProtocolError
+from styx_py.core.limits import MAX_FRAME_BYTES
+from styx_py.core.wire import HEADER_BYTES, AdminReply, Batch, Message, decode_batch, encode_frame, frame_length
 
 log = logging.getLogger("styx.transport")
 

@@ -1,0 +1,115 @@
+"""The engine's I/O ports: small protocols every process codes against.
+
+Each has a real implementation and an in-memory one for the simulation:
+
+| port | real | in memory |
+|---|---|---|
+| :class:`Transport` | :class:`styx_py.io.tcp.TcpTransport` | :class:`styx_py.testing.memory.MemoryTransport` |
+| :class:`Ingress` | :class:`styx_py.worker.ingress.KafkaIngress` | :class:`styx_py.testing.memory.MemoryIngress` |
+| :class:`Egress`, :class:`SequencerLog` | :class:`styx_py.worker.egress.KafkaSink` | ``MemoryEgress``, ``MemorySeqLog`` |
+| :class:`LogReader` | :class:`styx_py.io.kafka_logs.KafkaLogReader` | ``MemoryLogReader`` |
+| :class:`~styx_py.core.blobs.BlobStore` | :class:`styx_py.io.s3.MinioBlobStore` | ``MemoryBlobStore`` |
+| :class:`Clock` | :class:`LoopClock` | the same, on a virtual-time event loop |
+
+Time: every timeout, heartbeat, lease and failure check of the engine reads an injected :class:`Clock`,
+never ``time.monotonic()``. :class:`LoopClock` is the running event loop's clock; the simulation runs
+its whole cluster on an event loop whose time is virtual (``styx_py.testing.sim``): it jumps ahead
+whenever every task waits for a timer, so timeouts, heartbeats and failure detection happen in
+simulated time, deterministically, and a test never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from styx_py.core.wire import IngressRecord, Message, Reply, SeqLogEntry
+
+__all__ = ["Clock", "Egress", "Ingress", "LogReader", "LoopClock", "SequencerLog", "Transport"]
+
+
+class Transport(Protocol):
+    node_id: str
+
+    def send(self, dest: str, msg: Message) -> None: ...
+
+
+class Ingress(Protocol):
+    def assign(self, partitions: list[int]) -> None: ...
+
+    def take(self, n: int) -> list[IngressRecord]: ...
+
+    async def take_exact(self, partition: int, offset: int) -> IngressRecord:
+        """The record at ``offset``, which must be the next one of ``partition`` (replay)."""
+        ...
+
+    def pending(self) -> int: ...
+
+    def positions(self) -> dict[int, int]:
+        """Next offset to take, per assigned partition."""
+        ...
+
+    def seek(self, positions: dict[int, int]) -> None: ...
+
+    def set_listener(self, on_available: Callable[[], None]) -> None: ...
+
+
+class Egress(Protocol):
+    def send(self, partition: int, reply: Reply, epoch: int) -> None:
+        """Queue ``reply``, marked as sent by ``epoch`` (recovery reads the mark back)."""
+        ...
+
+    def offsets(self) -> dict[int, int]:
+        """Per egress partition, an offset below which every reply is acknowledged."""
+        ...
+
+    def reset_offsets(self, offsets: dict[int, int]) -> None: ...
+
+    def flush(self) -> asyncio.Future[None]:
+        """Done when every reply sent before this call is on the log (acknowledged)."""
+        ...
+
+
+class SequencerLog(Protocol):
+    def append(self, entry: SeqLogEntry) -> Awaitable[None]: ...
+
+    def acked(self) -> int:
+        """An offset below which every entry this worker appended is durable."""
+        ...
+
+
+class LogReader(Protocol):
+    """What recovery reads back: replies already sent, and the sequencer log."""
+
+    async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
+        """Replies on the egress log from ``offsets`` on, of those sent by epochs after ``after_epoch``."""
+        ...
+
+    async def seqlog(self, from_offset: int) -> list[SeqLogEntry]: ...
+
+
+class Clock(Protocol):
+    """Monotonic time in seconds, and waiting on it."""
+
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> Awaitable[None]: ...
+
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        """Like ``asyncio.timeout``: raises ``TimeoutError`` when the block runs longer."""
+        ...
+
+
+class LoopClock:
+    """The running event loop's clock (monotonic; virtual on the simulation's loop)."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def sleep(self, seconds: float) -> Awaitable[None]:
+        return asyncio.sleep(seconds)
+
+    def timeout(self, seconds: float) -> asyncio.Timeout:
+        return asyncio.timeout(seconds)
