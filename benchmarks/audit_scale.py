@@ -42,7 +42,6 @@ from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.ycsbt import INITIAL, LOAD_CHUNK, YcsbT, key_name
 from styx_py.core.blobs import delta_key, manifest_key
 from styx_py.core.partitioning import partition_of
-from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics, minio_client
 from styx_py.core.wire import (
     NIL,
     ClusterMeta,
@@ -53,6 +52,7 @@ from styx_py.core.wire import (
     SeqLogEntry,
     encode_value,
 )
+from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics, minio_client
 
 WORKERS = 2
 PARTITIONS = account.partitions

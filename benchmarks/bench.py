@@ -161,8 +161,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         runs = _run_fast(bench(args, workload, rates, args.coordinator, gateway))
         if args.audit:
             # The running cluster's Kafka and topics come from its coordinator; S3 from $STYX_S3_*.
-            from styx_py.stack.local import admin
             from styx_py.core.wire import StatusRequest
+            from styx_py.stack.local import admin
 
             status = _run_fast(admin(args.coordinator, StatusRequest()))
             topics = ["--ingress-topic", str(status["ingress_topic"]), "--egress-topic"]

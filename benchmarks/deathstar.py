@@ -1,6 +1,7 @@
 """DeathStar's two SFaaS workloads (Gan et al., 2019, as ported to stateful functions by Beldi and Styx).
 
-**Hotel / travel reservation** (``deathstar-hotel``, app ``styx_py.benchmarks.deathstar:hotel_app``). Entities:
+**Hotel / travel reservation** (``deathstar-hotel``, app
+``styx_py.benchmarks.deathstar:hotel_app``). Entities:
 
 * ``hotel`` ``hotel{i}`` and ``flight`` ``flight{i}``: ``{"capacity": rooms or seats, "bookings": [reservation
   id…]}``;
@@ -20,7 +21,8 @@ user: the paper's Figure 2 — ``hotel.reserve`` and ``flight.reserve`` each tak
 three are read-only. Invariant: no hotel or flight holds more bookings than its capacity, and hotel and
 flight bookings are exactly the reservations recorded in the users' ledgers, each with both its parts.
 
-**Movie review** (``deathstar-movie``, app ``styx_py.benchmarks.deathstar:movie_app``). ``frontend.compose`` at
+**Movie review** (``deathstar-movie``, app ``styx_py.benchmarks.deathstar:movie_app``).
+``frontend.compose`` at
 the user runs DeathStar's compose-review call graph, 9 invocations: ``unique_id.generate`` (the review id,
 from ``ctx.uuid()``), ``user.user_id`` (user name → id), ``movie_id.movie_id`` (title → id),
 ``text.upload`` (validates the text), ``rating.upload`` (validates the rating and adds it to the movie's
@@ -57,8 +59,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload, read_many
 from styx_py import Abort, Context, Graph, Operator
+from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload, read_many
 from styx_py.core.operator import UserFunction
 from styx_py.core.partitioning import Key
 

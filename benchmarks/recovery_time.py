@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from styx_py.client import StyxClient
-from styx_py.stack.local import LocalStack, admin
 from styx_py.core.wire import StatusRequest
+from styx_py.stack.local import LocalStack, admin
 
 BATCH = 1000
 

@@ -83,8 +83,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
 from styx_py import Abort, Context, Graph, Operator
+from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
 from styx_py.core.operator import UserFunction
 from styx_py.core.partitioning import Key, partition_of
 

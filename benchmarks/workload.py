@@ -100,7 +100,7 @@ def _registry() -> dict[str, type[Workload]]:
     classes: list[type[Workload]] = [ycsbt.YcsbT]
     for module, attrs in (("tpcc", ("Tpcc",)), ("deathstar", ("HotelReservation", "MovieReview"))):
         try:
-            mod = __import__(f"benchmarks.{module}", fromlist=list(attrs))
+            mod = __import__(f"styx_py.benchmarks.{module}", fromlist=list(attrs))
         except ModuleNotFoundError as exc:
             if exc.name != f"benchmarks.{module}":
                 raise

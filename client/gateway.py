@@ -103,8 +103,8 @@ from styx_py.core.errors import (
     Unavailable,
 )
 from styx_py.core.limits import MAX_KEY_CHARS, MAX_REQUEST_BYTES
-from styx_py.io.tcp import admin_request
 from styx_py.core.wire import UNDECODABLE, Key, Reply, StatusRequest, decode_value
+from styx_py.io.tcp import admin_request
 
 __all__ = [
     "Backend",

@@ -46,7 +46,6 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
 )
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
-from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
 from styx_py.core.errors import (
     BadRequest,
     ConfigError,
@@ -59,8 +58,9 @@ from styx_py.core.errors import (
     Unavailable,
 )
 from styx_py.core.partitioning import partition_of
-from styx_py.io.tcp import admin_request
 from styx_py.core.wire import Key, Reply, Request, StatusRequest, decode_value, encode_value, reply_decoder
+from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
+from styx_py.io.tcp import admin_request
 
 __all__ = ["Call", "ClientStats", "StyxClient", "SyncStyxClient", "decode_reply", "result_of"]
 

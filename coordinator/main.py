@@ -6,13 +6,13 @@ import asyncio
 import logging
 
 from styx_py.coordinator.server import Coordinator
-from styx_py.io.s3 import blob_store_from
 from styx_py.core.config import Config
-from styx_py.io.metrics import MetricsServer
-from styx_py.io.kafka_admin import create_topics
-from styx_py.io.tcp import TcpTransport
 from styx_py.core.wire import COORDINATOR
+from styx_py.io.kafka_admin import create_topics
 from styx_py.io.kafka_logs import KafkaLogReader
+from styx_py.io.metrics import MetricsServer
+from styx_py.io.s3 import blob_store_from
+from styx_py.io.tcp import TcpTransport
 
 log = logging.getLogger("styx.coordinator")
 

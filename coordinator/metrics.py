@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from styx_py.io.metrics import EPOCH_BUCKETS_S, SLOW_BUCKETS_S, LoopHistogram, histogram_family
 from styx_py.core.wire import EpochDone
+from styx_py.io.metrics import EPOCH_BUCKETS_S, SLOW_BUCKETS_S, LoopHistogram, histogram_family
 
 if TYPE_CHECKING:
     from styx_py.coordinator.server import Coordinator

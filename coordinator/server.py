@@ -40,6 +40,7 @@ from styx_py.core.blobs import BlobStore, epoch_of, manifest_key
 from styx_py.core.config import Config
 from styx_py.core.errors import GraphError, StyxError
 from styx_py.core.graph import OperatorSpec, load_graph
+from styx_py.core.ports import LogReader, Transport
 from styx_py.core.wire import (
     AdminReply,
     AllExecDone,
@@ -62,7 +63,6 @@ from styx_py.core.wire import (
     Vote,
     WorkAvailable,
 )
-from styx_py.core.ports import LogReader, Transport
 
 log = logging.getLogger("styx.coordinator")
 

@@ -126,8 +126,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from styx_py.stack.local import admin, coordinator_address
     from styx_py.core.wire import DeployRequest
+    from styx_py.stack.local import admin, coordinator_address
 
     body = asyncio.run(admin(coordinator_address(args.coordinator), DeployRequest(args.import_path)))
     print(f"deployed {body['graph']} on {len(body['workers'])} workers")
@@ -137,8 +137,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from styx_py.stack.local import admin, coordinator_address
     from styx_py.core.wire import StatusRequest
+    from styx_py.stack.local import admin, coordinator_address
 
     body = asyncio.run(admin(coordinator_address(args.coordinator), StatusRequest()))
     if args.json:

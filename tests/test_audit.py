@@ -28,17 +28,17 @@ pytest.importorskip("pyspark")
 
 from aiokafka import AIOKafkaProducer
 
-from styx_py.benchmarks.workload import Options
-from styx_py.benchmarks.ycsbt import YcsbT
-from styx_py.client import StyxClient
 from styx_py.audit.job import AuditResult, run_audit, spark_session
 from styx_py.audit.kafka_source import iter_range, plan_ranges
 from styx_py.audit.options import AuditConfig, S3Options
 from styx_py.audit.rows import KafkaRecord
 from styx_py.audit.snapshot_source import list_names, load_manifest
-from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics
-from styx_py.stack.local import LocalStack, admin
+from styx_py.benchmarks.workload import Options
+from styx_py.benchmarks.ycsbt import YcsbT
+from styx_py.client import StyxClient
 from styx_py.core.wire import PartitionSnapshot, Reply, StatusRequest, decode_value, encode_value
+from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

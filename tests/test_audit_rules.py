@@ -9,9 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from styx_py.benchmarks.bank import app as bank_app
-from styx_py.benchmarks.workload import Options
-from styx_py.benchmarks.ycsbt import INITIAL, YcsbT
 from styx_py.audit.rules import (
     ANSWERED,
     ERROR,
@@ -27,6 +24,9 @@ from styx_py.audit.rules import (
     effective_generation,
     mencius_tids,
 )
+from styx_py.benchmarks.bank import app as bank_app
+from styx_py.benchmarks.workload import Options
+from styx_py.benchmarks.ycsbt import INITIAL, YcsbT
 from styx_py.core.wire import NIL, Manifest, Reply, Request, encode_value
 from styx_py.worker.sequencer import Sequencer
 

@@ -14,8 +14,8 @@ import msgspec
 import pytest
 
 from styx_py.core.partitioning import partition_of
-from styx_py.testing.cluster import SimCluster
 from styx_py.core.wire import Reply, Request, decode_value, encode_value
+from styx_py.testing.cluster import SimCluster
 
 ORACLE = "tests.apps.oracle:app"
 BAD = "tests.apps.bad:app"

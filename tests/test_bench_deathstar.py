@@ -40,11 +40,10 @@ from styx_py.benchmarks.deathstar import (
 from styx_py.benchmarks.workload import Op, Options, Workload, make_workload
 from styx_py.client import StyxClient, result_of
 from styx_py.core.partitioning import Key
-from styx_py.stack.services import TansuBroker
-from styx_py.stack.local import LocalStack, admin
-from styx_py.testing.cluster import SimCluster
-from styx_py.testing.cluster import check_against_serial
 from styx_py.core.wire import DeployRequest, Reply
+from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.services import TansuBroker
+from styx_py.testing.cluster import SimCluster, check_against_serial
 
 MANY_RESERVES = {"search": 0.3, "recommend": 0.1, "login": 0.1, "reserve": 0.5}
 

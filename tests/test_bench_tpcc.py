@@ -37,10 +37,9 @@ from styx_py.benchmarks.workload import Op, Options, make_workload
 from styx_py.client import StyxClient
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.partitioning import Key, partition_of
-from styx_py.stack.services import TansuBroker
 from styx_py.stack.local import LocalStack
-from styx_py.testing.cluster import SimCluster
-from styx_py.testing.cluster import check_against_serial
+from styx_py.stack.services import TansuBroker
+from styx_py.testing.cluster import SimCluster, check_against_serial
 
 TINY = 0.001  # 3 customers (and orders) per district, 1 undelivered, 100 items
 StateMap = dict[tuple[str, Key], Any]

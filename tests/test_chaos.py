@@ -23,10 +23,10 @@ import pytest
 from styx_py.benchmarks.bank import app as bank_app
 from styx_py.client import StyxClient
 from styx_py.core.errors import StyxError
-from styx_py.stack.services import SeaweedS3, TansuBroker
-from styx_py.stack.local import LocalStack, admin
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value
+from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.services import SeaweedS3, TansuBroker
 from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services

@@ -39,7 +39,6 @@ from styx_py.client import (
 from styx_py.client.sdk import decode_reply
 from styx_py.core.errors import ConfigError
 from styx_py.core.partitioning import partition_of
-from styx_py.stack.services import TansuBroker, create_topics
 from styx_py.core.wire import (
     HEADER_BYTES,
     NIL,
@@ -53,6 +52,7 @@ from styx_py.core.wire import (
     frame_length,
     request_decoder,
 )
+from styx_py.stack.services import TansuBroker, create_topics
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(120)]
 

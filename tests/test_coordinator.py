@@ -14,8 +14,8 @@ from styx_py.coordinator.membership import Membership
 from styx_py.coordinator.placement import place
 from styx_py.coordinator.server import Coordinator
 from styx_py.core.config import load_config
-from styx_py.testing.memory import MemoryNetwork
 from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Vote
+from styx_py.testing.memory import MemoryNetwork
 
 # ---- barrier --------------------------------------------------------------------------------------
 

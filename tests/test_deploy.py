@@ -31,8 +31,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from styx_py.client.gateway import GatewayConfig, build_app, build_gateway
 from styx_py.cli import build_parser
+from styx_py.client.gateway import GatewayConfig, build_app, build_gateway
 from styx_py.core.config import ENV_VARS, SETTINGS, markdown_table, render_into
 from styx_py.io.metrics import MetricsServer
 

@@ -40,9 +40,9 @@ from styx_py.client.gateway import (
 )
 from styx_py.client.sdk import StyxClient
 from styx_py.core.errors import ConfigError, ProtocolError
-from styx_py.stack.services import TansuBroker, free_port
-from styx_py.stack.local import LocalStack
 from styx_py.core.wire import NIL, Key, Reply, encode_value
+from styx_py.stack.local import LocalStack
+from styx_py.stack.services import TansuBroker, free_port
 
 pytestmark = [pytest.mark.timeout(120)]
 services = pytest.mark.services  # every test here but the pure ones at the end needs the real cluster

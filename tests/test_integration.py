@@ -20,10 +20,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from styx_py.benchmarks.bank import app as bank_app
 from styx_py.benchmarks.keys import KeyChooser
 from styx_py.client import StyxClient
-from styx_py.stack.services import TansuBroker
-from styx_py.stack.local import LocalStack, admin
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
+from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.services import TansuBroker
 
 pytestmark = pytest.mark.services
 

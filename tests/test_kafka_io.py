@@ -8,10 +8,10 @@ import uuid
 import pytest
 
 from styx_py.core.config import load_config
-from styx_py.stack.services import TansuBroker, create_topics
 from styx_py.core.wire import NIL, Reply
-from styx_py.worker.egress import KafkaSink
 from styx_py.io.kafka_logs import KafkaLogReader, sent_epoch
+from styx_py.stack.services import TansuBroker, create_topics
+from styx_py.worker.egress import KafkaSink
 
 pytestmark = pytest.mark.services
 

@@ -22,10 +22,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.parser import text_string_to_metric_families
 
 from styx_py.client import StyxClient
-from styx_py.io.metrics import LoopHistogram, MetricsServer, histogram_family
-from styx_py.stack.services import SeaweedS3, TansuBroker
-from styx_py.stack.local import LocalStack, admin
 from styx_py.core.wire import DeployRequest
+from styx_py.io.metrics import LoopHistogram, MetricsServer, histogram_family
+from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.services import SeaweedS3, TansuBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "styx.json"

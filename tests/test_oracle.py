@@ -6,9 +6,8 @@ import random
 
 import pytest
 
-from styx_py.testing.cluster import SimCluster
-from styx_py.testing.cluster import check_against_serial
 from styx_py.core.wire import decode_value
+from styx_py.testing.cluster import SimCluster, check_against_serial
 
 APP = "tests.apps.oracle:app"
 

@@ -14,11 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-from styx_py.testing.cluster import SimCluster
-from styx_py.testing.cluster import check_against_serial
 from styx_py.core.wire import Message, SnapshotDone
-from tests.test_oracle import APP, submit_random_mix
+from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.worker.epoch import Worker
+from tests.test_oracle import APP, submit_random_mix
 
 
 async def run_with_crashes(

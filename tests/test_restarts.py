@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from styx_py.client import StyxClient
-from styx_py.stack.services import SeaweedS3
-from styx_py.stack.local import LocalStack, admin
 from styx_py.core.wire import StatusRequest
+from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.services import SeaweedS3
 from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services

@@ -1,4 +1,5 @@
-"""The wire protocol (styx_py.core.wire): every message round-trips; bad bytes are ProtocolErrors; no pickle."""
+"""The wire protocol (styx_py.core.wire): every message round-trips; bad bytes are ProtocolErrors;
+no pickle."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py import wire
+from styx_py.core import wire
 from styx_py.core.errors import ProtocolError
 from styx_py.core.graph import OperatorSpec
 from styx_py.core.limits import MAX_FRAME_BYTES

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import msgspec
 from aiokafka import AIOKafkaProducer
 
-from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
 from styx_py.core.config import Config
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
+from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
 
 
 class KafkaSink:

@@ -26,10 +26,10 @@ from typing import Any
 import msgspec
 
 from styx_py.core.blobs import BlobStore, epoch_of
-from styx_py.core.ports import Egress, Ingress, LogReader, SequencerLog, Transport
 from styx_py.core.config import Config
 from styx_py.core.graph import Graph, load_graph
 from styx_py.core.partitioning import key_bytes, partition_of
+from styx_py.core.ports import Egress, Ingress, LogReader, SequencerLog, Transport
 from styx_py.core.wire import (
     COORDINATOR,
     OUT_ABORT,

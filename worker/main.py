@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from styx_py.io.s3 import blob_store_from
 from styx_py.core.config import Config
+from styx_py.core.wire import COORDINATOR, ClusterView, Message
+from styx_py.io.kafka_logs import KafkaLogReader
 from styx_py.io.metrics import MetricsServer
+from styx_py.io.s3 import blob_store_from
 from styx_py.io.tcp import TcpTransport
-from styx_py.core.wire import ClusterView, Message
 from styx_py.worker.egress import KafkaSink
-from styx_py.core.wire import COORDINATOR
 from styx_py.worker.epoch import Worker
 from styx_py.worker.ingress import KafkaIngress
-from styx_py.io.kafka_logs import KafkaLogReader
 
 log = logging.getLogger("styx.worker")
 

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from styx_py.io.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
 from styx_py.core.wire import ST_ABORT, ST_BAD, ST_ERROR
+from styx_py.io.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
 
 if TYPE_CHECKING:
     from styx_py.worker.egress import KafkaSink

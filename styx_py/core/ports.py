@@ -2,13 +2,13 @@
 
 Each has a real implementation and an in-memory one for the simulation:
 
-| port | real | in memory |
+| port | real | in memory (``styx_py.testing.memory``) |
 |---|---|---|
-| :class:`Transport` | :class:`styx_py.io.tcp.TcpTransport` | :class:`styx_py.testing.memory.MemoryTransport` |
-| :class:`Ingress` | :class:`styx_py.worker.ingress.KafkaIngress` | :class:`styx_py.testing.memory.MemoryIngress` |
-| :class:`Egress`, :class:`SequencerLog` | :class:`styx_py.worker.egress.KafkaSink` | ``MemoryEgress``, ``MemorySeqLog`` |
-| :class:`LogReader` | :class:`styx_py.io.kafka_logs.KafkaLogReader` | ``MemoryLogReader`` |
-| :class:`~styx_py.core.blobs.BlobStore` | :class:`styx_py.io.s3.MinioBlobStore` | ``MemoryBlobStore`` |
+| :class:`Transport` | ``styx_py.io.tcp.TcpTransport`` | ``MemoryTransport`` |
+| :class:`Ingress` | ``styx_py.worker.ingress.KafkaIngress`` | ``MemoryIngress`` |
+| :class:`Egress`, :class:`SequencerLog` | ``styx_py.worker.egress.KafkaSink`` | ``MemoryEgress/SeqLog`` |
+| :class:`LogReader` | ``styx_py.io.kafka_logs.KafkaLogReader`` | ``MemoryLogReader`` |
+| :class:`~styx_py.core.blobs.BlobStore` | ``styx_py.io.s3.MinioBlobStore`` | ``MemoryBlobStore`` |
 | :class:`Clock` | :class:`LoopClock` | the same, on a virtual-time event loop |
 
 Time: every timeout, heartbeat, lease and failure check of the engine reads an injected :class:`Clock`,

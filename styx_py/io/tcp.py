@@ -17,7 +17,15 @@ from collections.abc import Callable
 
 from styx_py.core.errors import ProtocolError
 from styx_py.core.limits import MAX_FRAME_BYTES
-from styx_py.core.wire import HEADER_BYTES, AdminReply, Batch, Message, decode_batch, encode_frame, frame_length
+from styx_py.core.wire import (
+    HEADER_BYTES,
+    AdminReply,
+    Batch,
+    Message,
+    decode_batch,
+    encode_frame,
+    frame_length,
+)
 
 log = logging.getLogger("styx.transport")
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from styx_py.core.errors import StyxError
-from styx_py.stack.services import S3Config, SeaweedS3, ServiceError, TansuBroker, free_port
-from styx_py.io.tcp import admin_request
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest
+from styx_py.io.tcp import admin_request
+from styx_py.stack.services import S3Config, SeaweedS3, ServiceError, TansuBroker, free_port
 
 STATE_FILE = Path(".styx") / "cluster.json"
 

@@ -15,6 +15,7 @@ from styx_py.core.config import Config, load_config
 from styx_py.core.graph import Graph, load_graph
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.serial import reply_outcome, serial_replay
+from styx_py.core.wire import COORDINATOR, Reply, Request, decode_value, encode_value
 from styx_py.testing.memory import (
     MemoryBlobStore,
     MemoryEgress,
@@ -24,8 +25,6 @@ from styx_py.testing.memory import (
     MemoryNetwork,
     MemorySeqLog,
 )
-from styx_py.core.wire import Reply, Request, decode_value, encode_value
-from styx_py.core.wire import COORDINATOR
 from styx_py.worker.epoch import Worker
 
 
