@@ -16,7 +16,7 @@ import pytest
 
 from styx_py.core.wire import Message, SnapshotDone
 from styx_py.testing.cluster import SimCluster, check_against_serial
-from styx_py.worker.epoch import Worker
+from styx_py.worker.service import Worker
 from tests.test_oracle import APP, submit_random_mix
 
 

@@ -1,4 +1,5 @@
 """The data plane: a worker's modules spell the transaction path.
 
-ingress → sequencer → epoch (phase control) → executor → conflicts → commit → locks (fallback) → egress
+ingress → batch (sequencer) → epoch (phase control) → executor (routing, ackshare) → conflicts →
+commit → fallback (locks) → replies → egress, with snapshot and recovery beside; service wires them.
 """

@@ -1,19 +1,34 @@
-"""Turning a finished transaction into its reply (the early commit reply).
+"""The lock-free commit of an epoch (Aria) and the replies it sends right away.
 
-Applying committed writes is ``StateStore.apply``; which transactions commit is decided by the
-coordinator from the union of every worker's conflicts (``coordinator.barrier``).
+Which transactions commit is decided by the coordinator from the union of every worker's conflicts
+(:mod:`styx_py.coordinator.barrier`); here a worker applies the committed transactions' buffered
+writes in tid order and turns every finished root into its reply (the early commit reply).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from styx_py.core.wire import NIL, ST_ABORT, ST_BAD, Reply
-
-if TYPE_CHECKING:
-    from styx_py.worker.epoch import RootTxn
+from styx_py.core.wire import NIL, PHASE_OPTIMISTIC, ST_ABORT, ST_BAD, Reply
+from styx_py.worker.state import StateStore
+from styx_py.worker.txn import EpochState, RootTxn
 
 _ERROR_TYPES = {ST_ABORT: "Abort", ST_BAD: "BadRequest"}
+
+
+def commit_lock_free(es: EpochState, fallback: frozenset[int], store: StateStore) -> list[tuple[int, Reply]]:
+    """Apply the writes of every transaction that neither conflicted nor aborted, in tid order, and
+    return the replies of this worker's roots outside ``fallback`` (as ``(ingress partition, reply)``),
+    in tid order. The epoch's tally counts them."""
+    for tid in sorted(es.opt_buffers):
+        if tid not in fallback and tid not in es.aborted:
+            store.apply(es.opt_buffers[tid])
+    replies: list[tuple[int, Reply]] = []
+    for tid in sorted(es.roots):
+        if tid in fallback:
+            continue
+        root = es.roots[tid]
+        replies.append((root.partition, reply_for(root, es.epoch, PHASE_OPTIMISTIC)))
+        es.tally.finished(root)
+    return replies
 
 
 def reply_for(root: RootTxn, epoch: int, phase: int) -> Reply:

@@ -2,8 +2,8 @@
 
 An invocation runs against the worker's committed state plus the transaction's own buffered writes
 on this worker. Calls to other entities become :class:`~styx_py.core.wire.Invoke` messages (local or
-remote); synchronous calls wait for a :class:`~styx_py.core.wire.CallResult`. When the invocation ends it
-acks the share it kept to the root (see ``worker.ackshare``).
+remote); synchronous calls wait for a :class:`~styx_py.core.wire.CallResult`. When the invocation
+ends it acks the share it kept to the root (see :mod:`styx_py.worker.ackshare`).
 
 Three modes:
 
@@ -14,18 +14,22 @@ Three modes:
 * fallback, cached: each worker re-invokes its cached invocations of the transaction in parallel;
   outgoing calls are only compared with the cached ones (a difference => ``ST_CHANGED``, the
   transaction is rescheduled) and synchronous results arrive from the callee's own re-invocation.
+
+The runner sees the worker only through :class:`InvocationHost`: committed state, the deployed
+graph and where its messages go.
 """
 
 from __future__ import annotations
 
 import random as _random
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from styx_py.core.context import Context, invocation_rng
 from styx_py.core.errors import Abort
+from styx_py.core.graph import Graph
 from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key, key_bytes
@@ -43,11 +47,36 @@ from styx_py.core.wire import (
     encode_value,
 )
 from styx_py.worker.ackshare import from_wire, split_async, split_sync, to_wire
-
-if TYPE_CHECKING:
-    from styx_py.worker.epoch import EpochState, Worker
+from styx_py.worker.conflicts import EntityKey
+from styx_py.worker.txn import CachedInvocation, CallRecord, EpochState
 
 EMPTY_RAW = msgspec.Raw(encode_value(None))
+
+
+class InvocationHost(Protocol):
+    """What an invocation needs from its worker."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def graph(self) -> Graph: ...
+
+    def read(self, key: EntityKey) -> bytes | None:
+        """Committed state (as of the start of the epoch's phase)."""
+        ...
+
+    def dispatch(self, inv: Invoke) -> None:
+        """Run ``inv`` on the worker that owns its entity."""
+        ...
+
+    def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
+        """A synchronous call's result, to its caller."""
+        ...
+
+    def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
+        """The invocation's outcome and kept share, to its transaction's root."""
+        ...
 
 
 class _Changed(BaseException):
@@ -66,25 +95,6 @@ class _BadCall(Exception):
     """A call names an unknown operator/function or has an invalid key (reported as ST_BAD)."""
 
 
-class CallRecord(msgspec.Struct, array_like=True, frozen=True):
-    operator: str
-    function: str
-    key: Key
-    args: bytes
-    sync: bool
-
-
-class CachedInvocation:
-    """What the optimistic run of one invocation learned, for re-invocation in the fallback phase."""
-
-    __slots__ = ("calls", "inv", "own_share")
-
-    def __init__(self, inv: Invoke, calls: list[CallRecord], own_share: Fraction) -> None:
-        self.inv = inv
-        self.calls = calls
-        self.own_share = own_share
-
-
 class RuntimeContext(Context):
     __slots__ = (
         "_async",
@@ -93,18 +103,20 @@ class RuntimeContext(Context):
         "_calls",
         "_ekey",
         "_es",
+        "_host",
         "_inv",
         "_rng",
         "_share",
-        "_worker",
         "key",
         "operator",
     )
 
-    def __init__(self, worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
+    def __init__(
+        self, host: InvocationHost, es: EpochState, inv: Invoke, cached: CachedInvocation | None
+    ) -> None:
         self.key = inv.key
         self.operator = inv.operator
-        self._worker = worker
+        self._host = host
         self._es = es
         self._inv = inv
         self._cached = cached
@@ -123,7 +135,7 @@ class RuntimeContext(Context):
         else:
             if self._inv.phase == PHASE_OPTIMISTIC:
                 self._es.record_read(self._inv.tid, self._ekey)
-            raw = self._worker.store.get(self._ekey)
+            raw = self._host.read(self._ekey)
         return default if raw is None else decode_value(raw)
 
     async def put(self, value: Any) -> None:
@@ -137,9 +149,7 @@ class RuntimeContext(Context):
         self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool
     ) -> CallRecord:
         op = operator_name(target)
-        graph = self._worker.graph
-        assert graph is not None
-        if graph.function(op, function) is None:
+        if self._host.graph.function(op, function) is None:
             raise _BadCall(f"unknown function {op}.{function}")
         try:
             key_bytes(key)
@@ -166,7 +176,7 @@ class RuntimeContext(Context):
             inv.phase,
             [*inv.path, len(self._calls) - 1],
             inv.root,
-            self._worker.node_id,
+            self._host.node_id,
             record.operator,
             record.function,
             record.key,
@@ -190,7 +200,7 @@ class RuntimeContext(Context):
         child = self._child(record, give, want_result=True)
         slot = self._es.result_slot(child.phase, child.tid, tuple(child.path))
         if self._cached is None:
-            self._worker.dispatch(child)
+            self._host.dispatch(child)
         status, value = await slot
         if status != ST_OK:
             raise _CalleeFailed(status)
@@ -207,19 +217,17 @@ class RuntimeContext(Context):
 
 
 async def run_invocation(
-    worker: Worker, es: EpochState, inv: Invoke, cached: CachedInvocation | None
+    host: InvocationHost, es: EpochState, inv: Invoke, cached: CachedInvocation | None
 ) -> None:
     """Run one invocation to its end and report it; never raises for anything user code does."""
     status, error, value = ST_OK, "", EMPTY_RAW
-    ctx = RuntimeContext(worker, es, inv, cached)
+    ctx = RuntimeContext(host, es, inv, cached)
     if inv.phase == PHASE_FALLBACK:
         if not es.locks.owns_key(inv.tid, ctx._ekey):
             status = ST_CHANGED
         else:
             await es.locks.acquire(ctx._ekey, inv.tid)
-    graph = worker.graph
-    assert graph is not None
-    fn = graph.function(inv.operator, inv.function) if status == ST_OK else None
+    fn = host.graph.function(inv.operator, inv.function) if status == ST_OK else None
     if status != ST_OK:
         pass
     elif fn is None:
@@ -260,11 +268,11 @@ async def run_invocation(
         own = split_async(ctx._share, len(ctx._async))
         for child in ctx._async:
             child.share_n, child.share_d = to_wire(own)
-            worker.dispatch(child)
+            host.dispatch(child)
     else:
         own = ctx._share
     if inv.phase == PHASE_OPTIMISTIC:
         es.cache_invocation(inv, ctx._calls, own, ctx._ekey)
     if inv.want_result:
-        worker.send_result(inv, status, value)
-    worker.send_ack(inv, own, status, error, value)
+        host.send_result(inv, status, value)
+    host.send_ack(inv, own, status, error, value)

@@ -17,8 +17,8 @@ from styx_py.io.metrics import MetricsServer
 from styx_py.io.s3 import blob_store_from
 from styx_py.io.tcp import TcpTransport
 from styx_py.worker.egress import KafkaSink
-from styx_py.worker.epoch import Worker
 from styx_py.worker.ingress import KafkaIngress
+from styx_py.worker.service import Worker
 
 log = logging.getLogger("styx.worker")
 

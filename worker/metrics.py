@@ -1,15 +1,16 @@
 """Prometheus metrics of one worker (served by :class:`styx_py.io.metrics.MetricsServer`).
 
-Cheap by construction: the worker's own per-epoch totals (``Worker.stats``, ``aborts_by_status``),
-queue lengths and the ingress consumer's high watermarks are read at scrape time by a collector;
-only snapshot uploads and recoveries (rare, off the epoch loop) observe histograms. Nothing is
-added per transaction except one list increment on the abort path.
+Cheap by construction: the worker's totals (summed once per epoch), its gauges and the ingress
+consumer's high watermarks are read at scrape time by a collector; only snapshot uploads and
+recoveries (rare, off the epoch loop) observe histograms. Nothing is added per transaction.
+The worker is seen only through :class:`MetricsSource`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,20 +18,44 @@ from prometheus_client.registry import Collector
 
 from styx_py.core.wire import ST_ABORT, ST_BAD, ST_ERROR
 from styx_py.io.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
+from styx_py.worker.txn import Tally
 
 if TYPE_CHECKING:
     from styx_py.worker.egress import KafkaSink
-    from styx_py.worker.epoch import Worker
     from styx_py.worker.ingress import KafkaIngress
 
-__all__ = ["ABORT_CAUSES", "WorkerMetrics"]
+__all__ = ["ABORT_CAUSES", "MetricsSource", "WorkerGauges", "WorkerMetrics"]
+
+
+@dataclass(frozen=True)
+class WorkerGauges:
+    rescheduled_waiting: int
+    ingress_buffered: int
+    inflight_tasks: int
+    open_epochs: int
+    waiting_resends: int
+    partitions: int
+    generation: int
+    completed_epoch: int
+
+
+class MetricsSource(Protocol):
+    """What the metrics read of a worker, at scrape time."""
+
+    @property
+    def totals(self) -> Tally: ...
+
+    def gauges(self) -> WorkerGauges: ...
+
+    def readiness(self) -> tuple[bool, str]: ...
+
 
 # Reply status of an aborted transaction -> the cause label; anything else is "other".
 ABORT_CAUSES = {ST_ABORT: "user_abort", ST_ERROR: "user_error", ST_BAD: "bad_request"}
 
 
 class WorkerMetrics:
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, source: MetricsSource) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)
@@ -60,18 +85,13 @@ class WorkerMetrics:
             self.recoveries.labels("ok"),
             self.recoveries.labels("failed"),
         )
-        self.worker = worker
-        self.collector = _Collector(worker)
+        self.source = source
+        self.collector = _Collector(source)
         r.register(self.collector)
 
     def readiness(self) -> tuple[bool, str]:
         """``/readyz``: part of a deployed cluster and not recovering."""
-        w = self.worker
-        if w.view is None:
-            return False, "not part of a deployed cluster yet"
-        if w.recovering is not None and not w.recovering.done():
-            return False, f"recovering (generation {w.generation})"
-        return True, f"generation {w.generation}, partitions {w.owned_partitions()}"
+        return self.source.readiness()
 
     def watch_kafka(self, ingress: KafkaIngress, sink: KafkaSink) -> None:
         """Also report the Kafka ingress lag and the producer queue (real processes only)."""
@@ -94,21 +114,21 @@ class WorkerMetrics:
 
 
 class _Collector(Collector):
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
         self.ingress: KafkaIngress | None = None
         self.sink: KafkaSink | None = None
 
     def collect(self) -> Iterator[Metric]:
-        w = self.w
-        stats = w.stats
+        t = self.source.totals
+        g = self.source.gauges()
         yield CounterMetricFamily(
-            "styx_worker_epochs", "epochs this worker completed (rate: epochs/s)", value=stats["epochs"]
+            "styx_worker_epochs", "epochs this worker completed (rate: epochs/s)", value=t.epochs
         )
         yield CounterMetricFamily(
             "styx_worker_transactions_committed",
             "transactions rooted on this worker that committed",
-            value=stats["committed"],
+            value=t.committed,
         )
         aborted = CounterMetricFamily(
             "styx_worker_transactions_aborted",
@@ -117,7 +137,7 @@ class _Collector(Collector):
             "bad key or arguments)",
             labels=["cause"],
         )
-        by_status = w.aborts_by_status
+        by_status = t.by_status
         other = sum(by_status) - sum(by_status[s] for s in ABORT_CAUSES)
         for status, cause in ABORT_CAUSES.items():
             aborted.add_metric([cause], by_status[status])
@@ -126,42 +146,40 @@ class _Collector(Collector):
         yield CounterMetricFamily(
             "styx_worker_transactions_fallback",
             "transactions re-run under locks after an Aria conflict (counted on every worker)",
-            value=stats["fallback"],
+            value=t.fallback,
         )
         yield CounterMetricFamily(
             "styx_worker_transactions_rescheduled",
             "transactions moved to the next epoch (read/write set changed in the fallback phase)",
-            value=stats["rescheduled"],
+            value=t.rescheduled,
         )
         yield GaugeMetricFamily(
             "styx_worker_rescheduled_waiting",
             "rescheduled transactions waiting for the next epoch",
-            value=len(w.rescheduled),
+            value=g.rescheduled_waiting,
         )
         yield GaugeMetricFamily(
             "styx_worker_ingress_buffered",
             "requests fetched from Kafka, not yet sequenced (bounded by max_pending_requests)",
-            value=w.ingress.pending(),
+            value=g.ingress_buffered,
         )
         yield GaugeMetricFamily(
-            "styx_worker_inflight_tasks", "invocation and upload tasks running", value=len(w.inflight)
+            "styx_worker_inflight_tasks", "invocation and upload tasks running", value=g.inflight_tasks
         )
         yield GaugeMetricFamily(
-            "styx_worker_open_epochs", "epochs started and not finished", value=len(w.epochs)
+            "styx_worker_open_epochs", "epochs started and not finished", value=g.open_epochs
         )
         yield GaugeMetricFamily(
             "styx_worker_waiting_resends",
             "resent request ids waiting for their first copy's reply",
-            value=sum(len(v) for v in w.waiting.values()),
+            value=g.waiting_resends,
+        )
+        yield GaugeMetricFamily("styx_worker_partitions", "partitions this worker owns", value=g.partitions)
+        yield GaugeMetricFamily(
+            "styx_worker_generation", "the generation this worker runs", value=g.generation
         )
         yield GaugeMetricFamily(
-            "styx_worker_partitions", "partitions this worker owns", value=len(w.owned_partitions())
-        )
-        yield GaugeMetricFamily(
-            "styx_worker_generation", "the generation this worker runs", value=w.generation
-        )
-        yield GaugeMetricFamily(
-            "styx_worker_completed_epoch", "the last epoch completed", value=w.completed_epoch
+            "styx_worker_completed_epoch", "the last epoch completed", value=g.completed_epoch
         )
         if self.ingress is not None:
             lag = GaugeMetricFamily(

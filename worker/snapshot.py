@@ -11,15 +11,40 @@ coordinator writes no manifest for it).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 import msgspec
 
 from styx_py.core.blobs import BlobStore, delta_key
 from styx_py.core.partitioning import partition_of
-from styx_py.core.wire import IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
+from styx_py.core.ports import Transport
+from styx_py.core.wire import (
+    COORDINATOR,
+    IngressRecord,
+    PartitionSnapshot,
+    Reply,
+    Request,
+    SnapshotDone,
+    SnapshotResult,
+)
 from styx_py.worker.dedup import ReplyTable
-
-__all__ = ["PartitionSnapshot", "Unconfirmed", "capture", "on_result", "snapshot_decoder", "upload"]
 from styx_py.worker.state import StateStore, Writes
+
+__all__ = [
+    "PartitionSnapshot",
+    "Snapshotter",
+    "Unconfirmed",
+    "capture",
+    "on_result",
+    "snapshot_decoder",
+    "upload",
+]
+
+log = logging.getLogger("styx.worker")
 
 _encoder = msgspec.msgpack.Encoder()
 snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
@@ -89,3 +114,67 @@ def on_result(unconfirmed: Unconfirmed, msg: SnapshotResult, store: StateStore, 
     merged.update(store.delta)
     store.delta = merged
     answered.restore_delta(replies)
+
+
+UploadObserver = Callable[[bool, float, int], None]  # (ok, seconds, bytes): the worker's metrics
+
+
+class Snapshotter:
+    """Uploads a captured snapshot off the epoch loop and reports it to the coordinator."""
+
+    def __init__(
+        self,
+        node_id: str,
+        blobs: BlobStore | None,
+        transport: Transport,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        observe: UploadObserver,
+    ) -> None:
+        self.node_id = node_id
+        self.blobs = blobs
+        self.transport = transport
+        self.spawn = spawn
+        self.observe = observe
+        self.unconfirmed: Unconfirmed = {}  # a snapshot's deltas, until the coordinator confirms it
+
+    def take(
+        self,
+        epoch: int,
+        gen: int,
+        parts: list[PartitionSnapshot],
+        kept: tuple[Writes, dict[int, list[Reply]]],
+        flushed: asyncio.Future[None],
+        seqlog_acked: int,
+    ) -> None:
+        """Upload ``parts``; ``kept`` (the delta and replies they hold) waits for the verdict.
+
+        The snapshot's replies must be on the egress log before it can be confirmed: recovery from it
+        replays only later epochs, so a reply still queued in the producer when this process dies
+        would otherwise never be sent. ``flushed`` covers the replies queued until the capture."""
+        self.unconfirmed[epoch] = kept
+        self.spawn(self._upload(epoch, gen, parts, flushed, seqlog_acked))
+
+    async def _upload(
+        self,
+        epoch: int,
+        gen: int,
+        parts: list[PartitionSnapshot],
+        flushed: asyncio.Future[None],
+        seqlog_acked: int,
+    ) -> None:
+        assert self.blobs is not None, "snapshots need a blob store"
+        started = time.perf_counter()
+        try:
+            size, _ = await asyncio.gather(upload(self.blobs, parts), flushed)
+        except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
+            log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
+            self.observe(False, time.perf_counter() - started, 0)
+            done = SnapshotDone(epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, gen)
+        else:
+            self.observe(True, time.perf_counter() - started, size)
+            seqlog_offset = parts[0].seqlog_offset if parts else seqlog_acked
+            done = SnapshotDone(epoch, self.node_id, True, "", len(parts), size, gen, seqlog_offset)
+        self.transport.send(COORDINATOR, done)
+
+    def on_result(self, msg: SnapshotResult, store: StateStore, answered: ReplyTable) -> None:
+        on_result(self.unconfirmed, msg, store, answered)

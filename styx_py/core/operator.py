@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from styx_py.core.errors import GraphError
 from styx_py.core.limits import MAX_PARTITIONS
-
-if TYPE_CHECKING:
-    from styx_py.core.context import Context
 
 UserFunction = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=UserFunction)
@@ -72,7 +69,7 @@ def operator_name(target: Operator | str) -> str:
     return target.name if isinstance(target, Operator) else target
 
 
-__all__ = ["Context", "Operator", "UserFunction", "bind_error", "operator_name"]
+__all__ = ["Operator", "UserFunction", "bind_error", "operator_name"]
 
 
 _arity: dict[Any, tuple[int, int]] = {}

@@ -25,7 +25,7 @@ from styx_py.testing.memory import (
     MemoryNetwork,
     MemorySeqLog,
 )
-from styx_py.worker.epoch import Worker
+from styx_py.worker.service import Worker
 
 
 class SimCluster:

@@ -1,0 +1,115 @@
+"""Forming an epoch's batch (worker.batch) and planning a replay (worker.recovery.plan_replay).
+
+Properties: rescheduled transactions run at most one per root entity, the oldest, and none is lost;
+a live batch classifies resent request ids (answered / waiting) and gives fresh ones Mencius tids;
+a batch re-formed from its sequencer-log entry has the same requests with the same tids; the replay
+plan keeps only entries of the generation that ran each epoch, restricted to the owned partitions.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from styx_py.core.wire import IngressRecord, Manifest, Reply, Request, SeqLogEntry, encode_value
+from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog
+from styx_py.worker.batch import ANSWERED, FRESH, WAITING, BatchFormer, take_rescheduled
+from styx_py.worker.recovery import plan_replay
+from styx_py.worker.replies import ReplyOut
+from styx_py.worker.txn import RootTxn
+
+INGRESS, EGRESS = "in", "out"
+
+
+def _request(rid: str, key: str = "k") -> Request:
+    return Request(rid, "acct", "deposit", key, msgspec.Raw(encode_value([1])))
+
+
+def _root(tid: int, key: str, partition: int = 0) -> RootTxn:
+    return RootTxn(tid, IngressRecord(partition, tid, _request(f"r{tid}", key), 0))
+
+
+@given(st.lists(st.tuples(st.integers(1, 10_000), st.sampled_from("abcd")), unique_by=lambda t: t[0]))
+def test_rescheduled_run_one_per_entity_the_oldest_and_none_is_lost(txns: list[tuple[int, str]]) -> None:
+    roots = [_root(tid, key) for tid, key in txns]
+    run, wait = take_rescheduled(roots)
+    assert sorted(r.tid for r in run + wait) == sorted(tid for tid, _ in txns)
+    entities = [(r.request.operator, r.request.key) for r in run]
+    assert len(entities) == len(set(entities)), "two transactions of one root entity in one batch"
+    assert [r.tid for r in run] == sorted(r.tid for r in run)
+    for r in run:
+        same = [tid for tid, key in txns if key == r.request.key]
+        assert r.tid == min(same), "not the oldest of its entity"
+
+
+class _Fixture:
+    def __init__(self, sid: int = 1, n_seq: int = 2) -> None:
+        self.log = MemoryLog()
+        self.log.create(INGRESS, 2)
+        self.log.create(EGRESS, 2)
+        self.ingress = MemoryIngress(self.log, INGRESS)
+        self.ingress.assign([0, 1])
+        self.replies = ReplyOut(MemoryEgress(self.log, EGRESS), 100, lambda: None)
+        self.batch = BatchFormer("w1", 100, self.ingress, self.replies)
+        self.batch.sequencer.sid, self.batch.sequencer.n_seq = sid, n_seq
+
+    def arrive(self, partition: int, rid: str) -> None:
+        self.log.append(INGRESS, partition, _request(rid))
+
+
+def test_live_batch_classifies_resends_and_assigns_mencius_tids() -> None:
+    f = _Fixture(sid=2, n_seq=3)
+    done = Reply("old", 7, 0, 0, "committed", msgspec.Raw(encode_value(1)), None, None)
+    f.replies.answered.record(1, done)
+    for partition, rid in [(0, "a"), (1, "old"), (0, "b"), (0, "a")]:
+        f.arrive(partition, rid)
+    roots, entry, resends = f.batch.form(epoch=4, gen=1)
+    assert [(r.request.request_id, r.tid) for r in roots] == [("a", 2), ("b", 5)]
+    assert resends == [(1, done)], "a request resent after its reply is answered from the table"
+    assert [rec.offset for rec in f.replies.waiting["a"]] == [2], "a copy of a running request waits"
+    kinds = {rid: tid for tid, _, _, rid in entry.entries if tid <= 0}
+    assert kinds == {"old": ANSWERED, "a": WAITING}
+    assert (entry.epoch, entry.gen, entry.lc_start, entry.lc_end) == (4, 1, 0, 2)
+    assert FRESH > 0 > ANSWERED > WAITING
+
+
+async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
+    live = _Fixture()
+    for i, partition in enumerate([0, 1, 1, 0, 1]):
+        live.arrive(partition, f"r{i}")
+    live.arrive(0, "r1")  # a copy of a request of this batch
+    live.batch.rescheduled = [_root(101, "x", partition=1)]
+    roots, entry, _ = live.batch.form(epoch=0, gen=0)
+
+    replay = _Fixture()
+    replay.log = live.log
+    replay.ingress = MemoryIngress(live.log, INGRESS)
+    replay.ingress.assign([0, 1])
+    replay.batch = BatchFormer("w1", 100, replay.ingress, replay.replies)
+    replay.batch.rescheduled = [_root(101, "x", partition=1)]
+    replay.batch.replay = {0: entry}
+    again, _ = await replay.batch.replayed(0)
+    assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
+    assert replay.batch.sequencer.lc == entry.lc_end
+    assert list(replay.replies.waiting) == ["r1"]
+
+
+def _entry(epoch: int, gen: int, node: str, partitions: list[int]) -> SeqLogEntry:
+    return SeqLogEntry(
+        epoch, node, 0, [(epoch * 10 + p, p, epoch, f"{epoch}-{p}") for p in partitions], gen, 1
+    )
+
+
+@given(st.integers(-1, 5), st.integers(0, 9))
+def test_replay_plan_keeps_the_generation_that_ran_each_epoch(snapshot_epoch: int, until: int) -> None:
+    # Generation 0 ran epochs 0..4 but died in epoch 5 (a partial entry); generation 1 re-ran 5 on.
+    m = Manifest(snapshot_epoch, 0, 4, {}, [(0, 0), (5, 1)])
+    entries = [_entry(e, 0, "w1", [0, 1]) for e in range(6)]
+    entries += [_entry(e, 1, w, [p]) for e in range(5, 10) for w, p in (("w1", 0), ("w2", 2))]
+    plan = plan_replay(entries, m, until, owned={0, 2}, node_id="w9")
+    assert sorted(plan) == list(range(snapshot_epoch + 1, until + 1))
+    for e, entry in plan.items():
+        assert entry.gen == (1 if e >= 5 else 0)
+        assert {p for _, p, _, _ in entry.entries} == ({0, 2} if e >= 5 else {0})
+        assert entry.node_id == "w9"

@@ -1,0 +1,133 @@
+"""Forming this worker's batch of an epoch: which transactions run, with which tids.
+
+A live batch is the rescheduled transactions (keeping their tids; at most one per root entity, see
+:func:`take_rescheduled`) followed by new requests from the ingress, each classified:
+
+* fresh — a new transaction, given the next Mencius tid by the sequencer;
+* answered — a request id resent after its reply: the reply is given again, nothing runs;
+* waiting — a request id resent while its first copy still runs: answered with that copy's reply.
+
+The batch's composition is written to the sequencer log before any of its replies can leave, so a
+replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.replayed`).
+"""
+
+from __future__ import annotations
+
+from styx_py.core.ports import Ingress
+from styx_py.core.wire import IngressRecord, Reply, SeqLogEntry
+from styx_py.worker.replies import ReplyOut
+from styx_py.worker.sequencer import Sequencer
+from styx_py.worker.txn import RootTxn
+
+# How a request of a batch is handled (sequencer-log entries carry these in place of a tid).
+FRESH, ANSWERED, WAITING = 1, -1, -2
+
+Resend = tuple[int, Reply]  # (ingress partition, the earlier reply to give again)
+
+
+def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[RootTxn]]:
+    """Split the rescheduled transactions into those that run in the next epoch and those that wait.
+
+    At most one per root entity runs, the oldest (lowest tid); the others wait, keeping their tids.
+    A transaction is rescheduled when its call graph changed in the fallback, which happens when an
+    older transaction wrote what it read; two of them with the same root entity would, in all
+    likelihood, collide again the same way (TPC-C: every NewOrder of a district reads and bumps
+    ``D_NEXT_O_ID``, and its new order's key is the id it read). Running all of them again made each
+    epoch re-execute the whole backlog twice (optimistic and fallback) to commit one transaction per
+    hot entity: epochs grew with the backlog until throughput collapsed. Running one per entity
+    commits the same one per epoch while the epochs stay small. The split needs no determinism of
+    its own: a batch's composition is logged, and replay re-forms it from the log.
+    """
+    ordered = sorted(rescheduled, key=lambda r: r.tid)
+    run: list[RootTxn] = []
+    wait: list[RootTxn] = []
+    roots: set[tuple[str, str | int]] = set()
+    for root in ordered:
+        entity = (root.request.operator, root.request.key)
+        if entity in roots:
+            wait.append(root)
+        else:
+            roots.add(entity)
+            run.append(root)
+    return run, wait
+
+
+class BatchFormer:
+    def __init__(self, node_id: str, epoch_size_max: int, ingress: Ingress, replies: ReplyOut) -> None:
+        self.node_id = node_id
+        self.epoch_size_max = epoch_size_max
+        self.ingress = ingress
+        self.replies = replies
+        self.sequencer = Sequencer(1, 1)
+        self.rescheduled: list[RootTxn] = []  # rescheduled transactions waiting for a batch
+        self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
+
+    def pending(self) -> int:
+        """Transactions waiting to run: rescheduled ones and requests buffered from the ingress."""
+        return len(self.rescheduled) + self.ingress.pending()
+
+    def form(self, epoch: int, gen: int) -> tuple[list[RootTxn], SeqLogEntry, list[Resend]]:
+        """The live batch of ``epoch``: its roots, its sequencer-log entry and the resent ids it answers."""
+        lc_start = self.sequencer.lc
+        resched, self.rescheduled = take_rescheduled(self.rescheduled)
+        room = max(0, self.epoch_size_max - len(resched))
+        records = self.ingress.take(room) if room else []
+        # In flight: this batch's rescheduled transactions, those still waiting, and resent copies.
+        running = {r.request.request_id for r in resched} | set(self.replies.waiting)
+        running.update(r.request.request_id for r in self.rescheduled)
+        fresh: list[IngressRecord] = []
+        resends: list[Resend] = []
+        others: list[tuple[int, int, int, str]] = []
+        for rec in records:
+            kind = self.classify(rec, running, resends)
+            if kind == FRESH:
+                fresh.append(rec)
+            else:
+                others.append((kind, rec.partition, rec.offset, rec.request.request_id))
+        tids = self.sequencer.assign(len(fresh))
+        roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, fresh, strict=True)]
+        # Logged even when empty: a complete set of entries (one per worker) marks an epoch that may
+        # have been decided, which is how a restarted coordinator finds where replay must end.
+        entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots] + others
+        entry = SeqLogEntry(epoch, self.node_id, lc_start, entries, gen, self.sequencer.lc)
+        return roots, entry, resends
+
+    async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:
+        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids."""
+        entry = self.replay.pop(epoch, None)
+        roots: list[RootTxn] = []
+        resends: list[Resend] = []
+        if entry is None:
+            return roots, resends
+        waiting = {r.tid: r for r in self.rescheduled}
+        running = {r.request.request_id for r in self.rescheduled} | set(self.replies.waiting)
+        for tid, partition, offset, _rid in entry.entries:
+            root = waiting.pop(tid, None) if tid > 0 else None
+            if root is None:
+                rec = await self.ingress.take_exact(partition, offset)
+                if tid <= 0:
+                    kind = self.classify(rec, running, resends)
+                    assert kind == tid, (
+                        f"replay classified {rec.request.request_id} as {kind}, log says {tid}"
+                    )
+                    continue
+                running.add(rec.request.request_id)
+                root = RootTxn(tid, rec)
+            roots.append(root)
+        self.rescheduled = list(waiting.values())
+        self.sequencer.rebalance(entry.lc_end)
+        return roots, resends
+
+    def classify(self, rec: IngressRecord, running: set[str], resends: list[Resend]) -> int:
+        """FRESH, ANSWERED or WAITING (module docstring). Deterministic: it depends only on the reply
+        table and the batch, both replayed identically."""
+        rid = rec.request.request_id
+        earlier = self.replies.answered.get(rec.partition, rid)
+        if earlier is not None:
+            resends.append((rec.partition, earlier))
+            return ANSWERED
+        if rid in running:
+            self.replies.waiting.setdefault(rid, []).append(rec)
+            return WAITING
+        running.add(rid)
+        return FRESH

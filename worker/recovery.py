@@ -1,0 +1,107 @@
+"""Recovery: rebuild this worker's part of the cluster from the last complete snapshot and the logs.
+
+:func:`restore` reads the manifest's snapshot objects for the partitions this worker owns (a
+compacted base first, then deltas, in epoch order) and the sequencer log from the snapshot's
+position; it returns everything as a :class:`Restored` value, which the worker installs only once
+the whole restore succeeded. :func:`plan_replay` (pure) picks this worker's logged batch of every
+epoch to replay. :func:`replies_on_log` reads back the replies that replayed epochs already sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from styx_py.core.blobs import BlobStore, epoch_of
+from styx_py.core.ports import LogReader
+from styx_py.core.wire import IngressRecord, Manifest, Recover, Reply, SeqLogEntry
+from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.snapshot import PartitionSnapshot, snapshot_decoder
+from styx_py.worker.state import StateStore
+from styx_py.worker.txn import RootTxn
+
+
+@dataclass
+class Restored:
+    store: StateStore
+    rescheduled: list[RootTxn]
+    answered: ReplyTable
+    waiting: dict[str, list[IngressRecord]]
+    positions: dict[int, int]  # ingress partition -> next offset to take
+    egress_offsets: dict[int, int]  # egress partition -> offset below which replies are the snapshot's
+    replay: dict[int, SeqLogEntry]  # epoch -> this worker's logged batch
+
+
+async def restore(
+    msg: Recover,
+    owned: list[int],
+    node_id: str,
+    blobs: BlobStore | None,
+    logs: LogReader,
+    replies_per_partition: int,
+) -> Restored:
+    """Everything this worker needs to resume at ``msg.manifest``'s snapshot and replay from it."""
+    m = msg.manifest
+    store = StateStore()
+    positions = {p: 0 for p in owned}
+    egress_offsets = {p: 0 for p in owned}
+    seqlog_from = 0
+    first = True
+    rescheduled: list[RootTxn] = []
+    answered = ReplyTable(replies_per_partition)
+    waiting: dict[str, list[IngressRecord]] = {}
+    for p in owned:
+        last: PartitionSnapshot | None = None
+        for key in sorted(m.deltas.get(p, []), key=epoch_of):
+            assert blobs is not None, "a manifest with snapshots needs a blob store"
+            raw = await blobs.get(key)
+            if raw is None:
+                raise FileNotFoundError(f"snapshot object {key} listed in manifest {m.epoch} is missing")
+            last = snapshot_decoder.decode(raw)
+            store.load_writes(last.writes)
+            for reply in last.replies:
+                answered.record(p, reply, as_delta=False)
+        if last is not None:
+            seqlog_from = last.seqlog_offset if first else min(seqlog_from, last.seqlog_offset)
+            first = False
+            positions[p] = last.position
+            egress_offsets[p] = last.egress_offset
+            for tid, offset, ts_ms, request in last.rescheduled:
+                rescheduled.append(RootTxn(tid, IngressRecord(p, offset, request, ts_ms)))
+            for offset, ts_ms, request in last.waiting:
+                waiting.setdefault(request.request_id, []).append(IngressRecord(p, offset, request, ts_ms))
+    entries = await logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
+    replay = plan_replay(entries, m, msg.replay_until, set(owned), node_id)
+    return Restored(store, rescheduled, answered, waiting, positions, egress_offsets, replay)
+
+
+async def replies_on_log(
+    logs: LogReader, egress_offsets: dict[int, int], after_epoch: int
+) -> dict[str, list[Reply]]:
+    """Replies the replayed epochs (those after ``after_epoch``) already put on the egress log."""
+    on_log: dict[str, list[Reply]] = {}
+    for r in await logs.replies_from(egress_offsets, after_epoch):
+        on_log.setdefault(r.request_id, []).append(r)
+    return on_log
+
+
+def plan_replay(
+    entries: list[SeqLogEntry], m: Manifest, replay_until: int, owned: set[int], node_id: str
+) -> dict[int, SeqLogEntry]:
+    """This worker's batch of every epoch to replay, from the sequencer log (pure).
+
+    Only entries of the generation that ran an epoch count: a generation that died mid-epoch may have
+    logged part of an epoch that was never decided, and that epoch number was reused afterwards.
+    """
+    plan: dict[int, SeqLogEntry] = {}
+    for entry in entries:
+        e = entry.epoch
+        if not m.epoch < e <= replay_until or entry.gen != m.generation_of(e):
+            continue
+        mine = [x for x in entry.entries if x[1] in owned]
+        current = plan.get(e)
+        if current is None:
+            plan[e] = SeqLogEntry(e, node_id, entry.lc_start, mine, entry.gen, entry.lc_end)
+        else:
+            current.entries.extend(mine)
+            current.lc_end = max(current.lc_end, entry.lc_end)
+    return plan

@@ -1,0 +1,62 @@
+"""Replies leaving a worker: recorded, sent once, and given again to resent request ids.
+
+Every reply a transaction rooted here produces goes through :meth:`ReplyOut.send`: it is recorded in
+the reply table (a resent request id is answered from it, see :mod:`styx_py.worker.dedup`), sent to
+the egress log, and also sent for every copy of the request that arrived while it ran (``waiting``).
+
+After a recovery, replayed epochs produce their replies a second time. Those already on the egress
+log (read back by recovery into ``on_log``) are not sent again; determinism makes the replayed reply
+identical to the logged one, which is asserted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from styx_py.core.ports import Egress
+from styx_py.core.wire import IngressRecord, Reply
+from styx_py.worker.dedup import ReplyTable
+
+
+class ReplyOut:
+    def __init__(self, egress: Egress, replies_per_partition: int, before_send: Callable[[], None]) -> None:
+        self.egress = egress
+        self.before_send = before_send  # fencing: a worker that may have been replaced must not reply
+        self.answered = ReplyTable(replies_per_partition)
+        self.waiting: dict[str, list[IngressRecord]] = {}  # resent ids whose first copy still runs
+        self.on_log: dict[str, list[Reply]] = {}  # replies already on the egress log (recovery)
+
+    def send(self, epoch: int, replies: list[tuple[int, Reply]]) -> None:
+        """Early commit replies of ``epoch``: recorded (a resent id gets the same one), then sent, also
+        to any copies of the request that arrived while it ran."""
+        self.before_send()
+        for partition, reply in replies:
+            self.answered.record(partition, reply)
+            self.emit(epoch, partition, reply)
+            for rec in self.waiting.pop(reply.request_id, ()):
+                self.emit(epoch, rec.partition, reply)
+
+    def emit(self, epoch: int, partition: int, reply: Reply) -> None:
+        """Send ``reply`` unless a replayed epoch finds it already on the egress log."""
+        if self.on_log:
+            earlier = self.on_log.get(reply.request_id)
+            if earlier:
+                first = earlier.pop()
+                if not earlier:
+                    del self.on_log[reply.request_id]
+                assert first == reply, f"replay diverged for {reply.request_id}: {first} != {reply}"
+                return
+        self.egress.send(partition, reply, epoch)
+
+    def live(self) -> None:
+        """Replay is over: what is left of the replies found on the egress log belongs to epochs up to
+        the restored snapshot (acknowledged after it recorded its egress position), which were not
+        replayed. Every reply from now on is new, a resent request's answer included."""
+        self.on_log = {}
+
+    def restore(
+        self, answered: ReplyTable, waiting: dict[str, list[IngressRecord]], on_log: dict[str, list[Reply]]
+    ) -> None:
+        self.answered = answered
+        self.waiting = waiting
+        self.on_log = on_log

@@ -1,0 +1,102 @@
+"""Where an entity lives and how a transaction's messages reach it.
+
+:class:`RoutingTable` is the cluster view as routing needs it (pure): which worker owns which
+partition, how many partitions each operator has, who the peers are. :class:`Router` delivers a
+transaction's messages: an :class:`~styx_py.core.wire.Invoke` to the owner of its entity, a
+:class:`~styx_py.core.wire.CallResult` to the caller's worker, an :class:`~styx_py.core.wire.Ack` to the
+root's worker — handed straight to this worker's epoch driver when it is the destination, sent over
+the transport otherwise.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Protocol
+
+import msgspec
+
+from styx_py.core.partitioning import Key, key_bytes, partition_of
+from styx_py.core.ports import Transport
+from styx_py.core.wire import Ack, CallResult, ClusterView, Final, Invoke, Request
+from styx_py.worker.ackshare import to_wire
+
+
+class RoutingTable:
+    """Partition ownership of the current cluster view, as seen from ``node_id``."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.placement: list[str] = []  # partition index -> owning worker
+        self.op_partitions: dict[str, int] = {}
+        self.peers: list[str] = []  # every worker, sorted (this one included)
+
+    def update(self, view: ClusterView) -> None:
+        self.placement = view.placement
+        self.op_partitions = {spec.name: spec.partitions for spec in view.operators}
+        self.peers = sorted(w.node_id for w in view.workers)
+
+    def owner_of(self, operator: str, key: Key) -> str:
+        return self.placement[partition_of(key, self.op_partitions[operator])]
+
+    def owned(self) -> list[int]:
+        """The partitions this worker owns."""
+        return [p for p, owner in enumerate(self.placement) if owner == self.node_id]
+
+    def misrouted(self, request: Request, partition: int) -> str | None:
+        """Why ``request`` (taken from ingress ``partition``) cannot run here, or None."""
+        partitions = self.op_partitions.get(request.operator)
+        if partitions is None:
+            return f"unknown operator {request.operator!r}"
+        try:
+            key_bytes(request.key)
+        except TypeError as exc:
+            return str(exc)
+        if partition_of(request.key, partitions) != partition:
+            return f"request for key {request.key!r} arrived on ingress partition {partition}, not its own"
+        return None
+
+
+class LocalDelivery(Protocol):
+    """The receiving end on this worker (the epoch driver)."""
+
+    def on_invoke(self, inv: Invoke) -> None: ...
+
+    def on_call_result(self, msg: CallResult) -> None: ...
+
+    def on_ack(self, ack: Ack, root_value: msgspec.Raw | None) -> None: ...
+
+
+class Router:
+    def __init__(self, table: RoutingTable, transport: Transport, local: LocalDelivery) -> None:
+        self.table = table
+        self.node_id = table.node_id
+        self.transport = transport
+        self.local = local
+
+    def dispatch(self, inv: Invoke) -> None:
+        owner = self.table.owner_of(inv.operator, inv.key)
+        if owner == self.node_id:
+            self.local.on_invoke(inv)
+        else:
+            self.transport.send(owner, inv)
+
+    def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
+        msg = CallResult(inv.epoch, inv.tid, inv.phase, inv.path, status, value, inv.gen)
+        if inv.parent == self.node_id:
+            self.local.on_call_result(msg)
+        else:
+            self.transport.send(inv.parent, msg)
+
+    def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
+        ack = Ack(inv.epoch, inv.tid, inv.phase, *to_wire(own), status, error, inv.path, inv.gen)
+        if inv.root == self.node_id:
+            # The root invocation's own result travels with its ack (no CallResult for the root).
+            self.local.on_ack(ack, value if not inv.path else None)
+        else:
+            self.transport.send(inv.root, ack)
+
+    def to_peers(self, final: Final) -> None:
+        """A fallback transaction's outcome, to every other worker (each releases its locks)."""
+        for peer in self.table.peers:
+            if peer != self.node_id:
+                self.transport.send(peer, final)

@@ -1,0 +1,278 @@
+"""A worker: its lifecycle, the messages it receives, the cluster view it runs in, and recovery.
+
+The :class:`Worker` wires the pieces of the data path together (``build`` below) and routes every
+message: epoch messages of the current generation to the epoch driver (:mod:`.epoch`), cluster
+views, snapshot verdicts and recovery orders to their handlers here. It also keeps the worker alive
+in the cluster: registration, heartbeats from its own event loop, and fencing — a worker that heard
+nothing from the coordinator for longer than the failure timeout may have been replaced, so it stops
+before sending another reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from styx_py.core.blobs import BlobStore
+from styx_py.core.config import Config
+from styx_py.core.graph import load_graph
+from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, SequencerLog, Transport
+from styx_py.core.wire import (
+    COORDINATOR,
+    Ack,
+    AllExecDone,
+    CallResult,
+    ClusterView,
+    Decision,
+    EpochStart,
+    Final,
+    Heartbeat,
+    Invoke,
+    Message,
+    Recover,
+    RecoverDone,
+    Register,
+    SnapshotResult,
+    WorkAvailable,
+)
+from styx_py.worker import recovery
+from styx_py.worker.batch import BatchFormer
+from styx_py.worker.epoch import EpochDriver
+from styx_py.worker.metrics import WorkerGauges, WorkerMetrics
+from styx_py.worker.replies import ReplyOut
+from styx_py.worker.routing import RoutingTable
+from styx_py.worker.sequencer import Sequencer
+from styx_py.worker.snapshot import Snapshotter
+from styx_py.worker.state import StateStore
+from styx_py.worker.txn import Tally
+
+log = logging.getLogger("styx.worker")
+
+# Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
+EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Decision)
+
+
+def fence_off() -> None:
+    """Leave at once, without flushing anything: this process may already have been replaced."""
+    os._exit(70)
+
+
+class Worker:
+    def __init__(
+        self,
+        node_id: str,
+        config: Config,
+        transport: Transport,
+        ingress: Ingress,
+        egress: Egress,
+        seqlog: SequencerLog,
+        *,
+        blobs: BlobStore | None = None,
+        logs: LogReader | None = None,
+        clock: Clock | None = None,
+        host: str = "",
+        port: int = 0,
+        heartbeats: bool = True,
+        on_fenced: Callable[[], None] = fence_off,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.transport = transport
+        self.ingress = ingress
+        self.egress = egress
+        self.blobs = blobs
+        self.logs = logs
+        self.clock = clock or LoopClock()
+        self.host, self.port = host, port
+        self.heartbeats = heartbeats
+        self.on_fenced = on_fenced
+        self.inflight: set[asyncio.Task[None]] = set()
+        self.tasks: asyncio.TaskGroup | None = None
+        self.recovering: asyncio.Task[None] | None = None
+        self.view: ClusterView | None = None
+        self.graph_path: str | None = None
+        self.coordinator_seen = -1.0  # clock time of the last word from the coordinator (set in run)
+        self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
+        self.table = RoutingTable(node_id)
+        self.replies = ReplyOut(egress, config.dedup_replies_per_partition, self._check_lease)
+        self.batch = BatchFormer(node_id, config.epoch_size_max, ingress, self.replies)
+        self.snapshots = Snapshotter(node_id, blobs, transport, self.spawn, self.metrics.snapshot)
+        self.driver = EpochDriver(
+            config, transport, self.table, self.batch, self.replies, seqlog, self.snapshots, self.spawn
+        )
+        ingress.set_listener(self._on_ingress_available)
+
+    @property
+    def generation(self) -> int:
+        return self.driver.gen
+
+    @property
+    def totals(self) -> Tally:
+        return self.driver.totals
+
+    @property
+    def store(self) -> StateStore:
+        return self.driver.store
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve until cancelled. Every invocation task is a child of this task group."""
+        async with asyncio.TaskGroup() as tg:
+            self.tasks = tg
+            self.coordinator_seen = self.clock.now()
+            self.transport.send(COORDINATOR, Register(self.node_id, self.host, self.port))
+            if self.heartbeats:
+                tg.create_task(self._heartbeat_loop())
+            await asyncio.Future()  # run until cancelled
+
+    async def _heartbeat_loop(self) -> None:
+        # Sent from the worker's own event loop: a hung loop stops heartbeats and counts as failed.
+        interval = self.config.heartbeat_interval_ms / 1000
+        while True:
+            self.transport.send(COORDINATOR, Heartbeat(self.node_id, self.driver.completed_epoch))
+            await self.clock.sleep(interval)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a child of the worker's task group; recovery cancels what is in flight."""
+        assert self.tasks is not None, "worker not running"
+        task = self.tasks.create_task(coro)
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+
+    def on_coordinator_lost(self) -> None:
+        """The coordinator's connection broke: register again (delivered once it is back)."""
+        self.transport.send(COORDINATOR, Register(self.node_id, self.host, self.port))
+
+    def _on_ingress_available(self) -> None:
+        if self.view is not None:
+            self.transport.send(COORDINATOR, WorkAvailable(self.node_id))
+
+    def _check_lease(self) -> None:
+        """Fencing: a worker that heard nothing from the coordinator for longer than the failure
+        timeout may have been declared dead and replaced; it must not send another reply."""
+        if not self.heartbeats:
+            return
+        silent_ms = (self.clock.now() - self.coordinator_seen) * 1000
+        if silent_ms > self.config.failure_timeout_ms:
+            log.critical(
+                "%s: no word from the coordinator for %.0f ms: fencing myself off", self.node_id, silent_ms
+            )
+            self.on_fenced()
+
+    # ---- messages ----------------------------------------------------------------------------------
+    def on_message(self, src: str, msg: Message) -> None:
+        if src == COORDINATOR:
+            self.coordinator_seen = self.clock.now()
+        if isinstance(msg, EPOCH_MESSAGES):
+            if msg.gen == self.driver.gen:
+                self.driver.on_message(msg)
+                return
+            # A message of a generation that recovery ended: its epoch numbers mean something else now.
+            assert msg.gen < self.driver.gen or self.driver.gen < 0, (
+                f"{self.node_id}: from the future: {msg!r}"
+            )
+            return
+        match msg:
+            case ClusterView():
+                self.on_view(msg)
+            case Heartbeat():
+                pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
+            case SnapshotResult():
+                self.snapshots.on_result(msg, self.driver.store, self.replies.answered)
+            case Recover():
+                assert self.tasks is not None
+                if self.recovering is not None:
+                    self.recovering.cancel()
+                self.recovering = self.tasks.create_task(self.recover(msg))
+            case _:
+                raise AssertionError(
+                    f"worker {self.node_id}: unexpected message {type(msg).__name__} from {src}"
+                )
+
+    def on_view(self, view: ClusterView) -> None:
+        self.view = view
+        if self.driver.gen < 0:
+            # A (re)started worker joins the current generation; a running one changes generation
+            # only through Recover, which also drops every epoch of the old one.
+            self.driver.gen = view.gen
+        self.table.update(view)
+        me = next(w for w in view.workers if w.node_id == self.node_id)
+        self.batch.sequencer = Sequencer(me.sid, len(view.workers), self.batch.sequencer.lc)
+        if view.graph_path is not None and view.graph_path != self.graph_path:
+            self.driver.current_graph = load_graph(view.graph_path)
+            self.graph_path = view.graph_path
+        self.ingress.assign(self.table.owned())
+
+    # ---- recovery --------------------------------------------------------------------------------------
+    async def recover(self, msg: Recover) -> None:
+        """Roll back to the last complete snapshot and prepare to replay the logged epochs.
+
+        Everything in flight is cancelled and forgotten; messages of older generations are dropped on
+        arrival from now on. The coordinator then re-runs epochs ``manifest.epoch+1 .. replay_until``
+        with their logged composition, and continues live.
+        """
+        for task in list(self.inflight):
+            task.cancel()
+        self.inflight.clear()
+        self.driver.reset(msg.gen)
+        self.snapshots.unconfirmed.clear()
+        started = time.perf_counter()
+        try:
+            await self._restore(msg)
+        except Exception as exc:  # noqa: BLE001 - reported: the coordinator retries the recovery
+            log.error("%s: recovery to generation %d failed: %s", self.node_id, msg.gen, exc)
+            self.metrics.recovery(False, time.perf_counter() - started)
+            self.transport.send(
+                COORDINATOR, RecoverDone(msg.gen, self.node_id, False, f"{type(exc).__name__}: {exc}")
+            )
+            return
+        self.metrics.recovery(True, time.perf_counter() - started)
+        self.transport.send(COORDINATOR, RecoverDone(msg.gen, self.node_id, True, ""))
+
+    async def _restore(self, msg: Recover) -> None:
+        assert self.logs is not None, "recovery needs a log reader"
+        r = await recovery.restore(
+            msg,
+            self.table.owned(),
+            self.node_id,
+            self.blobs,
+            self.logs,
+            self.config.dedup_replies_per_partition,
+        )
+        self.driver.store = r.store
+        self.driver.completed_epoch = msg.manifest.epoch
+        self.batch.rescheduled = r.rescheduled
+        self.batch.replay = r.replay
+        self.batch.sequencer.lc = msg.manifest.lc
+        self.replies.restore(r.answered, r.waiting, {})
+        self.ingress.seek(r.positions)
+        self.egress.reset_offsets(r.egress_offsets)
+        # Replies the previous generation queued may still be on their way to the log: wait for them,
+        # or replay would not find them there and would send them a second time.
+        await self.egress.flush()
+        self.replies.on_log = await recovery.replies_on_log(self.logs, r.egress_offsets, msg.manifest.epoch)
+
+    # ---- what the metrics read ------------------------------------------------------------------------
+    def gauges(self) -> WorkerGauges:
+        return WorkerGauges(
+            rescheduled_waiting=len(self.batch.rescheduled),
+            ingress_buffered=self.ingress.pending(),
+            inflight_tasks=len(self.inflight),
+            open_epochs=len(self.driver.epochs),
+            waiting_resends=sum(len(v) for v in self.replies.waiting.values()),
+            partitions=len(self.table.owned()),
+            generation=self.driver.gen,
+            completed_epoch=self.driver.completed_epoch,
+        )
+
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: part of a deployed cluster and not recovering."""
+        if self.view is None:
+            return False, "not part of a deployed cluster yet"
+        if self.recovering is not None and not self.recovering.done():
+            return False, f"recovering (generation {self.driver.gen})"
+        return True, f"generation {self.driver.gen}, partitions {self.table.owned()}"

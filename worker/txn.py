@@ -1,0 +1,225 @@
+"""What a worker knows about one transaction and one epoch while they run (plain data).
+
+:class:`RootTxn` is a transaction whose root entity lives on this worker: the request, its tid and
+the outcome collected from every invocation's ack. :class:`EpochState` holds one epoch's per-tid
+tables on this worker: buffered writes per phase, optimistic read sets, the call-graph cache, the
+result slots of synchronous calls, the fallback locks and counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from fractions import Fraction
+
+import msgspec
+
+from styx_py.core.partitioning import Key
+from styx_py.core.wire import (
+    PHASE_OPTIMISTIC,
+    ST_ABORT,
+    ST_BAD,
+    ST_CHANGED,
+    ST_ERROR,
+    ST_OK,
+    IngressRecord,
+    Invoke,
+    Message,
+    Reply,
+)
+from styx_py.worker.ackshare import ShareCollector
+from styx_py.worker.conflicts import EntityKey
+from styx_py.worker.locks import LockTable
+from styx_py.worker.state import Writes
+
+Path = tuple[int, ...]  # an invocation's position in its call tree (child indices from the root)
+
+
+class RootTxn:
+    """A transaction whose root entity lives on this worker."""
+
+    __slots__ = (
+        "acked",
+        "changed",
+        "collector",
+        "err_path",
+        "error",
+        "error_status",
+        "failed",
+        "offset",
+        "partition",
+        "request",
+        "result",
+        "tid",
+        "ts_ms",
+    )
+
+    def __init__(self, tid: int, record: IngressRecord) -> None:
+        self.tid = tid
+        self.request = record.request
+        self.partition = record.partition
+        self.offset = record.offset
+        self.ts_ms = record.ts_ms
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the outcome of a previous run (the fallback re-runs a transaction from scratch)."""
+        self.collector = ShareCollector()
+        self.acked: set[Path] = set()
+        self.failed = False
+        self.changed = False
+        self.error = ""
+        self.error_status = ST_OK
+        self.err_path: list[int] | None = None
+        self.result: msgspec.Raw | None = None
+
+    def record(self, status: int, error: str, path: list[int]) -> None:
+        if status == ST_OK:
+            return
+        if status == ST_CHANGED:
+            self.changed = True
+            return
+        self.failed = True
+        # The reported error is the one closest to the root (smallest path): deterministic.
+        if status in (ST_ABORT, ST_ERROR, ST_BAD) and (self.err_path is None or path < self.err_path):
+            self.err_path, self.error, self.error_status = path, error, status
+
+
+class CallRecord(msgspec.Struct, array_like=True, frozen=True):
+    """One outgoing call of an invocation, as the optimistic run made it."""
+
+    operator: str
+    function: str
+    key: Key
+    args: bytes
+    sync: bool
+
+
+class CachedInvocation:
+    """What the optimistic run of one invocation learned, for re-invocation in the fallback phase."""
+
+    __slots__ = ("calls", "inv", "own_share")
+
+    def __init__(self, inv: Invoke, calls: list[CallRecord], own_share: Fraction) -> None:
+        self.inv = inv
+        self.calls = calls
+        self.own_share = own_share
+
+
+class Tally:
+    """Transactions rooted on this worker that finished: per epoch, and summed since the start."""
+
+    __slots__ = ("aborted", "by_status", "committed", "epochs", "fallback", "rescheduled")
+
+    def __init__(self) -> None:
+        self.committed = self.aborted = self.rescheduled = 0
+        self.by_status = [0] * 6  # aborted transactions by reply status (ST_*): the abort cause
+        self.epochs = 0
+        self.fallback = 0  # transactions re-run under locks (counted on every worker)
+
+    def finished(self, root: RootTxn) -> None:
+        if root.failed:
+            self.aborted += 1
+            self.by_status[root.error_status] += 1
+        else:
+            self.committed += 1
+
+    def add(self, other: Tally) -> None:
+        self.committed += other.committed
+        self.aborted += other.aborted
+        self.rescheduled += other.rescheduled
+        self.epochs += other.epochs
+        self.fallback += other.fallback
+        for status, n in enumerate(other.by_status):
+            self.by_status[status] += n
+
+
+class EpochState:
+    """One epoch on one worker, from its EpochStart to its EpochDone."""
+
+    def __init__(self, epoch: int, gen: int) -> None:
+        self.epoch = epoch
+        self.gen = gen  # the cluster generation running it: every message of the epoch carries it
+        self.started = False
+        self.roots: dict[int, RootTxn] = {}
+        self.roots_open = 0
+        self.local_failed: list[int] = []
+        self.opt_buffers: dict[int, Writes] = {}
+        self.fb_buffers: dict[int, Writes] = {}
+        self.reads: dict[int, set[EntityKey]] = {}
+        self.touched: dict[int, set[EntityKey]] = {}
+        self.uncacheable: set[int] = set()
+        self.cache: dict[int, list[CachedInvocation]] = {}
+        self.slots: dict[tuple[int, int, Path], asyncio.Future[tuple[int, msgspec.Raw]]] = {}
+        self.aborted: frozenset[int] = frozenset()
+        self.locks = LockTable((), {})
+        self.fallback_ready = False
+        self.finals_pending: set[int] = set()
+        self.deferred: list[Message] = []  # fallback-phase messages that arrived before the Decision
+        self.seqlog_written: Awaitable[None] | None = None
+        self.finished = False
+        self.snapshot = False
+        self.decided = False
+        self.invoked: set[tuple[int, int, Path]] = set()
+        self.resends: list[tuple[int, Reply]] = []  # resent request ids answered from earlier replies
+        self.tally = Tally()
+
+    def buffer(self, phase: int, tid: int) -> Writes:
+        table = self.opt_buffers if phase == PHASE_OPTIMISTIC else self.fb_buffers
+        buf = table.get(tid)
+        if buf is None:
+            buf = table[tid] = {}
+        return buf
+
+    def record_read(self, tid: int, key: EntityKey) -> None:
+        reads = self.reads.get(tid)
+        if reads is None:
+            self.reads[tid] = {key}
+        else:
+            reads.add(key)
+
+    def cache_invocation(self, inv: Invoke, calls: list[CallRecord], own: Fraction, key: EntityKey) -> None:
+        touched = self.touched.get(inv.tid)
+        if touched is None:
+            self.touched[inv.tid] = {key}
+        elif key in touched:
+            self.uncacheable.add(inv.tid)  # one entity twice: order inside the txn matters
+        else:
+            touched.add(key)
+        self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
+
+    def result_slot(self, phase: int, tid: int, path: Path) -> asyncio.Future[tuple[int, msgspec.Raw]]:
+        k = (phase, tid, path)
+        fut = self.slots.get(k)
+        if fut is None:
+            fut = self.slots[k] = asyncio.get_running_loop().create_future()
+        return fut
+
+    def defer(self, msg: Message) -> bool:
+        """Hold a fallback-phase message until the Decision opened the fallback; True if held."""
+        if self.fallback_ready:
+            return False
+        self.deferred.append(msg)
+        return True
+
+
+def root_invoke(es: EpochState, root: RootTxn, phase: int, node_id: str) -> Invoke:
+    """The invocation of a transaction's root function (share 1, path [], on this worker)."""
+    req = root.request
+    return Invoke(
+        es.epoch,
+        root.tid,
+        phase,
+        [],
+        node_id,
+        node_id,
+        req.operator,
+        req.function,
+        req.key,
+        req.args,
+        1,
+        1,
+        False,
+        root.ts_ms,
+        es.gen,
+    )
