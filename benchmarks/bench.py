@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from styx_py.benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
-from styx_py.benchmarks.workload import Options, Workload, make_workload, workload_names
+from styx_py.benchmarks.workload import Options, Workload
+from styx_py.benchmarks.workloads import make_workload, workload_names
 from styx_py.core.errors import StyxError
 
 if TYPE_CHECKING:

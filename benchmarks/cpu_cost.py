@@ -23,7 +23,8 @@ from pathlib import Path
 import uvloop
 
 from styx_py.benchmarks.driver import SdkSender, run_open_loop
-from styx_py.benchmarks.workload import Options, make_workload
+from styx_py.benchmarks.workload import Options
+from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
 from styx_py.stack.local import LocalStack
 

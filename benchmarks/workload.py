@@ -7,6 +7,9 @@ A workload is a styx-py app (deployed by import path) plus three things the harn
 * :meth:`Workload.check_state` verifies the workload's invariants on a state map. It is a plain
   function of ``{(operator, key): value}``, so the same rules run on state read through the client
   (:meth:`Workload.check`) and on snapshot rows in the offline audit.
+
+The workloads themselves import this module; the registry of them by name is
+:mod:`styx_py.benchmarks.workloads`.
 """
 
 from __future__ import annotations
@@ -80,33 +83,6 @@ class Workload(ABC):
 
     async def check(self, client: StyxClient) -> list[str]:
         return self.check_state(await self.read_state(client))
-
-
-def workload_names() -> list[str]:
-    return sorted(_registry())
-
-
-def make_workload(name: str, options: Options | None = None) -> Workload:
-    registry = _registry()
-    if name not in registry:
-        raise ValueError(f"unknown workload {name!r}; known: {', '.join(sorted(registry))}")
-    return registry[name](options)
-
-
-def _registry() -> dict[str, type[Workload]]:
-    # Imported lazily: each workload module imports its app (operators) only when used.
-    from styx_py.benchmarks import ycsbt
-
-    classes: list[type[Workload]] = [ycsbt.YcsbT]
-    for module, attrs in (("tpcc", ("Tpcc",)), ("deathstar", ("HotelReservation", "MovieReview"))):
-        try:
-            mod = __import__(f"styx_py.benchmarks.{module}", fromlist=list(attrs))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"benchmarks.{module}":
-                raise
-            continue
-        classes += [getattr(mod, attr) for attr in attrs]
-    return {cls.name: cls for cls in classes}
 
 
 async def read_many(

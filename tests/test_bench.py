@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from styx_py.benchmarks.driver import Outcome, RunResult, SdkSender, normalise_cause, run_open_loop
-from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload, make_workload, workload_names
+from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
+from styx_py.benchmarks.workloads import make_workload, workload_names
 from styx_py.cli import main as styx_main
 from styx_py.client import StyxClient
 from styx_py.stack.local import LocalStack

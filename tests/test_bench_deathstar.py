@@ -4,7 +4,7 @@
   a full snapshot) and every kind of violation is reported, naming the entity;
 * the request mixes and the geo index;
 * the in-process cluster: load + a few hundred requests, the state passes the check and equals the
-  serial execution; the broken apps' state fails it;
+  serial execution; the broken apps' state (``tests.apps.deathstar_broken``) fails it;
 * real services (Tansu + worker processes): load, a few hundred concurrent requests drawn by
   ``next_op``, ``check()`` clean; the broken variants are caught.
 """
@@ -37,7 +37,8 @@ from styx_py.benchmarks.deathstar import (
     cell_key,
     distance_km,
 )
-from styx_py.benchmarks.workload import Op, Options, Workload, make_workload
+from styx_py.benchmarks.workload import Op, Options, Workload
+from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient, result_of
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import DeployRequest, Reply
@@ -365,7 +366,7 @@ async def test_sim_hotel_run_keeps_the_invariants() -> None:
 
 async def test_sim_broken_hotel_app_is_caught() -> None:
     w = hotel_workload(mix=MANY_RESERVES)
-    c = await run_sim("styx_py.benchmarks.deathstar:broken_hotel_app", w, 300, seed=1)
+    c = await run_sim("tests.apps.deathstar_broken:hotel_app", w, 300, seed=1)
     errors = w.check_state(c.state())
     assert any(e.startswith("flight ") and "is overbooked" in e for e in errors), errors
 
@@ -379,7 +380,7 @@ async def test_sim_movie_run_keeps_the_invariants() -> None:
 
 async def test_sim_broken_movie_app_is_caught() -> None:
     w = movie_workload()
-    c = await run_sim("styx_py.benchmarks.deathstar:broken_movie_app", w, 50, seed=2)
+    c = await run_sim("tests.apps.deathstar_broken:movie_app", w, 50, seed=2)
     errors = w.check_state(c.state())
     assert len(errors) == 50 and all("times in movie" in e for e in errors), errors
 
@@ -438,7 +439,7 @@ async def test_real_hotel_run_keeps_the_invariants(stack: LocalStack) -> None:
 @pytest.mark.services
 async def test_real_broken_hotel_app_is_caught(stack: LocalStack) -> None:
     w = hotel_workload(mix=MANY_RESERVES)
-    _, _, errors = await run_real(stack, "styx_py.benchmarks.deathstar:broken_hotel_app", w, 400, seed=4)
+    _, _, errors = await run_real(stack, "tests.apps.deathstar_broken:hotel_app", w, 400, seed=4)
     assert any(e.startswith("flight ") and "is overbooked" in e for e in errors), errors
 
 
@@ -453,5 +454,5 @@ async def test_real_movie_run_keeps_the_invariants(stack: LocalStack) -> None:
 @pytest.mark.services
 async def test_real_broken_movie_app_is_caught(stack: LocalStack) -> None:
     w = movie_workload()
-    _, _, errors = await run_real(stack, "styx_py.benchmarks.deathstar:broken_movie_app", w, 100, seed=5)
+    _, _, errors = await run_real(stack, "tests.apps.deathstar_broken:movie_app", w, 100, seed=5)
     assert len(errors) == 100 and all("times in movie" in e for e in errors), errors[:5]

@@ -33,7 +33,8 @@ from styx_py.benchmarks.tpcc import (
     generate,
     last_name,
 )
-from styx_py.benchmarks.workload import Op, Options, make_workload
+from styx_py.benchmarks.workload import Op, Options
+from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.partitioning import Key, partition_of

@@ -70,7 +70,7 @@ from styx_py.audit.tasks import (
     tid_findings,
 )
 from styx_py.benchmarks.workload import Options as WorkloadOptions
-from styx_py.benchmarks.workload import make_workload
+from styx_py.benchmarks.workloads import make_workload
 from styx_py.core.wire import decode_value
 
 SAMPLE_PER_CHECK = 10  # findings per check spelled out in the report (all of them go to Parquet)
