@@ -58,11 +58,12 @@ async def run_with_crashes(
             c.network.drops.add(base + rng.randint(20, 1200))  # a lost message stalls an epoch
         for _ in range(coordinator_crashes):
             c.network.fault_at(base + rng.randint(20, 1200), c.crash_coordinator)
-        for _ in range(upload_failures):
-            # The next few uploads fail: snapshots taken then are torn and must never be used.
-            failures = rng.randint(3, 12)
+        for i in range(upload_failures):
+            # The next few uploads fail: of snapshot objects first (snapshots taken then are torn and
+            # must never be used), then of any object (manifests, the coordinator's own state).
+            failures, prefix = rng.randint(3, 12), "snapshots/" if i % 2 == 0 else ""
             c.network.fault_at(
-                base + rng.randint(20, 1000), lambda f=failures: setattr(c.blobs, "fail_next", f)
+                base + rng.randint(20, 1000), lambda f=failures, p=prefix: c.blobs.fail(f, p)
             )
         for _ in range(3):
             submit_random_mix(c, rng, n // 3, n_keys=20, hot=rng.choice([0.2, 0.6]))

@@ -90,6 +90,7 @@ class Worker:
         self.host, self.port = host, port
         self.heartbeats = heartbeats
         self.on_fenced = on_fenced
+        self.fenced = False
         self.inflight: set[asyncio.Task[None]] = set()
         self.tasks: asyncio.TaskGroup | None = None
         self.recovering: asyncio.Task[None] | None = None
@@ -154,10 +155,11 @@ class Worker:
     def _check_lease(self) -> None:
         """Fencing: a worker that heard nothing from the coordinator for longer than the failure
         timeout may have been declared dead and replaced; it must not send another reply."""
-        if not self.heartbeats:
+        if not self.heartbeats or self.fenced:
             return
         silent_ms = (self.clock.now() - self.coordinator_seen) * 1000
         if silent_ms > self.config.failure_timeout_ms:
+            self.fenced = True
             log.critical(
                 "%s: no word from the coordinator for %.0f ms: fencing myself off", self.node_id, silent_ms
             )

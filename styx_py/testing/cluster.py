@@ -1,13 +1,23 @@
-"""A whole styx-py cluster in one process: the real coordinator and workers on in-memory fakes."""
+"""A whole styx-py cluster in one process: the real coordinator and workers on in-memory fakes.
+
+The simulation runs on virtual time. While a :class:`SimCluster` is open, its event loop's clock
+is virtual (the ``looptime`` library): it stands still while anything can run and jumps to the next
+timer when every task waits for one. Heartbeats, the coordinator's failure detection, the workers'
+leases, epoch and recovery timeouts all run on it, so a lost message costs an epoch timeout of
+simulated time and no real time, and a run is a pure function of its seed.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 from collections import Counter
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
+import looptime
 import msgspec
 
 from styx_py.coordinator.server import Coordinator
@@ -26,6 +36,30 @@ from styx_py.testing.memory import (
     MemorySeqLog,
 )
 from styx_py.worker.service import Worker
+
+T = TypeVar("T")
+
+
+def virtual_time() -> contextlib.AbstractContextManager[None]:
+    """Make the running event loop's clock virtual until the returned context exits.
+
+    Under pytest the looptime plugin prepares every test's event loop; a plain asyncio loop is
+    prepared here. uvloop cannot run the simulation (its clock cannot be replaced).
+    """
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, looptime.LoopTimeEventLoop):
+        if not isinstance(loop, asyncio.BaseEventLoop):
+            raise RuntimeError(
+                f"the simulation needs an asyncio event loop with a replaceable clock, not {type(loop)}"
+            )
+        loop = looptime.patch_event_loop(loop, _enabled=False)
+    return contextlib.nullcontext() if loop.looptime_on else loop.looptime_enabled()
+
+
+def run_simulated(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` (which opens SimClusters) on a fresh event loop, e.g. from a seed-sweep script."""
+    with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
+        return runner.run(main)
 
 
 class SimCluster:
@@ -55,8 +89,10 @@ class SimCluster:
         self.blobs = MemoryBlobStore()
         self.crashes = 0
         self.coordinator = self._new_coordinator()
+        self._clock = contextlib.ExitStack()
 
     async def __aenter__(self) -> SimCluster:
+        self._clock.enter_context(virtual_time())
         cfg = self.config
         n = self.graph.n_partitions
         self.log.create(cfg.ingress_topic, n)
@@ -111,7 +147,8 @@ class SimCluster:
             MemorySeqLog(self.log, cfg.seqlog_topic),
             blobs=self.blobs,
             logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
-            heartbeats=False,
+            # A fenced worker exits (its supervisor restarts it): here, a crash and a restart.
+            on_fenced=lambda: self.crash(node),
         )
         self.network.register(node, w.on_message)
         self.workers = [x for x in self.workers if x.node_id != node] + [w]
@@ -132,13 +169,14 @@ class SimCluster:
         self._start_worker(node)
 
     async def __aexit__(self, *exc: object) -> None:
-        tasks = [self.coordinator_task, *self.worker_tasks.values()]
-        for t in tasks:
-            t.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                raise r
+        with self._clock:
+            tasks = [self.coordinator_task, *self.worker_tasks.values()]
+            for t in tasks:
+                t.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                    raise r
 
     def _on_reply(self, reply: Reply) -> None:
         self.replies.append(reply)

@@ -230,6 +230,8 @@ class MemoryEgress:
         self._flushes: list[asyncio.Future[None]] = []  # done when nothing is in flight
 
     def send(self, partition: int, reply: Reply, epoch: int) -> None:
+        if self.dead:
+            return  # the process died: nothing it sends reaches the log
         if self.ack_lag == 0:
             self._append(partition, reply, epoch)
             return
@@ -315,15 +317,20 @@ class MemorySeqLog:
 
 
 class MemoryBlobStore:
-    """In-process store; ``fail_next = n`` makes the next n uploads fail (torn snapshot tests)."""
+    """In-process store; ``fail(n, prefix)`` makes the next n uploads of keys starting with ``prefix``
+    fail (torn snapshots, lost manifests, cluster state that cannot be saved)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.fail_next = 0
+        self.fail_prefix = ""
         self.puts = 0
 
+    def fail(self, n: int, prefix: str = "") -> None:
+        self.fail_next, self.fail_prefix = n, prefix
+
     async def put(self, key: str, data: bytes) -> None:
-        if self.fail_next > 0:
+        if self.fail_next > 0 and key.startswith(self.fail_prefix):
             self.fail_next -= 1
             raise OSError(f"injected upload failure for {key}")
         self.puts += 1
