@@ -91,6 +91,7 @@ class BatchLanes:
                 task.cancel()
 
     async def _send(self, lane: tuple[str, int], records: list[Entry]) -> None:
+        settled = 0  # records[:settled] were handed to the producer or failed: their owners will hear
         try:
             i = 0
             while i < len(records):
@@ -109,13 +110,16 @@ class BatchLanes:
                             lane, records[i : i + 1], ValueError(f"record of {len(value)} bytes too large")
                         )
                         i += 1
+                        settled = i
                         continue
                     i += 1
+                settled = i
                 await self._submit(lane, builder, records[start:i])
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - every record's owner learns of the failure
-            self._fail(lane, records[i:], exc)
+            # Including those already in the builder that raised: they were never sent.
+            self._fail(lane, records[settled:], exc)
         finally:
             self.busy.discard(lane)
             if self.lanes.get(lane):

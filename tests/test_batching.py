@@ -1,0 +1,294 @@
+"""BatchLanes against a small fake of the aiokafka producer (``create_batch`` / ``send_batch``).
+
+Pins down: records keep their order per (topic, partition) lane and get consecutive offsets; a
+batch holds at most ``max_bytes`` unless it is one record alone; a lane has one batch in flight and
+what arrives meanwhile goes together in the next; ``flush()`` resolves exactly when every record
+added before it is acknowledged or failed, whatever arrives after it; every record's ``on_done`` is
+called exactly once, with the error when its batch fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from styx_py.io.batching import BatchLanes, Headers
+
+Lane = tuple[str, int]
+
+
+@dataclass
+class Meta:
+    offset: int
+
+
+class FakeBuilder:
+    """Like aiokafka's BatchBuilder: the first record always fits (unless over ``max_record``)."""
+
+    def __init__(self, max_bytes: int, max_record: int, poison: bytes | None) -> None:
+        self.max_bytes, self.max_record, self.poison = max_bytes, max_record, poison
+        self.records: list[tuple[bytes | None, bytes, Headers]] = []
+        self.size = 0
+
+    def append(self, *, timestamp: None, key: bytes | None, value: bytes, headers: Headers) -> Meta | None:
+        if value == self.poison:
+            raise TypeError("value of a type the record builder cannot encode")
+        if len(value) > self.max_record or (self.records and self.size + len(value) > self.max_bytes):
+            return None
+        self.records.append((key, value, headers))
+        self.size += len(value)
+        return Meta(-1)
+
+
+@dataclass
+class Sent:
+    lane: Lane
+    records: list[tuple[bytes | None, bytes, Headers]]
+    delivery: asyncio.Future[Meta]
+
+
+@dataclass
+class FakeProducer:
+    max_bytes: int = 10
+    max_record: int = 1000
+    poison: bytes | None = None
+    refuse: list[BaseException] = field(default_factory=list)  # errors the next send_batch calls raise
+    sent: list[Sent] = field(default_factory=list)
+    offsets: dict[Lane, int] = field(default_factory=dict)
+
+    def create_batch(self) -> FakeBuilder:
+        return FakeBuilder(self.max_bytes, self.max_record, self.poison)
+
+    async def send_batch(self, builder: FakeBuilder, topic: str, *, partition: int) -> asyncio.Future[Meta]:
+        if self.refuse:
+            raise self.refuse.pop(0)
+        delivery: asyncio.Future[Meta] = asyncio.get_running_loop().create_future()
+        self.sent.append(Sent((topic, partition), builder.records, delivery))
+        return delivery
+
+    def in_flight(self, lane: Lane | None = None) -> list[Sent]:
+        return [s for s in self.sent if not s.delivery.done() and lane in (None, s.lane)]
+
+    def ack(self, sent: Sent) -> None:
+        base = self.offsets.get(sent.lane, 0)
+        self.offsets[sent.lane] = base + len(sent.records)
+        sent.delivery.set_result(Meta(base))
+
+
+class Outcomes:
+    """Every on_done call, by record name."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[tuple[int, BaseException | None]]] = {}
+
+    def callback(self, name: str) -> Callable[[int, BaseException | None], None]:
+        self.calls[name] = []
+        return lambda offset, exc: self.calls[name].append((offset, exc))
+
+    def done(self, name: str) -> bool:
+        return bool(self.calls[name])
+
+
+async def settle() -> None:
+    """Let the drain task and the send tasks run until they wait on the fake broker."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@asynccontextmanager
+async def draining(producer: FakeProducer) -> AsyncIterator[BatchLanes]:
+    lanes = BatchLanes(producer)
+    async with asyncio.TaskGroup() as tg:
+        drain = tg.create_task(lanes.run())
+        yield lanes
+        drain.cancel()
+
+
+def add(lanes: BatchLanes, out: Outcomes, lane: Lane, name: str, size: int = 4) -> None:
+    lanes.add(lane[0], lane[1], name.encode(), name.encode().ljust(size, b"."), out.callback(name))
+
+
+A, B = ("t", 0), ("t", 1)
+
+
+async def test_one_batch_in_flight_per_lane_within_the_size_limit() -> None:
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=10)) as lanes:
+        producer = lanes.producer
+        for i in range(5):
+            add(lanes, out, A, f"a{i}")  # 4 bytes each: two fit in 10
+        add(lanes, out, A, "big", size=25)
+        await settle()
+        assert [[k for k, _, _ in s.records] for s in producer.sent] == [[b"a0", b"a1"]]
+        add(lanes, out, A, "late")
+        for expected in ([b"a2", b"a3"], [b"a4"], [b"big"], [b"late"]):
+            producer.ack(producer.in_flight(A)[0])
+            await settle()
+            assert len(producer.in_flight(A)) == 1, "one batch at a time per lane"
+            assert [k for k, _, _ in producer.in_flight(A)[0].records] == expected
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+    assert [out.calls[n] for n in ["a0", "a1", "a2", "a3", "a4", "big", "late"]] == [
+        [(i, None)] for i in range(7)
+    ]
+    assert (lanes.records_sent, lanes.batches_sent, lanes.pending()) == (7, 5, 0)
+
+
+async def test_records_arriving_during_a_flight_go_together_next() -> None:
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=100)) as lanes:
+        producer = lanes.producer
+        add(lanes, out, A, "r0")
+        await settle()
+        for name in ("r1", "r2", "r3"):
+            add(lanes, out, A, name)
+        add(lanes, out, B, "b0")
+        await settle()
+        assert [len(s.records) for s in producer.in_flight(A)] == [1], "r1..r3 wait for r0's ack"
+        assert [len(s.records) for s in producer.in_flight(B)] == [1], "another lane does not wait"
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+        assert [k for k, _, _ in producer.in_flight(A)[0].records] == [b"r1", b"r2", b"r3"]
+
+
+async def test_flush_waits_for_earlier_records_only_even_under_a_steady_stream() -> None:
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=100)) as lanes:
+        producer = lanes.producer
+        assert lanes.flush().done(), "nothing queued: done at once"
+        add(lanes, out, A, "a")
+        add(lanes, out, B, "b")
+        await settle()
+        flushed = lanes.flush()
+        for i in range(6):  # a new record on each lane before every ack: the lanes are never idle
+            add(lanes, out, A, f"a{i}")
+            add(lanes, out, B, f"b{i}")
+            for sent in producer.in_flight():
+                if sent.lane == (A if i % 2 == 0 else B):
+                    producer.ack(sent)
+            await settle()
+            assert flushed.done() == (i >= 1), "done once a and b are acknowledged, not before"
+        assert producer.in_flight(), "later records are still in flight"
+        later = lanes.flush()
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+        assert not later.done()
+        producer.in_flight(B)[0].delivery.set_exception(OSError("broker gone"))
+        await settle()
+        assert not later.done(), "a5, added before the flush, is still in flight"
+        for sent in producer.in_flight():
+            producer.ack(sent)
+        await settle()
+        assert later.done() and later.exception() is None, "a failed record counts as finished"
+
+
+async def test_a_failed_batch_reaches_every_on_done_and_the_lane_goes_on() -> None:
+    out = Outcomes()
+    refused = ConnectionError("send refused")
+    async with draining(FakeProducer(max_bytes=8, refuse=[refused])) as lanes:
+        producer = lanes.producer
+        for name in ("x0", "x1", "x2", "x3", "x4"):
+            add(lanes, out, A, name)
+        await settle()
+        assert [out.calls[n] for n in ("x0", "x1")] == [[(-1, refused)]] * 2
+        broken = OSError("not leader")
+        producer.in_flight(A)[0].delivery.set_exception(broken)  # x2, x3
+        await settle()
+        assert [out.calls[n] for n in ("x2", "x3")] == [[(-1, broken)]] * 2
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+    assert out.calls["x4"] == [(0, None)]
+    assert (lanes.records_sent, lanes.batches_sent) == (1, 1)
+
+
+async def test_a_record_too_large_even_alone_fails_alone() -> None:
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=8, max_record=6)) as lanes:
+        for name, size in (("ok0", 4), ("huge", 7), ("ok1", 4)):
+            add(lanes, out, A, name, size)
+        await settle()
+        while lanes.producer.in_flight():
+            lanes.producer.ack(lanes.producer.in_flight()[0])
+            await settle()
+    [(offset, exc)] = out.calls["huge"]
+    assert offset == -1 and isinstance(exc, ValueError)
+    assert (out.calls["ok0"], out.calls["ok1"]) == ([(0, None)], [(1, None)])
+    assert [len(s.records) for s in lanes.producer.sent] == [1, 1]
+
+
+async def test_an_append_that_raises_fails_the_records_already_in_its_batch() -> None:
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=100, poison=b"bad.")) as lanes:
+        for name in ("p0", "p1", "bad", "p2"):
+            add(lanes, out, A, name)
+        flushed = lanes.flush()
+        await settle()
+        for sent in lanes.producer.in_flight():
+            lanes.producer.ack(sent)
+        await settle()
+        not_called = [n for n, calls in out.calls.items() if len(calls) != 1]
+        assert not_called == [], f"on_done not called exactly once for {not_called}"
+        assert flushed.done(), "flush waits forever for records nobody reports"
+
+
+async def test_stopping_fails_the_batch_in_flight() -> None:
+    out = Outcomes()
+    async with draining(FakeProducer()) as lanes:
+        add(lanes, out, A, "s0")
+        await settle()
+    await settle()  # the drain cancels its send tasks on the way out without waiting for them
+    [(offset, exc)] = out.calls["s0"]
+    assert offset == -1 and isinstance(exc, RuntimeError)
+
+
+# ---- the whole contract, on random interleavings -------------------------------------------------
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.sampled_from([A, B, ("u", 0)]), st.integers(1, 12)),
+        st.tuples(st.sampled_from(["ack", "fail"]), st.sampled_from([A, B, ("u", 0)]), st.just(0)),
+        st.tuples(st.just("flush"), st.just(A), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(script=steps)
+def test_order_once_only_and_flush_on_random_interleavings(script: list[tuple[str, Lane, int]]) -> None:
+    async def scenario() -> None:
+        out, producer = Outcomes(), FakeProducer(max_bytes=10)
+        added: dict[Lane, list[str]] = {}
+        flushes: list[tuple[asyncio.Future[None], list[str]]] = []
+        async with draining(producer) as lanes:
+            for n, (step, lane, size) in enumerate([*script, *[("drain", A, 0)] * 40]):
+                if step == "add":
+                    add(lanes, out, lane, f"r{n}", size)
+                    added.setdefault(lane, []).append(f"r{n}")
+                elif step == "flush":
+                    flushes.append((lanes.flush(), [r for names in added.values() for r in names]))
+                else:  # ack / fail the oldest batch in flight on ``lane`` (drain: on any lane)
+                    flying = producer.in_flight(None if step == "drain" else lane)
+                    if flying and step == "fail":
+                        flying[0].delivery.set_exception(OSError("broker error"))
+                    elif flying:
+                        producer.ack(flying[0])
+                await settle()
+                assert all(len(producer.in_flight(ln)) <= 1 for ln in added)
+                for flushed, before in flushes:
+                    assert flushed.done() == all(out.done(r) for r in before)
+            assert not producer.in_flight() and lanes.pending() == 0
+        assert all(len(calls) == 1 for calls in out.calls.values()), "on_done exactly once per record"
+        for lane, names in added.items():
+            batches = [s.records for s in producer.sent if s.lane == lane]
+            assert [k for batch in batches for k, _, _ in batch] == [r.encode() for r in names]
+            assert all(len(b) == 1 or sum(len(v) for _, v, _ in b) <= 10 for b in batches)
+            offsets = [out.calls[r][0][0] for r in names if out.calls[r][0][1] is None]
+            assert offsets == list(range(len(offsets))), "acknowledged records: consecutive, in order"
+
+    asyncio.run(scenario())
