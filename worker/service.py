@@ -97,6 +97,7 @@ class Worker:
         self.view: ClusterView | None = None
         self.graph_path: str | None = None
         self.coordinator_seen = -1.0  # clock time of the last word from the coordinator (set in run)
+        self.registered_at = -1.0  # clock time of the last Register sent
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.table = RoutingTable(node_id)
         self.replies = ReplyOut(egress, config.dedup_replies_per_partition, self._check_lease)
@@ -125,7 +126,7 @@ class Worker:
         async with asyncio.TaskGroup() as tg:
             self.tasks = tg
             self.coordinator_seen = self.clock.now()
-            self.transport.send(COORDINATOR, Register(self.node_id, self.host, self.port))
+            self._register()
             if self.heartbeats:
                 tg.create_task(self._heartbeat_loop())
             await asyncio.Future()  # run until cancelled
@@ -133,9 +134,24 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         # Sent from the worker's own event loop: a hung loop stops heartbeats and counts as failed.
         interval = self.config.heartbeat_interval_ms / 1000
+        timeout_s = self.config.failure_timeout_ms / 1000
         while True:
             self.transport.send(COORDINATOR, Heartbeat(self.node_id, self.driver.completed_epoch))
+            now = self.clock.now()
+            if now - self.coordinator_seen > timeout_s and now - self.registered_at > timeout_s:
+                # No echo for a failure timeout: the coordinator does not count this worker as a
+                # member (its Register was lost while the coordinator restarted), so say it again.
+                log.warning(
+                    "%s: no word from the coordinator for %.1f s: registering again",
+                    self.node_id,
+                    now - self.coordinator_seen,
+                )
+                self._register()
             await self.clock.sleep(interval)
+
+    def _register(self) -> None:
+        self.registered_at = self.clock.now()
+        self.transport.send(COORDINATOR, Register(self.node_id, self.host, self.port))
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as a child of the worker's task group; recovery cancels what is in flight."""
@@ -146,7 +162,7 @@ class Worker:
 
     def on_coordinator_lost(self) -> None:
         """The coordinator's connection broke: register again (delivered once it is back)."""
-        self.transport.send(COORDINATOR, Register(self.node_id, self.host, self.port))
+        self._register()
 
     def _on_ingress_available(self) -> None:
         if self.view is not None:
@@ -185,6 +201,11 @@ class Worker:
                 pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
             case SnapshotResult():
                 self.snapshots.on_result(msg, self.driver.store, self.replies.answered)
+            case Recover() if self.view is None or self.view.gen != msg.gen:
+                # The view of this generation went to this worker's previous process (it restarted
+                # in between): without it this worker knows neither placement nor graph. Its own
+                # registration makes the coordinator start a newer generation.
+                log.warning("%s: ignoring recovery to generation %d: no view of it", self.node_id, msg.gen)
             case Recover():
                 assert self.tasks is not None
                 if self.recovering is not None:
