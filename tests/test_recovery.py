@@ -14,8 +14,11 @@ from collections.abc import Callable
 
 import pytest
 
-from styx_py.core.wire import Message, SnapshotDone
+from styx_py.coordinator.snapshots import empty_manifest
+from styx_py.core.config import load_config
+from styx_py.core.wire import COORDINATOR, Message, Recover, Register, SnapshotDone
 from styx_py.testing.cluster import SimCluster, check_against_serial
+from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemoryNetwork, MemorySeqLog
 from styx_py.worker.service import Worker
 from tests.test_oracle import APP, submit_random_mix
 
@@ -62,9 +65,7 @@ async def run_with_crashes(
             # The next few uploads fail: of snapshot objects first (snapshots taken then are torn and
             # must never be used), then of any object (manifests, the coordinator's own state).
             failures, prefix = rng.randint(3, 12), "snapshots/" if i % 2 == 0 else ""
-            c.network.fault_at(
-                base + rng.randint(20, 1000), lambda f=failures, p=prefix: c.blobs.fail(f, p)
-            )
+            c.network.fault_at(base + rng.randint(20, 1000), lambda f=failures, p=prefix: c.blobs.fail(f, p))
         for _ in range(3):
             submit_random_mix(c, rng, n // 3, n_keys=20, hot=rng.choice([0.2, 0.6]))
             # Clients resending request ids: some answered long ago, some still in flight.
@@ -209,3 +210,39 @@ async def test_a_snapshot_is_confirmed_only_once_its_epochs_replies_are_acknowle
         await check_against_serial(c)
     assert len(unacked_at_done) >= 12
     assert set(unacked_at_done) == {0}
+
+
+async def test_a_recover_for_a_generation_without_its_view_is_ignored() -> None:
+    """The coordinator sends a generation's view, then its Recover. When the worker's process
+    restarted in between, the new process gets the Recover without the view: it knows neither graph
+    nor placement and must not run that generation (its own registration starts a newer one)."""
+    log = MemoryLog()
+    log.create("ingress", 2)
+    log.create("egress", 2)
+    log.create("seqlog", 1)
+    network = MemoryNetwork()
+    w = Worker(
+        "w1",
+        load_config({}, env={}),
+        network.endpoint("w1"),
+        MemoryIngress(log, "ingress"),
+        MemoryEgress(log, "egress"),
+        MemorySeqLog(log, "seqlog"),
+    )
+    w.on_message(COORDINATOR, Recover(3, empty_manifest(2), -1))
+    assert w.recovering is None and w.generation == -1
+
+
+async def test_a_register_lost_while_the_coordinator_resumes_is_sent_again() -> None:
+    """A restarted coordinator waits for every worker of the cluster to register. A worker whose
+    Register is lost hears no heartbeat echo and registers again after a failure timeout."""
+    async with SimCluster(APP, workers=3, seed=22, epoch_size_max=10) as c:
+        for i in range(20):
+            c.submit("acct", "deposit", f"k{i}", 100)
+        await c.wait()
+        c.network.drop_types.add(Register)
+        c.crash_coordinator()
+        submit_random_mix(c, random.Random(22), 150, n_keys=20, hot=0.5)
+        await c.wait(timeout_s=60)
+        await check_against_serial(c)
+        assert c.network.dropped == 1
