@@ -8,7 +8,7 @@
   serve; the Grafana provisioning finds its data source and dashboard.
 - The image: the Dockerfile copies what exists and what ``.dockerignore`` lets through, runs as
   non-root, and the deployed entry points import none of the packages the image leaves out.
-- The README's configuration table is the one rendered from the schema.
+- The configuration table in ``docs/operations.md`` is the one rendered from the schema.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from styx_py.cli import build_parser
 from styx_py.client.gateway import GatewayConfig, build_app, build_gateway
-from styx_py.core.config import ENV_VARS, SETTINGS, markdown_table, render_into
+from styx_py.core.config import ENV_VARS, SETTINGS, TABLE_FILE, markdown_table, render_into
 from styx_py.io.metrics import MetricsServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,12 +185,13 @@ def test_every_setting_has_its_metadata() -> None:
             assert spec.meta.unit == "s", spec.name
 
 
-def test_readme_configuration_table_is_rendered_from_the_schema() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert render_into(readme) == readme, (
-        "README's configuration table is out of date: run python -m styx_py.core.config --write README.md"
+def test_docs_configuration_table_is_rendered_from_the_schema() -> None:
+    doc = (ROOT / TABLE_FILE).read_text()
+    assert render_into(doc) == doc, (
+        f"{TABLE_FILE}'s configuration table is out of date: "
+        f"run python -m styx_py.core.config --write {TABLE_FILE}"
     )
-    assert markdown_table() in readme
+    assert markdown_table() in doc
 
 
 def test_secrets_stay_out_of_configmaps() -> None:
