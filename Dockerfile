@@ -6,8 +6,8 @@
 #   docker run styx-py:0.1.0 worker --id w1 --host 0.0.0.0 --port 7000 --advertise-host w1
 #   docker run styx-py:0.1.0 gateway --host 0.0.0.0 --port 8080
 #
-# Settings come from STYX_* environment variables (README, "Configuration"). Your application's code
-# goes in a layer on top (README, "Run on Kubernetes / with docker-compose"):
+# Settings come from STYX_* environment variables (docs/operations.md). Your application's code
+# goes in a layer on top (docs/deploy.md):
 #
 #   FROM styx-py:0.1.0
 #   COPY --chown=styx:styx myapp/ /app/myapp/

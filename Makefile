@@ -23,7 +23,7 @@ lint: install
 	$(VENV)/bin/ruff check styx_py coordinator worker client benchmarks tests
 	$(VENV)/bin/mypy
 
-# The README's results table: each workload swept over rates, one fresh local cluster per rate; results
+# The results table of docs/benchmarks.md: each workload swept over rates, one fresh local cluster per rate; results
 # (JSON + PNG) in benchmarks/results/. About 17 minutes on 2 cores.
 bench: install
 	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000,9000 --duration 15 --warmup 3 --quiet
@@ -37,6 +37,6 @@ bench-tpcc10: install
 	$(VENV)/bin/styx bench tpcc --warehouses 10 --one-cluster --sweep 100,200,400,600 --duration 15 --warmup 3 \
 		--no-check --quiet
 
-# What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (README "HTTP API").
+# What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (docs/http-api.md).
 bench-http: install
 	$(PY) -m styx_py.benchmarks.http_overhead --rate 200 --seconds 10

@@ -75,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=5,
         help="client producer linger in ms (default 5: fewer, larger ingress batches; measured better "
-        "p50 and p99 from 1000/s up on Tansu, see README)",
+        "p50 and p99 from 1000/s up on Tansu, see docs/benchmarks.md)",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")

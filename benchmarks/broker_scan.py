@@ -7,9 +7,10 @@ One producer sends one-record batches (as a lightly loaded client does) into one
 ``--rate`` while a consumer tails it with a 5 ms fetch wait, as the workers and the SDK do. Every
 ``--step`` batches it prints and records the broker's CPU (share of a core, from /proc; needs its pid)
 and the consumer's lag. On Tansu 0.6 the CPU of a fetch that returns data grows with the number
-of batches stored in the partition, and the consumer stops receiving at ~7 000 batches. A styx-py
-cluster's ingress and egress partitions reach that size after seconds of load, which is why
-benchmark latency on Tansu rises over a run and why every benchmark rate gets a fresh cluster.
+of batches stored in the partition, and the consumer stops receiving at ~5 500 batches
+(results/broker-scan-tansu-memory.json). A styx-py cluster's ingress and egress partitions reach
+that size after seconds of load, which is why benchmark latency on Tansu rises over a run and why
+every benchmark rate gets a fresh cluster.
 Results go to ``benchmarks/results/broker-scan-<broker>.json``.
 """
 

@@ -2,7 +2,7 @@
 
 - ``docker-compose.yml`` against the Compose Specification schema, ``deploy/k8s/`` against the
   Kubernetes OpenAPI schemas (both bundled in PyPI packages: offline).
-- Consistency with the code: every ``STYX_*`` variable is a setting of ``styx_py/config.py``; every
+- Consistency with the code: every ``STYX_*`` variable is a setting of ``styx_py/core/config.py``; every
   command parses with the real ``styx`` argument parser; ports, addresses, ids, replica counts,
   bucket names, scrape targets and probe endpoints agree with each other and with what the processes
   serve; the Grafana provisioning finds its data source and dashboard.
@@ -171,7 +171,7 @@ def test_every_styx_variable_is_a_setting(compose: dict[str, Any]) -> None:
     # A name ending in "_" is a prefix (code that matches several settings at once).
     known = {n for n in used if n in ENV_VARS or (n.endswith("_") and any(v.startswith(n) for v in ENV_VARS))}
     unknown = {n: where for n, where in used.items() if n not in known}
-    assert not unknown, f"STYX_* variables that are not settings of styx_py/config.py: {unknown}"
+    assert not unknown, f"STYX_* variables that are not settings of styx_py/core/config.py: {unknown}"
     assert {"STYX_KAFKA_BOOTSTRAP", "STYX_METRICS_PORT", "STYX_GATEWAY_TOKEN"} <= set(used)
 
 
