@@ -10,8 +10,8 @@ Nothing is added per transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,18 +20,44 @@ from prometheus_client.registry import Collector
 from styx_py.core.wire import EpochDone
 from styx_py.io.metrics import EPOCH_BUCKETS_S, SLOW_BUCKETS_S, LoopHistogram, histogram_family
 
-if TYPE_CHECKING:
-    from styx_py.coordinator.server import Coordinator
-
-__all__ = ["PHASES", "CoordinatorMetrics"]
+__all__ = ["PHASES", "CoordinatorMetrics", "CoordinatorReadout"]
 
 # The three barrier stages of an epoch, as the coordinator sees them (see coordinator.barrier).
 PHASES = ("execute", "conflicts", "commit")
 STATES = ("starting", "running", "recovering")
 
 
+class CoordinatorReadout(Protocol):
+    """What the metrics read from the coordinator, at scrape time (``Coordinator`` provides it)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def gen(self) -> int: ...
+    @property
+    def graph_path(self) -> str | None: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def workers(self) -> Sequence[str]: ...
+    @property
+    def failed(self) -> Sequence[str]: ...
+    @property
+    def totals(self) -> Mapping[str, int]: ...
+    @property
+    def recoveries(self) -> int: ...
+    @property
+    def stalls(self) -> int: ...
+    @property
+    def compactions(self) -> int: ...
+    @property
+    def last_recovery(self) -> Mapping[str, Any] | None: ...
+    @property
+    def last_snapshot(self) -> Mapping[str, Any] | None: ...
+
+
 class CoordinatorMetrics:
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: CoordinatorReadout) -> None:
         self.coordinator = coordinator
         self.registry = CollectorRegistry()
         r = self.registry
@@ -80,14 +106,14 @@ class CoordinatorMetrics:
         if c.state == "recovering":
             return False, f"recovering (generation {c.gen})"
         if c.graph_path is None:
-            return True, f"waiting for a deploy ({len(c.membership.workers)} workers registered)"
+            return True, f"waiting for a deploy ({len(c.workers)} workers registered)"
         return True, f"running {c.graph_path}, epoch {c.epoch}"
 
 
 class _Collector(Collector):
     """Values the coordinator keeps anyway, read at scrape time."""
 
-    def __init__(self, coordinator: Coordinator, metrics: CoordinatorMetrics) -> None:
+    def __init__(self, coordinator: CoordinatorReadout, metrics: CoordinatorMetrics) -> None:
         self.c = coordinator
         self.m = metrics
 
@@ -139,9 +165,7 @@ class _Collector(Collector):
         for s in STATES:
             state.add_metric([s], 1.0 if c.state == s else 0.0)
         yield state
-        yield GaugeMetricFamily(
-            "styx_coordinator_workers", "registered workers", value=len(c.membership.workers)
-        )
+        yield GaugeMetricFamily("styx_coordinator_workers", "registered workers", value=len(c.workers))
         yield GaugeMetricFamily(
             "styx_coordinator_failed_workers", "workers that missed heartbeats", value=len(c.failed)
         )

@@ -1,4 +1,5 @@
-"""The coordinator's pure parts: the epoch barrier, placement, membership; and deploy robustness."""
+"""The coordinator's pure parts: the epoch barrier, placement, membership; deploy robustness; and its
+timers on the injected clock."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from styx_py.coordinator.membership import Membership
 from styx_py.coordinator.placement import place
 from styx_py.coordinator.server import Coordinator
 from styx_py.core.config import load_config
-from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Vote
+from styx_py.core.errors import GraphError
+from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Register, Vote
+from styx_py.testing.cluster import virtual_time
 from styx_py.testing.memory import MemoryNetwork
 
 # ---- barrier --------------------------------------------------------------------------------------
@@ -185,3 +188,28 @@ async def test_relative_deploy_path_does_not_crash_the_coordinator() -> None:
     await _stop(task)
     assert alive
     assert len(replies) == 1 and replies[0].ok is False
+
+
+# ---- time -----------------------------------------------------------------------------------------
+
+
+async def test_deploy_timeout_and_failure_detection_run_on_the_loop_clock() -> None:
+    """On virtual time a 30 s deploy timeout costs no real time, and a worker that never sends a
+    heartbeat is reported failed: every timer and timestamp of the coordinator reads the loop."""
+    with virtual_time():
+        loop = asyncio.get_running_loop()
+        net = MemoryNetwork(0)
+        config = load_config({"heartbeat_interval_ms": 200, "failure_timeout_ms": 1000}, env={})
+        coord = Coordinator(config, net.endpoint("coordinator"), min_workers=2)
+        net.register("coordinator", coord.on_message)
+        task = asyncio.create_task(coord.run())
+        coord.on_message("w1", Register("w1", "127.0.0.1", 1))  # and never a heartbeat
+        began = loop.time()
+        with pytest.raises(GraphError, match=r"only 1 of 2 workers registered after 30.0s"):
+            await coord.deploy("tests.apps.oracle:app", timeout_s=30.0)
+        assert loop.time() - began == pytest.approx(30.0)
+        status = coord.status()
+        assert status["failed_workers"] == ["w1"]
+        assert status["workers"][0]["last_heartbeat_s_ago"] == pytest.approx(30.0)
+        assert not task.done()
+        await _stop(task)

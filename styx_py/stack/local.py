@@ -22,7 +22,10 @@ from typing import Any, Literal
 from styx_py.core.errors import StyxError
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest
 from styx_py.io.tcp import admin_request
-from styx_py.stack.services import S3Config, SeaweedS3, ServiceError, TansuBroker, free_port
+from styx_py.stack.errors import ServiceError
+from styx_py.stack.net import free_port
+from styx_py.stack.seaweed import S3Config, SeaweedS3
+from styx_py.stack.tansu import TansuBroker
 
 STATE_FILE = Path(".styx") / "cluster.json"
 

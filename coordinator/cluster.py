@@ -1,0 +1,64 @@
+"""The cluster as the coordinator knows it: its workers, the deployed graph, the generation, and the
+:class:`~styx_py.core.wire.ClusterView` built from them that every worker is sent.
+
+Two counters, not to be confused: ``gen`` is the cluster generation (every recovery opens a new one;
+messages of an older generation are ignored everywhere) and ``view_version`` numbers the views (every
+broadcast of a view, for a registration as well as for a recovery, bumps it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from styx_py.coordinator.membership import Membership
+from styx_py.core.config import Config
+from styx_py.core.graph import OperatorSpec
+from styx_py.core.ports import Transport
+from styx_py.core.wire import ClusterView, Message
+
+__all__ = ["Cluster", "State"]
+
+State = Literal["starting", "running", "recovering"]
+
+
+class Cluster:
+    def __init__(self, config: Config, transport: Transport, kafka_bootstrap: str | None) -> None:
+        self.config = config
+        self.transport = transport
+        self.kafka_bootstrap = kafka_bootstrap
+        self.membership = Membership(config.failure_timeout_ms)
+        self.graph_path: str | None = None
+        self.operators: list[OperatorSpec] = []
+        self.placement: list[str] = []  # partition index -> owning worker
+        self.gen = 0
+        self.view_version = 0
+        self.state: State = "starting"
+        self.deployed = asyncio.Event()  # a graph runs (deployed here, or resumed from S3)
+
+    @property
+    def workers(self) -> list[str]:
+        return sorted(self.membership.workers)
+
+    def broadcast(self, msg: Message) -> None:
+        for node_id in self.workers:
+            self.transport.send(node_id, msg)
+
+    def view(self) -> ClusterView:
+        cfg = self.config
+        return ClusterView(
+            self.view_version,
+            self.membership.infos(),
+            self.placement,
+            self.graph_path,
+            self.operators,
+            self.kafka_bootstrap,
+            cfg.ingress_topic,
+            cfg.egress_topic,
+            cfg.seqlog_topic,
+            self.gen,
+        )
+
+    def broadcast_view(self) -> None:
+        self.view_version += 1
+        self.broadcast(self.view())

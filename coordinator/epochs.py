@@ -1,0 +1,150 @@
+"""The epoch loop: drive every epoch through the three barrier stages.
+
+Per epoch the coordinator broadcasts ``EpochStart``, waits for every worker's ``ExecDone`` (and
+broadcasts the union of logic aborts), every ``Vote`` (and broadcasts one ``Decision``: the fallback
+set, and whether the epoch snapshots), then every ``EpochDone``. It never touches transaction data.
+Epochs run back to back while any worker has pending work, spaced by at least ``epoch_interval_ms``;
+an idle cluster waits for a ``WorkAvailable`` instead of spinning. A stage that does not complete
+within ``epoch_timeout_ms`` (a lost message, a wedged worker) is a stall: a recovery takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from styx_py.coordinator.barrier import Stage, combine_exec, combine_votes
+from styx_py.coordinator.cluster import Cluster
+from styx_py.coordinator.metrics import CoordinatorMetrics
+from styx_py.coordinator.snapshotter import Snapshotter
+from styx_py.coordinator.status import Throughput
+from styx_py.coordinator.tasks import Tasks
+from styx_py.core.ports import Clock
+from styx_py.core.wire import AllExecDone, Decision, EpochDone, EpochStart, ExecDone, Vote
+
+__all__ = ["EpochLoop"]
+
+log = logging.getLogger("styx.coordinator")
+
+
+class EpochLoop:
+    def __init__(
+        self,
+        cluster: Cluster,
+        clock: Clock,
+        tasks: Tasks,
+        snapshots: Snapshotter,
+        metrics: CoordinatorMetrics,
+        on_stall: Callable[[], None],
+    ) -> None:
+        self.cluster = cluster
+        self.clock = clock
+        self.tasks = tasks
+        self.snapshots = snapshots
+        self.metrics = metrics
+        self.on_stall = on_stall  # starts a recovery, which stops this loop
+        self.epoch = 0  # the next epoch to run
+        self.lc = 0  # the sequencer counter after the last epoch
+        self.last_decided = -1  # the last epoch whose Decision went out (a recovery replays up to it)
+        self.stalls = 0
+        self.stage: Stage[Any] | None = None
+        self.stage_done = asyncio.Event()
+        self.work = asyncio.Event()  # a worker has work (WorkAvailable)
+        self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
+        self.throughput = Throughput()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self, replay_until: int = -1, on_replayed: Callable[[], None] | None = None) -> None:
+        self.task = self.tasks.start(self._run(replay_until, on_replayed))
+
+    def stop(self) -> None:
+        """Synchronously, before a new generation opens: no stage of the old one completes."""
+        if self.task is not None:
+            self.task.cancel()
+        self.stage = None
+
+    def on_report(self, msg: ExecDone | Vote | EpochDone) -> None:
+        if msg.gen != self.cluster.gen:
+            return  # from a generation a recovery ended
+        stage = self.stage
+        if stage is not None and stage.add(msg):
+            self.stage_done.set()
+
+    async def _run(self, replay_until: int, on_replayed: Callable[[], None] | None) -> None:
+        """Run epochs back to back; epochs up to ``replay_until`` re-run their logged composition."""
+        await self.cluster.deployed.wait()
+        interval_s = self.cluster.config.epoch_interval_ms / 1000
+        last_start = -math.inf
+        gen = self.cluster.gen
+        while True:
+            if gen != self.cluster.gen:
+                return  # a recovery began: this loop belongs to a generation that is over
+            e = self.epoch
+            replay = e <= replay_until
+            self.work.clear()
+            self.idle.clear()
+            if interval_s > 0 and not replay:
+                wait = last_start + interval_s - self.clock.now()
+                if wait > 0:
+                    await self.clock.sleep(wait)
+                last_start = self.clock.now()
+                if gen != self.cluster.gen:
+                    return
+            done = await self._epoch(e, replay)
+            self.epoch = e + 1
+            if e == replay_until and on_replayed is not None:
+                on_replayed()
+            if e + 1 > replay_until and sum(d.pending for d in done) == 0 and not self.work.is_set():
+                self.idle.set()
+                await self.work.wait()
+
+    async def _epoch(self, e: int, replay: bool) -> list[EpochDone]:
+        """One epoch through the barrier; every worker's ``EpochDone``."""
+        gen = self.cluster.gen
+        stage = self._open(e, ExecDone)
+        t_start = time.perf_counter()
+        self.cluster.broadcast(EpochStart(e, self.lc, gen, replay))
+        aborted, self.lc = combine_exec(await self._gather(stage))
+        t_executed = time.perf_counter()
+        stage = self._open(e, Vote)
+        self.cluster.broadcast(AllExecDone(e, aborted, gen))
+        fallback, uncacheable = combine_votes(await self._gather(stage))
+        t_voted = time.perf_counter()
+        stage = self._open(e, EpochDone)
+        snapshot = not replay and self.snapshots.begin(e, self.lc)
+        self.cluster.broadcast(Decision(e, fallback, uncacheable, gen, snapshot))
+        self.last_decided = e
+        done: list[EpochDone] = await self._gather(stage)
+        self.metrics.epoch(t_start, t_executed, t_voted, time.perf_counter(), done)
+        self.stage = None
+        self.throughput.record(self.clock.now(), done, len(fallback))
+        return done
+
+    def _open(self, epoch: int, kind: type[Any]) -> Stage[Any]:
+        self.stage = Stage(epoch, self.cluster.workers, kind)
+        self.stage_done.clear()
+        return self.stage
+
+    async def _gather(self, stage: Stage[Any]) -> list[Any]:
+        """Every worker's message for this stage; a stage that times out starts a recovery."""
+        gen = self.cluster.gen
+        if not stage.complete:
+            try:
+                async with self.clock.timeout(self.cluster.config.epoch_timeout_ms / 1000):
+                    await self.stage_done.wait()
+            except TimeoutError:
+                missing = sorted(stage.expected - set(stage.got))
+                log.error("epoch %d stalled waiting for %s: recovering", stage.epoch, missing)
+                self.stalls += 1
+                self.on_stall()  # cancels this loop
+                raise asyncio.CancelledError from None
+        if gen != self.cluster.gen:
+            # A recovery began while we waited; never act for a generation that is over (a
+            # cancellation can race with the wake-up, so this does not rely on it).
+            raise asyncio.CancelledError
+        self.stage_done.clear()
+        return stage.messages()

@@ -1,0 +1,210 @@
+"""Recovery, the coordinator's side: roll every worker back to the last complete snapshot and replay
+the epochs that may have been decided, in a new generation.
+
+A recovery starts when a worker re-registers after a crash, when an epoch stage stalls, or once every
+worker is back after the coordinator itself restarted (:meth:`Recovery.resume`, from its state in
+S3). Opening the generation is synchronous (the epoch loop stops and the new view goes out before
+anything else is sent); the rest is retried, with a capped backoff, for as long as it takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import msgspec
+
+from styx_py.coordinator.cluster import Cluster
+from styx_py.coordinator.epochs import EpochLoop
+from styx_py.coordinator.meta import MetaStore
+from styx_py.coordinator.snapshots import empty_manifest, last_complete_epoch, with_generation
+from styx_py.coordinator.snapshotter import Snapshotter
+from styx_py.coordinator.tasks import Tasks
+from styx_py.core.graph import load_graph
+from styx_py.core.ports import Clock, LogReader
+from styx_py.core.wire import Recover, RecoverDone
+
+__all__ = ["MAX_RECOVERY_BACKOFF_S", "Recovery"]
+
+log = logging.getLogger("styx.coordinator")
+
+MAX_RECOVERY_BACKOFF_S = 2.0
+
+
+class Recovery:
+    def __init__(
+        self,
+        cluster: Cluster,
+        clock: Clock,
+        tasks: Tasks,
+        epochs: EpochLoop,
+        snapshots: Snapshotter,
+        store: MetaStore,
+        logs: LogReader | None,
+    ) -> None:
+        self.cluster = cluster
+        self.clock = clock
+        self.tasks = tasks
+        self.epochs = epochs
+        self.snapshots = snapshots
+        self.store = store
+        self.logs = logs
+        self.task: asyncio.Task[None] | None = None
+        self.answers: dict[str, RecoverDone] = {}  # this attempt's RecoverDone, per worker
+        self.answered = asyncio.Event()
+        self.count = 0  # recoveries started (a generation each)
+        self.failed_attempts = 0  # in a row, for the backoff
+        self.replay_until = (
+            -1
+        )  # every epoch up to here was decided (replies may be out): replay, never re-form
+        self.detected_after_s = 0.0  # last failure to its worker's re-registration
+        self.started_at = 0.0  # when the last successful attempt began
+        self.last: dict[str, Any] | None = None  # the last recovery, as ``styx status`` shows it
+        self.resuming = False  # taking over from a dead coordinator: waiting for ``expected`` to register
+        self.expected: set[str] = set()
+
+    def start(self) -> None:
+        """(Re)start recovery (a failure during recovery simply starts it again)."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        self._new_generation()
+        self.task = self.tasks.start(self._run())
+
+    def rejoined(self) -> None:
+        """While resuming, a worker of the resumed cluster registered: recover once all are back."""
+        if self.resuming and set(self.cluster.membership.workers) >= self.expected:
+            self.resuming = False
+            log.warning("all %d workers are back: recovering", len(self.expected))
+            self.start()
+
+    def on_done(self, msg: RecoverDone) -> None:
+        if msg.gen == self.cluster.gen:
+            self.answers[msg.node_id] = msg
+            self.answered.set()
+
+    def _new_generation(self) -> None:
+        """Synchronously, before anything else is sent: stop the epoch loop and open a new
+        generation, so no message of the old one can reach a restarted worker as if it were current."""
+        self.epochs.stop()
+        self.cluster.state = "recovering"
+        self.count += 1
+        self.snapshots.abandon()
+        self.cluster.gen += 1
+        self.cluster.broadcast_view()
+
+    async def _run(self) -> None:
+        """Retried for as long as it takes (S3 or a worker may be down for a while), with a capped
+        backoff; the cluster reports "recovering" meanwhile."""
+        while (reasons := await self._attempt()) is not None:
+            self.failed_attempts += 1
+            log.error("recovery to generation %d failed (%s); retrying", self.cluster.gen, reasons)
+            await self.clock.sleep(min(MAX_RECOVERY_BACKOFF_S, 0.05 * 2**self.failed_attempts))
+            self._new_generation()
+        self.failed_attempts = 0
+        self.epochs.start(self.replay_until, on_replayed=self._replayed)
+
+    async def _attempt(self) -> str | None:
+        """One attempt; the reason it failed, or None."""
+        c, snapshots = self.cluster, self.snapshots
+        assert snapshots.manifest is not None
+        # A failure during a replay must not shorten it: epochs decided before are still replayed.
+        self.replay_until = replay_until = max(self.replay_until, self.epochs.last_decided)
+        # Generation ``gen`` runs the epochs after the last decided one; a partially logged epoch of
+        # the dead generation keeps its old generation number and is never replayed.
+        snapshots.manifest = m = with_generation(snapshots.manifest, replay_until + 1, c.gen)
+        try:
+            # Durable before any worker hears of it: a restarted coordinator must never reuse a
+            # generation number, nor mistake a new generation's epochs for a dead one's.
+            await self.store.save(c, m)
+        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+            return f"saving the cluster state failed: {type(exc).__name__}: {exc}"
+        started = self.started_at = self.clock.now()
+        self.answers = {}
+        self.answered.clear()
+        c.broadcast(Recover(c.gen, m, replay_until))
+        await self._wait_for_answers(self.clock.now() + c.config.epoch_timeout_ms / 1000)
+        missing = sorted(set(c.workers) - set(self.answers))
+        if missing:
+            return f"no answer from {missing}"
+        reasons = ", ".join(f"{d.node_id}: {d.error}" for d in self.answers.values() if not d.ok)
+        if reasons:
+            return reasons
+        restore_s = self.clock.now() - started
+        self.last = {
+            "generation": c.gen,
+            "snapshot_epoch": m.epoch,
+            "detect_s": round(self.detected_after_s, 3),
+            "restore_s": round(restore_s, 3),
+            "replay_epochs": max(0, replay_until - m.epoch),
+            "replay_s": 0.0 if replay_until <= m.epoch else None,
+        }
+        log.warning(
+            "generation %d: restored snapshot %d in %.3fs, replaying epochs %d..%d",
+            c.gen,
+            m.epoch,
+            restore_s,
+            m.epoch + 1,
+            replay_until,
+        )
+        self.epochs.epoch = m.epoch + 1
+        self.epochs.lc = m.lc
+        c.state = "running"
+        return None
+
+    async def _wait_for_answers(self, deadline: float) -> None:
+        """Until every worker answered the Recover, or ``deadline``."""
+        while len(self.answers) < len(self.cluster.workers) and self.clock.now() < deadline:
+            with contextlib.suppress(TimeoutError):
+                async with self.clock.timeout(max(0.0, deadline - self.clock.now())):
+                    await self.answered.wait()
+            self.answered.clear()
+
+    def _replayed(self) -> None:
+        """The epoch loop finished replaying the epochs decided before the recovery."""
+        if self.last is not None:
+            self.last["replay_s"] = round(self.clock.now() - self.started_at, 3)
+            log.warning("replay done: %s", self.last)
+
+    async def resume(self) -> bool:
+        """Take over the cluster a previous coordinator ran, from its state in S3.
+
+        Returns False when there is none (a fresh cluster). Otherwise the graph, placement and
+        generation are restored, the last complete snapshot is found, and the epochs that may have
+        been decided are found in the sequencer log (every worker's entry present); once all workers
+        have re-registered (:meth:`rejoined`), a recovery replays them, exactly as after a worker crash.
+        """
+        saved = await self.store.load()
+        if saved is None:
+            return False
+        meta, manifest = saved
+        c, epochs = self.cluster, self.epochs
+        graph = load_graph(meta.graph_path)
+        if manifest is None:
+            manifest = empty_manifest(graph.n_partitions)
+        m = msgspec.structs.replace(manifest, epoch_generations=meta.epoch_generations)
+        self.snapshots.manifest = m
+        c.graph_path = meta.graph_path
+        c.operators = graph.specs()
+        c.placement = meta.placement
+        c.gen = meta.gen
+        self.expected = set(meta.workers)
+        if self.logs is not None:
+            entries = await self.logs.seqlog(m.seqlog_offset if m.epoch >= 0 else 0)
+            epochs.last_decided = last_complete_epoch(entries, m, len(meta.workers))
+        else:
+            epochs.last_decided = m.epoch
+        self.replay_until = epochs.last_decided
+        self.resuming = True
+        c.state = "recovering"
+        c.deployed.set()
+        log.warning(
+            "resuming %s: generation %d, snapshot %d, epochs up to %d to replay; waiting for %d workers",
+            meta.graph_path,
+            c.gen,
+            m.epoch,
+            epochs.last_decided,
+            len(self.expected),
+        )
+        return True
