@@ -9,6 +9,7 @@ execution in commit order.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
 
@@ -246,3 +247,31 @@ async def test_a_register_lost_while_the_coordinator_resumes_is_sent_again() -> 
         await c.wait(timeout_s=60)
         await check_against_serial(c)
         assert c.network.dropped == 1
+
+
+async def test_a_silent_worker_is_reported_failed_and_rejoins_once_heard_again() -> None:
+    """Heartbeats and failure detection on simulated time: a worker cut off from the network is
+    reported failed after the failure timeout, the stalled epoch's recovery cannot complete without
+    it, and once the partition heals the worker registers again and the cluster recovers."""
+    async with SimCluster(APP, workers=3, seed=23, epoch_size_max=10, epoch_timeout_ms=2000) as c:
+        for i in range(20):
+            c.submit("acct", "deposit", f"k{i}", 100)
+        await c.wait()
+        c.network.isolated.add("w2")
+        submit_random_mix(c, random.Random(23), 100, n_keys=20, hot=0.5)
+        await until_failed_workers(c, ["w2"])
+        c.network.isolated.clear()
+        await c.wait(timeout_s=60)
+        await check_against_serial(c)
+        await until_failed_workers(c, [])
+        assert c.network.cut > 0
+        assert c.coordinator.recoveries >= 1
+
+
+async def until_failed_workers(c: SimCluster, expected: list[str], within_s: float = 30) -> None:
+    """Poll the coordinator's verdict every heartbeat interval of simulated time, with a deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while c.coordinator.status()["failed_workers"] != expected:
+        assert loop.time() < deadline, f"failed workers never became {expected}"
+        await asyncio.sleep(c.config.heartbeat_interval_ms / 1000)

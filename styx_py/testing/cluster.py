@@ -112,7 +112,6 @@ class SimCluster:
             cfg,
             self.network.endpoint(COORDINATOR),
             min_workers=self.n_workers,
-            detect_failures=False,
             blobs=self.blobs,
             logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
         )

@@ -45,8 +45,10 @@ class MemoryNetwork:
         self.drops: set[int] = set()  # delivery numbers whose message is lost
         self.drop_types: set[type] = set()  # the next message of each of these types is lost
         self.duplicates: set[int] = set()  # delivery numbers whose message arrives twice
+        self.isolated: set[str] = set()  # nodes cut off: whatever they send or are sent is lost
         self.duplicated = 0
         self.dropped = 0
+        self.cut = 0  # messages lost to isolation
 
     def fault_at(self, delivered: int, action: Callable[[], None]) -> None:
         """Run ``action`` right after the ``delivered``-th message delivery (seeded fault points)."""
@@ -97,6 +99,9 @@ class MemoryNetwork:
             if self.delivered in self.duplicates:
                 q.append(msg)  # delivered again later (after whatever is queued behind it)
                 self.duplicated += 1
+            if ch[0] in self.isolated or ch[1] in self.isolated:
+                self.cut += 1
+                continue  # a network partition: the process runs on, nobody hears it
             if self.delivered in self.drops or type(msg) in self.drop_types:
                 self.drop_types.discard(type(msg))
                 self.dropped += 1
