@@ -13,7 +13,8 @@ did not commit, :class:`RequestTimeout` and :class:`Overloaded` for the client s
 :class:`Unavailable` when the cluster cannot take requests (recovering, unreachable).
 
 The HTTP gateway (``styx gateway``, started by ``styx up``) is :class:`Gateway` with its
-:class:`GatewayConfig`; see ``client.gateway`` for its routes and status codes.
+:class:`GatewayConfig`; see ``styx_py.client.gateway`` (its ``app`` module) for the routes and status
+codes.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -60,4 +61,4 @@ def __getattr__(name: str) -> Any:
         from styx_py.client import gateway
 
         return getattr(gateway, name)
-    raise AttributeError(f"module 'client' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,84 @@
+"""Settings of one gateway process, validated at construction: a bad value names its key.
+
+Memory is bounded by ``max_pending`` (jobs), ``max_http_inflight`` (HTTP requests in the app),
+``max_cached_replies``/``max_cache_bytes`` (idempotency table) and ``max_body_bytes``.
+"""
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from styx_py.core.errors import ConfigError
+from styx_py.core.limits import MAX_REQUEST_BYTES
+
+__all__ = ["GatewayConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Settings of one gateway process; validated at construction (a bad value names its key)."""
+
+    coordinator: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token: str | None = None
+    """Bearer token for ``/v1/*``; required when ``host`` is not a loopback address."""
+    max_pending: int = 1000
+    """Invocations waiting for their reply (new ones beyond → 429)."""
+    max_http_inflight: int = 4000
+    """HTTP requests being handled (probes excepted; beyond → 429 before the body is read)."""
+    max_body_bytes: int = MAX_REQUEST_BYTES
+    max_cached_replies: int = 100_000
+    max_cache_bytes: int = 64 * 1024 * 1024
+    idempotency_ttl_s: float = 600.0
+    reply_timeout_s: float = 30.0
+    """Default wait of ``POST /v1/invocations`` for its reply."""
+    max_reply_timeout_s: float = 120.0
+    """Upper bound of ``timeout_s``/``wait_s`` and how long a job waits for its reply."""
+    retry_after_s: int = 1
+    status_interval_s: float = 0.5
+    connect_timeout_s: float = 10.0
+    shutdown_grace_s: int = 5
+    state_functions: Mapping[str, str] = field(default_factory=dict)
+    """operator → read-only function (no arguments) that returns an entity's state, for ``/v1/state``."""
+
+    def __post_init__(self) -> None:
+        for key, ok in self._checks():
+            if not ok:
+                raise ConfigError(f"gateway: invalid value for {key}: {getattr(self, key)!r}")
+        if self.token is None and not _is_loopback(self.host):
+            raise ConfigError(
+                f"gateway: token is required when binding to the non-loopback address {self.host!r} "
+                "(set STYX_GATEWAY_TOKEN or pass --token-file)"
+            )
+
+    def _checks(self) -> list[tuple[str, bool]]:
+        return [
+            ("coordinator", bool(self.coordinator) and ":" in self.coordinator),
+            ("port", 0 <= self.port <= 65535),
+            ("max_pending", self.max_pending >= 1),
+            ("max_http_inflight", self.max_http_inflight >= 1),
+            ("max_body_bytes", 1024 <= self.max_body_bytes <= MAX_REQUEST_BYTES),
+            ("max_cached_replies", self.max_cached_replies >= 1),
+            ("max_cache_bytes", self.max_cache_bytes >= 1024),
+            ("idempotency_ttl_s", self.idempotency_ttl_s > 0),
+            ("reply_timeout_s", 0 < self.reply_timeout_s <= self.max_reply_timeout_s),
+            ("retry_after_s", self.retry_after_s >= 1),
+            ("status_interval_s", self.status_interval_s > 0),
+            ("connect_timeout_s", self.connect_timeout_s > 0),
+            ("shutdown_grace_s", self.shutdown_grace_s >= 0),
+            ("token", self.token is None or len(self.token) >= 8),
+        ]
+
+    @property
+    def job_timeout_s(self) -> float:
+        return self.max_reply_timeout_s
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,128 @@
+"""HTTP models of the gateway: the OpenAPI schema is generated from these, and the limits on names, ids
+and keys that both the schema and the request handling check."""
+
+# No ``from __future__ import annotations``: pydantic and FastAPI read these annotations at run time.
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from styx_py.core.limits import MAX_KEY_CHARS
+
+__all__ = [
+    "ClusterSummary",
+    "ErrorBody",
+    "ErrorDetail",
+    "Health",
+    "InvocationAccepted",
+    "InvocationReply",
+    "InvocationRequest",
+    "OperatorInfo",
+    "Readiness",
+    "StateView",
+    "ValidationIssue",
+]
+
+MAX_NAME_CHARS = 256
+MAX_ID_CHARS = 128
+ID_PATTERN = r"^[A-Za-z0-9._:~@+=-]+$"
+ID_RE = re.compile(ID_PATTERN.strip("^$"))  # used with fullmatch: "$" also matches before "\n"
+INT_KEY_MIN, INT_KEY_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
+
+RequestId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN, examples=["transfer-2f1c9a"]),
+]
+StrKey = Annotated[StrictStr, Field(max_length=MAX_KEY_CHARS)]
+IntKey = Annotated[StrictInt, Field(ge=INT_KEY_MIN, le=INT_KEY_MAX)]
+
+
+class InvocationRequest(BaseModel):
+    """One transaction: call ``function`` of the entity ``(operator, key)`` with ``args``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"operator": "account", "key": "alice", "function": "transfer", "args": ["bob", 30]}]
+        },
+    )
+    operator: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    key: StrKey | IntKey = Field(description="entity key: a string or an integer (they never collide)")
+    function: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    args: list[Any] = Field(default_factory=list, description="positional arguments (JSON values)")
+    request_id: RequestId | None = Field(
+        default=None, description="client-chosen request id; the Idempotency-Key header takes precedence"
+    )
+
+
+class InvocationReply(BaseModel):
+    """The transaction's reply (also embedded in 409/422 error bodies)."""
+
+    request_id: str
+    status: Literal["committed", "aborted", "failed"]
+    result: Any = None
+    error: str | None = None
+    error_type: str | None = Field(default=None, description="Abort, BadRequest or UserError")
+    tid: int = Field(description="transaction id")
+    epoch: int
+    phase: int = Field(description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)")
+    latency_ms: float = Field(description="from handing the request to Kafka to reading its reply")
+
+
+class InvocationAccepted(BaseModel):
+    request_id: str
+    status: Literal["pending"] = "pending"
+    location: str = Field(description="GET this to fetch the reply")
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    code: str = Field(description="stable machine-readable error code (see the module documentation)")
+    message: str
+    request_id: str | None = None
+    reply: InvocationReply | None = Field(default=None, description="the transaction's reply (409/422)")
+    errors: list[ValidationIssue] | None = Field(default=None, description="what failed validation")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class StateView(BaseModel):
+    operator: str
+    key: str | int
+    value: Any
+    function: str
+    consistency: Literal["read-only transaction"] = "read-only transaction"
+    tid: int
+    epoch: int
+
+
+class OperatorInfo(BaseModel):
+    name: str
+    partitions: int
+    functions: list[str]
+    state_function: str | None = None
+
+
+class ClusterSummary(BaseModel):
+    state: str
+    ready: bool
+    graph: str | None
+    operators: list[OperatorInfo]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    ready: bool
+    state: str
+    reason: str | None = None

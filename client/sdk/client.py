@@ -1,0 +1,333 @@
+"""The asynchronous client: one producer for requests, one reader task routing every reply.
+
+A request is produced to the ingress partition that owns its key, so the worker that owns the entity
+sequences it; its reply comes back on the egress topic, in any partition, where the client's one reader
+routes it to the future registered for its request id (see ``pending.py``). The reply future is
+registered before the request is produced, and :meth:`StyxClient.start` returns only once the reader is
+positioned at the end of every egress partition (see ``kafka.py``), so no reply can be missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Collection, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from styx_py.client.sdk.deployment import client_arguments, coordinator_status
+from styx_py.client.sdk.ids import RequestIds
+from styx_py.client.sdk.kafka import KafkaError, open_kafka, stop_quietly
+from styx_py.client.sdk.pending import ClientStats, Pending, PendingTable, Send, fail
+from styx_py.client.sdk.replies import read_replies, result_of
+from styx_py.client.sdk.requests import Targets, encode_request
+from styx_py.core.errors import ConfigError, StyxError, Unavailable
+from styx_py.core.wire import Key, Reply
+from styx_py.io.batching import BatchLanes
+
+__all__ = ["Call", "StyxClient"]
+
+log = logging.getLogger("styx.client")
+
+Call = tuple[str, Key, str, tuple[Any, ...]]
+"""One entry of :meth:`StyxClient.submit_many`: ``(operator, key, function, args)``."""
+
+
+class StyxClient:
+    """Asynchronous client of a styx-py cluster (one producer, one reply-reader task).
+
+    Use :meth:`connect` to learn the operators and the Kafka address from the coordinator, or pass
+    them directly. ``operators`` maps each operator name to its partition count: the client needs it
+    to produce a request to the partition that owns the key.
+
+    ``timeout_s`` is the default reply deadline of :meth:`submit` and also bounds :meth:`start`
+    (metadata and positioning). ``fetch_wait_ms`` is the consumer's ``fetch_max_wait_ms``: a broker
+    like Tansu answers a waiting fetch only at its deadline, so it is a floor on reply latency; keep
+    it small (>= 5, Tansu never answers a 0 ms wait).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        operators: Mapping[str, int],
+        *,
+        ingress_topic: str = "styx-ingress",
+        egress_topic: str = "styx-egress",
+        max_pending: int = 10_000,
+        timeout_s: float = 30.0,
+        linger_ms: int = 0,
+        fetch_wait_ms: int = 5,
+        functions: Mapping[str, Collection[str]] | None = None,
+    ) -> None:
+        """Store the configuration; nothing connects before :meth:`start`.
+
+        ``functions`` (operator -> function names) is optional: when given, an unknown function is
+        rejected locally like an unknown operator, without a round trip to the cluster.
+        """
+        self._targets = Targets(operators, functions)
+        _check_limits(max_pending, timeout_s, linger_ms, fetch_wait_ms)
+        self.bootstrap = bootstrap
+        self.ingress_topic = ingress_topic
+        self.egress_topic = egress_topic
+        self.max_pending = max_pending
+        self.timeout_s = timeout_s
+        self.linger_ms = linger_ms
+        self.fetch_wait_ms = fetch_wait_ms
+        self.stats = ClientStats()
+        self._pending = PendingTable(max_pending, self.stats)
+        self._new_rid = RequestIds()
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._lanes: BatchLanes | None = None
+        self._broken: BaseException | None = None
+        self._started = False
+        self._closed = False
+
+    @property
+    def operators(self) -> dict[str, int]:
+        return self._targets.operators
+
+    @property
+    def functions(self) -> dict[str, frozenset[str]] | None:
+        return self._targets.functions
+
+    # ---- construction ------------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, coordinator: str, **kw: Any) -> StyxClient:
+        """Ask the coordinator at ``host:port`` what is deployed, then return a started client.
+
+        The coordinator's status gives the operators (with partition counts and functions) and the
+        Kafka bootstrap address, so applications only need the coordinator's address. Keyword
+        arguments are passed to the constructor; ``bootstrap`` may override the coordinator's value
+        (e.g. when the client reaches Kafka by another address).
+        """
+        body = await coordinator_status(coordinator, float(kw.get("timeout_s", 30.0)))
+        bootstrap, operators = client_arguments(coordinator, body, kw)
+        client = cls(bootstrap, operators, **kw)
+        await client.start()
+        return client
+
+    async def start(self) -> None:
+        """Connect, discover the egress partitions and position the reader at their current end.
+
+        Returns only once positioned: from then on every reply to a request sent by this client lies
+        ahead of the reader, so none can be missed; replies already in the topic are never seen.
+        """
+        if self._closed:
+            raise StyxError("StyxClient is closed; create a new one")
+        if self._started:
+            return
+        client_id = f"styx-client-{uuid.uuid4().hex[:8]}"
+        self._producer, self._consumer, tps = await open_kafka(self, client_id)
+        loop = asyncio.get_running_loop()
+        self._lanes = BatchLanes(self._producer)
+        self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
+        reader = read_replies(self._consumer, self._pending.resolve, self.stats, self.egress_topic)
+        self._reader = loop.create_task(reader, name=f"{client_id}-reader")
+        self._reader.add_done_callback(self._reader_done)
+        self._started = True
+        log.debug("%s: started; %d egress partitions positioned at their end", client_id, len(tps))
+
+    # ---- shutdown ----------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop reading, fail every pending request, stop the producer and the consumer.
+
+        Pending callers get a :class:`~styx_py.core.errors.StyxError` at once rather than waiting for their
+        timeout: no reply can reach them any more. Safe to call twice.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            # wait() instead of awaiting the task: its CancelledError must not be mistaken for ours.
+            await asyncio.wait([reader])
+        self._pending.fail_all(StyxError("StyxClient closed before the reply arrived"))
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.cancel()
+            await asyncio.wait([sender])
+        producer, self._producer = self._producer, None
+        consumer, self._consumer = self._consumer, None
+        await stop_quietly(producer, "producer")
+        await stop_quietly(consumer, "consumer")
+
+    async def __aenter__(self) -> StyxClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _reader_done(self, task: asyncio.Task[None]) -> None:
+        """A reader that dies (not cancelled by close) fails every pending request and the client.
+
+        Without this, callers would only learn about a broken consumer by timing out one by one.
+        """
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:  # the loop never returns normally; treat it as a failure all the same
+            exc = StyxError("reply reader ended unexpectedly")
+        log.error("reply reader of the StyxClient failed: %r", exc)
+        self._broken = exc
+        error = StyxError(f"reply reader failed: {exc!r}")
+        error.__cause__ = exc
+        self._pending.fail_all(error)
+
+    # ---- requests ----------------------------------------------------------------------------------
+
+    @property
+    def pending_count(self) -> int:
+        """Requests in flight (distinct request ids waiting for a reply)."""
+        return len(self._pending)
+
+    async def submit(
+        self,
+        operator: str,
+        key: Key,
+        function: str,
+        *args: Any,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Reply:
+        """Send one request and return the server's :class:`~styx_py.core.wire.Reply`, whatever its status.
+
+        Raises :class:`BadRequest` locally (nothing sent) for an unknown operator, a bad key or
+        unencodable arguments, :class:`Overloaded` at once when ``max_pending`` requests are in
+        flight, and :class:`RequestTimeout` when no reply came in time. Submitting an id that is
+        already in flight waits for the same reply instead of sending again, so retries with the
+        same ``request_id`` are safe.
+        """
+        rid, entry, send = self._admit(operator, key, function, args, request_id)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        return await self._pending.wait(rid, entry, send, timeout, (operator, function, key, rid))
+
+    def submit_future(
+        self,
+        operator: str,
+        key: Key,
+        function: str,
+        *args: Any,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> asyncio.Future[Reply]:
+        """:meth:`submit` without a coroutine: send now, return a future of the reply.
+
+        Same semantics and errors (local ones are raised here; a timeout or a failed send fails the
+        future), but no task, timeout context or shield per request: for load generators and
+        pipelines that keep thousands in flight. Cancelling the returned future gives up on the
+        reply (the request may still run, as with a timeout).
+        """
+        rid, entry, send = self._admit(operator, key, function, args, request_id)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        return self._pending.future(rid, entry, send, timeout, (operator, function, key, rid))
+
+    def _admit(
+        self, operator: str, key: Key, function: str, args: tuple[Any, ...], request_id: str | None
+    ) -> tuple[str, Pending, Send | None]:
+        """Validate and encode locally (raising BadRequest/Overloaded, nothing sent); the request id, its
+        in-flight entry (joined when the id is in flight already), and the send to call, if it is new."""
+        self._check_usable()
+        partition = self._targets.partition(operator, key, function)
+        rid = request_id if request_id is not None else self._new_rid()
+        entry = self._pending.get(rid)
+        if entry is not None:
+            return rid, entry, None
+        self._pending.check_room()
+        payload = encode_request(rid, operator, function, key, args)
+        # Registered before producing: the reply may be read before send() even returns.
+        new = self._pending.add(rid, asyncio.get_running_loop().create_future())
+        return rid, new, lambda: self._produce(rid, partition, payload, new)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StyxError("StyxClient is closed")
+        if self._broken is not None:
+            raise StyxError(f"StyxClient's reply reader stopped: {self._broken!r}") from self._broken
+        if not self._started:
+            raise StyxError("StyxClient not started: use 'await client.start()' or 'async with'")
+
+    def _produce(self, rid: str, partition: int, payload: bytes, entry: Pending) -> None:
+        """Queue the request for its partition's next batch; a failed delivery fails its future.
+
+        Nothing is awaited: the reply (which implies the broker's ack) is awaited anyway, and a
+        delivery error still surfaces at once.
+        """
+        assert self._lanes is not None
+
+        def on_done(_offset: int, exc: BaseException | None) -> None:
+            if exc is None:
+                self.stats.sent += 1
+            elif isinstance(exc, KafkaError):
+                fail(entry.future, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
+            else:
+                fail(entry.future, StyxError(f"request {rid} was not sent: {exc!r}"), exc)
+
+        self._lanes.add(self.ingress_topic, partition, rid.encode(), payload, on_done)
+
+    async def call(
+        self,
+        operator: str,
+        key: Key,
+        function: str,
+        *args: Any,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """Run a function and return its decoded result, raising if the transaction did not commit.
+
+        ``aborted`` raises :class:`TransactionAborted` (the user's ``Abort`` message), a ``failed``
+        reply of type ``BadRequest`` raises :class:`BadRequest`, any other failure
+        :class:`TransactionFailed`; the exception's ``reply`` holds the server's reply.
+        """
+        reply = await self.submit(operator, key, function, *args, request_id=request_id, timeout_s=timeout_s)
+        return result_of(reply)
+
+    async def submit_many(self, calls: Iterable[Call], *, concurrency: int = 1000) -> list[Reply]:
+        """Submit many requests with at most ``concurrency`` in flight; replies in the order of ``calls``.
+
+        Every call is validated before the first is sent, so a local error (unknown operator, bad key)
+        sends nothing. If a request fails (timeout, send error), the others still run to the end and
+        the first failure in call order is raised: no request is left unobserved in the background.
+        """
+        batch = list(calls)
+        for operator, key, function, _args in batch:
+            self._targets.partition(operator, key, function)
+        limit = asyncio.Semaphore(max(1, min(concurrency, self.max_pending)))
+
+        async def one(call: Call) -> Reply:
+            operator, key, function, args = call
+            async with limit:
+                return await self.submit(operator, key, function, *args)
+
+        outcomes = await asyncio.gather(*(one(call) for call in batch), return_exceptions=True)
+        replies: list[Reply] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            replies.append(outcome)
+        return replies
+
+
+def _check_limits(max_pending: int, timeout_s: float, linger_ms: int, fetch_wait_ms: int) -> None:
+    if max_pending < 1:
+        raise ConfigError(f"max_pending must be >= 1, not {max_pending!r}")
+    if timeout_s <= 0:
+        raise ConfigError(f"timeout_s must be > 0, not {timeout_s!r}")
+    if linger_ms < 0:
+        raise ConfigError(f"linger_ms must be >= 0, not {linger_ms!r}")
+    if fetch_wait_ms < 5:
+        # Tansu never answers a fetch with a 0 ms wait; tiny values only burn broker CPU.
+        raise ConfigError(f"fetch_wait_ms must be >= 5, not {fetch_wait_ms!r}")

@@ -1,0 +1,190 @@
+"""The client's Kafka ends: a producer for requests and one consumer positioned at the end of every
+egress partition, so that every reply to a request sent afterwards lies ahead of it.
+
+The end of a partition is taken from the fetch **high watermark** (``consumer.highwater``), not from
+``end_offsets()``/``seek_to_end()``: the latter are wrong on the Tansu broker used locally (see
+``shared/LOCAL_SERVICES.md``), while the high watermark is correct on Tansu and on Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+# aiokafka ships no type information; the extra code keeps these lines clean whether or not the
+# project's mypy config already ignores missing stubs.
+from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    TopicPartition,
+)
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
+
+from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
+from styx_py.io.batching import MAX_BATCH_BYTES
+
+__all__ = ["KafkaError", "KafkaSettings", "open_kafka", "stop_quietly"]
+
+log = logging.getLogger("styx.client")
+
+# Upper bound of one positioning fetch, so the start-up deadline is checked regularly.
+_POSITION_POLL_MS = 200
+
+
+class KafkaSettings(Protocol):
+    """What :func:`open_kafka` needs to know (a :class:`~styx_py.client.sdk.StyxClient` has it)."""
+
+    @property
+    def bootstrap(self) -> str: ...
+    @property
+    def ingress_topic(self) -> str: ...
+    @property
+    def egress_topic(self) -> str: ...
+    @property
+    def operators(self) -> Mapping[str, int]: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def linger_ms(self) -> int: ...
+    @property
+    def fetch_wait_ms(self) -> int: ...
+
+
+async def open_kafka(settings: KafkaSettings, client_id: str) -> tuple[Any, Any, list[TopicPartition]]:
+    """A started producer, and a started consumer assigned every egress partition and positioned at
+    its end; within ``timeout_s``. Both are stopped again if anything fails."""
+    producer = _producer(settings, client_id)
+    consumer = _consumer(settings, client_id)
+    deadline = asyncio.get_running_loop().time() + settings.timeout_s
+    try:
+        egress_partitions = await _start(producer, consumer, settings, deadline)
+        tps = [TopicPartition(settings.egress_topic, p) for p in range(egress_partitions)]
+        consumer.assign(tps)
+        await _position_at_end(consumer, tps, deadline, settings)
+    except BaseException:
+        await stop_quietly(consumer, "consumer")
+        await stop_quietly(producer, "producer")
+        raise
+    return producer, consumer, tps
+
+
+def _producer(settings: KafkaSettings, client_id: str) -> Any:
+    # No idempotence: aiokafka's idempotent producer cannot start on Tansu, and duplicates are
+    # harmless here (the server deduplicates by request id, the client ignores second replies).
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap,
+        client_id=client_id,
+        acks="all",
+        linger_ms=settings.linger_ms,
+        enable_idempotence=False,
+        max_batch_size=MAX_BATCH_BYTES,
+    )
+
+
+def _consumer(settings: KafkaSettings, client_id: str) -> Any:
+    # No group and manual assignment: a group join takes seconds on Tansu and the client must read
+    # every partition anyway. "earliest" only matters if a position is ever lost (retention on a
+    # real broker): re-reading old replies is harmless, skipping new ones would lose answers.
+    return AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        client_id=client_id,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=settings.fetch_wait_ms,
+    )
+
+
+async def _start(producer: Any, consumer: Any, settings: KafkaSettings, deadline: float) -> int:
+    """Start both, check the topics; the egress partition count."""
+    try:
+        await producer.start()
+        await consumer.start()
+        async with asyncio.timeout_at(deadline):
+            await _require_topics(consumer, settings)
+            ingress_partitions = await _partitions(producer, settings.ingress_topic, settings.bootstrap)
+            egress_partitions = await _partitions(producer, settings.egress_topic, settings.bootstrap)
+    except TimeoutError as exc:
+        raise StyxError(
+            f"Kafka at {settings.bootstrap} did not give topic metadata within {settings.timeout_s} s"
+        ) from exc
+    except KafkaError as exc:
+        raise Unavailable(f"cannot use Kafka at {settings.bootstrap}: {exc!r}") from exc
+    needed = max(settings.operators.values())
+    if ingress_partitions < needed:
+        raise ConfigError(
+            f"ingress topic {settings.ingress_topic!r} has {ingress_partitions} partitions but an "
+            f"operator needs {needed}; operators={settings.operators}"
+        )
+    return egress_partitions
+
+
+async def _require_topics(consumer: Any, settings: KafkaSettings) -> None:
+    """Fail unless both topics exist, *before* any request names them.
+
+    Asking for a missing topic's metadata (or producing to it) makes Kafka and Tansu auto-create
+    it with the broker's default partition count (Tansu: 4), after which the coordinator's own
+    CreateTopics would find it "already existing" with the wrong number of partitions. The
+    all-topics listing creates nothing.
+    """
+    existing = await consumer.topics()
+    missing = [t for t in (settings.ingress_topic, settings.egress_topic) if t not in existing]
+    if missing:
+        raise ConfigError(
+            f"topics {missing} do not exist on {settings.bootstrap}; deploy a graph first "
+            "(the coordinator creates them with the right partition counts)"
+        )
+
+
+async def _partitions(producer: Any, topic: str, bootstrap: str) -> int:
+    """Partition count of ``topic``; waits for its metadata (aiokafka polls until it has it).
+
+    Asked through the producer because a consumer without subscription does not track topic
+    metadata, so ``partitions_for_topic`` on it would stay ``None``.
+    """
+    partitions = await producer.partitions_for(topic)
+    if not partitions:
+        raise ConfigError(f"topic {topic!r} has no partitions on {bootstrap}")
+    count = len(partitions)
+    if set(partitions) != set(range(count)):
+        raise ProtocolError(f"topic {topic!r} reports non-contiguous partitions {sorted(partitions)}")
+    return count
+
+
+async def _position_at_end(
+    consumer: Any, tps: list[TopicPartition], deadline: float, settings: KafkaSettings
+) -> None:
+    """Seek every partition to its current high watermark.
+
+    ``end_offsets``/``seek_to_end`` are wrong on Tansu, but every fetch response carries the
+    correct high watermark. So: fetch from the beginning (records fetched now are old replies
+    and dropped) until each partition's high watermark is known, then seek there. Any record
+    produced after the fetch has an offset >= that watermark, hence is read later.
+    """
+    loop = asyncio.get_running_loop()
+    await consumer.seek_to_beginning(*tps)
+    while True:
+        unknown = [tp for tp in tps if consumer.highwater(tp) is None]
+        if not unknown:
+            break
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise StyxError(
+                f"no high watermark for {len(unknown)} egress partitions of {settings.egress_topic!r} "
+                f"within {settings.timeout_s} s (is the broker at {settings.bootstrap} serving fetches?)"
+            )
+        await consumer.getmany(*tps, timeout_ms=max(1, min(int(remaining * 1000), _POSITION_POLL_MS)))
+    for tp in tps:
+        consumer.seek(tp, consumer.highwater(tp))
+
+
+async def stop_quietly(part: Any, what: str) -> None:
+    """Stop an aiokafka producer/consumer during shutdown; a failure to stop must not mask the cause."""
+    if part is None:
+        return
+    try:
+        await part.stop()
+    except (KafkaError, OSError) as exc:
+        log.warning("error while stopping the Kafka %s: %r", what, exc)

@@ -1,0 +1,71 @@
+"""Replies: the one loop that reads them from the egress topic, and what a reply means to a caller."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from styx_py.client.sdk.pending import ClientStats
+from styx_py.core.errors import BadRequest, ProtocolError, TransactionAborted, TransactionFailed
+from styx_py.core.wire import Reply, decode_value, reply_decoder
+
+__all__ = ["decode_reply", "read_replies", "result_of"]
+
+log = logging.getLogger("styx.client")
+
+# How long one getmany() may block. Only bounds how quickly the reader notices cancellation when no
+# replies flow; replies themselves are returned as soon as a fetch brings them.
+_READ_POLL_MS = 1000
+
+
+def decode_reply(data: bytes) -> Reply:
+    """Decode one egress record into a :class:`~styx_py.core.wire.Reply` (``result`` is msgpack, nil if none).
+
+    Raises ``msgspec.DecodeError``/``msgspec.ValidationError`` for bytes that are not a reply.
+    """
+    return reply_decoder.decode(data)
+
+
+async def read_replies(
+    consumer: Any, deliver: Callable[[Reply], None], stats: ClientStats, topic: str
+) -> None:
+    """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped)."""
+    while True:
+        batches = await consumer.getmany(timeout_ms=_READ_POLL_MS)
+        for records in batches.values():
+            for record in records:
+                value = record.value
+                try:
+                    if value is None:
+                        raise msgspec.DecodeError("empty record value")
+                    reply = decode_reply(value)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    stats.undecodable += 1
+                    log.warning(
+                        "skipping undecodable record at %s[%d]@%d: %s",
+                        topic,
+                        record.partition,
+                        record.offset,
+                        exc,
+                    )
+                    continue
+                deliver(reply)
+
+
+def result_of(reply: Reply) -> Any:
+    """Decoded result of a committed reply; the matching exception otherwise (see :meth:`StyxClient.call`)."""
+    match reply.status:
+        case "committed":
+            return decode_value(reply.result)
+        case "aborted":
+            raise TransactionAborted(reply.error or "transaction aborted", reply)
+        case "failed" if reply.error_type == "BadRequest":
+            raise BadRequest(reply.error or "bad request", reply)
+        case "failed":
+            message = f"{reply.error_type or 'error'}: {reply.error or 'transaction failed'}"
+            raise TransactionFailed(message, reply)
+        case _:
+            raise ProtocolError(f"reply {reply.request_id} has unknown status {reply.status!r}")
