@@ -512,7 +512,7 @@ def test_image_leaves_out_only_what_deployed_processes_never_import() -> None:
     modules = [m for m in requirements.NOT_IN_IMAGE.values() if m]
     probe = (
         "import sys\n"
-        "import styx_py.cli, coordinator.main, worker.main, client.gateway\n"
+        "import styx_py.cli, styx_py.coordinator.main, styx_py.worker.main, styx_py.client.gateway\n"
         "styx_py.cli.build_parser()\n"
         f"print([m for m in {modules!r} if m in sys.modules])\n"
     )
