@@ -44,11 +44,15 @@ from styx_py.core.blobs import delta_key, manifest_key
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import (
     NIL,
+    BatchEntry,
     ClusterMeta,
     Manifest,
     PartitionSnapshot,
+    Phase,
     Reply,
+    ReplyStatus,
     Request,
+    Run,
     SeqLogEntry,
     encode_value,
 )
@@ -122,7 +126,9 @@ def synthesize(
         for sid in range(1, WORKERS + 1):
             mine = [b for b in batch if owner[b[2]] == sid]
             tids = [sid + c * WORKERS for c in range(lc, lc + len(mine))]
-            entries = [(t, p, off, req.request_id) for t, (_, req, p, off) in zip(tids, mine, strict=True)]
+            entries: list[BatchEntry] = [
+                Run(t, p, off, req.request_id) for t, (_, req, p, off) in zip(tids, mine, strict=True)
+            ]
             logs.seqlog.append(
                 (
                     0,
@@ -149,22 +155,32 @@ def execute(req: Request, tid: int, epoch: int, balances: dict[str, int], ts: in
         for k in chunk:
             balances[k] = balances.get(k, 0) + amount
         return Reply(
-            req.request_id, tid, epoch, 0, "committed", msgspec.Raw(encode_value(len(chunk))), None, None, ts
+            req.request_id,
+            tid,
+            epoch,
+            Phase.OPTIMISTIC,
+            ReplyStatus.COMMITTED,
+            msgspec.Raw(encode_value(len(chunk))),
+            None,
+            None,
+            ts,
         )
     to_key, amount = args
     src = str(req.key)
     balance = balances.get(src, 0)
     if balance < amount:
         error = f"insufficient credit in {src}: {balance} < {amount}"
-        return Reply(req.request_id, tid, epoch, 0, "aborted", NIL, error, "Abort", ts)
+        return Reply(
+            req.request_id, tid, epoch, Phase.OPTIMISTIC, ReplyStatus.ABORTED, NIL, error, "Abort", ts
+        )
     balances[src] = balance - amount
     balances[to_key] = balances.get(to_key, 0) + amount
     return Reply(
         req.request_id,
         tid,
         epoch,
-        0,
-        "committed",
+        Phase.OPTIMISTIC,
+        ReplyStatus.COMMITTED,
         msgspec.Raw(encode_value(balance - amount)),
         None,
         None,

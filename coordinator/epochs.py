@@ -107,7 +107,7 @@ class EpochLoop:
         gen = self.cluster.gen
         stage = self._open(e, ExecDone)
         t_start = time.perf_counter()
-        self.cluster.broadcast(EpochStart(e, self.lc, gen, replay))
+        self.cluster.broadcast(EpochStart(e, self.lc, replay, gen))
         aborted, self.lc = combine_exec(await self._gather(stage))
         t_executed = time.perf_counter()
         stage = self._open(e, Vote)
@@ -116,7 +116,7 @@ class EpochLoop:
         t_voted = time.perf_counter()
         stage = self._open(e, EpochDone)
         snapshot = not replay and self.snapshots.begin(e, self.lc)
-        self.cluster.broadcast(Decision(e, fallback, uncacheable, gen, snapshot))
+        self.cluster.broadcast(Decision(e, fallback, uncacheable, snapshot, gen))
         self.last_decided = e
         done: list[EpochDone] = await self._gather(stage)
         self.metrics.epoch(t_start, t_executed, t_voted, time.perf_counter(), done)

@@ -31,7 +31,7 @@ async def serve_coordinator(
         assert coordinator is not None
         coordinator.on_message(src, msg)  # type: ignore[arg-type]
 
-    transport = TcpTransport(COORDINATOR, handle, host, port)
+    transport = TcpTransport(COORDINATOR, handle, host, port, inbox="coordinator")
 
     async def topics(spec: dict[str, int]) -> None:
         await create_topics(kafka, spec, replication_factor=config.kafka_replication_factor)

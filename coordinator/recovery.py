@@ -123,7 +123,7 @@ class Recovery:
         started = self.started_at = self.clock.now()
         self.answers = {}
         self.answered.clear()
-        c.broadcast(Recover(c.gen, m, replay_until))
+        c.broadcast(Recover(m, replay_until, c.gen))
         await self._wait_for_answers(self.clock.now() + c.config.epoch_timeout_ms / 1000)
         missing = sorted(set(c.workers) - set(self.answers))
         if missing:

@@ -39,6 +39,7 @@ from styx_py.core.config import Config
 from styx_py.core.errors import StyxError
 from styx_py.core.ports import Clock, LogReader, LoopClock, Transport
 from styx_py.core.wire import (
+    COORDINATOR,
     AdminReply,
     DeployRequest,
     EpochDone,
@@ -138,7 +139,7 @@ class Coordinator:
                 self.cluster.membership.heartbeat(msg.node_id, self.clock.now())
                 if msg.node_id in self.cluster.membership.workers:
                     # The echo renews the worker's lease (see the worker's lease check).
-                    self.transport.send(msg.node_id, Heartbeat("coordinator", self.epoch))
+                    self.transport.send(msg.node_id, Heartbeat(COORDINATOR, self.epoch))
             case Register():
                 self._on_register(msg)
             case DeployRequest():

@@ -117,7 +117,7 @@ class Snapshotter:
         self.metrics.snapshot(ok, self.clock.now() - self.last_at)
         self.pending.pop(epoch, None)
         if gen == self.cluster.gen:
-            self.cluster.broadcast(SnapshotResult(epoch, ok))
+            self.cluster.broadcast(SnapshotResult(epoch, ok, gen))
 
     async def _compact(self, manifest: Manifest, gen: int) -> None:
         """Merge long delta chains and drop what no manifest needs (the next snapshot waits for it)."""

@@ -132,7 +132,7 @@ def test_shares_beyond_64_bits_cross_the_wire_exactly() -> None:
     assert share.denominator > 2**64
     ack = Ack(1, 7, 0, *to_wire(share), 0, "", [0] * 100, 0)
     frame = encode_frame(Batch("w1", [ack]))
-    [decoded] = decode_batch(frame[HEADER_BYTES:]).msgs
+    [decoded] = decode_batch(frame[HEADER_BYTES:], "worker").msgs
     assert isinstance(decoded, Ack)
     assert from_wire(decoded.share_n, decoded.share_d) == share
     assert to_wire(Fraction(1, 3)) == (1, 3)  # small shares stay plain integers

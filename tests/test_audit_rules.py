@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from styx_py.audit.rules import (
-    ANSWERED,
     ERROR,
     WARNING,
     EntrySummary,
@@ -174,8 +173,20 @@ def test_tid_assigned_twice_or_never() -> None:
 # ---- ordering: sequencer-log entries and epochs ---------------------------------------------------------
 
 
-def entry(epoch: int, node: str, lc_start: int, lc_end: int, tids: list[int], gen: int = 0) -> dict[str, Any]:
-    rows = [{"tid": t, "partition": 0, "offset": i, "request_id": f"r{t}"} for i, t in enumerate(tids)]
+ANSWERED, WAITING = "answered", "waiting"  # entry kinds of resent request ids (no tid)
+
+
+def entry(
+    epoch: int, node: str, lc_start: int, lc_end: int, tids: list[int | str], gen: int = 0
+) -> dict[str, Any]:
+    """A sequencer-log entry as the audit reads it: ``tids`` lists a tid per transaction, or the
+    kind of a resent request id."""
+    rows = [
+        {"kind": t, "tid": None, "partition": 0, "offset": i, "request_id": f"resent{i}"}
+        if isinstance(t, str)
+        else {"kind": "run", "tid": t, "partition": 0, "offset": i, "request_id": f"r{t}"}
+        for i, t in enumerate(tids)
+    ]
     return {
         "epoch": epoch,
         "node_id": node,
@@ -221,6 +232,13 @@ def test_rescheduled_and_resent_entries() -> None:
     found, s = check_entry(entry(5, "w1", 4, 6, [3, 9, 11, ANSWERED]), 2)
     assert found == []
     assert (s.sid, s.fresh, s.rescheduled, s.resent) == (1, 2, 1, 1)
+
+
+def test_entry_with_a_resend_before_a_transaction_or_a_bad_tid() -> None:
+    [f], _ = check_entry(entry(5, "w1", 4, 6, [3, WAITING, 9, 11]), 2)
+    assert f.message.endswith("a resent request is logged before a transaction")
+    [f], _ = check_entry(entry(5, "w1", 4, 6, [0, 9, 11]), 2)
+    assert "invalid tids 0, 9, 11" in f.message
 
 
 def test_entry_with_tids_off_the_interleaving() -> None:
@@ -363,7 +381,7 @@ async def test_serial_replay_insists_on_commit_order() -> None:
 def test_decode_records_of_every_kind() -> None:
     pa = pytest.importorskip("pyarrow")
     from styx_py.audit.rows import KafkaRecord, decode_records, decode_snapshot_object
-    from styx_py.core.wire import PartitionSnapshot, SeqLogEntry
+    from styx_py.core.wire import Answered, PartitionSnapshot, Run, SeqLogEntry
 
     enc = msgspec.msgpack.encode
     q = request("r1", "a", "transfer", "b", 3)
@@ -379,9 +397,12 @@ def test_decode_records_of_every_kind() -> None:
     r = reply("r1", 3, 1, result=5)
     [row] = decode_records("egress", [KafkaRecord("out", 1, 7, 1002, b"r1", [], enc(r))]).to_pylist()
     assert (row["value"]["tid"], row["value"]["status"], row["offset"]) == (3, "committed", 7)
-    e = SeqLogEntry(4, "w1", 2, [(5, 0, 10, "r1"), (-1, 1, 3, "r9")], 1, 3)
+    e = SeqLogEntry(4, "w1", 2, [Run(5, 0, 10, "r1"), Answered(1, 3, "r9")], 1, 3)
     [row] = decode_records("seqlog", [KafkaRecord("seq", 0, 0, 1003, None, [], enc(e))]).to_pylist()
-    assert row["value"]["entries"][1] == {"tid": -1, "partition": 1, "offset": 3, "request_id": "r9"}
+    assert row["value"]["entries"] == [
+        {"kind": "run", "tid": 5, "partition": 0, "offset": 10, "request_id": "r1"},
+        {"kind": "answered", "tid": None, "partition": 1, "offset": 3, "request_id": "r9"},
+    ]
     snap = PartitionSnapshot(4, 2, [("account", "a", encode_value(5)), ("account", 7, None)], 0, [], 0, 0)
     rows = decode_snapshot_object(4, "snapshots/p00002/000000000004.delta", 4, enc(snap)).to_pylist()
     assert [(x["key"], x["key_is_int"], x["value"]) for x in rows] == [

@@ -12,9 +12,19 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from styx_py.core.wire import IngressRecord, Manifest, Reply, Request, SeqLogEntry, encode_value
+from styx_py.core.wire import (
+    Answered,
+    IngressRecord,
+    Manifest,
+    Reply,
+    Request,
+    Run,
+    SeqLogEntry,
+    Waiting,
+    encode_value,
+)
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog
-from styx_py.worker.batch import ANSWERED, FRESH, WAITING, BatchFormer, take_rescheduled
+from styx_py.worker.batch import BatchFormer, take_rescheduled
 from styx_py.worker.recovery import plan_replay
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.txn import RootTxn
@@ -68,10 +78,8 @@ def test_live_batch_classifies_resends_and_assigns_mencius_tids() -> None:
     assert [(r.request.request_id, r.tid) for r in roots] == [("a", 2), ("b", 5)]
     assert resends == [(1, done)], "a request resent after its reply is answered from the table"
     assert [rec.offset for rec in f.replies.waiting["a"]] == [2], "a copy of a running request waits"
-    kinds = {rid: tid for tid, _, _, rid in entry.entries if tid <= 0}
-    assert kinds == {"old": ANSWERED, "a": WAITING}
+    assert entry.entries == [Run(2, 0, 0, "a"), Run(5, 0, 1, "b"), Answered(1, 0, "old"), Waiting(0, 2, "a")]
     assert (entry.epoch, entry.gen, entry.lc_start, entry.lc_end) == (4, 1, 0, 2)
-    assert FRESH > 0 > ANSWERED > WAITING
 
 
 async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
@@ -97,7 +105,7 @@ async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
 
 def _entry(epoch: int, gen: int, node: str, partitions: list[int]) -> SeqLogEntry:
     return SeqLogEntry(
-        epoch, node, 0, [(epoch * 10 + p, p, epoch, f"{epoch}-{p}") for p in partitions], gen, 1
+        epoch, node, 0, [Run(epoch * 10 + p, p, epoch, f"{epoch}-{p}") for p in partitions], gen, 1
     )
 
 
@@ -111,5 +119,5 @@ def test_replay_plan_keeps_the_generation_that_ran_each_epoch(snapshot_epoch: in
     assert sorted(plan) == list(range(snapshot_epoch + 1, until + 1))
     for e, entry in plan.items():
         assert entry.gen == (1 if e >= 5 else 0)
-        assert {p for _, p, _, _ in entry.entries} == ({0, 2} if e >= 5 else {0})
+        assert {x.partition for x in entry.entries} == ({0, 2} if e >= 5 else {0})
         assert entry.node_id == "w9"

@@ -457,7 +457,7 @@ async def _fake_coordinator(body: dict[str, Any]) -> tuple[asyncio.Server, str]:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         header = await reader.readexactly(HEADER_BYTES)
-        batch = decode_batch(await reader.readexactly(frame_length(header)))
+        batch = decode_batch(await reader.readexactly(frame_length(header)), "coordinator")
         assert batch.msgs, "empty admin frame"
         writer.write(encode_frame(Batch("coordinator", [AdminReply(True, "", body)])))
         await writer.drain()

@@ -74,7 +74,7 @@ def test_paper_figure_4() -> None:
     assert find_conflicts({t2: [k2]}, {t1: [k2], t2: [k2]}) == [t2]
     assert find_conflicts({t3: [k8]}, {t2: [k8], t3: [k8]}) == [t3]
 
-    votes = [Vote(0, w, c, []) for w, c in local.items()]
+    votes = [Vote(0, w, c, [], 0) for w, c in local.items()]
     fallback, _ = combine_votes(votes)
     assert fallback == [t2, t3]
     committed_lock_free = sorted({t1, t2, t3} - set(fallback))

@@ -26,28 +26,28 @@ from styx_py.testing.memory import MemoryNetwork
 def test_stage_completes_only_when_every_worker_reported() -> None:
     stage: Stage[Vote] = Stage(4, ["w1", "w2", "w3"])
     assert not stage.complete
-    assert stage.add(Vote(4, "w2", [7], [])) is False
-    assert stage.add(Vote(3, "w1", [1], [])) is False, "message of an earlier epoch"
-    assert stage.add(Vote(5, "w1", [1], [])) is False, "message of a later epoch"
-    assert stage.add(Vote(4, "w9", [1], [])) is False, "unknown worker"
-    assert stage.add(Vote(4, "w2", [8], [])) is False, "a repeat does not count twice"
-    assert stage.add(Vote(4, "w3", [], [])) is False
+    assert stage.add(Vote(4, "w2", [7], [], 0)) is False
+    assert stage.add(Vote(3, "w1", [1], [], 0)) is False, "message of an earlier epoch"
+    assert stage.add(Vote(5, "w1", [1], [], 0)) is False, "message of a later epoch"
+    assert stage.add(Vote(4, "w9", [1], [], 0)) is False, "unknown worker"
+    assert stage.add(Vote(4, "w2", [8], [], 0)) is False, "a repeat does not count twice"
+    assert stage.add(Vote(4, "w3", [], [], 0)) is False
     assert not stage.complete
-    assert stage.add(Vote(4, "w1", [2], [5])) is True
+    assert stage.add(Vote(4, "w1", [2], [5], 0)) is True
     assert stage.complete
     assert [m.node_id for m in stage.messages()] == ["w1", "w2", "w3"]
     assert stage.got["w2"].conflicts == [8], "the latest message of a worker is kept"
-    assert stage.add(Vote(3, "w1", [99], [])) is True
+    assert stage.add(Vote(3, "w1", [99], [], 0)) is True
     assert stage.got["w1"].conflicts == [2], "a stale message does not replace a current one"
 
 
 def test_stage_works_for_exec_done_and_epoch_done() -> None:
     ex: Stage[ExecDone] = Stage(0, ["a", "b"])
-    assert not ex.add(ExecDone(0, "a", [], 3))
-    assert ex.add(ExecDone(0, "b", [5], 4))
+    assert not ex.add(ExecDone(0, "a", [], 3, 0))
+    assert ex.add(ExecDone(0, "b", [5], 4, 0))
     done: Stage[EpochDone] = Stage(9, ["a"])
-    assert not done.add(EpochDone(8, "a", 0, 1, 0, 0))
-    assert done.add(EpochDone(9, "a", 0, 1, 0, 0))
+    assert not done.add(EpochDone(8, "a", 0, 1, 0, 0, 0))
+    assert done.add(EpochDone(9, "a", 0, 1, 0, 0, 0))
 
 
 @settings(max_examples=100, deadline=None)
@@ -58,7 +58,7 @@ def test_stage_works_for_exec_done_and_epoch_done() -> None:
 )
 def test_stage_property(workers: set[str], noise: list[tuple[int, str]], data: st.DataObject) -> None:
     stage: Stage[Vote] = Stage(2, workers)
-    msgs = [Vote(e, n, [], []) for e, n in noise] + [Vote(2, w, [], []) for w in workers]
+    msgs = [Vote(e, n, [], [], 0) for e, n in noise] + [Vote(2, w, [], [], 0) for w in workers]
     order = data.draw(st.permutations(msgs))
     reported: set[str] = set()
     for m in order:
@@ -69,13 +69,13 @@ def test_stage_property(workers: set[str], noise: list[tuple[int, str]], data: s
 
 
 def test_combine_votes_unions_and_sorts() -> None:
-    votes = [Vote(1, "w2", [9, 3], [9]), Vote(1, "w1", [3, 1], [4, 9]), Vote(1, "w3", [], [])]
+    votes = [Vote(1, "w2", [9, 3], [9], 0), Vote(1, "w1", [3, 1], [4, 9], 0), Vote(1, "w3", [], [], 0)]
     assert combine_votes(votes) == ([1, 3, 9], [4, 9])
     assert combine_votes([]) == ([], [])
 
 
 def test_combine_exec_unions_aborts_and_takes_max_counter() -> None:
-    msgs = [ExecDone(1, "w1", [5, 2], 10), ExecDone(1, "w2", [2, 8], 14), ExecDone(1, "w3", [], 3)]
+    msgs = [ExecDone(1, "w1", [5, 2], 10, 0), ExecDone(1, "w2", [2, 8], 14, 0), ExecDone(1, "w3", [], 3, 0)]
     assert combine_exec(msgs) == ([2, 5, 8], 14)
     assert combine_exec([]) == ([], 0)
 
@@ -152,7 +152,7 @@ def test_sids_are_dense_and_follow_sorted_node_ids() -> None:
 async def _deploy_over_network(path: str) -> tuple[list[AdminReply], asyncio.Task[None]]:
     net = MemoryNetwork(0)
     replies: list[AdminReply] = []
-    net.register("admin", lambda src, msg: replies.append(msg))  # type: ignore[arg-type]
+    net.register("admin", lambda src, msg: replies.append(msg), inbox="admin")  # type: ignore[arg-type]
     coord = Coordinator(load_config({}, env={}), net.endpoint("coordinator"), detect_failures=False)
     net.register("coordinator", coord.on_message)
     task = asyncio.create_task(coord.run())

@@ -207,7 +207,7 @@ def test_retain_removes_only_what_no_manifest_needs() -> None:
 
 
 def entry(epoch: int, node: str, gen: int = 0) -> SeqLogEntry:
-    return SeqLogEntry(epoch, node, 0, [], gen)
+    return SeqLogEntry(epoch, node, 0, [], gen, 0)
 
 
 def test_last_complete_epoch_needs_every_worker_of_the_right_generation() -> None:

@@ -230,7 +230,7 @@ async def test_a_recover_for_a_generation_without_its_view_is_ignored() -> None:
         MemoryEgress(log, "egress"),
         MemorySeqLog(log, "seqlog"),
     )
-    w.on_message(COORDINATOR, Recover(3, empty_manifest(2), -1))
+    w.on_message(COORDINATOR, Recover(empty_manifest(2), -1, 3))
     assert w.recovering is None and w.generation == -1
 
 

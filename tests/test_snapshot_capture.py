@@ -82,14 +82,14 @@ def test_a_confirmed_snapshot_is_forgotten_a_failed_one_merged_back() -> None:
     unconfirmed: Unconfirmed = {4: (store.take_delta(), answered.take_delta())}
     store.apply({("acct", 1): b"new", ("acct", 3): None})
     answered.record(0, reply("r2"))
-    on_result(unconfirmed, SnapshotResult(9, False), store, answered)  # unknown epoch: nothing changes
+    on_result(unconfirmed, SnapshotResult(9, False, 0), store, answered)  # unknown epoch: nothing changes
     assert 4 in unconfirmed and store.delta == {("acct", 1): b"new", ("acct", 3): None}
-    on_result(unconfirmed, SnapshotResult(4, False), store, answered)
+    on_result(unconfirmed, SnapshotResult(4, False, 0), store, answered)
     assert unconfirmed == {}
     assert store.delta == {("acct", 1): b"new", ("acct", 2): b"gone", ("acct", 3): None}
     assert answered.take_delta() == {0: [reply("r1"), reply("r2")]}
     unconfirmed[5] = (store.take_delta(), {})
-    on_result(unconfirmed, SnapshotResult(5, True), store, answered)
+    on_result(unconfirmed, SnapshotResult(5, True, 0), store, answered)
     assert unconfirmed == {} and store.delta == {}, "a durable snapshot's delta is not carried again"
 
 
@@ -136,7 +136,7 @@ def test_successful_snapshots_rebuild_state_and_replies(
             commit(writes)
         if ok:
             durable.append(parts)
-        on_result(unconfirmed, SnapshotResult(epoch, ok), store, answered)
+        on_result(unconfirmed, SnapshotResult(epoch, ok, 0), store, answered)
 
     for epoch, (writes_list, snap, ok, late) in enumerate(run):
         for writes in writes_list:

@@ -1,11 +1,12 @@
 """Forming this worker's batch of an epoch: which transactions run, with which tids.
 
 A live batch is the rescheduled transactions (keeping their tids; at most one per root entity, see
-:func:`take_rescheduled`) followed by new requests from the ingress, each classified:
+:func:`take_rescheduled`) followed by new requests from the ingress, each classified as one of the
+sequencer log's entry kinds (:mod:`styx_py.core.wire.logs`):
 
-* fresh — a new transaction, given the next Mencius tid by the sequencer;
-* answered — a request id resent after its reply: the reply is given again, nothing runs;
-* waiting — a request id resent while its first copy still runs: answered with that copy's reply.
+* ``Run`` — a new transaction, given the next Mencius tid by the sequencer;
+* ``Answered`` — a request id resent after its reply: the reply is given again, nothing runs;
+* ``Waiting`` — a request id resent while its first copy still runs: answered with that copy's reply.
 
 The batch's composition is written to the sequencer log before any of its replies can leave, so a
 replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.replayed`).
@@ -14,13 +15,10 @@ replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.
 from __future__ import annotations
 
 from styx_py.core.ports import Ingress
-from styx_py.core.wire import IngressRecord, Reply, SeqLogEntry
+from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Reply, Run, SeqLogEntry, Waiting
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.sequencer import Sequencer
 from styx_py.worker.txn import RootTxn
-
-# How a request of a batch is handled (sequencer-log entries carry these in place of a tid).
-FRESH, ANSWERED, WAITING = 1, -1, -2
 
 Resend = tuple[int, Reply]  # (ingress partition, the earlier reply to give again)
 
@@ -77,19 +75,21 @@ class BatchFormer:
         running.update(r.request.request_id for r in self.rescheduled)
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
-        others: list[tuple[int, int, int, str]] = []
+        answered: list[BatchEntry] = []
         for rec in records:
             kind = self.classify(rec, running, resends)
-            if kind == FRESH:
+            if kind is Run:
                 fresh.append(rec)
+            elif kind is Answered:
+                answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
             else:
-                others.append((kind, rec.partition, rec.offset, rec.request.request_id))
+                answered.append(Waiting(rec.partition, rec.offset, rec.request.request_id))
         tids = self.sequencer.assign(len(fresh))
         roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, fresh, strict=True)]
         # Logged even when empty: a complete set of entries (one per worker) marks an epoch that may
         # have been decided, which is how a restarted coordinator finds where replay must end.
-        entries = [(r.tid, r.partition, r.offset, r.request.request_id) for r in roots] + others
-        entry = SeqLogEntry(epoch, self.node_id, lc_start, entries, gen, self.sequencer.lc)
+        entries: list[BatchEntry] = [Run(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
+        entry = SeqLogEntry(epoch, self.node_id, lc_start, entries + answered, gen, self.sequencer.lc)
         return roots, entry, resends
 
     async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:
@@ -101,33 +101,33 @@ class BatchFormer:
             return roots, resends
         waiting = {r.tid: r for r in self.rescheduled}
         running = {r.request.request_id for r in self.rescheduled} | set(self.replies.waiting)
-        for tid, partition, offset, _rid in entry.entries:
-            root = waiting.pop(tid, None) if tid > 0 else None
+        for e in entry.entries:
+            root = waiting.pop(e.tid, None) if isinstance(e, Run) else None
             if root is None:
-                rec = await self.ingress.take_exact(partition, offset)
-                if tid <= 0:
+                rec = await self.ingress.take_exact(e.partition, e.offset)
+                if not isinstance(e, Run):
                     kind = self.classify(rec, running, resends)
-                    assert kind == tid, (
-                        f"replay classified {rec.request.request_id} as {kind}, log says {tid}"
-                    )
+                    assert kind is type(e), f"replay classified {e.request_id} as {kind.__name__}, log: {e}"
                     continue
                 running.add(rec.request.request_id)
-                root = RootTxn(tid, rec)
+                root = RootTxn(e.tid, rec)
             roots.append(root)
         self.rescheduled = list(waiting.values())
         self.sequencer.rebalance(entry.lc_end)
         return roots, resends
 
-    def classify(self, rec: IngressRecord, running: set[str], resends: list[Resend]) -> int:
-        """FRESH, ANSWERED or WAITING (module docstring). Deterministic: it depends only on the reply
-        table and the batch, both replayed identically."""
+    def classify(
+        self, rec: IngressRecord, running: set[str], resends: list[Resend]
+    ) -> type[Run] | type[Answered] | type[Waiting]:
+        """Run (fresh), Answered or Waiting (module docstring). Deterministic: it depends only on the
+        reply table and the batch, both replayed identically."""
         rid = rec.request.request_id
         earlier = self.replies.answered.get(rec.partition, rid)
         if earlier is not None:
             resends.append((rec.partition, earlier))
-            return ANSWERED
+            return Answered
         if rid in running:
             self.replies.waiting.setdefault(rid, []).append(rec)
-            return WAITING
+            return Waiting
         running.add(rid)
-        return FRESH
+        return Run

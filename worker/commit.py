@@ -7,11 +7,11 @@ writes in tid order and turns every finished root into its reply (the early comm
 
 from __future__ import annotations
 
-from styx_py.core.wire import NIL, PHASE_OPTIMISTIC, ST_ABORT, ST_BAD, Reply
+from styx_py.core.wire import NIL, Phase, Reply, ReplyStatus, Status
 from styx_py.worker.state import StateStore
 from styx_py.worker.txn import EpochState, RootTxn
 
-_ERROR_TYPES = {ST_ABORT: "Abort", ST_BAD: "BadRequest"}
+_ERROR_TYPES = {Status.ABORT: "Abort", Status.BAD: "BadRequest"}
 
 
 def commit_lock_free(es: EpochState, fallback: frozenset[int], store: StateStore) -> list[tuple[int, Reply]]:
@@ -26,16 +26,18 @@ def commit_lock_free(es: EpochState, fallback: frozenset[int], store: StateStore
         if tid in fallback:
             continue
         root = es.roots[tid]
-        replies.append((root.partition, reply_for(root, es.epoch, PHASE_OPTIMISTIC)))
+        replies.append((root.partition, reply_for(root, es.epoch, Phase.OPTIMISTIC)))
         es.tally.finished(root)
     return replies
 
 
-def reply_for(root: RootTxn, epoch: int, phase: int) -> Reply:
+def reply_for(root: RootTxn, epoch: int, phase: Phase) -> Reply:
     req = root.request
     if not root.failed:
         result = NIL if root.result is None else root.result
-        return Reply(req.request_id, root.tid, epoch, phase, "committed", result, None, None, req.ts_ms)
-    status = "aborted" if root.error_status == ST_ABORT else "failed"
+        return Reply(
+            req.request_id, root.tid, epoch, phase, ReplyStatus.COMMITTED, result, None, None, req.ts_ms
+        )
+    status = ReplyStatus.ABORTED if root.error_status == Status.ABORT else ReplyStatus.FAILED
     error_type = _ERROR_TYPES.get(root.error_status, "UserError")
     return Reply(req.request_id, root.tid, epoch, phase, status, NIL, root.error, error_type, req.ts_ms)

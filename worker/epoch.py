@@ -28,10 +28,6 @@ from styx_py.core.graph import Graph
 from styx_py.core.ports import SequencerLog, Transport
 from styx_py.core.wire import (
     COORDINATOR,
-    OUT_RESCHEDULE,
-    PHASE_FALLBACK,
-    PHASE_OPTIMISTIC,
-    ST_BAD,
     Ack,
     AllExecDone,
     CallResult,
@@ -42,6 +38,9 @@ from styx_py.core.wire import (
     Final,
     Invoke,
     Message,
+    Outcome,
+    Phase,
+    Status,
     Vote,
 )
 from styx_py.worker import fallback, snapshot
@@ -102,10 +101,10 @@ class EpochDriver:
     def dispatch(self, inv: Invoke) -> None:
         self.router.dispatch(inv)
 
-    def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
+    def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
         self.router.send_result(inv, status, value)
 
-    def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
+    def send_ack(self, inv: Invoke, own: Fraction, status: Status, error: str, value: msgspec.Raw) -> None:
         self.router.send_ack(inv, own, status, error, value)
 
     # ---- messages ----------------------------------------------------------------------------------
@@ -146,7 +145,7 @@ class EpochDriver:
         es = self.epoch_state(inv.epoch)
         if es is None:
             return  # a repeat of an invocation of a finished epoch
-        if inv.phase == PHASE_FALLBACK and es.defer(inv):
+        if inv.phase == Phase.FALLBACK and es.defer(inv):
             return
         key = (inv.phase, inv.tid, tuple(inv.path))
         if key in es.invoked:
@@ -156,7 +155,7 @@ class EpochDriver:
 
     def on_call_result(self, msg: CallResult) -> None:
         es = self.epoch_state(msg.epoch)
-        if es is None or (msg.phase == PHASE_FALLBACK and es.defer(msg)):
+        if es is None or (msg.phase == Phase.FALLBACK and es.defer(msg)):
             return
         slot = es.result_slot(msg.phase, msg.tid, tuple(msg.path))
         if not slot.done():
@@ -166,7 +165,7 @@ class EpochDriver:
         es = self.epoch_state(ack.epoch)
         if es is None:
             return  # a repeat of an ack of a finished epoch
-        if ack.phase == PHASE_FALLBACK and es.defer(ack):
+        if ack.phase == Phase.FALLBACK and es.defer(ack):
             return
         root = es.roots[ack.tid]
         path = tuple(ack.path)
@@ -177,7 +176,7 @@ class EpochDriver:
             root.result = root_value
         root.record(ack.status, ack.error, ack.path)
         if root.collector.add(from_wire(ack.share_n, ack.share_d)):
-            if ack.phase == PHASE_OPTIMISTIC:
+            if ack.phase == Phase.OPTIMISTIC:
                 self._root_done_optimistic(es, root)
             else:
                 self._root_done_fallback(es, root)
@@ -215,11 +214,11 @@ class EpochDriver:
         for root in roots:
             bad = self.table.misrouted(root.request, root.partition)
             if bad is not None:
-                root.record(ST_BAD, bad, [])
+                root.record(Status.BAD, bad, [])
                 es.cache.setdefault(root.tid, [])
                 self._root_done_optimistic(es, root)
                 continue
-            self._run(es, root_invoke(es, root, PHASE_OPTIMISTIC, self.node_id), None)
+            self._run(es, root_invoke(es, root, Phase.OPTIMISTIC, self.node_id), None)
 
     def _root_done_optimistic(self, es: EpochState, root: RootTxn) -> None:
         if root.failed:
@@ -287,12 +286,12 @@ class EpochDriver:
         outcome = fallback.outcome_of(root)
         final = Final(es.epoch, root.tid, outcome, es.gen)
         self.router.to_peers(final)
-        if outcome == OUT_RESCHEDULE:
+        if outcome == Outcome.RESCHEDULE:
             self.batch.rescheduled.append(root)
             es.tally.rescheduled += 1
         else:
             es.tally.finished(root)
-            self.replies.send(es.epoch, [(root.partition, reply_for(root, es.epoch, PHASE_FALLBACK))])
+            self.replies.send(es.epoch, [(root.partition, reply_for(root, es.epoch, Phase.FALLBACK))])
         self.on_final(final)
 
     def on_final(self, msg: Final) -> None:

@@ -12,7 +12,7 @@ Three modes:
 * fallback, re-executed: the root function runs again and calls are sent as usual, each invocation
   first taking its entity's lock in tid order;
 * fallback, cached: each worker re-invokes its cached invocations of the transaction in parallel;
-  outgoing calls are only compared with the cached ones (a difference => ``ST_CHANGED``, the
+  outgoing calls are only compared with the cached ones (a difference => ``Status.CHANGED``, the
   transaction is rescheduled) and synchronous results arrive from the callee's own re-invocation.
 
 The runner sees the worker only through :class:`InvocationHost`: committed state, the deployed
@@ -34,15 +34,9 @@ from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key, key_bytes
 from styx_py.core.wire import (
-    PHASE_FALLBACK,
-    PHASE_OPTIMISTIC,
-    ST_ABORT,
-    ST_BAD,
-    ST_CHANGED,
-    ST_ERROR,
-    ST_OK,
-    ST_PROPAGATED,
     Invoke,
+    Phase,
+    Status,
     decode_value,
     encode_value,
 )
@@ -70,11 +64,11 @@ class InvocationHost(Protocol):
         """Run ``inv`` on the worker that owns its entity."""
         ...
 
-    def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
+    def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
         """A synchronous call's result, to its caller."""
         ...
 
-    def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
+    def send_ack(self, inv: Invoke, own: Fraction, status: Status, error: str, value: msgspec.Raw) -> None:
         """The invocation's outcome and kept share, to its transaction's root."""
         ...
 
@@ -86,13 +80,13 @@ class _Changed(BaseException):
 class _CalleeFailed(BaseException):
     """Internal signal: a synchronous callee failed; the callee reports the reason to the root."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: Status) -> None:
         super().__init__(status)
         self.status = status
 
 
 class _BadCall(Exception):
-    """A call names an unknown operator/function or has an invalid key (reported as ST_BAD)."""
+    """A call names an unknown operator/function or has an invalid key (reported as Status.BAD)."""
 
 
 class RuntimeContext(Context):
@@ -133,7 +127,7 @@ class RuntimeContext(Context):
         if self._ekey in buf:
             raw = buf[self._ekey]
         else:
-            if self._inv.phase == PHASE_OPTIMISTIC:
+            if self._inv.phase == Phase.OPTIMISTIC:
                 self._es.record_read(self._inv.tid, self._ekey)
             raw = self._host.read(self._ekey)
         return default if raw is None else decode_value(raw)
@@ -202,7 +196,7 @@ class RuntimeContext(Context):
         if self._cached is None:
             self._host.dispatch(child)
         status, value = await slot
-        if status != ST_OK:
+        if status != Status.OK:
             raise _CalleeFailed(status)
         return decode_value(value)
 
@@ -220,18 +214,18 @@ async def run_invocation(
     host: InvocationHost, es: EpochState, inv: Invoke, cached: CachedInvocation | None
 ) -> None:
     """Run one invocation to its end and report it; never raises for anything user code does."""
-    status, error, value = ST_OK, "", EMPTY_RAW
+    status, error, value = Status.OK, "", EMPTY_RAW
     ctx = RuntimeContext(host, es, inv, cached)
-    if inv.phase == PHASE_FALLBACK:
+    if inv.phase == Phase.FALLBACK:
         if not es.locks.owns_key(inv.tid, ctx._ekey):
-            status = ST_CHANGED
+            status = Status.CHANGED
         else:
             await es.locks.acquire(ctx._ekey, inv.tid)
-    fn = host.graph.function(inv.operator, inv.function) if status == ST_OK else None
-    if status != ST_OK:
+    fn = host.graph.function(inv.operator, inv.function) if status == Status.OK else None
+    if status != Status.OK:
         pass
     elif fn is None:
-        status, error = ST_BAD, f"unknown function {inv.operator}.{inv.function}"
+        status, error = Status.BAD, f"unknown function {inv.operator}.{inv.function}"
     else:
         try:
             args = decode_value(inv.args)
@@ -248,30 +242,30 @@ async def run_invocation(
             if cached is not None and len(ctx._calls) != len(cached.calls):
                 raise _Changed
         except Abort as exc:
-            status, error = ST_ABORT, str(exc)
+            status, error = Status.ABORT, str(exc)
         except _BadCall as exc:
-            status, error = ST_BAD, str(exc)
+            status, error = Status.BAD, str(exc)
         except _Changed:
-            status = ST_CHANGED
+            status = Status.CHANGED
         except _CalleeFailed as exc:
-            status = ST_CHANGED if exc.status == ST_CHANGED else ST_PROPAGATED
+            status = Status.CHANGED if exc.status == Status.CHANGED else Status.PROPAGATED
         except (msgspec.DecodeError, msgspec.EncodeError) as exc:
-            status, error = ST_ERROR, f"{type(exc).__name__}: {exc}"
+            status, error = Status.ERROR, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001 - any user exception aborts the transaction, by design
-            status, error = ST_ERROR, f"{type(exc).__name__}: {exc}"
+            status, error = Status.ERROR, f"{type(exc).__name__}: {exc}"
 
     # Shares: a cached re-invocation acks exactly what it kept in the optimistic run (its callees are
     # re-invoked by their own workers and ack theirs); otherwise async callees are dispatched now.
     if cached is not None:
         own = cached.own_share
-    elif status == ST_OK and ctx._async:
+    elif status == Status.OK and ctx._async:
         own = split_async(ctx._share, len(ctx._async))
         for child in ctx._async:
             child.share_n, child.share_d = to_wire(own)
             host.dispatch(child)
     else:
         own = ctx._share
-    if inv.phase == PHASE_OPTIMISTIC:
+    if inv.phase == Phase.OPTIMISTIC:
         es.cache_invocation(inv, ctx._calls, own, ctx._ekey)
     if inv.want_result:
         host.send_result(inv, status, value)

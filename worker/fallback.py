@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
-from styx_py.core.wire import OUT_ABORT, OUT_COMMIT, OUT_RESCHEDULE, PHASE_FALLBACK, Final, Invoke
+from styx_py.core.wire import Final, Invoke, Outcome, Phase
 from styx_py.worker.locks import LockTable
 from styx_py.worker.state import StateStore
 from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, root_invoke
@@ -40,25 +40,25 @@ def fallback_runs(
     for tid in fallback:
         if caching and tid not in uncacheable:
             for cinv in es.cache.get(tid, ()):
-                runs.append((msgspec.structs.replace(cinv.inv, phase=PHASE_FALLBACK), cinv))
+                runs.append((msgspec.structs.replace(cinv.inv, phase=Phase.FALLBACK), cinv))
         else:
             root = es.roots.get(tid)
             if root is not None:
-                runs.append((root_invoke(es, root, PHASE_FALLBACK, node_id), None))
+                runs.append((root_invoke(es, root, Phase.FALLBACK, node_id), None))
     return runs
 
 
-def outcome_of(root: RootTxn) -> int:
+def outcome_of(root: RootTxn) -> Outcome:
     if root.changed:
-        return OUT_RESCHEDULE
-    return OUT_ABORT if root.failed else OUT_COMMIT
+        return Outcome.RESCHEDULE
+    return Outcome.ABORT if root.failed else Outcome.COMMIT
 
 
 def apply_final(es: EpochState, final: Final, store: StateStore) -> bool:
     """Apply a fallback transaction's writes if it committed and release its locks; True once every
     fallback transaction of the epoch is final."""
     writes = es.fb_buffers.pop(final.tid, None)
-    if final.outcome == OUT_COMMIT and writes:
+    if final.outcome == Outcome.COMMIT and writes:
         store.apply(writes)
     es.locks.release(final.tid)
     es.finals_pending.discard(final.tid)

@@ -41,7 +41,7 @@ async def serve_worker(
                 transport.set_address(w.node_id, w.host, w.port)
         worker.on_message(src, msg)
 
-    transport = TcpTransport(node_id, handle, host, port)
+    transport = TcpTransport(node_id, handle, host, port, inbox="worker")
     await transport.start()
     chost, _, cport = coordinator.rpartition(":")
     transport.set_address(COORDINATOR, chost or "127.0.0.1", int(cport))

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from styx_py.core.wire import ST_ABORT, ST_BAD, ST_ERROR
+from styx_py.core.wire import Status
 from styx_py.io.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
 from styx_py.worker.txn import Tally
 
@@ -51,7 +51,7 @@ class MetricsSource(Protocol):
 
 
 # Reply status of an aborted transaction -> the cause label; anything else is "other".
-ABORT_CAUSES = {ST_ABORT: "user_abort", ST_ERROR: "user_error", ST_BAD: "bad_request"}
+ABORT_CAUSES = {Status.ABORT: "user_abort", Status.ERROR: "user_error", Status.BAD: "bad_request"}
 
 
 class WorkerMetrics:

@@ -97,7 +97,7 @@ def plan_replay(
         e = entry.epoch
         if not m.epoch < e <= replay_until or entry.gen != m.generation_of(e):
             continue
-        mine = [x for x in entry.entries if x[1] in owned]
+        mine = [x for x in entry.entries if x.partition in owned]
         current = plan.get(e)
         if current is None:
             plan[e] = SeqLogEntry(e, node_id, entry.lc_start, mine, entry.gen, entry.lc_end)

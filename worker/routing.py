@@ -17,7 +17,7 @@ import msgspec
 
 from styx_py.core.partitioning import Key, key_bytes, partition_of
 from styx_py.core.ports import Transport
-from styx_py.core.wire import Ack, CallResult, ClusterView, Final, Invoke, Request
+from styx_py.core.wire import Ack, CallResult, ClusterView, Final, Invoke, Request, Status
 from styx_py.worker.ackshare import to_wire
 
 
@@ -80,14 +80,14 @@ class Router:
         else:
             self.transport.send(owner, inv)
 
-    def send_result(self, inv: Invoke, status: int, value: msgspec.Raw) -> None:
+    def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
         msg = CallResult(inv.epoch, inv.tid, inv.phase, inv.path, status, value, inv.gen)
         if inv.parent == self.node_id:
             self.local.on_call_result(msg)
         else:
             self.transport.send(inv.parent, msg)
 
-    def send_ack(self, inv: Invoke, own: Fraction, status: int, error: str, value: msgspec.Raw) -> None:
+    def send_ack(self, inv: Invoke, own: Fraction, status: Status, error: str, value: msgspec.Raw) -> None:
         ack = Ack(inv.epoch, inv.tid, inv.phase, *to_wire(own), status, error, inv.path, inv.gen)
         if inv.root == self.node_id:
             # The root invocation's own result travels with its ack (no CallResult for the root).

@@ -199,6 +199,8 @@ class Worker:
                 self.on_view(msg)
             case Heartbeat():
                 pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
+            case SnapshotResult() if msg.gen != self.driver.gen:
+                pass  # the verdict on a snapshot of a generation that recovery ended
             case SnapshotResult():
                 self.snapshots.on_result(msg, self.driver.store, self.replies.answered)
             case Recover() if self.view is None or self.view.gen != msg.gen:
@@ -250,11 +252,11 @@ class Worker:
             log.error("%s: recovery to generation %d failed: %s", self.node_id, msg.gen, exc)
             self.metrics.recovery(False, time.perf_counter() - started)
             self.transport.send(
-                COORDINATOR, RecoverDone(msg.gen, self.node_id, False, f"{type(exc).__name__}: {exc}")
+                COORDINATOR, RecoverDone(self.node_id, False, f"{type(exc).__name__}: {exc}", msg.gen)
             )
             return
         self.metrics.recovery(True, time.perf_counter() - started)
-        self.transport.send(COORDINATOR, RecoverDone(msg.gen, self.node_id, True, ""))
+        self.transport.send(COORDINATOR, RecoverDone(self.node_id, True, "", msg.gen))
 
     async def _restore(self, msg: Recover) -> None:
         assert self.logs is not None, "recovery needs a log reader"

@@ -169,11 +169,13 @@ class Snapshotter:
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
             log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
             self.observe(False, time.perf_counter() - started, 0)
-            done = SnapshotDone(epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, gen)
+            done = SnapshotDone(
+                epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, seqlog_acked, gen
+            )
         else:
             self.observe(True, time.perf_counter() - started, size)
             seqlog_offset = parts[0].seqlog_offset if parts else seqlog_acked
-            done = SnapshotDone(epoch, self.node_id, True, "", len(parts), size, gen, seqlog_offset)
+            done = SnapshotDone(epoch, self.node_id, True, "", len(parts), size, seqlog_offset, gen)
         self.transport.send(COORDINATOR, done)
 
     def on_result(self, msg: SnapshotResult, store: StateStore, answered: ReplyTable) -> None:

@@ -16,16 +16,12 @@ import msgspec
 
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import (
-    PHASE_OPTIMISTIC,
-    ST_ABORT,
-    ST_BAD,
-    ST_CHANGED,
-    ST_ERROR,
-    ST_OK,
     IngressRecord,
     Invoke,
     Message,
+    Phase,
     Reply,
+    Status,
 )
 from styx_py.worker.ackshare import ShareCollector
 from styx_py.worker.conflicts import EntityKey
@@ -69,19 +65,21 @@ class RootTxn:
         self.failed = False
         self.changed = False
         self.error = ""
-        self.error_status = ST_OK
+        self.error_status: Status = Status.OK
         self.err_path: list[int] | None = None
         self.result: msgspec.Raw | None = None
 
-    def record(self, status: int, error: str, path: list[int]) -> None:
-        if status == ST_OK:
+    def record(self, status: Status, error: str, path: list[int]) -> None:
+        if status == Status.OK:
             return
-        if status == ST_CHANGED:
+        if status == Status.CHANGED:
             self.changed = True
             return
         self.failed = True
         # The reported error is the one closest to the root (smallest path): deterministic.
-        if status in (ST_ABORT, ST_ERROR, ST_BAD) and (self.err_path is None or path < self.err_path):
+        if status in (Status.ABORT, Status.ERROR, Status.BAD) and (
+            self.err_path is None or path < self.err_path
+        ):
             self.err_path, self.error, self.error_status = path, error, status
 
 
@@ -150,7 +148,7 @@ class EpochState:
         self.touched: dict[int, set[EntityKey]] = {}
         self.uncacheable: set[int] = set()
         self.cache: dict[int, list[CachedInvocation]] = {}
-        self.slots: dict[tuple[int, int, Path], asyncio.Future[tuple[int, msgspec.Raw]]] = {}
+        self.slots: dict[tuple[Phase, int, Path], asyncio.Future[tuple[Status, msgspec.Raw]]] = {}
         self.aborted: frozenset[int] = frozenset()
         self.locks = LockTable((), {})
         self.fallback_ready = False
@@ -164,8 +162,8 @@ class EpochState:
         self.resends: list[tuple[int, Reply]] = []  # resent request ids answered from earlier replies
         self.tally = Tally()
 
-    def buffer(self, phase: int, tid: int) -> Writes:
-        table = self.opt_buffers if phase == PHASE_OPTIMISTIC else self.fb_buffers
+    def buffer(self, phase: Phase, tid: int) -> Writes:
+        table = self.opt_buffers if phase == Phase.OPTIMISTIC else self.fb_buffers
         buf = table.get(tid)
         if buf is None:
             buf = table[tid] = {}
@@ -188,7 +186,7 @@ class EpochState:
             touched.add(key)
         self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
 
-    def result_slot(self, phase: int, tid: int, path: Path) -> asyncio.Future[tuple[int, msgspec.Raw]]:
+    def result_slot(self, phase: Phase, tid: int, path: Path) -> asyncio.Future[tuple[Status, msgspec.Raw]]:
         k = (phase, tid, path)
         fut = self.slots.get(k)
         if fut is None:
@@ -203,7 +201,7 @@ class EpochState:
         return True
 
 
-def root_invoke(es: EpochState, root: RootTxn, phase: int, node_id: str) -> Invoke:
+def root_invoke(es: EpochState, root: RootTxn, phase: Phase, node_id: str) -> Invoke:
     """The invocation of a transaction's root function (share 1, path [], on this worker)."""
     req = root.request
     return Invoke(

@@ -28,9 +28,19 @@ import msgspec
 import pyarrow as pa
 
 from styx_py.core.partitioning import Key
-from styx_py.core.wire import UNDECODABLE, PartitionSnapshot, Reply, Request, SeqLogEntry
+from styx_py.core.wire import (
+    UNDECODABLE,
+    Answered,
+    PartitionSnapshot,
+    Reply,
+    Request,
+    Run,
+    SeqLogEntry,
+    Waiting,
+)
 
 Kind = Literal["ingress", "egress", "seqlog", "raw"]
+_ENTRY_KINDS: dict[type, str] = {Run: "run", Answered: "answered", Waiting: "waiting"}
 KINDS: tuple[Kind, ...] = ("ingress", "egress", "seqlog", "raw")
 
 # Spark's own Arrow shapes (what a Python data source must return): list items named "element",
@@ -63,8 +73,15 @@ REPLY = pa.struct(
         ("request_ts_ms", pa.int64()),
     ]
 )
+# kind: "run" (a transaction, with its tid), "answered" or "waiting" (a resent request id; no tid).
 SEQ_ENTRY = pa.struct(
-    [("tid", pa.int64()), ("partition", pa.int32()), ("offset", pa.int64()), ("request_id", pa.string())]
+    [
+        ("kind", pa.string()),
+        ("tid", pa.int64()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("request_id", pa.string()),
+    ]
 )
 SEQLOG = pa.struct(
     [
@@ -194,10 +211,11 @@ def _seqlog(values: list[SeqLogEntry | None]) -> pa.Array:
         offsets.append(offsets[-1] + len(v.entries))
     entries = pa.StructArray.from_arrays(
         [
-            pa.array([e[0] for e in flat], pa.int64()),
-            pa.array([e[1] for e in flat], pa.int32()),
-            pa.array([e[2] for e in flat], pa.int64()),
-            pa.array([e[3] for e in flat], pa.string()),
+            pa.array([_ENTRY_KINDS[type(e)] for e in flat], pa.string()),
+            pa.array([e.tid if isinstance(e, Run) else None for e in flat], pa.int64()),
+            pa.array([e.partition for e in flat], pa.int32()),
+            pa.array([e.offset for e in flat], pa.int64()),
+            pa.array([e.request_id for e in flat], pa.string()),
         ],
         fields=list(SEQ_ENTRY),
     )

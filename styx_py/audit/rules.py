@@ -53,8 +53,6 @@ CHECKS: dict[str, str] = {
     "serial.outcome": "every reply equals its outcome in the serial replay",
 }
 
-# Resent requests in the sequencer log (worker/epoch.py FRESH, ANSWERED, WAITING).
-ANSWERED, WAITING = -1, -2
 MAX_LISTED = 5  # items spelled out in one message
 
 
@@ -281,12 +279,14 @@ def check_entry(entry: Mapping[str, Any], n_seq: int) -> tuple[list[Finding], En
     subject = f"epoch {epoch} {node}"
     where = f"epoch {epoch}, worker {node} (generation {gen}, {n_seq} sequencers)"
     out: list[Finding] = []
-    tids = [e["tid"] for e in entry["entries"]]
-    roots = [t for t in tids if t > 0]
-    resent = [t for t in tids if t <= 0]
-    if any(t not in (ANSWERED, WAITING) for t in resent):
-        out.append(Finding("ordering.mencius", subject, f"{where}: invalid tids {_listed(resent)}"))
-    if tids != roots + resent:
+    entries = entry["entries"]
+    roots = [e["tid"] for e in entries if e["kind"] == "run"]
+    resent = [e["request_id"] for e in entries if e["kind"] != "run"]
+    if any(t is None or t <= 0 for t in roots):
+        out.append(Finding("ordering.mencius", subject, f"{where}: invalid tids {_listed(roots)}"))
+        return out, EntrySummary(epoch, gen, node, None, lc_start, lc_end, 0, len(roots), len(resent))
+    kinds = [e["kind"] for e in entries]
+    if kinds != sorted(kinds, key=lambda k: k != "run"):
         out.append(
             Finding("ordering.mencius", subject, f"{where}: a resent request is logged before a transaction")
         )

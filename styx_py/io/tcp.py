@@ -21,6 +21,7 @@ from styx_py.core.wire import (
     HEADER_BYTES,
     AdminReply,
     Batch,
+    Inbox,
     Message,
     decode_batch,
     encode_frame,
@@ -34,8 +35,11 @@ MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES  # a peer that stops reading fails inst
 
 
 class TcpTransport:
-    def __init__(self, node_id: str, handler: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, node_id: str, handler: Handler, host: str = "127.0.0.1", port: int = 0, *, inbox: Inbox
+    ) -> None:
         self.node_id = node_id
+        self.inbox = inbox  # the channel this endpoint receives: frames of any other do not decode
         self.handler = handler
         self.host = host
         self.port = port
@@ -134,7 +138,7 @@ class TcpTransport:
             while True:
                 header = await reader.readexactly(HEADER_BYTES)
                 payload = await reader.readexactly(frame_length(header))
-                batch = decode_batch(payload)
+                batch = decode_batch(payload, self.inbox)
                 if peer is None:
                     peer = batch.src
                     known = self.peer_incarnation.get(peer)
@@ -176,7 +180,7 @@ async def admin_request(address: str, msg: Message, timeout_s: float = 60.0) -> 
         async def read_reply() -> AdminReply:
             while True:
                 header = await reader.readexactly(HEADER_BYTES)
-                batch = decode_batch(await reader.readexactly(frame_length(header)))
+                batch = decode_batch(await reader.readexactly(frame_length(header)), "admin")
                 for m in batch.msgs:
                     if isinstance(m, AdminReply):
                         return m

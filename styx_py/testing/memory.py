@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from styx_py.core.wire import (
+    COORDINATOR,
     Batch,
+    Inbox,
     IngressRecord,
     Message,
     Reply,
@@ -35,6 +37,7 @@ class MemoryNetwork:
         self.max_hops = max_hops
         self.serialize = serialize
         self.handlers: dict[str, Handler] = {}
+        self.inboxes: dict[str, Inbox] = {}  # the channel each node receives (decoded as such)
         self.channels: dict[tuple[str, str], deque[Message]] = {}
         self.scheduled: set[tuple[str, str]] = set()
         self.sent = 0
@@ -58,8 +61,9 @@ class MemoryNetwork:
     def endpoint(self, node_id: str) -> MemoryTransport:
         return MemoryTransport(self, node_id)
 
-    def register(self, node_id: str, handler: Handler) -> None:
+    def register(self, node_id: str, handler: Handler, inbox: Inbox | None = None) -> None:
         self.handlers[node_id] = handler
+        self.inboxes[node_id] = inbox or ("coordinator" if node_id == COORDINATOR else "worker")
 
     def unregister(self, node_id: str) -> None:
         """A crash: the node hears nothing more and what it had sent but not delivered is lost."""
@@ -71,7 +75,8 @@ class MemoryNetwork:
     def send(self, src: str, dest: str, msg: Message) -> None:
         if self.serialize:
             frame = encode_frame(Batch(src, [msg]))
-            msg = decode_batch(frame[4:]).msgs[0]
+            inbox = self.inboxes.get(dest) or ("coordinator" if dest == COORDINATOR else "worker")
+            msg = decode_batch(frame[4:], inbox).msgs[0]  # as the receiver's channel decodes it
         self.sent += 1
         ch = (src, dest)
         q = self.channels.get(ch)

@@ -1,0 +1,150 @@
+"""The one typed wire protocol of styx-py.
+
+Every message is a ``msgspec.Struct``, tagged, in one module per part of the protocol:
+
+* :mod:`.codes` — the protocol's enums (:class:`Status`, :class:`Phase`, :class:`Outcome`,
+  :class:`ReplyStatus`) and the message base;
+* :mod:`.control` — coordinator ⇄ workers (registration, heartbeats, the epoch barrier, snapshots,
+  recovery);
+* :mod:`.peer` — a transaction's messages between workers (Invoke, CallResult, Ack, Final);
+* :mod:`.admin` — the coordinator's admin API;
+* :mod:`.logs` — Kafka payloads: requests, replies, sequencer-log batches with typed entries
+  (:class:`Run`, :class:`Answered`, :class:`Waiting`);
+* :mod:`.storage` — objects in S3: snapshot parts, manifests, the coordinator's state;
+* :mod:`.frames` — one union per channel (:data:`ToCoordinator`, :data:`ToWorker`,
+  :data:`ToAdmin`), the TCP frame and its per-channel decoders.
+
+Nothing is ever pickled; bytes that do not decode on a channel raise
+:class:`~styx_py.core.errors.ProtocolError`.
+"""
+
+from styx_py.core.wire.admin import AdminReply, DeployRequest, StatusRequest
+from styx_py.core.wire.codes import (
+    COORDINATOR,
+    UNDECODABLE,
+    Key,
+    Msg,
+    Outcome,
+    Phase,
+    ReplyStatus,
+    Status,
+)
+from styx_py.core.wire.control import (
+    AllExecDone,
+    ClusterView,
+    Decision,
+    EpochDone,
+    EpochStart,
+    ExecDone,
+    Heartbeat,
+    Recover,
+    RecoverDone,
+    Register,
+    SnapshotDone,
+    SnapshotResult,
+    Vote,
+    WorkAvailable,
+    WorkerInfo,
+)
+from styx_py.core.wire.frames import (
+    HEADER_BYTES,
+    Batch,
+    ControlToWorker,
+    Inbox,
+    Message,
+    PeerMessage,
+    ToAdmin,
+    ToCoordinator,
+    ToWorker,
+    decode_batch,
+    encode_frame,
+    frame_length,
+)
+from styx_py.core.wire.logs import (
+    EPOCH_HEADER,
+    NIL,
+    Answered,
+    BatchEntry,
+    IngressRecord,
+    Reply,
+    Request,
+    Run,
+    SeqLogEntry,
+    Waiting,
+    decode_value,
+    encode_value,
+    reply_decoder,
+    request_decoder,
+    request_encoder,
+    seqlog_decoder,
+    value_decoder,
+    value_encoder,
+)
+from styx_py.core.wire.peer import Ack, CallResult, Final, Invoke
+from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
+
+__all__ = [
+    "COORDINATOR",
+    "EPOCH_HEADER",
+    "HEADER_BYTES",
+    "NIL",
+    "UNDECODABLE",
+    "Ack",
+    "AdminReply",
+    "AllExecDone",
+    "Answered",
+    "Batch",
+    "BatchEntry",
+    "CallResult",
+    "ClusterMeta",
+    "ClusterView",
+    "ControlToWorker",
+    "Decision",
+    "DeployRequest",
+    "EpochDone",
+    "EpochStart",
+    "ExecDone",
+    "Final",
+    "Heartbeat",
+    "Inbox",
+    "IngressRecord",
+    "Invoke",
+    "Key",
+    "Manifest",
+    "Message",
+    "Msg",
+    "Outcome",
+    "PartitionSnapshot",
+    "PeerMessage",
+    "Phase",
+    "Recover",
+    "RecoverDone",
+    "Register",
+    "Reply",
+    "ReplyStatus",
+    "Request",
+    "Run",
+    "SeqLogEntry",
+    "SnapshotDone",
+    "SnapshotResult",
+    "Status",
+    "StatusRequest",
+    "ToAdmin",
+    "ToCoordinator",
+    "ToWorker",
+    "Vote",
+    "Waiting",
+    "WorkAvailable",
+    "WorkerInfo",
+    "decode_batch",
+    "decode_value",
+    "encode_frame",
+    "encode_value",
+    "frame_length",
+    "reply_decoder",
+    "request_decoder",
+    "request_encoder",
+    "seqlog_decoder",
+    "value_decoder",
+    "value_encoder",
+]

@@ -1,0 +1,134 @@
+"""The control plane: messages between the coordinator and the workers.
+
+Every message that belongs to a cluster generation carries it (``gen``, bumped by every recovery):
+a message of a generation that is over is dropped on arrival.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from styx_py.core.graph import OperatorSpec
+from styx_py.core.wire.codes import Msg
+from styx_py.core.wire.storage import Manifest
+
+# ---- worker -> coordinator -------------------------------------------------------------------------
+
+
+class Register(Msg, tag="reg"):
+    node_id: str
+    host: str
+    port: int
+
+
+class Heartbeat(Msg, tag="hb"):
+    """From a worker's event loop; the coordinator echoes it (the worker's lease)."""
+
+    node_id: str
+    epoch: int
+
+
+class WorkAvailable(Msg, tag="work"):
+    node_id: str
+
+
+class ExecDone(Msg, tag="xd"):
+    epoch: int
+    node_id: str
+    aborted: list[int]  # tids whose root saw a logic abort / error
+    lc: int
+    gen: int
+
+
+class Vote(Msg, tag="vote"):
+    epoch: int
+    node_id: str
+    conflicts: list[int]
+    uncacheable: list[int]  # tids that touched one entity twice on this worker
+    gen: int
+
+
+class EpochDone(Msg, tag="ed"):
+    epoch: int
+    node_id: str
+    pending: int  # requests waiting in this worker's ingress, and rescheduled transactions
+    committed: int
+    aborted: int
+    rescheduled: int
+    gen: int
+
+
+class SnapshotDone(Msg, tag="snap"):
+    epoch: int
+    node_id: str
+    ok: bool
+    error: str
+    objects: int
+    bytes: int
+    seqlog_offset: int  # sequencer-log entries of epochs after this snapshot lie at or above it
+    gen: int
+
+
+class RecoverDone(Msg, tag="recovered"):
+    node_id: str
+    ok: bool
+    error: str
+    gen: int
+
+
+# ---- coordinator -> worker -------------------------------------------------------------------------
+
+
+class WorkerInfo(msgspec.Struct, array_like=True):
+    node_id: str
+    sid: int  # sequencer id, 1..n
+    host: str
+    port: int
+
+
+class ClusterView(Msg, tag="view"):
+    version: int  # bumped on every broadcast of the view
+    workers: list[WorkerInfo]
+    placement: list[str]  # partition index -> owning worker node_id
+    graph_path: str | None
+    operators: list[OperatorSpec]
+    kafka_bootstrap: str | None
+    ingress_topic: str
+    egress_topic: str
+    seqlog_topic: str
+    gen: int
+
+
+class EpochStart(Msg, tag="es"):
+    epoch: int
+    lc: int  # global max sequencer counter (Mencius rebalancing)
+    replay: bool  # re-run the logged composition of this epoch (recovery)
+    gen: int
+
+
+class AllExecDone(Msg, tag="axd"):
+    epoch: int
+    aborted: list[int]
+    gen: int
+
+
+class Decision(Msg, tag="dec"):
+    epoch: int
+    fallback: list[int]  # sorted tids that must re-run under locks
+    uncacheable: list[int]
+    snapshot: bool  # take a snapshot at the end of this epoch
+    gen: int
+
+
+class SnapshotResult(Msg, tag="snapres"):
+    """The coordinator's verdict on the snapshot of ``epoch``: durable (manifest written) or not."""
+
+    epoch: int
+    ok: bool
+    gen: int
+
+
+class Recover(Msg, tag="recover"):
+    manifest: Manifest
+    replay_until: int  # last decided epoch: epochs manifest.epoch+1 .. replay_until are replayed
+    gen: int

@@ -1,0 +1,103 @@
+"""Channels and frames: one tagged union per channel, decoded by that channel's decoder.
+
+A process decodes only what its channel may carry: the coordinator's port takes
+:data:`ToCoordinator` (workers' reports and admin requests), a worker's port takes :data:`ToWorker`
+(the coordinator's orders and its peers' transaction messages), an admin client takes
+:data:`ToAdmin`. A valid message of another channel is a :class:`~styx_py.core.errors.ProtocolError`
+like any undecodable bytes.
+
+On TCP a frame is a 4-byte big-endian length and a msgpack-encoded :class:`Batch` (the messages to
+one destination of one event-loop tick).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+
+from styx_py.core.errors import ProtocolError
+from styx_py.core.limits import MAX_FRAME_BYTES
+from styx_py.core.wire.admin import AdminReply, DeployRequest, StatusRequest
+from styx_py.core.wire.codes import UNDECODABLE
+from styx_py.core.wire.control import (
+    AllExecDone,
+    ClusterView,
+    Decision,
+    EpochDone,
+    EpochStart,
+    ExecDone,
+    Heartbeat,
+    Recover,
+    RecoverDone,
+    Register,
+    SnapshotDone,
+    SnapshotResult,
+    Vote,
+    WorkAvailable,
+)
+from styx_py.core.wire.peer import Ack, CallResult, Final, Invoke
+
+ToCoordinator = (
+    Register
+    | Heartbeat
+    | WorkAvailable
+    | ExecDone
+    | Vote
+    | EpochDone
+    | SnapshotDone
+    | RecoverDone
+    | DeployRequest
+    | StatusRequest
+)
+ControlToWorker = ClusterView | Heartbeat | EpochStart | AllExecDone | Decision | SnapshotResult | Recover
+PeerMessage = Invoke | CallResult | Ack | Final
+ToWorker = ControlToWorker | PeerMessage
+ToAdmin = AdminReply
+Message = ToCoordinator | ToWorker | ToAdmin  # anything a transport may send
+
+Inbox = Literal["coordinator", "worker", "admin"]  # which channel a receiving endpoint is
+
+M = TypeVar("M")
+
+
+class Batch(msgspec.Struct, Generic[M], array_like=True):
+    src: str
+    msgs: list[M]
+    incarnation: str = ""  # random per process start: a peer that restarted is told apart from a reconnect
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[str, msgspec.msgpack.Decoder[Any]] = {
+    "coordinator": msgspec.msgpack.Decoder(Batch[ToCoordinator]),
+    "worker": msgspec.msgpack.Decoder(Batch[ToWorker]),
+    "admin": msgspec.msgpack.Decoder(Batch[ToAdmin]),
+}
+_HEADER = struct.Struct(">I")
+HEADER_BYTES = _HEADER.size
+
+
+def encode_frame(batch: Batch[Any]) -> bytes:
+    payload = _encoder.encode(batch)
+    if len(payload) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(payload)} bytes exceeds MAX_FRAME_BYTES={MAX_FRAME_BYTES}")
+    return _HEADER.pack(len(payload)) + payload
+
+
+def frame_length(header: bytes) -> int:
+    (n,) = _HEADER.unpack(header)
+    if n > MAX_FRAME_BYTES:
+        raise ProtocolError(f"peer announced a frame of {n} bytes (limit {MAX_FRAME_BYTES})")
+    return int(n)
+
+
+def decode_batch(payload: bytes, inbox: Inbox) -> Batch[Message]:
+    """A frame's batch, if every message in it belongs to ``inbox``'s channel."""
+    try:
+        batch: Batch[Message] = _decoders[inbox].decode(payload)
+    except UNDECODABLE as exc:
+        raise ProtocolError(
+            f"undecodable frame for the {inbox} channel: {type(exc).__name__}: {exc}"
+        ) from exc
+    return batch

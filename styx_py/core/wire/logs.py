@@ -1,0 +1,120 @@
+"""Payloads of the Kafka logs: requests (ingress), replies (egress), batches (sequencer log).
+
+Values inside requests, replies and state are msgpack too (:func:`encode_value`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from styx_py.core.wire.codes import Key, Phase, ReplyStatus
+
+
+class Request(msgspec.Struct, array_like=True):
+    """One client request on the ingress topic."""
+
+    request_id: str
+    operator: str
+    function: str
+    key: Key
+    args: msgspec.Raw  # msgpack-encoded list of arguments
+    ts_ms: int = 0  # client send time (for latency); not used by the engine
+
+
+# Kafka header on every egress record: the epoch that sent it (decimal). A resent request's reply is
+# identical to the first one, epoch field included; recovery tells which replies a replayed epoch
+# already sent by this header, not by the reply.
+EPOCH_HEADER = "styx-epoch"
+
+
+class Reply(msgspec.Struct, array_like=True):
+    """One transaction outcome on the egress topic (early commit reply)."""
+
+    request_id: str
+    tid: int
+    epoch: int
+    phase: Phase  # the serial order of a run is (epoch, phase, tid)
+    status: ReplyStatus
+    result: msgspec.Raw  # msgpack of the result (nil when there is none)
+    error: str | None
+    error_type: str | None
+    request_ts_ms: int = 0
+
+
+NIL = msgspec.Raw(b"\xc0")  # msgpack nil: msgspec cannot decode ``Raw | None``, so absence is nil
+
+
+# ---- the sequencer log: how each request of a worker's batch was handled ----------------------------
+
+
+class _Entry(msgspec.Struct, tag_field="k", array_like=True):
+    pass
+
+
+class Run(_Entry, tag="run"):
+    """A transaction of the batch: a new one (its tid just assigned) or a rescheduled one."""
+
+    tid: int
+    partition: int  # ingress partition and offset of its request
+    offset: int
+    request_id: str
+
+
+class Answered(_Entry, tag="answered"):
+    """A request id resent after its reply: given the same reply again, nothing runs."""
+
+    partition: int
+    offset: int
+    request_id: str
+
+
+class Waiting(_Entry, tag="waiting"):
+    """A request id resent while its first copy runs: answered with that copy's reply."""
+
+    partition: int
+    offset: int
+    request_id: str
+
+
+BatchEntry = Run | Answered | Waiting
+
+
+class SeqLogEntry(msgspec.Struct, array_like=True):
+    """Composition of one worker's batch in one epoch: enough to replay it with the same tids.
+
+    Entries list the transactions that run first (rescheduled ones, then new ones with consecutive
+    Mencius counters ``lc_start .. lc_end``), then the resent request ids the batch answered."""
+
+    epoch: int
+    node_id: str
+    lc_start: int
+    entries: list[BatchEntry]
+    gen: int
+    lc_end: int
+
+
+class IngressRecord(msgspec.Struct, array_like=True):
+    """A request as a worker took it from its ingress partition."""
+
+    partition: int
+    offset: int
+    request: Request
+    ts_ms: int
+
+
+request_encoder = msgspec.msgpack.Encoder()
+request_decoder = msgspec.msgpack.Decoder(Request)
+reply_decoder = msgspec.msgpack.Decoder(Reply)
+seqlog_decoder = msgspec.msgpack.Decoder(SeqLogEntry)
+value_encoder = msgspec.msgpack.Encoder()
+value_decoder = msgspec.msgpack.Decoder()
+
+
+def encode_value(value: Any) -> bytes:
+    return value_encoder.encode(value)
+
+
+def decode_value(raw: bytes | msgspec.Raw) -> Any:
+    return value_decoder.decode(raw)
