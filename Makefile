@@ -3,6 +3,8 @@ PY := $(VENV)/bin/python
 
 .PHONY: install demo test lint bench bench-tpcc10 bench-http
 
+SOURCES := styx_py coordinator worker client benchmarks tests
+
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -15,13 +17,17 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(VENV)/bin/styx up --demo
 
-# The whole test suite (starts its own services).
-test: install
+# What CI runs (.ci/run): the static checks, then the whole test suite (it starts its own services).
+test: lint
 	$(PY) -m pytest -q
 
+# Lint and format (ruff), strict types (mypy), and the import contracts: layers point one way, no
+# cycles (import-linter, [tool.importlinter] in pyproject.toml).
 lint: install
-	$(VENV)/bin/ruff check styx_py coordinator worker client benchmarks tests
+	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # The results table of docs/benchmarks.md: each workload swept over rates, one fresh local cluster per rate; results
 # (JSON + PNG) in benchmarks/results/. About 17 minutes on 2 cores.

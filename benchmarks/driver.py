@@ -280,17 +280,19 @@ async def run_open_loop(
     drain_s: float = 60.0,
     progress: Callable[[str], None] | None = print,
     quiet: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> RunResult:
-    """Send ``rate`` requests/s for ``warmup_s + duration_s`` seconds on the clock; wait for replies."""
+    """Send ``rate`` requests/s for ``warmup_s + duration_s`` seconds on the clock; wait for replies.
+
+    ``clock`` is ``perf_counter`` by default, not ``loop.time()``: uvloop's loop clock has 1 ms
+    resolution and is cached per loop iteration, which would quantise every latency to whole
+    milliseconds. The driver's own tests pass a virtual loop's clock (they run on simulated time)."""
     if rate <= 0 or duration_s <= 0 or warmup_s < 0:
         raise ValueError(f"rate and duration must be > 0 and warmup >= 0: {rate=} {duration_s=} {warmup_s=}")
     import random
 
     rng = random.Random(seed)
     loop = asyncio.get_running_loop()
-    # perf_counter, not loop.time(): uvloop's loop clock has 1 ms resolution and is cached per loop
-    # iteration, which would quantise every latency to whole milliseconds.
-    clock = time.perf_counter
     result = RunResult(rate=rate, duration_s=duration_s, warmup_s=warmup_s)
     result.seconds = [Second() for _ in range(math.ceil(duration_s))]
     total = round(rate * (warmup_s + duration_s))

@@ -9,11 +9,16 @@ tests restart or kill them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import contextlib
+import itertools
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from styx_py.stack.local import LocalStack
 from styx_py.stack.services import SeaweedS3, TansuBroker
 
 S3_BUCKETS = ["styx-snapshots", "tansu"]
@@ -69,3 +74,60 @@ def durable_kafka(s3: SeaweedS3, tmp_path: Path) -> Iterator[DurableKafkaFactory
     yield make
     for broker in brokers:
         broker.stop()
+
+
+# ---- a local cluster (coordinator + worker processes) on the session's services --------------------------
+
+
+def cluster_env(**settings: str) -> dict[str, str]:
+    """``STYX_*`` variables of a cluster with Kafka topics and a snapshot bucket of its own (the broker
+    and S3 server are shared by the session), plus ``settings`` by setting name
+    (``snapshot_interval_s="0.5"``)."""
+    suffix = uuid.uuid4().hex[:8]
+    env = {
+        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
+        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
+        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
+        "STYX_SNAPSHOT_BUCKET": f"snap-{suffix}",
+        "STYX_LOG_LEVEL": "WARNING",
+    }
+    env.update({f"STYX_{name.upper()}": value for name, value in settings.items()})
+    return env
+
+
+@contextlib.contextmanager
+def start_cluster(
+    path: Path,
+    kafka: TansuBroker,
+    *,
+    s3: SeaweedS3 | None = None,
+    app: str | None = None,
+    workers: int = 2,
+    settings: Mapping[str, str] | None = None,
+    **options: Any,
+) -> Iterator[LocalStack]:
+    """A coordinator and ``workers`` worker processes on ``kafka`` (and on ``s3`` for snapshots, if
+    given) with topics of their own, ``app`` deployed if given; stopped on exit. ``options`` go to
+    :class:`~styx_py.stack.local.LocalStack` (``gateway=True``, ``gateway_args=[...]``)."""
+    env = cluster_env(**(settings or {}))
+    cfg = None if s3 is None else s3.config
+    with LocalStack(path, workers=workers, kafka=kafka.bootstrap, s3=cfg, env=env, **options) as stack:
+        if app is not None:
+            stack.deploy(app)
+        yield stack
+
+
+ClusterFactory = Callable[..., LocalStack]
+
+
+@pytest.fixture
+def local_cluster(kafka: TansuBroker, tmp_path: Path) -> Iterator[ClusterFactory]:
+    """Factory: ``local_cluster(app=..., s3=..., settings={...}, gateway=True)`` starts a cluster with
+    :func:`start_cluster` on the session's Tansu; every cluster it made is stopped at teardown."""
+    numbers = itertools.count()
+    with contextlib.ExitStack() as clusters:
+
+        def make(**kw: Any) -> LocalStack:
+            return clusters.enter_context(start_cluster(tmp_path / f"cluster-{next(numbers)}", kafka, **kw))
+
+        yield make

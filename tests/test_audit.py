@@ -39,6 +39,7 @@ from styx_py.client import StyxClient
 from styx_py.core.wire import PartitionSnapshot, Reply, StatusRequest, decode_value, encode_value
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics
+from tests.service_fixtures import start_cluster
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -118,18 +119,10 @@ async def drive(stack: LocalStack) -> tuple[list[str], list[str]]:
 
 @pytest.fixture(scope="module")
 def run(kafka: TansuBroker, s3: SeaweedS3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"in-{suffix}",
-        "STYX_EGRESS_TOPIC": f"out-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seq-{suffix}",
-        "STYX_SNAPSHOT_BUCKET": f"snap-{suffix}",
-        "STYX_SNAPSHOT_INTERVAL_S": "0.2",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
     tmp = tmp_path_factory.mktemp("audit-cluster")
-    with LocalStack(tmp, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env) as stack:
-        stack.deploy(YcsbT.app)
+    settings = {"snapshot_interval_s": "0.2"}
+    with start_cluster(tmp, kafka, s3=s3, app=YcsbT.app, settings=settings) as stack:
+        env = stack.env
         reads, resent = asyncio.run(drive(stack))
         assert stack.status()["recoveries"] >= 1, "the worker kill did not cause a recovery"
     c = s3.config

@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from styx_py.cli import main as styx_main
 from styx_py.client import StyxClient
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker
+from tests.service_fixtures import ClusterFactory
 
 # ---- the driver against in-process senders (the driver's own arithmetic) ---------------------------------
 
@@ -71,27 +71,44 @@ class OneServer:
         return Outcome("committed")
 
 
+# The driver's own tests run on simulated time (looptime): the fake systems below take exactly the
+# time they say, so rates and latencies are exact whatever else the machine is doing.
+simulated_time = pytest.mark.looptime
+
+
+def loop_clock() -> Callable[[], float]:
+    return asyncio.get_running_loop().time
+
+
+@simulated_time
 async def test_driver_keeps_the_requested_rate_when_the_system_keeps_up() -> None:
     result = await run_open_loop(
-        Uniform(), FixedDelay(0.002), rate=500, duration_s=2.0, warmup_s=0.5, progress=None
+        Uniform(),
+        FixedDelay(0.002),
+        rate=500,
+        duration_s=2.0,
+        warmup_s=0.5,
+        progress=None,
+        clock=loop_clock(),
     )
     assert result.sent == 1000
     assert result.answered == 1000 and result.unanswered == 0
-    assert abs(result.throughput - 500) <= 0.02 * 500
-    assert abs(result.actual_send_rate - 500) <= 0.02 * 500, result.actual_send_rate
+    assert result.throughput == pytest.approx(500)
+    assert result.actual_send_rate == pytest.approx(500), result.actual_send_rate
     p = result.percentiles_ms()
-    assert 2.0 <= p["p50"] < 20.0, p
+    assert p["p50"] == pytest.approx(2.0, abs=0.01) and p["max"] <= 2.0 + 1.01, p  # + at most one tick
     assert result.sustainable()
     assert sum(s.scheduled for s in result.seconds) == 1000
 
 
+@simulated_time
 async def test_driver_latency_includes_queueing_when_the_system_falls_behind() -> None:
     # Capacity 100/s, offered 200/s for 2 s: 400 requests need 4 s, so the last one waits ~2 s.
     result = await run_open_loop(
-        Uniform(), OneServer(0.01), rate=200, duration_s=2.0, warmup_s=0.0, progress=None
+        Uniform(), OneServer(0.01), rate=200, duration_s=2.0, warmup_s=0.0, progress=None, clock=loop_clock()
     )
     assert result.answered == 400
-    assert 90 <= result.throughput <= 105, result.throughput  # served at capacity, not as offered
+    assert result.throughput == pytest.approx(100), result.throughput  # served at capacity, not as offered
     p = result.percentiles_ms()
     # A closed-loop client would report ~10 ms for every request; queueing must show instead.
     assert p["max"] >= 1500, p
@@ -101,6 +118,7 @@ async def test_driver_latency_includes_queueing_when_the_system_falls_behind() -
     assert not result.sustainable()
 
 
+@simulated_time
 async def test_errors_and_aborts_are_counted_by_cause() -> None:
     class Mixed:
         n = 0
@@ -113,7 +131,9 @@ async def test_errors_and_aborts_are_counted_by_cause() -> None:
                 return Outcome("error", "RequestTimeout")
             return Outcome("committed")
 
-    result = await run_open_loop(Uniform(), Mixed(), rate=400, duration_s=1.0, warmup_s=0.0, progress=None)
+    result = await run_open_loop(
+        Uniform(), Mixed(), rate=400, duration_s=1.0, warmup_s=0.0, progress=None, clock=loop_clock()
+    )
     assert result.statuses["aborted"] == 100
     assert result.causes == {"aborted: insufficient credit in #: # < #": 100, "error: RequestTimeout": 20}
     assert result.answered == 380  # errors are not answers
@@ -136,20 +156,9 @@ def test_every_workload_is_registered() -> None:
 # ---- real services -----------------------------------------------------------------------------------
 
 
-def _env() -> dict[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    return {
-        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
-        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
-
-
 @pytest.fixture
-def cluster(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
-    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=_env()) as stack:
-        yield stack
+def cluster(local_cluster: ClusterFactory) -> LocalStack:
+    return local_cluster()
 
 
 SMALL = {
@@ -223,12 +232,11 @@ class SlowWork(Workload):
 
 
 @pytest.mark.services
-def test_driver_reports_queueing_of_a_slowed_cluster(kafka: TansuBroker, tmp_path: Path) -> None:
+def test_driver_reports_queueing_of_a_slowed_cluster(local_cluster: ClusterFactory) -> None:
     """Every call burns 4 ms of a worker's CPU: 2 workers serve < 500/s; 1000/s are offered for 3 s.
 
     Small epochs keep each worker's loop free often enough to answer heartbeats (a busy loop that
     misses them for a second is declared failed, as it should be)."""
-    env = _env() | {"STYX_EPOCH_SIZE_MAX": "40", "STYX_FAILURE_TIMEOUT_MS": "5000"}
 
     async def go(stack: LocalStack) -> RunResult:
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
@@ -236,9 +244,8 @@ def test_driver_reports_queueing_of_a_slowed_cluster(kafka: TansuBroker, tmp_pat
                 SlowWork(), SdkSender(client, 120), rate=1000, duration_s=3, warmup_s=0, progress=None
             )
 
-    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as stack:
-        stack.deploy(SlowWork.app)
-        result = asyncio.run(go(stack))
+    stack = local_cluster(app=SlowWork.app, settings={"epoch_size_max": "40", "failure_timeout_ms": "5000"})
+    result = asyncio.run(go(stack))
     assert result.answered == 3000 and result.statuses["committed"] == 3000
     p = result.percentiles_ms()
     # 3000 requests at < 500/s take > 6 s: the later ones waited seconds, and the driver says so.

@@ -14,10 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,8 +40,8 @@ from styx_py.client import StyxClient, result_of
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import DeployRequest, Reply
 from styx_py.stack.local import LocalStack, admin
-from styx_py.stack.services import TansuBroker
 from styx_py.testing.cluster import SimCluster, check_against_serial
+from tests.service_fixtures import ClusterFactory
 
 MANY_RESERVES = {"search": 0.3, "recommend": 0.1, "login": 0.1, "reserve": 0.5}
 
@@ -389,17 +386,9 @@ async def test_sim_broken_movie_app_is_caught() -> None:
 
 
 @pytest.fixture
-def stack(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
+def stack(local_cluster: ClusterFactory) -> LocalStack:
     """Coordinator + 2 worker processes on the session's Tansu, with topics of their own; nothing deployed."""
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
-        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
-    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as s:
-        yield s
+    return local_cluster()
 
 
 async def run_real(

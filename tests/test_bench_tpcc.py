@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -39,8 +36,8 @@ from styx_py.client import StyxClient
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.stack.local import LocalStack
-from styx_py.stack.services import TansuBroker
 from styx_py.testing.cluster import SimCluster, check_against_serial
+from tests.service_fixtures import ClusterFactory
 
 TINY = 0.001  # 3 customers (and orders) per district, 1 undelivered, 100 items
 StateMap = dict[tuple[str, Key], Any]
@@ -397,27 +394,14 @@ async def test_simulated_run_is_consistent_and_serializable() -> None:
 # ---- real services ----------------------------------------------------------------------------------
 
 
-def stack_for(kafka: TansuBroker, tmp_path: Path, app: str) -> Iterator[LocalStack]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
-        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
-    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as stack:
-        stack.deploy(app)
-        yield stack
+@pytest.fixture
+def stack(local_cluster: ClusterFactory) -> LocalStack:
+    return local_cluster(app="styx_py.benchmarks.tpcc:app")
 
 
 @pytest.fixture
-def stack(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
-    yield from stack_for(kafka, tmp_path, "styx_py.benchmarks.tpcc:app")
-
-
-@pytest.fixture
-def broken_stack(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
-    yield from stack_for(kafka, tmp_path, "tests.apps.tpcc_broken:app")
+def broken_stack(local_cluster: ClusterFactory) -> LocalStack:
+    return local_cluster(app="tests.apps.tpcc_broken:app")
 
 
 async def load_and_run(

@@ -13,8 +13,6 @@ import os
 import random
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -26,7 +24,8 @@ from styx_py.core.errors import StyxError
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value
 from styx_py.stack.local import LocalStack, admin
-from styx_py.stack.services import SeaweedS3, TansuBroker
+from styx_py.stack.services import SeaweedS3
+from tests.service_fixtures import ClusterFactory
 from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services
@@ -38,20 +37,8 @@ RATE = float(os.environ.get("STYX_CHAOS_RATE", "200"))
 
 
 @pytest.fixture
-def stack(kafka: TansuBroker, s3: SeaweedS3, tmp_path: Path) -> Iterator[LocalStack]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
-        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
-        "STYX_SNAPSHOT_BUCKET": f"snap-{suffix}",
-        "STYX_SNAPSHOT_INTERVAL_S": "0.5",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
-    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env) as s:
-        s.topics = env  # type: ignore[attr-defined]
-        s.deploy("styx_py.benchmarks.bank:app")
-        yield s
+def stack(local_cluster: ClusterFactory, s3: SeaweedS3) -> LocalStack:
+    return local_cluster(app="styx_py.benchmarks.bank:app", s3=s3, settings={"snapshot_interval_s": "0.5"})
 
 
 async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
@@ -153,7 +140,7 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
     # every kill of a running cluster started at least one recovery of its own.
     assert final_generation - generations[0] >= spaced, (generations, final_generation)
     assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
-    logged = await read_topic(stack.kafka, stack.topics["STYX_EGRESS_TOPIC"])  # type: ignore[attr-defined]
+    logged = await read_topic(stack.kafka, stack.env["STYX_EGRESS_TOPIC"])
     counts = Counter(r.request_id for r in logged)
     assert set(requests) <= set(counts), f"{len(set(requests) - set(counts))} requests lost"
     assert not [rid for rid, c in counts.items() if c > 1], "a request was answered twice"
@@ -172,7 +159,7 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
 
     s3 = stack.external_s3
     assert s3 is not None
-    topics = stack.topics  # type: ignore[attr-defined]
+    topics = stack.env
     argv = ["audit", "--kafka", stack.kafka, "--ingress-topic", topics["STYX_INGRESS_TOPIC"]]
     argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
     argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from styx_py.stack.local import LocalStack
+from tests.service_fixtures import ClusterFactory
 
 STYX = [sys.executable, "-m", "styx_py.cli"]
 
@@ -56,29 +56,21 @@ def test_no_cluster_is_a_readable_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.services
-def test_deploy_call_status(kafka: object, tmp_path: Path) -> None:
-    import uuid
-
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"in-{suffix}",
-        "STYX_EGRESS_TOPIC": f"out-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seq-{suffix}",
-    }
-    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as stack:  # type: ignore[attr-defined]
-        bad = styx("deploy", "no.such.module:app", "--coordinator", stack.coordinator)
-        assert bad.returncode == 2 and "cannot import 'no.such.module'" in bad.stderr
-        ok = styx("deploy", "styx_py.benchmarks.bank:app", "--coordinator", stack.coordinator)
-        assert ok.returncode == 0 and "account: 4 partitions" in ok.stdout, ok.stderr
-        dep = styx("call", "account", "alice", "deposit", "100", "--coordinator", stack.coordinator)
-        assert dep.returncode == 0, dep.stderr
-        reply = json.loads(dep.stdout)
-        assert reply["status"] == "committed" and reply["result"] == 100 and reply["tid"] >= 1
-        ab = styx("call", "account", "alice", "transfer", "bob", "500", "--coordinator", stack.coordinator)
-        assert ab.returncode == 3
-        assert json.loads(ab.stdout)["error"].startswith("insufficient credit in alice")
-        st = styx("status", "--json", "--coordinator", stack.coordinator)
-        body = json.loads(st.stdout)
-        assert body["graph"] == "styx_py.benchmarks.bank:app"
-        assert sorted(p for w in body["workers"] for p in w["partitions"]) == [0, 1, 2, 3]
-        assert body["totals"]["committed"] >= 1 and body["totals"]["aborted"] >= 1
+def test_deploy_call_status(local_cluster: ClusterFactory) -> None:
+    stack = local_cluster()
+    bad = styx("deploy", "no.such.module:app", "--coordinator", stack.coordinator)
+    assert bad.returncode == 2 and "cannot import 'no.such.module'" in bad.stderr
+    ok = styx("deploy", "styx_py.benchmarks.bank:app", "--coordinator", stack.coordinator)
+    assert ok.returncode == 0 and "account: 4 partitions" in ok.stdout, ok.stderr
+    dep = styx("call", "account", "alice", "deposit", "100", "--coordinator", stack.coordinator)
+    assert dep.returncode == 0, dep.stderr
+    reply = json.loads(dep.stdout)
+    assert reply["status"] == "committed" and reply["result"] == 100 and reply["tid"] >= 1
+    ab = styx("call", "account", "alice", "transfer", "bob", "500", "--coordinator", stack.coordinator)
+    assert ab.returncode == 3
+    assert json.loads(ab.stdout)["error"].startswith("insufficient credit in alice")
+    st = styx("status", "--json", "--coordinator", stack.coordinator)
+    body = json.loads(st.stdout)
+    assert body["graph"] == "styx_py.benchmarks.bank:app"
+    assert sorted(p for w in body["workers"] for p in w["partitions"]) == [0, 1, 2, 3]
+    assert body["totals"]["committed"] >= 1 and body["totals"]["aborted"] >= 1

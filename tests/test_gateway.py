@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -43,6 +44,7 @@ from styx_py.core.errors import ConfigError, ProtocolError
 from styx_py.core.wire import NIL, Key, Reply, encode_value
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, free_port
+from tests.service_fixtures import start_cluster
 
 pytestmark = [pytest.mark.timeout(120)]
 services = pytest.mark.services  # every test here but the pure ones at the end needs the real cluster
@@ -56,23 +58,14 @@ ERROR_FIELDS = {"status", "code", "message", "request_id", "reply", "errors"}
 
 @pytest.fixture(scope="module")
 def cluster(kafka: TansuBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"gw-in-{suffix}",
-        "STYX_EGRESS_TOPIC": f"gw-out-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"gw-seq-{suffix}",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
-    stack = LocalStack(
+    """One cluster for the module (most tests only need a running one): bank app and a gateway."""
+    with start_cluster(
         tmp_path_factory.mktemp("gateway-stack"),
-        workers=2,
-        kafka=kafka.bootstrap,
-        env=env,
+        kafka,
+        app="styx_py.benchmarks.bank:app",
         gateway=True,
         gateway_args=["--state-function", "account=balance"],
-    )
-    with stack:
-        stack.deploy("styx_py.benchmarks.bank:app")
+    ) as stack:
         yield stack
 
 
@@ -124,7 +117,10 @@ class GatewayThread:
         if self.loop is not None and not self.loop.is_closed():
             self.call(self.gateway.stop)
         self._thread.join(30)
-        assert not self._thread.is_alive(), "gateway did not stop"
+        if self._thread.is_alive():
+            frame = sys._current_frames().get(self._thread.ident or -1)
+            where = "".join(traceback.format_stack(frame)) if frame is not None else "?"
+            raise AssertionError(f"gateway did not stop; its thread is at:\n{where}")
         if self.error is not None:
             raise self.error
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -23,7 +21,7 @@ from styx_py.client import StyxClient
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
 from styx_py.stack.local import LocalStack, admin
-from styx_py.stack.services import TansuBroker
+from tests.service_fixtures import ClusterFactory
 
 pytestmark = pytest.mark.services
 
@@ -32,18 +30,8 @@ INITIAL = 100
 
 
 @pytest.fixture
-def stack(kafka: TansuBroker, tmp_path: Path) -> Iterator[LocalStack]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
-        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
-    with LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=env) as s:
-        s.topics = env  # type: ignore[attr-defined]
-        s.deploy("styx_py.benchmarks.bank:app")
-        yield s
+def stack(local_cluster: ClusterFactory) -> LocalStack:
+    return local_cluster(app="styx_py.benchmarks.bank:app")
 
 
 async def read_topic(bootstrap: str, topic: str) -> list[Reply]:
@@ -108,7 +96,7 @@ async def run_transfers(stack: LocalStack, zipf: float, n: int, seed: int) -> No
     assert aborted.error_type == "Abort"
 
     # Exactly once, on the egress log itself: one reply per request, none unknown.
-    logged = await read_topic(stack.kafka, stack.topics["STYX_EGRESS_TOPIC"])  # type: ignore[attr-defined]
+    logged = await read_topic(stack.kafka, stack.env["STYX_EGRESS_TOPIC"])
     counts = Counter(r.request_id for r in logged)
     assert set(counts) >= set(requests), f"{len(set(requests) - set(counts))} requests never answered"
     logged_by_id: dict[str, list[Reply]] = {}

@@ -12,8 +12,7 @@ import asyncio
 import json
 import re
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -25,7 +24,8 @@ from styx_py.client import StyxClient
 from styx_py.core.wire import DeployRequest
 from styx_py.io.metrics import LoopHistogram, MetricsServer, histogram_family
 from styx_py.stack.local import LocalStack, admin
-from styx_py.stack.services import SeaweedS3, TansuBroker
+from styx_py.stack.services import SeaweedS3
+from tests.service_fixtures import ClusterFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "styx.json"
@@ -109,26 +109,13 @@ def test_loop_histogram_exposes_what_prometheus_client_would() -> None:
 
 
 @pytest.fixture
-def stack(kafka: TansuBroker, s3: SeaweedS3, tmp_path: Path) -> Iterator[LocalStack]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
-        "STYX_EGRESS_TOPIC": f"egress-{suffix}",
-        "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
-        "STYX_SNAPSHOT_BUCKET": f"snap-{suffix}",
-        "STYX_SNAPSHOT_INTERVAL_EPOCHS": "5",
-        "STYX_LOG_LEVEL": "WARNING",
-    }
-    with LocalStack(
-        tmp_path,
-        workers=2,
-        kafka=kafka.bootstrap,
-        s3=s3.config,
-        env=env,
+def stack(local_cluster: ClusterFactory, s3: SeaweedS3) -> LocalStack:
+    return local_cluster(
+        s3=s3,
+        settings={"snapshot_interval_epochs": "5"},
         gateway=True,
         gateway_args=["--state-function", "account=balance"],
-    ) as s:
-        yield s
+    )
 
 
 def dashboard_metrics() -> set[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import time
 import uuid
 
 import pytest
@@ -176,12 +175,11 @@ class _BrokenTansu(TansuBroker):
 
 
 def test_early_exit_is_reported_at_once_with_log_tail() -> None:
-    """A process that dies during start-up is reported at once with its log, not at the deadline."""
+    """A process that dies during start-up is reported as such, with its log (a start that waited for
+    the deadline would report a timeout instead)."""
     broker = _BrokenTansu("memory")
-    began = time.monotonic()
     with pytest.raises(ServiceError, match=r"(?s)exited with code 1.*UnsupportedStorageUrl"):
-        broker.start(timeout_s=20)
-    assert time.monotonic() - began < 5
+        broker.start(timeout_s=600)
     assert not broker.running
     broker.stop()
 
