@@ -19,7 +19,7 @@ from styx_py.core.wire import ClusterView, Message
 
 __all__ = ["Cluster", "State"]
 
-State = Literal["starting", "running", "recovering"]
+State = Literal["starting", "running", "recovering", "degraded"]
 
 
 class Cluster:
@@ -34,6 +34,8 @@ class Cluster:
         self.gen = 0
         self.view_version = 0
         self.state: State = "starting"
+        self.degraded = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
+        self.warnings: list[str] = []  # about the deployed code (calls a replay does not reproduce)
         self.deployed = asyncio.Event()  # a graph runs (deployed here, or resumed from S3)
 
     @property

@@ -12,6 +12,7 @@ from styx_py.coordinator.meta import MetaStore
 from styx_py.coordinator.placement import place
 from styx_py.coordinator.snapshots import empty_manifest
 from styx_py.coordinator.snapshotter import Snapshotter
+from styx_py.core.determinism import nondeterminism_warnings
 from styx_py.core.errors import GraphError
 from styx_py.core.graph import load_graph
 from styx_py.core.ports import Clock
@@ -50,6 +51,7 @@ class Deployer:
     async def deploy(self, import_path: str, timeout_s: float) -> None:
         """Deploy ``import_path`` (validated first: raises GraphError); deploying it again does nothing."""
         graph = load_graph(import_path)
+        warnings = nondeterminism_warnings(graph)
         c = self.cluster
         if c.graph_path is not None:
             if c.graph_path == import_path:
@@ -69,6 +71,9 @@ class Deployer:
             await self.create_topics({cfg.ingress_topic: n, cfg.egress_topic: n, cfg.seqlog_topic: 1})
         c.graph_path = import_path
         c.operators = graph.specs()
+        c.warnings = warnings
+        for warning in warnings:
+            log.warning("%s", warning)
         c.placement = place(n, c.workers)
         self.snapshots.manifest = empty_manifest(n)
         await self.store.save(c, self.snapshots.manifest)

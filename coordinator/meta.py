@@ -15,6 +15,7 @@ __all__ = ["MetaStore"]
 class MetaStore:
     def __init__(self, blobs: BlobStore | None) -> None:
         self.blobs = blobs  # None: nothing is durable (no snapshots, no resuming)
+        self.loaded: ClusterMeta | None = None  # what the last load read
 
     async def save(self, cluster: Cluster, manifest: Manifest | None) -> None:
         if self.blobs is None or cluster.graph_path is None or manifest is None:
@@ -25,6 +26,7 @@ class MetaStore:
             cluster.workers,
             cluster.gen,
             list(manifest.epoch_generations),
+            cluster.degraded,
         )
         await self.blobs.put(META_KEY, meta_encoder.encode(meta))
 
@@ -36,7 +38,7 @@ class MetaStore:
         raw = await self.blobs.get(META_KEY)
         if raw is None:
             return None
-        meta = meta_decoder.decode(raw)
+        meta = self.loaded = meta_decoder.decode(raw)
         manifests = await self.blobs.list("manifests/")
         if not manifests:
             return meta, None

@@ -33,6 +33,8 @@ class CoordinatorReadout(Protocol):
     @property
     def state(self) -> str: ...
     @property
+    def degraded(self) -> str: ...
+    @property
     def gen(self) -> int: ...
     @property
     def graph_path(self) -> str | None: ...
@@ -101,8 +103,11 @@ class CoordinatorMetrics:
             self._snapshots_failed.inc()
 
     def readiness(self) -> tuple[bool, str]:
-        """``/readyz``: ready to serve (running, or waiting for a deploy); not while recovering."""
+        """``/readyz``: ready to serve (running, or waiting for a deploy); not while recovering, nor
+        once degraded."""
         c = self.coordinator
+        if c.state == "degraded":
+            return False, f"degraded: {c.degraded}"
         if c.state == "recovering":
             return False, f"recovering (generation {c.gen})"
         if c.graph_path is None:

@@ -67,6 +67,9 @@ class Recovery:
 
     def start(self) -> None:
         """(Re)start recovery (a failure during recovery simply starts it again)."""
+        if self.cluster.degraded:
+            log.error("not recovering: the cluster is degraded (%s)", self.cluster.degraded)
+            return
         if self.task is not None and not self.task.done():
             self.task.cancel()
         self._new_generation()

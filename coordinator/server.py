@@ -44,11 +44,13 @@ from styx_py.core.wire import (
     DeployRequest,
     EpochDone,
     ExecDone,
+    Halt,
     Heartbeat,
     Manifest,
     Message,
     RecoverDone,
     Register,
+    ReplayDiverged,
     SnapshotDone,
     StatusRequest,
     Vote,
@@ -84,7 +86,7 @@ class Coordinator:
         self.epochs = EpochLoop(
             cluster, self.clock, self.tasks, self.snapshots, self.metrics, on_stall=self.start_recovery
         )
-        store = MetaStore(blobs)
+        self.meta = store = MetaStore(blobs)
         self.recovery = Recovery(cluster, self.clock, self.tasks, self.epochs, self.snapshots, store, logs)
         self.deployer = Deployer(
             cluster,
@@ -110,8 +112,30 @@ class Coordinator:
 
     async def resume(self) -> bool:
         """Take over from a coordinator that died, from its state in S3 (see :meth:`Recovery.resume`);
-        False for a fresh cluster."""
-        return await self.recovery.resume()
+        False for a fresh cluster. A cluster that stopped degraded stays stopped."""
+        resumed = await self.recovery.resume()
+        saved = self.meta.loaded
+        if resumed and saved is not None and saved.degraded:
+            self.degrade(saved.degraded, save=False)
+        return resumed
+
+    def degrade(self, reason: str, *, save: bool = True) -> None:
+        """Stop the cluster for good: a replay diverged, so no recovery can reproduce what clients were
+        told. No more epochs, no recovery (a restart of any process included); every worker is told to
+        halt and ``styx status`` / ``/readyz`` say why. Recorded in S3 so a restarted coordinator stays
+        stopped too."""
+        c = self.cluster
+        if c.degraded:
+            return
+        log.critical("cluster degraded: %s", reason)
+        c.degraded, c.state = reason, "degraded"
+        self.epochs.stop()
+        self.recovery.resuming = False
+        if self.recovery.task is not None:
+            self.recovery.task.cancel()
+        c.broadcast(Halt(reason))
+        if save:
+            self.tasks.spawn(self.meta.save(c, self.snapshots.manifest))
 
     def start_recovery(self) -> None:
         self.recovery.start()
@@ -150,12 +174,19 @@ class Coordinator:
                 self.snapshots.on_done(msg)
             case RecoverDone():
                 self.recovery.on_done(msg)
+            case ReplayDiverged():
+                self.degrade(msg.describe())
             case _:
                 raise AssertionError(f"coordinator: unexpected {type(msg).__name__} from {src}")
 
     def _on_register(self, msg: Register) -> None:
         c, now = self.cluster, self.clock.now()
         known = msg.node_id in c.membership.workers
+        if c.degraded:
+            log.error("worker %s registered; the cluster is degraded: %s", msg.node_id, c.degraded)
+            c.membership.register(msg.node_id, msg.host, msg.port, now)
+            self.transport.send(msg.node_id, Halt(c.degraded))
+            return
         if self.recovery.resuming:
             # Taking over from a coordinator that died: wait for the workers it had, then recover.
             if msg.node_id not in self.recovery.expected:
@@ -192,6 +223,8 @@ class Coordinator:
             **self.epochs.throughput.summary(now),  # epochs_per_s, txn_per_s, abort_rate, totals
             "failed_workers": list(self.failed),
             "state": c.state,
+            "degraded": c.degraded or None,
+            "warnings": list(c.warnings),
             "generation": c.gen,
             "recoveries": self.recoveries,
             "stalled_epochs": self.stalls,
@@ -214,6 +247,11 @@ class Coordinator:
     @property
     def state(self) -> State:
         return self.cluster.state
+
+    @property
+    def degraded(self) -> str:
+        """Why the cluster stopped for good ("" while healthy)."""
+        return self.cluster.degraded
 
     @property
     def gen(self) -> int:

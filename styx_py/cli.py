@@ -133,6 +133,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     print(f"deployed {body['graph']} on {len(body['workers'])} workers")
     for op in body["operators"]:
         print(f"  {op['name']}: {op['partitions']} partitions, functions {', '.join(op['functions'])}")
+    for warning in body.get("warnings") or []:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -275,3 +275,33 @@ async def until_failed_workers(c: SimCluster, expected: list[str], within_s: flo
     while c.coordinator.status()["failed_workers"] != expected:
         assert loop.time() < deadline, f"failed workers never became {expected}"
         await asyncio.sleep(c.config.heartbeat_interval_ms / 1000)
+
+
+async def test_a_replay_that_diverges_stops_the_cluster_with_a_named_error_and_no_loop() -> None:
+    """A function drawing from the global ``random``: after a crash, the replay answers differently
+    than the run the client saw. The cluster stops for good, says which function and request and
+    both results, reports it in status and readiness, and does not try to recover again."""
+    app = "tests.apps.nondeterministic:app"
+    async with SimCluster(app, workers=3, seed=31, snapshot_interval_epochs=0) as c:
+        rids = [c.submit("counter", "bump", f"k{i}") for i in range(12)]
+        await c.wait()
+        c.crash("w2")  # recovery replays every epoch from the start of the logs
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while c.coordinator.status()["state"] != "degraded":
+            assert loop.time() < deadline, "the divergence was never reported"
+            await asyncio.sleep(0.1)  # simulated time
+        status = c.coordinator.status()
+        reason = status["degraded"]
+        assert "counter.bump" in reason and "diverged" in reason and "ctx.random()" in reason
+        assert any(rid in reason for rid in rids)
+        assert reason.count("committed") == 2, "both results are shown"
+        assert not c.coordinator.metrics.readiness()[0]
+        recoveries, gen = c.coordinator.recoveries, c.coordinator.gen
+        c.crash("w1")  # a restarted process registers again: no recovery, no loop
+        await asyncio.sleep(5)  # simulated time: what a loop of recoveries would fill
+        assert (c.coordinator.recoveries, c.coordinator.gen) == (recoveries, gen)
+        for w in c.workers:
+            ready, why = w.readiness()
+            assert not ready and "degraded" in why, (w.node_id, why)
+        assert len(c.duplicate_replies()) == 0, "no second, different answer left the cluster"

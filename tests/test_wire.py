@@ -89,6 +89,8 @@ ALL_MESSAGES = [
     wire.SnapshotResult(12, False, 2),
     wire.Recover(wire.Manifest(11, 40, 4, {0: ["a", "b"], 3: ["c"]}, [(0, 0), (9, 3)]), 15, 3),
     wire.RecoverDone("w2", False, "FileNotFoundError: x", 3),
+    wire.ReplayDiverged("w2", 7, "r9", "acct.deposit", "committed 1 (tid 4)", "committed 2 (tid 4)", 3),
+    wire.Halt("replay of epoch 7 diverged"),
     DeployRequest("tests.apps.oracle:app"),
     StatusRequest(),
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),

@@ -14,6 +14,8 @@ replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from styx_py.core.ports import Ingress
 from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Reply, Run, SeqLogEntry, Waiting
 from styx_py.worker.replies import ReplyOut
@@ -50,9 +52,26 @@ def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[Ro
     return run, wait
 
 
+Misclassified = Callable[[int, BatchEntry, str], None]  # (epoch, the logged entry, what replay made of it)
+
+
+def _misclassified(epoch: int, logged: BatchEntry, replayed: str) -> None:
+    raise AssertionError(
+        f"replay of epoch {epoch} classified {logged.request_id} as {replayed}, log: {logged}"
+    )
+
+
 class BatchFormer:
-    def __init__(self, node_id: str, epoch_size_max: int, ingress: Ingress, replies: ReplyOut) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        epoch_size_max: int,
+        ingress: Ingress,
+        replies: ReplyOut,
+        on_diverged: Misclassified = _misclassified,
+    ) -> None:
         self.node_id = node_id
+        self.on_diverged = on_diverged
         self.epoch_size_max = epoch_size_max
         self.ingress = ingress
         self.replies = replies
@@ -107,7 +126,9 @@ class BatchFormer:
                 rec = await self.ingress.take_exact(e.partition, e.offset)
                 if not isinstance(e, Run):
                     kind = self.classify(rec, running, resends)
-                    assert kind is type(e), f"replay classified {e.request_id} as {kind.__name__}, log: {e}"
+                    if kind is not type(e):
+                        # The reply table differs from the original run's: an earlier epoch diverged.
+                        self.on_diverged(epoch, e, kind.__name__)
                     continue
                 running.add(rec.request.request_id)
                 root = RootTxn(e.tid, rec)

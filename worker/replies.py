@@ -6,7 +6,8 @@ the egress log, and also sent for every copy of the request that arrived while i
 
 After a recovery, replayed epochs produce their replies a second time. Those already on the egress
 log (read back by recovery into ``on_log``) are not sent again; determinism makes the replayed reply
-identical to the logged one, which is asserted.
+identical to the logged one. When it is not (a nondeterministic function), the replayed one is not
+sent and ``on_diverged`` is told: the worker stops the cluster (see :mod:`styx_py.worker.service`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,25 @@ from styx_py.core.ports import Egress
 from styx_py.core.wire import IngressRecord, Reply
 from styx_py.worker.dedup import ReplyTable
 
+Diverged = Callable[[int, Reply, Reply], None]  # (epoch, the reply on the log, the replayed one)
+
+
+def _diverged(epoch: int, logged: Reply, replayed: Reply) -> None:
+    raise AssertionError(f"replay diverged for {logged.request_id}: {logged} != {replayed}")
+
 
 class ReplyOut:
-    def __init__(self, egress: Egress, replies_per_partition: int, before_send: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        egress: Egress,
+        replies_per_partition: int,
+        before_send: Callable[[], None],
+        on_diverged: Diverged = _diverged,
+    ) -> None:
         self.egress = egress
         self.before_send = before_send  # fencing: a worker that may have been replaced must not reply
+        self.on_diverged = on_diverged
+        self.stopped = False  # a replay diverged: nothing more leaves this worker
         self.answered = ReplyTable(replies_per_partition)
         self.waiting: dict[str, list[IngressRecord]] = {}  # resent ids whose first copy still runs
         self.on_log: dict[str, list[Reply]] = {}  # replies already on the egress log (recovery)
@@ -38,13 +53,17 @@ class ReplyOut:
 
     def emit(self, epoch: int, partition: int, reply: Reply) -> None:
         """Send ``reply`` unless a replayed epoch finds it already on the egress log."""
+        if self.stopped:
+            return
         if self.on_log:
             earlier = self.on_log.get(reply.request_id)
             if earlier:
                 first = earlier.pop()
                 if not earlier:
                     del self.on_log[reply.request_id]
-                assert first == reply, f"replay diverged for {reply.request_id}: {first} != {reply}"
+                if first != reply:
+                    self.stopped = True
+                    self.on_diverged(epoch, first, reply)
                 return
         self.egress.send(partition, reply, epoch)
 

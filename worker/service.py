@@ -23,21 +23,28 @@ from styx_py.core.graph import load_graph
 from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, SequencerLog, Transport
 from styx_py.core.wire import (
     COORDINATOR,
+    UNDECODABLE,
     Ack,
     AllExecDone,
+    BatchEntry,
     CallResult,
     ClusterView,
     Decision,
     EpochStart,
     Final,
+    Halt,
     Heartbeat,
     Invoke,
     Message,
     Recover,
     RecoverDone,
     Register,
+    ReplayDiverged,
+    Reply,
+    ReplyStatus,
     SnapshotResult,
     WorkAvailable,
+    decode_value,
 )
 from styx_py.worker import recovery
 from styx_py.worker.batch import BatchFormer
@@ -54,6 +61,18 @@ log = logging.getLogger("styx.worker")
 
 # Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
 EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Decision)
+
+
+def shown(reply: Reply) -> str:
+    """A reply as a person reads it: its outcome and its result or error (clipped)."""
+    if reply.status == ReplyStatus.COMMITTED:
+        try:
+            value = repr(decode_value(reply.result))
+        except UNDECODABLE:
+            value = "<undecodable>"
+    else:
+        value = repr(reply.error)
+    return f"{str(reply.status)} {value[:200]} (tid {reply.tid})"
 
 
 def fence_off() -> None:
@@ -100,8 +119,11 @@ class Worker:
         self.registered_at = -1.0  # clock time of the last Register sent
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.table = RoutingTable(node_id)
-        self.replies = ReplyOut(egress, config.dedup_replies_per_partition, self._check_lease)
-        self.batch = BatchFormer(node_id, config.epoch_size_max, ingress, self.replies)
+        self.halted = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
+        self.replies = ReplyOut(
+            egress, config.dedup_replies_per_partition, self._check_lease, self._reply_diverged
+        )
+        self.batch = BatchFormer(node_id, config.epoch_size_max, ingress, self.replies, self._batch_diverged)
         self.snapshots = Snapshotter(node_id, blobs, transport, self.spawn, self.metrics.snapshot)
         self.driver = EpochDriver(
             config, transport, self.table, self.batch, self.replies, seqlog, self.snapshots, self.spawn
@@ -186,6 +208,8 @@ class Worker:
         if src == COORDINATOR:
             self.coordinator_seen = self.clock.now()
         if isinstance(msg, EPOCH_MESSAGES):
+            if self.halted:
+                return  # the cluster stopped: nothing runs any more
             if msg.gen == self.driver.gen:
                 self.driver.on_message(msg)
                 return
@@ -199,10 +223,14 @@ class Worker:
                 self.on_view(msg)
             case Heartbeat():
                 pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
+            case Halt():
+                self._halt(msg.reason)
             case SnapshotResult() if msg.gen != self.driver.gen:
                 pass  # the verdict on a snapshot of a generation that recovery ended
             case SnapshotResult():
                 self.snapshots.on_result(msg, self.driver.store, self.replies.answered)
+            case Recover() if self.halted:
+                log.error("%s: the cluster is degraded; no recovery (%s)", self.node_id, self.halted)
             case Recover() if self.view is None or self.view.gen != msg.gen:
                 # The view of this generation went to this worker's previous process (it restarted
                 # in between): without it this worker knows neither placement nor graph. Its own
@@ -231,6 +259,33 @@ class Worker:
             self.driver.current_graph = load_graph(view.graph_path)
             self.graph_path = view.graph_path
         self.ingress.assign(self.table.owned())
+
+    # ---- a replay that diverges stops the cluster --------------------------------------------------------
+    def _reply_diverged(self, epoch: int, logged: Reply, replayed: Reply) -> None:
+        es = self.driver.epochs.get(epoch)
+        root = es.roots.get(logged.tid) if es is not None else None
+        function = f"{root.request.operator}.{root.request.function}" if root is not None else ""
+        self._diverged(epoch, logged.request_id, function, shown(logged), shown(replayed))
+
+    def _batch_diverged(self, epoch: int, logged: BatchEntry, replayed: str) -> None:
+        kind = type(logged).__name__.lower()
+        self._diverged(epoch, logged.request_id, "", f"a batch entry {kind}", f"{replayed.lower()}")
+
+    def _diverged(self, epoch: int, request_id: str, function: str, logged: str, replayed: str) -> None:
+        if self.halted:
+            return
+        msg = ReplayDiverged(self.node_id, epoch, request_id, function, logged, replayed, self.driver.gen)
+        self.transport.send(COORDINATOR, msg)
+        self._halt(msg.describe())
+
+    def _halt(self, reason: str) -> None:
+        """Run nothing more and say why (``/readyz``); the coordinator keeps the cluster stopped."""
+        if not self.halted:
+            log.critical("%s: %s", self.node_id, reason)
+        self.halted = reason
+        self.replies.stopped = True
+        for task in list(self.inflight):  # epoch messages are dropped from now on (on_message)
+            task.cancel()
 
     # ---- recovery --------------------------------------------------------------------------------------
     async def recover(self, msg: Recover) -> None:
@@ -295,7 +350,9 @@ class Worker:
         )
 
     def readiness(self) -> tuple[bool, str]:
-        """``/readyz``: part of a deployed cluster and not recovering."""
+        """``/readyz``: part of a deployed cluster, not recovering, not degraded."""
+        if self.halted:
+            return False, f"degraded: {self.halted}"
         if self.view is None:
             return False, "not part of a deployed cluster yet"
         if self.recovering is not None and not self.recovering.done():

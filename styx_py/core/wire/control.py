@@ -76,6 +76,30 @@ class RecoverDone(Msg, tag="recovered"):
     gen: int
 
 
+class ReplayDiverged(Msg, tag="diverged"):
+    """A replayed epoch did not reproduce what it did before the crash (a nondeterministic function):
+    the cluster cannot go on without breaking what its clients were told. Terminal."""
+
+    node_id: str
+    epoch: int
+    request_id: str
+    function: str  # "operator.function", or "" when the request is not known here
+    logged: str  # what the original run answered (or how it classified the request), shown
+    replayed: str  # what the replay answered, shown
+    gen: int
+
+    def describe(self) -> str:
+        what = (
+            f"{self.function} (request {self.request_id})" if self.function else f"request {self.request_id}"
+        )
+        return (
+            f"replay of epoch {self.epoch} diverged on {self.node_id}: {what} gave {self.logged} before "
+            f"the failure and {self.replayed} on replay. A function is not deterministic (use ctx.random(), "
+            "ctx.now(), ctx.uuid() instead of random, time, uuid); the cluster stops, since going on "
+            "would contradict replies already given"
+        )
+
+
 # ---- coordinator -> worker -------------------------------------------------------------------------
 
 
@@ -132,3 +156,9 @@ class Recover(Msg, tag="recover"):
     manifest: Manifest
     replay_until: int  # last decided epoch: epochs manifest.epoch+1 .. replay_until are replayed
     gen: int
+
+
+class Halt(Msg, tag="halt"):
+    """The cluster is degraded (a replay diverged): run no more epochs, report not ready."""
+
+    reason: str

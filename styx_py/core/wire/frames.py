@@ -28,10 +28,12 @@ from styx_py.core.wire.control import (
     EpochDone,
     EpochStart,
     ExecDone,
+    Halt,
     Heartbeat,
     Recover,
     RecoverDone,
     Register,
+    ReplayDiverged,
     SnapshotDone,
     SnapshotResult,
     Vote,
@@ -48,10 +50,13 @@ ToCoordinator = (
     | EpochDone
     | SnapshotDone
     | RecoverDone
+    | ReplayDiverged
     | DeployRequest
     | StatusRequest
 )
-ControlToWorker = ClusterView | Heartbeat | EpochStart | AllExecDone | Decision | SnapshotResult | Recover
+ControlToWorker = (
+    ClusterView | Heartbeat | EpochStart | AllExecDone | Decision | SnapshotResult | Recover | Halt
+)
 PeerMessage = Invoke | CallResult | Ack | Final
 ToWorker = ControlToWorker | PeerMessage
 ToAdmin = AdminReply

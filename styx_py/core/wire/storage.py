@@ -52,3 +52,4 @@ class ClusterMeta(msgspec.Struct, array_like=True):
     workers: list[str]
     gen: int
     epoch_generations: list[tuple[int, int]]
+    degraded: str = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
