@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-from styx_py.core.wire import EpochDone, ExecDone, Vote
+from styx_py.core.wire import EpochDone, ExecDone, Revote, Vote
 
-M = TypeVar("M", ExecDone, Vote, EpochDone)
+M = TypeVar("M", ExecDone, Vote, Revote, EpochDone)
 
 
 class Stage(Generic[M]):
@@ -46,6 +46,13 @@ def combine_exec(msgs: list[ExecDone]) -> tuple[list[int], int]:
 
 
 def combine_votes(msgs: list[Vote]) -> tuple[list[int], list[int]]:
-    fallback = sorted({t for m in msgs for t in m.conflicts})
-    uncacheable = sorted({t for m in msgs for t in m.uncacheable})
-    return fallback, uncacheable
+    """(the fallback: every conflict, the serial ones: every transaction that invoked one entity
+    twice on some worker); the two are disjoint."""
+    serial = {t for m in msgs for t in m.serial}
+    fallback = sorted({t for m in msgs for t in m.conflicts} - serial)
+    return fallback, sorted(serial)
+
+
+def combine_revotes(msgs: list[Revote], serial: list[int]) -> list[int]:
+    """The fallback after a recheck: every conflict left once the serial ones' writes are out."""
+    return sorted({t for m in msgs for t in m.conflicts} - set(serial))

@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from styx_py.coordinator.barrier import Stage, combine_exec, combine_votes
+from styx_py.coordinator.barrier import Stage, combine_exec, combine_revotes, combine_votes
 from styx_py.coordinator.cluster import Cluster
 from styx_py.coordinator.metrics import CoordinatorMetrics
 from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.status import Throughput
 from styx_py.coordinator.tasks import Tasks
 from styx_py.core.ports import Clock
-from styx_py.core.wire import AllExecDone, Decision, EpochDone, EpochStart, ExecDone, Vote
+from styx_py.core.wire import AllExecDone, Decision, EpochDone, EpochStart, ExecDone, Recheck, Revote, Vote
 
 __all__ = ["EpochLoop"]
 
@@ -67,7 +67,7 @@ class EpochLoop:
             self.task.cancel()
         self.stage = None
 
-    def on_report(self, msg: ExecDone | Vote | EpochDone) -> None:
+    def on_report(self, msg: ExecDone | Vote | Revote | EpochDone) -> None:
         if msg.gen != self.cluster.gen:
             return  # from a generation a recovery ended
         stage = self.stage
@@ -112,16 +112,22 @@ class EpochLoop:
         t_executed = time.perf_counter()
         stage = self._open(e, Vote)
         self.cluster.broadcast(AllExecDone(e, aborted, gen))
-        fallback, uncacheable = combine_votes(await self._gather(stage))
+        fallback, serial = combine_votes(await self._gather(stage))
+        if serial:
+            # Their optimistic writes may depend on the order their branches arrived in: decide
+            # everyone else's conflicts without them (an extra round, only in such epochs).
+            stage = self._open(e, Revote)
+            self.cluster.broadcast(Recheck(e, serial, gen))
+            fallback = combine_revotes(await self._gather(stage), serial)
         t_voted = time.perf_counter()
         stage = self._open(e, EpochDone)
         snapshot = not replay and self.snapshots.begin(e, self.lc)
-        self.cluster.broadcast(Decision(e, fallback, uncacheable, snapshot, gen))
+        self.cluster.broadcast(Decision(e, fallback, serial, snapshot, gen))
         self.last_decided = e
         done: list[EpochDone] = await self._gather(stage)
         self.metrics.epoch(t_start, t_executed, t_voted, time.perf_counter(), done)
         self.stage = None
-        self.throughput.record(self.clock.now(), done, len(fallback))
+        self.throughput.record(self.clock.now(), done, len(fallback) + len(serial))
         return done
 
     def _open(self, epoch: int, kind: type[Any]) -> Stage[Any]:

@@ -51,6 +51,7 @@ from styx_py.core.wire import (
     RecoverDone,
     Register,
     ReplayDiverged,
+    Revote,
     SnapshotDone,
     StatusRequest,
     Vote,
@@ -155,7 +156,7 @@ class Coordinator:
     # ---- messages ---------------------------------------------------------------------------------
     def on_message(self, src: str, msg: Message) -> None:
         match msg:
-            case ExecDone() | Vote() | EpochDone():
+            case ExecDone() | Vote() | Revote() | EpochDone():
                 self.epochs.on_report(msg)
             case WorkAvailable():
                 self.epochs.work.set()

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.coordinator.barrier import Stage, combine_exec, combine_votes
+from styx_py.coordinator.barrier import Stage, combine_exec, combine_revotes, combine_votes
 from styx_py.coordinator.membership import Membership
 from styx_py.coordinator.placement import place
 from styx_py.coordinator.server import Coordinator
 from styx_py.core.config import load_config
 from styx_py.core.errors import GraphError
-from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Register, Vote
+from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Register, Revote, Vote
 from styx_py.testing.cluster import virtual_time
 from styx_py.testing.memory import MemoryNetwork
 
@@ -69,9 +69,16 @@ def test_stage_property(workers: set[str], noise: list[tuple[int, str]], data: s
 
 
 def test_combine_votes_unions_and_sorts() -> None:
+    """Fallback: every conflict; serial: every transaction that invoked one entity twice somewhere
+    (those re-run alone afterwards, so they are not in the fallback)."""
     votes = [Vote(1, "w2", [9, 3], [9], 0), Vote(1, "w1", [3, 1], [4, 9], 0), Vote(1, "w3", [], [], 0)]
-    assert combine_votes(votes) == ([1, 3, 9], [4, 9])
+    assert combine_votes(votes) == ([1, 3], [4, 9])
     assert combine_votes([]) == ([], [])
+
+
+def test_a_recheck_leaves_the_serial_ones_out_of_the_fallback() -> None:
+    revotes = [Revote(1, "w1", [3, 4], 0), Revote(1, "w2", [7], 0)]
+    assert combine_revotes(revotes, [4, 9]) == [3, 7]
 
 
 def test_combine_exec_unions_aborts_and_takes_max_counter() -> None:

@@ -5,12 +5,15 @@ One epoch, as seen by a worker (the coordinator's side is :mod:`styx_py.coordina
     EpochStart(e, lc) ─► form the batch (batch.py), log it, run every root invocation optimistically
                          against the pre-epoch state (executor.py)
     all local roots acked ─► ExecDone(e, logic aborts, lc), once the batch's log entry is durable
-    AllExecDone(e, aborts) ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, uncacheable)
-    Decision(e, fallback) ─► lock-free commit and early replies (commit.py, replies.py)
+    AllExecDone(e, aborts) ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, serial)
+    [Recheck(e, serial) ─► conflicts without the serial ones' writes ─► Revote(e, conflicts)]
+    Decision(e, fallback, serial) ─► lock-free commit and early replies (commit.py, replies.py)
                            ─► re-run the fallback tids under locks in tid order (fallback.py)
-    every fallback tid final ─► snapshot if asked (snapshot.py) ─► EpochDone(e, pending)
+                           ─► then each serial tid alone, in tid order (Phase.SERIAL)
+    every fallback and serial tid final ─► snapshot if asked (snapshot.py) ─► EpochDone(e, pending)
 
-Messages for an epoch's fallback phase that arrive before its Decision are deferred until then.
+Messages for an epoch's fallback phase that arrive before its Decision are deferred until then;
+a serial transaction's messages wait for its turn on each worker.
 The leaves compute and return values; this module decides what happens next.
 """
 
@@ -40,6 +43,8 @@ from styx_py.core.wire import (
     Message,
     Outcome,
     Phase,
+    Recheck,
+    Revote,
     Status,
     Vote,
 )
@@ -123,6 +128,8 @@ class EpochDriver:
                 self.on_epoch_start(msg)
             case AllExecDone():
                 self.on_all_exec_done(msg)
+            case Recheck():
+                self.on_recheck(msg)
             case Decision():
                 self.on_decision(msg)
             case _:
@@ -145,7 +152,7 @@ class EpochDriver:
         es = self.epoch_state(inv.epoch)
         if es is None:
             return  # a repeat of an invocation of a finished epoch
-        if inv.phase == Phase.FALLBACK and es.defer(inv):
+        if self._held(es, inv):
             return
         key = (inv.phase, inv.tid, tuple(inv.path))
         if key in es.invoked:
@@ -155,7 +162,7 @@ class EpochDriver:
 
     def on_call_result(self, msg: CallResult) -> None:
         es = self.epoch_state(msg.epoch)
-        if es is None or (msg.phase == Phase.FALLBACK and es.defer(msg)):
+        if es is None or self._held(es, msg):
             return
         slot = es.result_slot(msg.phase, msg.tid, tuple(msg.path))
         if not slot.done():
@@ -165,7 +172,7 @@ class EpochDriver:
         es = self.epoch_state(ack.epoch)
         if es is None:
             return  # a repeat of an ack of a finished epoch
-        if ack.phase == Phase.FALLBACK and es.defer(ack):
+        if self._held(es, ack):
             return
         root = es.roots[ack.tid]
         path = tuple(ack.path)
@@ -179,7 +186,18 @@ class EpochDriver:
             if ack.phase == Phase.OPTIMISTIC:
                 self._root_done_optimistic(es, root)
             else:
-                self._root_done_fallback(es, root)
+                self._root_done_fallback(es, root, ack.phase)
+
+    def _held(self, es: EpochState, msg: Invoke | CallResult | Ack) -> bool:
+        """Hold a fallback message until the Decision, a serial one until its transaction's turn."""
+        if msg.phase == Phase.OPTIMISTIC:
+            return False
+        if es.defer(msg):
+            return True
+        if msg.phase == Phase.SERIAL and not es.serial_turn(msg.tid):
+            es.serial_held.append(msg)
+            return True
+        return False
 
     def _run(self, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
         self.spawn(run_invocation(self, es, inv, cached))
@@ -253,9 +271,15 @@ class EpochDriver:
             return  # a repeat
         es.aborted = frozenset(msg.aborted)
         conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
-        self.transport.send(
-            COORDINATOR, Vote(es.epoch, self.node_id, conflicts, sorted(es.uncacheable), es.gen)
-        )
+        self.transport.send(COORDINATOR, Vote(es.epoch, self.node_id, conflicts, sorted(es.serial), es.gen))
+
+    def on_recheck(self, msg: Recheck) -> None:
+        """Conflicts again, without the writes of transactions whose branches may have raced."""
+        es = self.epoch_state(msg.epoch)
+        if es is None:
+            return  # a repeat
+        conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted | frozenset(msg.exclude))
+        self.transport.send(COORDINATOR, Revote(es.epoch, self.node_id, conflicts, es.gen))
 
     # ---- phase 3: lock-free commit and early replies; phase 4: fallback under locks ------------------
     def on_decision(self, msg: Decision) -> None:
@@ -264,25 +288,37 @@ class EpochDriver:
             return  # a repeat
         es.decided = True
         es.snapshot = msg.snapshot
-        replies = commit_lock_free(es, frozenset(msg.fallback), self.store)
+        replies = commit_lock_free(es, frozenset(msg.fallback) | frozenset(msg.serial), self.store)
         self.replies.send(es.epoch, replies)
         for partition, reply in es.resends:
             self.replies.emit(es.epoch, partition, reply)
 
-        es.tally.fallback = len(msg.fallback)
-        fallback.open_fallback(es, msg.fallback)
+        es.tally.fallback = len(msg.fallback) + len(msg.serial)
+        fallback.open_fallback(es, msg.fallback, msg.serial)
         deferred, es.deferred = es.deferred, []
         for m in deferred:
             self.on_message(m)
         caching = self.config.call_graph_caching
-        for inv, cached in fallback.fallback_runs(
-            es, msg.fallback, frozenset(msg.uncacheable), caching, self.node_id
-        ):
+        for inv, cached in fallback.fallback_runs(es, msg.fallback, caching, self.node_id):
             self._run(es, inv, cached)
-        if not msg.fallback:
+        if not es.finals_pending:
             self._finish_epoch(es)
+        else:
+            self._next_serial(es)
 
-    def _root_done_fallback(self, es: EpochState, root: RootTxn) -> None:
+    def _next_serial(self, es: EpochState) -> None:
+        """Once the fallback is over here, let the next serial transaction in (its root starts it)."""
+        if not es.serial_pending or not es.fallback_done() or es.serial_released == es.serial_pending[0]:
+            return
+        tid = es.serial_released = es.serial_pending[0]
+        root = es.roots.get(tid)
+        if root is not None:
+            self._run(es, root_invoke(es, root, Phase.SERIAL, self.node_id), None)
+        held, es.serial_held = es.serial_held, []
+        for m in held:
+            self.on_message(m)  # this transaction's run now; the others are held again
+
+    def _root_done_fallback(self, es: EpochState, root: RootTxn, phase: Phase) -> None:
         outcome = fallback.outcome_of(root)
         final = Final(es.epoch, root.tid, outcome, es.gen)
         self.router.to_peers(final)
@@ -291,7 +327,7 @@ class EpochDriver:
             es.tally.rescheduled += 1
         else:
             es.tally.finished(root)
-            self.replies.send(es.epoch, [(root.partition, reply_for(root, es.epoch, Phase.FALLBACK))])
+            self.replies.send(es.epoch, [(root.partition, reply_for(root, es.epoch, phase))])
         self.on_final(final)
 
     def on_final(self, msg: Final) -> None:
@@ -300,8 +336,12 @@ class EpochDriver:
             return  # a repeat of a finished epoch's final
         if es.defer(msg):
             return
+        if msg.tid in es.serial_pending:
+            es.serial_pending.remove(msg.tid)
         if fallback.apply_final(es, msg, self.store):
             self._finish_epoch(es)
+        else:
+            self._next_serial(es)
 
     # ---- the end of an epoch -------------------------------------------------------------------------
     def _finish_epoch(self, es: EpochState) -> None:

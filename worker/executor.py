@@ -33,6 +33,7 @@ from styx_py.core.graph import Graph
 from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key, key_bytes
+from styx_py.core.requests import ARGS_DEPTH, TOO_DEEP, nests_deeper
 from styx_py.core.wire import (
     Invoke,
     Phase,
@@ -87,6 +88,18 @@ class _CalleeFailed(BaseException):
 
 class _BadCall(Exception):
     """A call names an unknown operator/function or has an invalid key (reported as Status.BAD)."""
+
+
+def _encode_args(args: tuple[Any, ...]) -> bytes:
+    """A call's arguments, within the nesting limit of a request's (checked on the bytes, so the
+    verdict does not depend on how deep the stack is when the call is made or replayed)."""
+    try:
+        raw = encode_value(list(args))
+    except RecursionError:
+        raise _BadCall(TOO_DEEP) from None
+    if nests_deeper(raw, ARGS_DEPTH):
+        raise _BadCall(TOO_DEEP)
+    return raw
 
 
 class RuntimeContext(Context):
@@ -153,7 +166,7 @@ class RuntimeContext(Context):
             raise _BadCall(f"more than {MAX_CALLS_PER_FUNCTION} calls from one invocation")
         if len(self._inv.path) >= MAX_CALL_DEPTH:
             raise _BadCall(f"call depth exceeds {MAX_CALL_DEPTH}")
-        record = CallRecord(op, function, key, encode_value(list(args)), sync)
+        record = CallRecord(op, function, key, _encode_args(args), sync)
         if self._cached is not None:
             cached_calls = self._cached.calls
             i = len(self._calls)
@@ -262,7 +275,11 @@ async def run_invocation(
         own = split_async(ctx._share, len(ctx._async))
         for child in ctx._async:
             child.share_n, child.share_d = to_wire(own)
-            host.dispatch(child)
+        if inv.phase == Phase.SERIAL:
+            status, own = await _in_call_order(host, es, ctx._async, own)
+        else:
+            for child in ctx._async:
+                host.dispatch(child)
     else:
         own = ctx._share
     if inv.phase == Phase.OPTIMISTIC:
@@ -270,3 +287,20 @@ async def run_invocation(
     if inv.want_result:
         host.send_result(inv, status, value)
     host.send_ack(inv, own, status, error, value)
+
+
+async def _in_call_order(
+    host: InvocationHost, es: EpochState, children: list[Invoke], part: Fraction
+) -> tuple[Status, Fraction]:
+    """Phase.SERIAL: each asynchronous callee's whole subtree before the next one starts (the serial
+    model's order: a callee answers its caller only once its own callees are done). The first that
+    fails ends it, as an exception would: the rest never run and their parts of the share are acked
+    with the caller's. Returns (the caller's status, the share it acks)."""
+    for i, child in enumerate(children):
+        child.want_result = True  # its result tells when its subtree is done
+        slot = es.result_slot(child.phase, child.tid, tuple(child.path))
+        host.dispatch(child)
+        status, _ = await slot
+        if status != Status.OK:
+            return Status.PROPAGATED, part * (len(children) - i)
+    return Status.OK, part

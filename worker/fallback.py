@@ -7,6 +7,11 @@ that touched one entity twice) the root worker re-executes the root function. A 
 graph changed is rescheduled into the next epoch, keeping its tid. The root worker announces each
 outcome with a :class:`~styx_py.core.wire.Final`; every worker then applies that transaction's
 fallback writes (if it committed) and releases its locks.
+
+A transaction that invoked one entity twice is not in the fallback but in the serial set: its
+branches could reach that entity in either order, so its optimistic run may not be reproducible. It
+re-runs after the fallback, alone (serial transactions one at a time, in tid order), each call's
+whole subtree before the next (Phase.SERIAL; see :mod:`styx_py.worker.executor`).
 """
 
 from __future__ import annotations
@@ -21,24 +26,25 @@ from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, root_invok
 Run = tuple[Invoke, CachedInvocation | None]
 
 
-def open_fallback(es: EpochState, fallback: list[int]) -> None:
-    """Take the fallback's locks (from the learned read/write sets) and forget the roots' first runs."""
+def open_fallback(es: EpochState, fallback: list[int], serial: list[int]) -> None:
+    """Take the fallback's locks (from the learned read/write sets) and forget the roots' first runs.
+
+    Serial transactions take no locks: each runs alone, after the fallback (Phase.SERIAL)."""
     es.locks = LockTable(fallback, es.touched)
-    es.finals_pending = set(fallback)
+    es.finals_pending = set(fallback) | set(serial)
+    es.serial_pending = sorted(serial)
     es.fallback_ready = True
-    for tid in fallback:
+    for tid in [*fallback, *serial]:
         root = es.roots.get(tid)
         if root is not None:
             root.reset()
 
 
-def fallback_runs(
-    es: EpochState, fallback: list[int], uncacheable: frozenset[int], caching: bool, node_id: str
-) -> list[Run]:
+def fallback_runs(es: EpochState, fallback: list[int], caching: bool, node_id: str) -> list[Run]:
     """The invocations this worker starts for the fallback, in tid order."""
     runs: list[Run] = []
     for tid in fallback:
-        if caching and tid not in uncacheable:
+        if caching:
             for cinv in es.cache.get(tid, ()):
                 runs.append((msgspec.structs.replace(cinv.inv, phase=Phase.FALLBACK), cinv))
         else:

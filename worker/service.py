@@ -36,6 +36,7 @@ from styx_py.core.wire import (
     Heartbeat,
     Invoke,
     Message,
+    Recheck,
     Recover,
     RecoverDone,
     Register,
@@ -60,7 +61,7 @@ from styx_py.worker.txn import Tally
 log = logging.getLogger("styx.worker")
 
 # Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
-EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Decision)
+EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Recheck, Decision)
 
 
 def shown(reply: Reply) -> str:
@@ -72,7 +73,7 @@ def shown(reply: Reply) -> str:
             value = "<undecodable>"
     else:
         value = repr(reply.error)
-    return f"{str(reply.status)} {value[:200]} (tid {reply.tid})"
+    return f"{reply.status!s} {value[:200]} (tid {reply.tid})"
 
 
 def fence_off() -> None:

@@ -146,13 +146,16 @@ class EpochState:
         self.fb_buffers: dict[int, Writes] = {}
         self.reads: dict[int, set[EntityKey]] = {}
         self.touched: dict[int, set[EntityKey]] = {}
-        self.uncacheable: set[int] = set()
+        self.serial: set[int] = set()  # tids that invoked one entity twice here (Phase.SERIAL)
         self.cache: dict[int, list[CachedInvocation]] = {}
         self.slots: dict[tuple[Phase, int, Path], asyncio.Future[tuple[Status, msgspec.Raw]]] = {}
         self.aborted: frozenset[int] = frozenset()
         self.locks = LockTable((), {})
         self.fallback_ready = False
-        self.finals_pending: set[int] = set()
+        self.finals_pending: set[int] = set()  # fallback and serial tids not final yet
+        self.serial_pending: list[int] = []  # serial tids not final yet, in tid order (run in turn)
+        self.serial_released = -1  # the serial tid whose turn it is here (its messages are let in)
+        self.serial_held: list[Message] = []  # Phase.SERIAL messages that arrived before their turn
         self.deferred: list[Message] = []  # fallback-phase messages that arrived before the Decision
         self.seqlog_written: Awaitable[None] | None = None
         self.finished = False
@@ -181,7 +184,7 @@ class EpochState:
         if touched is None:
             self.touched[inv.tid] = {key}
         elif key in touched:
-            self.uncacheable.add(inv.tid)  # one entity twice: order inside the txn matters
+            self.serial.add(inv.tid)  # one entity twice: its branches may race for it
         else:
             touched.add(key)
         self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
@@ -199,6 +202,15 @@ class EpochState:
             return False
         self.deferred.append(msg)
         return True
+
+    def fallback_done(self) -> bool:
+        """Every Phase.FALLBACK transaction is final here (only serial ones may be left)."""
+        return len(self.finals_pending) == len(self.serial_pending)
+
+    def serial_turn(self, tid: int) -> bool:
+        """Whether ``tid`` (a serial transaction) may run here now: the fallback is over here and
+        every serial transaction with a lower tid is final here."""
+        return self.fallback_done() and bool(self.serial_pending) and self.serial_pending[0] == tid
 
 
 def root_invoke(es: EpochState, root: RootTxn, phase: Phase, node_id: str) -> Invoke:

@@ -97,6 +97,22 @@ async def lucky(ctx: Context) -> list[Any]:
     return [r, u, ctx.now()]
 
 
+@acct.function
+async def via(ctx: Context, target: str, tag: str) -> None:
+    """One hop of a parallel branch on its way to ``target``'s ledger entry."""
+    ctx.call_async(ledger, "record", target, tag, 1)
+
+
+@acct.function
+async def converge(ctx: Context, hops: list[str], target: str) -> int:
+    """Parallel branches through different entities (so different workers) that all end on one
+    ledger entry: the order of the appends must be the serial order of the branches (each branch's
+    subtree in call order), whatever order the branches' messages arrive in."""
+    for i, hop in enumerate(hops):
+        ctx.call_async(acct, "via", hop, target, f"{ctx.key}/{i}")
+    return len(hops)
+
+
 @ledger.function
 async def record(ctx: Context, who: str, amount: int) -> None:
     entries = await ctx.get(default=[])

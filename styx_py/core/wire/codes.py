@@ -28,6 +28,8 @@ class Phase(IntEnum):
 
     OPTIMISTIC = 0  # lock-free, against the state as of the epoch's start
     FALLBACK = 1  # re-run under locks in tid order
+    SERIAL = 2  # a transaction that invoked one entity twice: re-run alone, after the fallback, each
+    # call's whole subtree before the next (its branches could race for that entity otherwise)
 
 
 class Outcome(IntEnum):

@@ -44,7 +44,16 @@ class Vote(Msg, tag="vote"):
     epoch: int
     node_id: str
     conflicts: list[int]
-    uncacheable: list[int]  # tids that touched one entity twice on this worker
+    serial: list[int]  # tids that invoked one entity twice on this worker (they run in Phase.SERIAL)
+    gen: int
+
+
+class Revote(Msg, tag="revote"):
+    """The conflicts again, with the writes of the ``Recheck``'s transactions left out."""
+
+    epoch: int
+    node_id: str
+    conflicts: list[int]
     gen: int
 
 
@@ -136,10 +145,19 @@ class AllExecDone(Msg, tag="axd"):
     gen: int
 
 
+class Recheck(Msg, tag="recheck"):
+    """Some transactions invoked one entity twice: their optimistic run may have depended on the
+    order their branches arrived in, so their writes must not decide anyone else's conflicts."""
+
+    epoch: int
+    exclude: list[int]
+    gen: int
+
+
 class Decision(Msg, tag="dec"):
     epoch: int
-    fallback: list[int]  # sorted tids that must re-run under locks
-    uncacheable: list[int]
+    fallback: list[int]  # sorted tids that must re-run under locks (Phase.FALLBACK)
+    serial: list[int]  # sorted tids that re-run alone afterwards, one at a time (Phase.SERIAL)
     snapshot: bool  # take a snapshot at the end of this epoch
     gen: int
 

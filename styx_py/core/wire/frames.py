@@ -30,10 +30,12 @@ from styx_py.core.wire.control import (
     ExecDone,
     Halt,
     Heartbeat,
+    Recheck,
     Recover,
     RecoverDone,
     Register,
     ReplayDiverged,
+    Revote,
     SnapshotDone,
     SnapshotResult,
     Vote,
@@ -47,6 +49,7 @@ ToCoordinator = (
     | WorkAvailable
     | ExecDone
     | Vote
+    | Revote
     | EpochDone
     | SnapshotDone
     | RecoverDone
@@ -55,7 +58,7 @@ ToCoordinator = (
     | StatusRequest
 )
 ControlToWorker = (
-    ClusterView | Heartbeat | EpochStart | AllExecDone | Decision | SnapshotResult | Recover | Halt
+    ClusterView | Heartbeat | EpochStart | AllExecDone | Recheck | Decision | SnapshotResult | Recover | Halt
 )
 PeerMessage = Invoke | CallResult | Ack | Final
 ToWorker = ControlToWorker | PeerMessage
