@@ -6,7 +6,6 @@ and the tests read them.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from styx_py.coordinator.cluster import Cluster
@@ -14,18 +13,21 @@ from styx_py.core.wire import EpochDone
 
 __all__ = ["WINDOW_S", "Throughput", "operator_rows", "worker_rows"]
 
-WINDOW_S = 10.0  # rates are averaged over this many seconds
-MAX_EPOCHS_KEPT = 2000  # bounds the window's memory when epochs are shorter than WINDOW_S / 2000
+WINDOW_S = 10  # rates are averaged over this many seconds
 
 
 class Throughput:
-    """Totals since start, and the epochs of the last :data:`WINDOW_S` seconds."""
+    """Totals since start, and per-second counts of the last :data:`WINDOW_S` seconds.
+
+    Counts go into one bucket per second (a ring of ``WINDOW_S + 1``), so the memory is bounded
+    whatever the epoch rate and no epoch is left out of the rates (a bounded list of epochs capped
+    ``epochs_per_s`` at its length divided by the window)."""
 
     def __init__(self) -> None:
         self.started_at: float | None = None
         self.totals = {"committed": 0, "aborted": 0, "rescheduled": 0, "fallback": 0}
-        # (finished at, committed, aborted, fallback) per epoch
-        self.epochs: deque[tuple[float, int, int, int]] = deque(maxlen=MAX_EPOCHS_KEPT)
+        # second -> [epochs, committed, aborted]
+        self.buckets: dict[int, list[int]] = {}
 
     def record(self, now: float, done: list[EpochDone], fallback: int) -> None:
         committed = sum(d.committed for d in done)
@@ -34,17 +36,30 @@ class Throughput:
         self.totals["aborted"] += aborted
         self.totals["rescheduled"] += sum(d.rescheduled for d in done)
         self.totals["fallback"] += fallback
-        self.epochs.append((now, committed, aborted, fallback))
+        second = int(now)
+        bucket = self.buckets.get(second)
+        if bucket is None:
+            for old in [s for s in self.buckets if s <= second - WINDOW_S - 1]:
+                del self.buckets[old]
+            bucket = self.buckets[second] = [0, 0, 0]
+        bucket[0] += 1
+        bucket[1] += committed
+        bucket[2] += aborted
 
     def summary(self, now: float) -> dict[str, Any]:
-        recent = [t for t in self.epochs if now - t[0] <= WINDOW_S]
+        """Rates over the last :data:`WINDOW_S` whole seconds before ``now`` (the current second is
+        still filling), or since the start when that is shorter."""
+        current = int(now)
+        recent = [b for s, b in self.buckets.items() if current - WINDOW_S <= s < current]
         started_at = now if self.started_at is None else self.started_at
-        window = min(WINDOW_S, max(now - started_at, 1e-9))
-        finished = sum(t[1] + t[2] for t in recent)
+        window = max(1, min(WINDOW_S, current - int(started_at)))
+        epochs = sum(b[0] for b in recent)
+        finished = sum(b[1] + b[2] for b in recent)
+        aborted = sum(b[2] for b in recent)
         return {
-            "epochs_per_s": round(len(recent) / window, 1),
+            "epochs_per_s": round(epochs / window, 1),
             "txn_per_s": round(finished / window, 1),
-            "abort_rate": round(sum(t[2] for t in recent) / finished, 4) if finished else 0.0,
+            "abort_rate": round(aborted / finished, 4) if finished else 0.0,
             "totals": dict(self.totals),
         }
 

@@ -14,6 +14,7 @@ from styx_py.coordinator.barrier import Stage, combine_exec, combine_revotes, co
 from styx_py.coordinator.membership import Membership
 from styx_py.coordinator.placement import place
 from styx_py.coordinator.server import Coordinator
+from styx_py.coordinator.status import WINDOW_S, Throughput
 from styx_py.core.config import load_config
 from styx_py.core.errors import GraphError
 from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Register, Revote, Vote
@@ -220,3 +221,20 @@ async def test_deploy_timeout_and_failure_detection_run_on_the_loop_clock() -> N
         assert status["workers"][0]["last_heartbeat_s_ago"] == pytest.approx(30.0)
         assert not task.done()
         await _stop(task)
+
+
+def test_status_rates_count_every_epoch_of_the_window() -> None:
+    """5 000 epochs a second for 12 s: the rates say so (a bounded list of epochs capped them at 200)."""
+    t = Throughput()
+    t.started_at = 0.0
+    done = [EpochDone(0, "w1", 0, 2, 1, 0, 0)]
+    for i in range(60_000):
+        t.record(i / 5000, done, 0)
+    s = t.summary(12.0)
+    assert (s["epochs_per_s"], s["txn_per_s"], s["abort_rate"]) == (5000.0, 15000.0, round(1 / 3, 4))
+    assert len(t.buckets) <= WINDOW_S + 2
+    early = Throughput()
+    early.started_at = 0.0
+    early.record(0.5, done, 0)
+    early.record(1.5, done, 0)
+    assert early.summary(2.0)["epochs_per_s"] == 1.0  # two whole seconds so far, one epoch each
