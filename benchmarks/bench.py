@@ -62,6 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a cluster started here uses this Kafka-protocol broker (BOOTSTRAP) instead of its own Tansu, "
         "on fresh topics per run (snapshots stay on its own SeaweedFS)",
     )
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="a cluster started here keeps its Kafka log in S3 (Tansu on SeaweedFS, as 'styx up --durable')",
+    )
     p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
     p.add_argument(
         "--one-cluster",
@@ -205,6 +210,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         env=env,
                         kafka=args.kafka,
                         s3=s3,
+                        durable=args.durable,
                     ) as stack,
                 ):
                     stack.deploy(workload.app)
@@ -320,6 +326,7 @@ async def bench(
 
 
 def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
+    storage = "S3 storage on SeaweedFS" if getattr(args, "durable", False) else "memory"
     return {
         "workload": workload.name,
         "app": workload.app,
@@ -329,14 +336,19 @@ def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
         "warmup_s": args.warmup,
         "workers": None if args.coordinator else args.workers,
         "cluster": args.coordinator or "local (started by styx bench)",
-        "kafka": args.kafka or ("" if args.coordinator else "tansu (memory, started by styx bench)"),
+        "kafka": args.kafka or ("" if args.coordinator else f"tansu ({storage}, started by styx bench)"),
         "command": " ".join(["styx", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
     }
 
 
+def _prefix(args: argparse.Namespace) -> str:
+    """Result files of a durable-mode cluster are named ``durable-…`` (another broker, other numbers)."""
+    return "durable-" if getattr(args, "durable", False) else ""
+
+
 def write_results(out: Path, args: argparse.Namespace, workload: Workload, result: RunResult) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = out / f"{workload.name}-{result.rate:g}-{stamp}.json"
+    path = out / f"{_prefix(args)}{workload.name}-{result.rate:g}-{stamp}.json"
     doc = {
         "config": _config(args, workload),
         "machine": machine_info(),
@@ -352,7 +364,7 @@ def write_sweep(
     out: Path, args: argparse.Namespace, workload: Workload, runs: list[tuple[RunResult, Path]]
 ) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = out / f"{workload.name}-sweep-{stamp}.json"
+    path = out / f"{_prefix(args)}{workload.name}-sweep-{stamp}.json"
     doc = {
         "config": _config(args, workload),
         "machine": machine_info(),

@@ -5,6 +5,13 @@ A recovery starts when a worker re-registers after a crash, when an epoch stage 
 worker is back after the coordinator itself restarted (:meth:`Recovery.resume`, from its state in
 S3). Opening the generation is synchronous (the epoch loop stops and the new view goes out before
 anything else is sent); the rest is retried, with a capped backoff, for as long as it takes.
+
+How long an attempt waits for the workers' answers adapts to how long restores really take: at least
+``epoch_timeout_ms``, at least :data:`RESTORE_TIMEOUT_FACTOR` times the last successful restore, and
+twice as long after each attempt that some worker did not answer in time (up to
+:data:`MAX_TIMEOUT_FACTOR` times ``epoch_timeout_ms``). A fixed timeout shorter than a restore
+fails every attempt for ever, each one cancelling the restores of the last (issue 16: restores of a
+durable-mode cluster took up to 28 s against 30 s, and the cluster never recovered).
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ from styx_py.core.graph import load_graph
 from styx_py.core.ports import Clock, LogReader
 from styx_py.core.wire import Recover, RecoverDone
 
-__all__ = ["MAX_RECOVERY_BACKOFF_S", "Recovery"]
+__all__ = ["MAX_RECOVERY_BACKOFF_S", "MAX_TIMEOUT_FACTOR", "RESTORE_TIMEOUT_FACTOR", "Recovery"]
 
 log = logging.getLogger("styx.coordinator")
 
 MAX_RECOVERY_BACKOFF_S = 2.0
+RESTORE_TIMEOUT_FACTOR = 3.0  # an attempt waits at least this many times the last successful restore
+MAX_TIMEOUT_FACTOR = 16  # ... and at most this many times epoch_timeout_ms
 
 
 class Recovery:
@@ -56,6 +65,8 @@ class Recovery:
         self.answered = asyncio.Event()
         self.count = 0  # recoveries started (a generation each)
         self.failed_attempts = 0  # in a row, for the backoff
+        self.unanswered_attempts = 0  # in a row, attempts some worker did not answer in time
+        self.last_restore_s = 0.0  # how long the last successful attempt took
         self.replay_until = (
             -1
         )  # every epoch up to here was decided (replies may be out): replay, never re-form
@@ -127,14 +138,17 @@ class Recovery:
         self.answers = {}
         self.answered.clear()
         c.broadcast(Recover(m, replay_until, c.gen))
-        await self._wait_for_answers(self.clock.now() + c.config.epoch_timeout_ms / 1000)
+        timeout_s = self.timeout_s()
+        await self._wait_for_answers(started + timeout_s)
         missing = sorted(set(c.workers) - set(self.answers))
         if missing:
-            return f"no answer from {missing}"
+            self.unanswered_attempts += 1
+            return f"no answer from {missing} within {timeout_s:.1f}s"
+        self.unanswered_attempts = 0
         reasons = ", ".join(f"{d.node_id}: {d.error}" for d in self.answers.values() if not d.ok)
         if reasons:
             return reasons
-        restore_s = self.clock.now() - started
+        restore_s = self.last_restore_s = self.clock.now() - started
         self.last = {
             "generation": c.gen,
             "snapshot_epoch": m.epoch,
@@ -155,6 +169,12 @@ class Recovery:
         self.epochs.lc = m.lc
         c.state = "running"
         return None
+
+    def timeout_s(self) -> float:
+        """How long the next attempt waits for every worker's answer (module docstring)."""
+        base = self.cluster.config.epoch_timeout_ms / 1000
+        wait: float = max(base, RESTORE_TIMEOUT_FACTOR * self.last_restore_s) * 2.0**self.unanswered_attempts
+        return min(wait, MAX_TIMEOUT_FACTOR * base)
 
     async def _wait_for_answers(self, deadline: float) -> None:
         """Until every worker answered the Recover, or ``deadline``."""

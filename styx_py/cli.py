@@ -61,7 +61,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         stack.start()
         STATE_FILE.parent.mkdir(exist_ok=True)
-        STATE_FILE.write_text(json.dumps(stack.endpoints()))
+        # The cluster secret lets `styx status/deploy/call/gateway` run here authenticate: owner-only.
+        fd = os.open(STATE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as state:
+            state.write(json.dumps({**stack.endpoints(), "secret": stack.secret}))
         for name, address in stack.endpoints().items():
             print(f"  {name:<20} {address}", flush=True)
         if stack.gateway_url:
@@ -189,11 +192,13 @@ def _gateway_token(args: argparse.Namespace) -> str | None:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     from styx_py.client.gateway import GatewayConfig, serve_gateway
-    from styx_py.stack.local import coordinator_address
+    from styx_py.stack.local import cluster_secret, coordinator_address
 
     setup_logging("gateway")
+    coordinator = coordinator_address(args.coordinator)
     config = GatewayConfig(
-        coordinator_address(args.coordinator),
+        coordinator,
+        cluster_secret=cluster_secret(coordinator),
         host=args.host,
         port=args.port,
         token=_gateway_token(args),
@@ -212,10 +217,11 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 def cmd_call(args: argparse.Namespace) -> int:
     from styx_py.client import StyxClient
-    from styx_py.stack.local import coordinator_address
+    from styx_py.stack.local import cluster_secret, coordinator_address
 
     async def call() -> int:
-        client = await StyxClient.connect(coordinator_address(args.coordinator))
+        coordinator = coordinator_address(args.coordinator)
+        client = await StyxClient.connect(coordinator, cluster_secret=cluster_secret(coordinator))
         try:
             reply = await client.submit(
                 args.operator,

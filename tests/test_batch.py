@@ -103,6 +103,38 @@ async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
     assert list(replay.replies.waiting) == ["r1"]
 
 
+async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_log_order() -> None:
+    """Issue 16: ``replay expected 2@422, log has 421``. A resent id taken before a fresh request of
+    the same partition is logged after it (runs first); replay must still take the ingress in order."""
+    live = _Fixture()
+    done = Reply("old", 7, 0, 0, "committed", msgspec.Raw(encode_value(1)), None, None)
+    live.replies.answered.record(0, done)
+    live.arrive(0, "x")
+    live.arrive(0, "old")  # answered long ago
+    live.arrive(0, "x")  # a copy of x, which runs in this batch: waits for its reply
+    live.arrive(0, "a")
+    live.arrive(1, "b")
+    roots, entry, resends = live.batch.form(epoch=0, gen=0)
+    assert entry.entries == [
+        Run(1, 0, 0, "x"),
+        Run(3, 1, 0, "b"),
+        Run(5, 0, 3, "a"),
+        Answered(0, 1, "old"),
+        Waiting(0, 2, "x"),
+    ], "the entries are in ingress order: this test tests nothing"
+
+    replay = _Fixture()
+    replay.replies.answered.record(0, done)
+    replay.batch = BatchFormer("w1", 100, MemoryIngress(live.log, INGRESS), replay.replies)
+    replay.batch.ingress.assign([0, 1])
+    replay.batch.replay = {0: entry}
+    again, again_resends = await replay.batch.replayed(0)
+    assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
+    assert again_resends == resends == [(0, done)]
+    assert [rec.offset for rec in replay.replies.waiting["x"]] == [2]
+    assert replay.batch.ingress.positions() == {0: 4, 1: 1}
+
+
 def _entry(epoch: int, gen: int, node: str, partitions: list[int]) -> SeqLogEntry:
     return SeqLogEntry(
         epoch, node, 0, [Run(epoch * 10 + p, p, epoch, f"{epoch}-{p}") for p in partitions], gen, 1

@@ -2,8 +2,12 @@
 
 Tansu (Kafka protocol) + SeaweedFS (snapshots) + coordinator and worker processes. A worker is
 killed with SIGKILL at random times and restarted (as a supervisor would); the cluster rolls back to
-the last complete snapshot and replays the logged epochs. At the end: no request lost, none answered
+the last complete snapshot and replays the logged epochs. At the end: no request lost, none executed
 twice (on the egress log itself), money conserved, balances equal the serial replay in commit order.
+
+Two clusters: the default one (Tansu in memory), and durable mode (Tansu keeping its log in S3, as
+``styx up --durable``) with clients that resend a request id when its reply is late, Zipfian keys and
+a kill that lands while the cluster recovers from the previous one (issue 16).
 """
 
 from __future__ import annotations
@@ -13,19 +17,26 @@ import os
 import random
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from aiokafka import TopicPartition
 
+from styx_py.benchmarks.bank import account
 from styx_py.benchmarks.bank import app as bank_app
+from styx_py.benchmarks.keys import KeyChooser
 from styx_py.client import StyxClient
-from styx_py.core.errors import StyxError
+from styx_py.core.errors import RequestTimeout, StyxError
 from styx_py.core.serial import reply_outcome, serial_replay
-from styx_py.core.wire import Reply, Request, StatusRequest, encode_value
+from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
+from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3
-from tests.service_fixtures import ClusterFactory
+from tests.service_fixtures import ClusterFactory, DurableKafkaFactory, start_cluster
 from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services
@@ -34,6 +45,20 @@ ACCOUNTS = 200
 INITIAL = 1000
 KILLS = int(os.environ.get("STYX_CHAOS_KILLS", "5"))
 RATE = float(os.environ.get("STYX_CHAOS_RATE", "200"))
+DURABLE_RATE = float(os.environ.get("STYX_CHAOS_DURABLE_RATE", "300"))
+RESEND_AFTER_S = 1.5  # a durable-mode client resends a request id whose reply is this late
+
+
+@dataclass
+class Chaos:
+    """How one chaos run loads and kills the cluster."""
+
+    rate: float
+    kills: int = KILLS
+    resend_after_s: float | None = None  # None: one submission per request, waiting as long as it takes
+    zipf: float = 0.0  # key skew of the transfers
+    wait_for_recovering: bool = False  # a close-following kill waits until the cluster is recovering
+    worker_with_coordinator: bool = False  # the coordinator's kill takes a worker down with it
 
 
 @pytest.fixture
@@ -42,15 +67,71 @@ def stack(local_cluster: ClusterFactory, s3: SeaweedS3) -> LocalStack:
 
 
 async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
-    rng, chaos = random.Random(7), random.Random(8)  # load, kills: each its own seeded stream
+    egress = stack.env["STYX_EGRESS_TOPIC"]
+    logged = await run_chaos(stack, Chaos(RATE), lambda: read_topic(stack.kafka, egress))
+    assert not [rid for rid, c in Counter(r.request_id for r in logged).items() if c > 1], (
+        "a request was answered twice"
+    )
+    await audit(stack)
+
+
+@pytest.fixture
+def durable_stack(durable_kafka: DurableKafkaFactory, s3: SeaweedS3, tmp_path: Path) -> Iterator[LocalStack]:
+    """A cluster on a Tansu that keeps its log in S3 (what ``styx up --durable`` runs)."""
+    app, settings = "styx_py.benchmarks.bank:app", {"snapshot_interval_s": "0.5"}
+    with start_cluster(tmp_path, durable_kafka(), s3=s3, app=app, settings=settings) as stack:
+        yield stack
+
+
+async def test_sigkill_in_durable_mode_with_resending_clients(durable_stack: LocalStack) -> None:
+    """Issue 16: durable mode, a kill during recovery, clients resending timed-out ids (same id,
+    1.5 s timeout, Zipfian keys, 300/s) crashed both workers in replay and never recovered; the
+    coordinator killed together with a worker never recovered either."""
+    stack = durable_stack
+    chaos = Chaos(
+        DURABLE_RATE,
+        resend_after_s=RESEND_AFTER_S,
+        zipf=0.9,
+        wait_for_recovering=True,
+        worker_with_coordinator=True,
+    )
+    logged = await run_chaos(stack, chaos, lambda: read_egress(stack))
+    # A resent id is answered again (from the reply table, or by its running copy): the same reply,
+    # never a second execution.
+    first: dict[str, Reply] = {}
+    for reply in logged:
+        assert first.setdefault(reply.request_id, reply) == reply, f"{reply.request_id} executed twice"
+
+
+async def run_chaos(stack: LocalStack, chaos: Chaos, read_egress_log: Callable[[], Any]) -> list[Reply]:
+    """Transfers at ``chaos.rate`` while ``chaos.kills`` processes are SIGKILLed and restarted, then the
+    checks against the serial execution; the egress log as read by ``read_egress_log``."""
+    rng, killing = random.Random(7), random.Random(8)  # load, kills: each its own seeded stream
+    keys = KeyChooser(ACCOUNTS, chaos.zipf, seed=9)
     requests: dict[str, Request] = {}
     replies: dict[str, Reply] = {}
-    async with await StyxClient.connect(stack.coordinator, timeout_s=180) as client:
+    resent = 0
+    # Room for every request sent while a recovery (or several) holds replies back.
+    async with await StyxClient.connect(stack.coordinator, timeout_s=180, max_pending=100_000) as client:
 
         async def submit(key: str, function: str, *args: object) -> None:
+            nonlocal resent
             rid = uuid.uuid4().hex
             requests[rid] = Request(rid, "account", function, key, msgspec.Raw(encode_value(list(args))))
-            replies[rid] = await client.submit("account", key, function, *args, request_id=rid)
+            if chaos.resend_after_s is None:
+                replies[rid] = await client.submit("account", key, function, *args, request_id=rid)
+                return
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 300
+            while True:
+                try:
+                    replies[rid] = await client.submit(
+                        "account", key, function, *args, request_id=rid, timeout_s=chaos.resend_after_s
+                    )
+                    return
+                except RequestTimeout:
+                    assert loop.time() < deadline, f"no reply to {rid} in 300 s of resending"
+                    resent += 1  # the same id again, as a client whose request timed out would
 
         await asyncio.gather(*(submit(f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS)))
 
@@ -63,7 +144,7 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
         async def recovered_from(generation: int) -> int:
             """Wait (polling, with a deadline) until a generation after ``generation`` is running with
             every worker registered; its generation."""
-            deadline = asyncio.get_running_loop().time() + 120
+            deadline = asyncio.get_running_loop().time() + 300
             while True:
                 status = await cluster_status()
                 if (
@@ -79,71 +160,92 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
                 )
                 await asyncio.sleep(0.05)
 
+        async def recovering() -> bool:
+            """Wait (polling, with a deadline) until the coordinator reports a recovery in progress;
+            False if the cluster was running again before that could be seen."""
+            deadline = asyncio.get_running_loop().time() + 60
+            while asyncio.get_running_loop().time() < deadline:
+                status = await cluster_status()
+                if status is not None and status["state"] == "recovering":
+                    return True
+                await asyncio.sleep(0.02)
+            return False
+
         first = await cluster_status()
         assert first is not None and first["state"] == "running"
         generations = [int(first["generation"])]  # at the start, then the generation each kill hit
-        spaced = 0
+        spaced = during_recovery = 0
         killing_done = asyncio.Event()
 
         async def killer() -> None:
-            nonlocal spaced
+            nonlocal spaced, during_recovery
             try:
-                for i in range(KILLS):
+                for i in range(chaos.kills):
                     if i % 3 == 1:
-                        # Every third kill follows the last closely, within one snapshot interval, while
-                        # the cluster may still be recovering from it: chaos timing, not a wait.
-                        await asyncio.sleep(chaos.uniform(0.05, 0.2))
+                        # Every third kill follows the last closely, while the cluster may still be
+                        # recovering from it: chaos timing, not a wait (or, in durable mode, a wait
+                        # for the recovery to be under way, so that this kill surely lands in it).
+                        if chaos.wait_for_recovering:
+                            during_recovery += await recovering()
+                        else:
+                            await asyncio.sleep(killing.uniform(0.05, 0.2))
                     else:
                         # The others hit a cluster that is running again after the previous kill (so each
                         # must cause a recovery of its own), after some load on it (chaos timing).
                         if i > 0:
                             await recovered_from(generations[-1])
-                        await asyncio.sleep(chaos.uniform(0.1, 0.6))
+                        await asyncio.sleep(killing.uniform(0.1, 0.6))
                         spaced += 1
                     status = await cluster_status()
                     generations.append(generations[-1] if status is None else int(status["generation"]))
-                    victim = (
-                        "coordinator" if i % 10 == 2 else chaos.choice(["w1", "w2"])
-                    )  # kills 2, 12, 22, …
-                    stack.kill(victim)
-                    if victim == "coordinator":
+                    if i % 10 == 2:  # kills 2, 12, 22, …
+                        stack.kill("coordinator")
+                        if chaos.worker_with_coordinator:
+                            worker = killing.choice(["w1", "w2"])
+                            stack.kill(worker)
+                            stack.start_worker(worker)
                         stack.start_coordinator()
                     else:
-                        stack.start_worker(victim)
+                        worker = killing.choice(["w1", "w2"])
+                        stack.kill(worker)
+                        stack.start_worker(worker)
             finally:
                 killing_done.set()
 
         async def load() -> None:
-            """Open-loop transfers at RATE from the start until a second after the last kill."""
+            """Open-loop transfers at the rate from the start until a second after the last kill."""
             tasks = []
             loop = asyncio.get_running_loop()
             start, i, end = loop.time(), 0, float("inf")
             while (now := loop.time()) < end:
                 if killing_done.is_set() and end == float("inf"):
                     end = now + 1.0
-                delay = start + i / RATE - now
+                delay = start + i / chaos.rate - now
                 if delay > 0:
                     await asyncio.sleep(delay)  # open-loop pacing
-                a, b = rng.sample(range(ACCOUNTS), 2)
+                a, b = keys.distinct(2, rng)
                 tasks.append(asyncio.create_task(submit(f"a{a}", "transfer", f"a{b}", rng.randint(1, 300))))
                 i += 1
             await asyncio.gather(*tasks)
 
         await asyncio.gather(killer(), load())
-        final_generation = await recovered_from(generations[-1] - (KILLS == 0))
+        final_generation = await recovered_from(generations[-1] - (chaos.kills == 0))
         balances = await asyncio.gather(
             *(client.call("account", f"a{i}", "balance") for i in range(ACCOUNTS))
         )
 
-    print(f"{len(requests)} requests, generations {generations} -> {final_generation}, {spaced} spaced kills")
+    print(
+        f"{len(requests)} requests ({resent} resends), generations {generations} -> {final_generation}, "
+        f"{spaced} spaced kills, {during_recovery} during a recovery"
+    )
     # The generation counts every recovery over the cluster's life (it survives coordinator restarts):
     # every kill of a running cluster started at least one recovery of its own.
     assert final_generation - generations[0] >= spaced, (generations, final_generation)
+    if chaos.wait_for_recovering:
+        assert during_recovery >= 1, "no kill landed during a recovery"
     assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
-    logged = await read_topic(stack.kafka, stack.env["STYX_EGRESS_TOPIC"])
-    counts = Counter(r.request_id for r in logged)
-    assert set(requests) <= set(counts), f"{len(set(requests) - set(counts))} requests lost"
-    assert not [rid for rid, c in counts.items() if c > 1], "a request was answered twice"
+    logged: list[Reply] = await read_egress_log()
+    assert set(requests) <= {r.request_id for r in logged}, "requests lost"
     by_id = {r.request_id: r for r in logged if r.request_id in requests}
     for rid, reply in replies.items():
         assert by_id[rid] == reply
@@ -151,9 +253,19 @@ async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
     for rid, reply in by_id.items():
         assert reply_outcome(reply) == outcomes[rid], rid
     assert balances == [serial_state.get(("account", f"a{i}"), 0) for i in range(ACCOUNTS)]
+    return logged
 
-    # The chaos run ends with the offline audit over exactly the topics and snapshots it produced:
-    # exactly-once, Mencius ordering, epochs against the sequencer log, serial replay of the snapshot.
+
+async def read_egress(stack: LocalStack) -> list[Reply]:
+    """The whole egress log, read with the recovery's reader (its fetch wait adapts to Tansu on S3)."""
+    topic = stack.env["STYX_EGRESS_TOPIC"]
+    records = await read_to_end(stack.kafka, {TopicPartition(topic, p): 0 for p in range(account.partitions)})
+    return [reply_decoder.decode(r.value) for r in records]
+
+
+async def audit(stack: LocalStack) -> None:
+    """The offline audit over exactly the topics and snapshots the run produced: exactly-once, Mencius
+    ordering, epochs against the sequencer log, serial replay of the snapshot."""
     pytest.importorskip("pyspark")
     from styx_py.cli import main as styx_main
 

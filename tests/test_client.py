@@ -36,23 +36,22 @@ from styx_py.client import (
     TransactionAborted,
     TransactionFailed,
 )
-from styx_py.client.sdk import decode_reply
+from styx_py.client.sdk import ClientStats, decode_reply
+from styx_py.client.sdk.pending import PendingTable
 from styx_py.core.errors import ConfigError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import (
-    HEADER_BYTES,
     NIL,
     AdminReply,
-    Batch,
     Request,
-    decode_batch,
     decode_value,
-    encode_frame,
     encode_value,
-    frame_length,
     request_decoder,
 )
+from styx_py.io.handshake import client_secret
+from styx_py.io.tcp import TcpTransport
 from styx_py.stack.services import TansuBroker, create_topics
+from tests.apps.limits import nested
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(120)]
 
@@ -364,6 +363,75 @@ async def test_submit_many_preserves_order_and_validates_first(client: StyxClien
     assert client.stats.sent == sent
 
 
+# ---- limits and request ids, checked before anything is sent -------------------------------------------
+
+
+async def test_limits_are_checked_before_sending(client: StyxClient, cluster: Cluster) -> None:
+    """Every limit the workers enforce raises BadRequest here first, naming it; never a RecursionError."""
+    too_far: list[tuple[str, Any, tuple[Any, ...], dict[str, Any], str]] = [
+        ("echo", "k", (nested(65),), {}, "nest deeper than 64 levels.*MAX_ARG_DEPTH"),
+        ("echo", "k", (nested(990),), {}, "MAX_ARG_DEPTH"),  # msgspec's own limit is near here
+        ("echo", "k", (nested(100_000),), {}, "MAX_ARG_DEPTH"),
+        ("echo", "k", ("x" * 12_000_000,), {}, "12000.* bytes encoded.*MAX_REQUEST_BYTES"),
+        ("echo", "k" * 5000, (), {}, "5000 characters.*MAX_KEY_CHARS"),
+        ("e" * 257, "k", (), {}, "function name.*MAX_NAME_CHARS"),
+        ("echo", "k", (), {"request_id": "i" * 129}, "request id.*MAX_REQUEST_ID_CHARS"),
+        ("echo", "k", (), {"request_id": ""}, "request id.*MAX_REQUEST_ID_CHARS"),
+    ]
+    for function, key, args, kw, match in too_far:
+        with pytest.raises(BadRequest, match=match):
+            await client.submit("acct", key, function, *args, **kw)
+        with pytest.raises(BadRequest, match=match):
+            client.submit_future("acct", key, function, *args, **kw)
+    with pytest.raises(BadRequest, match="MAX_ARG_DEPTH"):
+        await client.submit_many([("acct", "a", "echo", (1,)), ("acct", "b", "echo", (nested(70),))])
+    assert cluster.echo.received == [] and client.stats.sent == 0 and client.pending_count == 0
+
+    # At the limits, requests go through.
+    at_limits = await client.call("acct", "k" * 1024, "echo", nested(64), request_id="i" * 128)
+    assert at_limits == {"key": "k" * 1024, "fn": "echo", "args": [nested(64)]}
+
+
+async def test_a_request_id_reused_for_another_request_is_refused(
+    client: StyxClient, cluster: Cluster
+) -> None:
+    """The cluster answers a resent id with its first reply, so another request under a pending or
+    recent id would silently get someone else's reply: refused; the same request is a safe retry."""
+    held = client.submit_future("acct", "k", "drop", 1, request_id="held")
+    for key, args in (("k", (2,)), ("other", (1,)), ("k", ())):
+        with pytest.raises(BadRequest, match="'held' is in flight with a different request"):
+            client.submit_future("acct", key, "drop", *args, request_id="held")
+    joined = client.submit_future("acct", "k", "drop", 1, request_id="held")  # the same request: joins
+    held.cancel()
+    joined.cancel()
+    await asyncio.sleep(0)  # the cancellations' callbacks run: the id leaves the table
+    assert client.pending_count == 0
+    with pytest.raises(BadRequest, match="'held' was recently sent with a different request"):
+        await client.submit("acct", "k", "drop", 2, request_id="held")
+
+    echoed = {"key": "k", "fn": "echo", "args": [1]}
+    assert await client.call("acct", "k", "echo", 1, request_id="done") == echoed
+    with pytest.raises(BadRequest, match="'done' was recently sent with a different request"):
+        await client.call("acct", "k", "echo", 2, request_id="done")
+    # The same request again is sent again (the cluster answers it with its first reply).
+    assert await client.call("acct", "k", "echo", 1, request_id="done") == echoed
+    assert [r.request_id for r in cluster.echo.received] == ["held", "done", "done"]
+
+
+async def test_the_ids_remembered_for_reuse_are_bounded() -> None:
+    table = PendingTable(max_pending=10, stats=ClientStats())
+    loop = asyncio.get_running_loop()
+    for i in range(1100):
+        entry = table.add(f"r{i}", loop.create_future(), b"digest-a")
+        entry.waiters = 1
+        table.leave(f"r{i}", entry)  # given up (or timed out): remembered
+    for rid in ("r76", "r1099"):
+        with pytest.raises(BadRequest, match="recently sent"):
+            table.check_reuse(rid, b"digest-b")
+    table.check_reuse("r75", b"digest-b")  # forgotten: the last max(1024, 2 * max_pending) are kept
+    table.check_reuse("r1099", b"digest-a")
+
+
 def test_reply_decoder_round_trips_results() -> None:
     """Replies decode with any result, nil (no result) included."""
     for result in (None, 0, "x", {"a": [1, 2]}):
@@ -395,6 +463,9 @@ async def test_replies_already_in_the_topic_are_never_delivered(cluster: Cluster
     async with cluster.client(timeout_s=20.0) as c:
         with pytest.raises(RequestTimeout):
             await c.submit("acct", "k", "drop", request_id=stale_id, timeout_s=0.5)
+        assert (c.stats.unmatched_ignored, c.stats.undecodable, c.stats.duplicates_ignored) == (0, 0, 0)
+    # Another request under the same id (a client may not reuse it itself: see the reuse test).
+    async with cluster.client(timeout_s=20.0) as c:
         fresh = await c.call("acct", "k", "echo", "fresh", request_id=stale_id)
         assert fresh == {"key": "k", "fn": "echo", "args": ["fresh"]}
         # The reader never even saw the old records.
@@ -452,20 +523,16 @@ async def test_too_few_ingress_partitions_is_a_config_error(kafka: TansuBroker) 
 # ---- connect() and the synchronous facade -------------------------------------------------------------
 
 
-async def _fake_coordinator(body: dict[str, Any]) -> tuple[asyncio.Server, str]:
-    """Answers one StatusRequest per connection with ``body``, like the coordinator's admin API."""
+async def _fake_coordinator(body: dict[str, Any]) -> tuple[TcpTransport, str]:
+    """Answers every StatusRequest with ``body``, like the coordinator's admin API (and authenticated as
+    it is, with the secret the client uses by default)."""
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        header = await reader.readexactly(HEADER_BYTES)
-        batch = decode_batch(await reader.readexactly(frame_length(header)), "coordinator")
-        assert batch.msgs, "empty admin frame"
-        writer.write(encode_frame(Batch("coordinator", [AdminReply(True, "", body)])))
-        await writer.drain()
-        writer.close()
+    def answer(src: str, msg: object) -> None:
+        transport.send(src, AdminReply(True, "", body))
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    return server, f"127.0.0.1:{port}"
+    transport = TcpTransport("coordinator", answer, inbox="coordinator", secret=client_secret(None))
+    await transport.start()
+    return transport, f"127.0.0.1:{transport.port}"
 
 
 async def test_connect_uses_the_coordinator_status(cluster: Cluster) -> None:
@@ -492,9 +559,9 @@ async def test_connect_uses_the_coordinator_status(cluster: Cluster) -> None:
             with pytest.raises(StyxError, match="nothing is deployed"):
                 await StyxClient.connect(empty_address)
         finally:
-            empty.close()
+            await empty.close()
     finally:
-        server.close()
+        await server.close()
 
 
 async def test_sync_client_round_trip(cluster: Cluster) -> None:

@@ -39,6 +39,7 @@ from styx_py.client.gateway import (
     coordinator_status,
     reply_outcome,
 )
+from styx_py.client.gateway.strict_json import strict_json
 from styx_py.client.sdk import StyxClient
 from styx_py.core.errors import ConfigError, ProtocolError
 from styx_py.core.wire import NIL, Key, Reply, encode_value
@@ -393,6 +394,51 @@ async def test_bad_input_statuses(http: httpx.AsyncClient) -> None:
     assert (await http.get(f"/v1/state/account/{account}")).json()["value"] == 5, (
         "no failed call changed state"
     )
+
+
+@services
+async def test_limits_and_json_numbers(http: httpx.AsyncClient) -> None:
+    """What is not JSON is 400 ``malformed_json`` saying why; what breaks a limit of
+    ``styx_py.core.limits`` is 422 (the schema's limits, or ``bad_request`` naming the limit), before
+    anything reaches the cluster."""
+    account = f"lim-{uuid.uuid4().hex[:8]}"
+    post = "/v1/invocations"
+    json_body = {"content-type": "application/json"}
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        head = f'{{"operator": "account", "key": "{account}", "function": "deposit", "args": '
+        for body in (f"{head}[{constant}]}}", f'{head}[[1, {{"a": {constant}}}]]}}'):
+            error = assert_error(
+                await http.post(post, content=body, headers=json_body), 400, "malformed_json"
+            )
+            assert f"{constant} is not a JSON number" in error["message"], error
+    deep = '{"operator": "account", "key": "k", "function": "deposit", "args": [' + "[" * 100_000
+    deep += "]" * 100_000 + "]}"
+    error = assert_error(await http.post(post, content=deep, headers=json_body), 400, "malformed_json")
+    assert "too deep" in error["message"]
+
+    def nested(depth: int) -> Any:
+        value: Any = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    too_deep = assert_error(
+        await http.post(post, json=invocation(account, "deposit", nested(65))), 422, "bad_request"
+    )
+    assert "MAX_ARG_DEPTH" in too_deep["message"] and too_deep["reply"] is None
+    # At the limit the request reaches the function (which cannot add a list to a balance).
+    at_limit = await http.post(post, json=invocation(account, "deposit", nested(64)))
+    assert_error(at_limit, 422, "function_error")
+    # Under the body limit as JSON, above the request limit once encoded (a float takes 9 bytes).
+    floats = assert_error(
+        await http.post(post, json=invocation(account, "deposit", [0.5] * 200_000)), 422, "bad_request"
+    )
+    assert "MAX_REQUEST_BYTES" in floats["message"]
+    long_key = await http.post(post, json=invocation("k" * 1025, "deposit", 1))
+    assert assert_error(long_key, 422, "invalid_request")["errors"][0]["loc"][:2] == ["body", "key"]
+    long_id = await http.post(post, json={**invocation(account, "deposit", 1), "request_id": "i" * 129})
+    assert_error(long_id, 422, "invalid_request")
+    assert (await http.get(f"/v1/state/account/{account}")).json()["value"] == 0, "nothing ran"
 
 
 @services
@@ -771,6 +817,26 @@ def test_gateway_cli_help_and_readable_errors(cluster: LocalStack, tmp_path: Pat
 
 
 # ---- pure parts, no services ---------------------------------------------------------------------------
+
+
+def test_strict_json_refuses_what_is_not_json() -> None:
+    assert strict_json(b'{"a": [1.5, -2, 1e308, "NaN", "Infinity"]}') == {
+        "a": [1.5, -2, 1e308, "NaN", "Infinity"]
+    }
+    for text, constant in (
+        (b"[1, NaN]", "NaN"),
+        (b'{"x": "NaN", "y": Infinity}', "Infinity"),
+        (b"[-Infinity]", "-Infinity"),
+    ):
+        with pytest.raises(json.JSONDecodeError, match=f"{constant} is not a JSON number") as raised:
+            strict_json(text)
+        assert raised.value.pos == text.decode().rindex(constant), "the position of the constant"
+    with pytest.raises(json.JSONDecodeError, match="too deep to parse"):
+        strict_json(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(json.JSONDecodeError, match="digits"):
+        strict_json(b"[" + b"9" * 5000 + b"]")
+    with pytest.raises(json.JSONDecodeError):
+        strict_json(b'{"operator": ')
 
 
 def test_reply_cache_is_bounded_by_entries_bytes_and_ttl() -> None:

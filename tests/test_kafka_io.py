@@ -1,19 +1,93 @@
-"""The worker's Kafka adapters against the real broker: what recovery reads back of the egress log."""
+"""The worker's Kafka adapters against the real broker: what recovery reads back of the egress log,
+and consumers on a broker that answers fetches empty when its storage is slow (Tansu on S3)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
+import msgspec
 import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from styx_py.core.config import load_config
-from styx_py.core.wire import NIL, Reply
-from styx_py.io.kafka_logs import KafkaLogReader, sent_epoch
+from styx_py.core.wire import NIL, Reply, Request, encode_value, request_encoder
+from styx_py.io.fetching import FetchWait
+from styx_py.io.kafka_logs import KafkaLogReader, read_to_end, sent_epoch
 from styx_py.stack.services import TansuBroker, create_topics
 from styx_py.worker.egress import KafkaSink
+from styx_py.worker.ingress import KafkaIngress
+from tests.service_fixtures import DurableKafkaFactory
 
 pytestmark = pytest.mark.services
+
+# Enough stored batches in one partition that Tansu on S3 lists them for longer than a 5-10 ms fetch
+# wait (measured: ~100 batches already; docs/operations.md, durable mode).
+MANY_BATCHES = 400
+
+
+def test_fetch_wait_doubles_for_a_partition_starved_twice_at_one_position() -> None:
+    wait = FetchWait(5, "test", cap_ms=30)
+    assert not wait.observe({"p0": 10}), "one empty poll is no evidence: the record may be new"
+    assert not wait.observe({"p0": 11}), "it moved: the broker answers"
+    assert not wait.observe({}), "nothing waiting"
+    assert not wait.observe({"p0": 11, "p1": 3})
+    assert wait.observe({"p0": 11}) and wait.wait_ms == 10
+    assert not wait.observe({"p0": 11}), "the new wait gets its own two polls"
+    assert wait.observe({"p0": 11}) and wait.wait_ms == 20
+    wait.observe({"p0": 11})
+    assert wait.observe({"p0": 11}) and wait.wait_ms == 30, "capped"
+    wait.observe({"p0": 11})
+    assert not wait.observe({"p0": 11}) and wait.wait_ms == 30 and wait.raised == 3
+
+
+async def _one_record_batches(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]]) -> None:
+    """Each record in a produce request of its own: one stored batch object each on Tansu-on-S3."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    await producer.start()
+    try:
+        for key, value in values:
+            await producer.send_and_wait(topic, value, key=key, partition=0)
+    finally:
+        await producer.stop()
+
+
+async def test_a_log_on_a_durable_broker_is_read_to_the_end(durable_kafka: DurableKafkaFactory) -> None:
+    """Issue 16: on Tansu with S3 storage a fetch that lists the partition for longer than its wait is
+    answered empty; a reader with a 10 ms wait spun for ever on a few hundred batches (recovery)."""
+    broker = durable_kafka()
+    topic = f"log-{uuid.uuid4().hex[:8]}"
+    await create_topics(broker.bootstrap, {topic: 1})
+    await _one_record_batches(broker.bootstrap, topic, [(b"k", b"%d" % i) for i in range(MANY_BATCHES)])
+    wait = FetchWait(10, "test reader")
+    records = await read_to_end(broker.bootstrap, {TopicPartition(topic, 0): 0}, wait=wait)
+    assert [int(r.value) for r in records] == list(range(MANY_BATCHES))
+    print(f"fetch wait {wait.wait_ms} ms after {wait.raised} raises")
+
+
+async def test_the_ingress_on_a_durable_broker_gets_every_record(durable_kafka: DurableKafkaFactory) -> None:
+    """The worker's fetch loop on the same broker: every record arrives, in order (replay takes them
+    one by one with take_exact)."""
+    broker = durable_kafka()
+    config = load_config({"ingress_topic": f"in-{uuid.uuid4().hex[:8]}"}, env={})
+    await create_topics(broker.bootstrap, {config.ingress_topic: 1})
+    requests = [
+        Request(f"r{i}", "acct", "deposit", "k", msgspec.Raw(encode_value([i]))) for i in range(MANY_BATCHES)
+    ]
+    values = [(r.request_id.encode(), request_encoder.encode(r)) for r in requests]
+    await _one_record_batches(broker.bootstrap, config.ingress_topic, values)
+    ingress = KafkaIngress(broker.bootstrap, config)
+    await ingress.start()
+    fetching = asyncio.create_task(ingress.run())
+    try:
+        ingress.assign([0])
+        taken = [await ingress.take_exact(0, offset) for offset in range(MANY_BATCHES)]
+        assert [rec.request.request_id for rec in taken] == [r.request_id for r in requests]
+        assert ingress.positions() == {0: MANY_BATCHES}
+    finally:
+        fetching.cancel()
+        await ingress.stop()
+    print(f"fetch wait {ingress.fetch_wait.wait_ms} ms after {ingress.fetch_wait.raised} raises")
 
 
 def test_sent_epoch_reads_the_header() -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from styx_py.coordinator.snapshots import empty_manifest
 from styx_py.core.config import load_config
+from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import COORDINATOR, Message, Recover, Register, SnapshotDone
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemoryNetwork, MemorySeqLog
@@ -35,6 +36,7 @@ async def run_with_crashes(
     compact_after: int = 8,
     epoch_size: int | None = None,
     resends: int = 0,
+    resends_first: bool = False,
     drops: int = 0,
     duplicates: int = 0,
 ) -> SimCluster:
@@ -68,6 +70,11 @@ async def run_with_crashes(
             failures, prefix = rng.randint(3, 12), "snapshots/" if i % 2 == 0 else ""
             c.network.fault_at(base + rng.randint(20, 1000), lambda f=failures, p=prefix: c.blobs.fail(f, p))
         for _ in range(3):
+            if resends_first:
+                # Resends queued ahead of fresh requests of their partitions: an epoch's batch then
+                # takes a resend before a fresh request, and logs it after (runs first).
+                for rid in rng.sample(sorted(c.requests), min(resends, len(c.requests))):
+                    c.resubmit(rid)
             submit_random_mix(c, rng, n // 3, n_keys=20, hot=rng.choice([0.2, 0.6]))
             # Clients resending request ids: some answered long ago, some still in flight.
             for rid in rng.sample(sorted(c.requests), min(resends, len(c.requests))):
@@ -129,6 +136,16 @@ async def test_resent_request_ids_are_answered_not_executed(seed: int) -> None:
         300 + seed, crashes=seed % 3, coordinator_crashes=seed % 2, snapshot_every=1 + seed % 3, resends=15
     )
     assert c.submissions.total() > len(c.requests), "nothing was resent"
+    assert len(c.replies) == c.submissions.total()
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_resends_ahead_of_fresh_requests_replay_in_log_order(seed: int) -> None:
+    """Issue 16 (``replay expected 2@422, log has 421``): resends mixed into fresh traffic, crashes."""
+    c = await run_with_crashes(
+        350 + seed, crashes=1 + seed % 3, snapshot_every=1 + seed % 3, resends=15, resends_first=True
+    )
+    assert c.crashes >= 1
     assert len(c.replies) == c.submissions.total()
 
 
@@ -211,6 +228,35 @@ async def test_a_snapshot_is_confirmed_only_once_its_epochs_replies_are_acknowle
         await check_against_serial(c)
     assert len(unacked_at_done) >= 12
     assert set(unacked_at_done) == {0}
+
+
+async def test_restores_slower_than_the_recovery_timeout_still_complete() -> None:
+    """Issue 16: restores took longer than the fixed recovery timeout, so every attempt failed ("no
+    answer") and cancelled the restores of the last, for ever. The wait doubles after each attempt a
+    worker did not answer in time, and then adapts to the restores it saw take."""
+    async with SimCluster(
+        APP, workers=3, seed=31, epoch_size_max=10, snapshot_interval_epochs=1, epoch_timeout_ms=300
+    ) as c:
+        for i in range(20):
+            c.submit("acct", "deposit", f"k{i}", 100)
+        await c.wait()
+        submit_random_mix(c, random.Random(31), 100, n_keys=20, hot=0.5)
+        await c.wait()
+        blobs, read = c.blobs, c.blobs.get
+
+        async def slow_get(key: str) -> bytes | None:
+            await asyncio.sleep(0.1)  # simulated time: S3 under load, a long log to read
+            return await read(key)
+
+        blobs.get = slow_get  # type: ignore[method-assign]
+        c.crash("w2")
+        submit_random_mix(c, random.Random(32), 100, n_keys=20, hot=0.5)
+        await c.wait(timeout_s=120)
+        recovery = c.coordinator.recovery
+        assert recovery.failed_attempts == 0 and recovery.unanswered_attempts == 0
+        assert recovery.last_restore_s > 0.3, "the restore was not slower than epoch_timeout_ms"
+        assert recovery.timeout_s() == min(3 * recovery.last_restore_s, 16 * 0.3)
+        await check_against_serial(c)
 
 
 async def test_a_recover_for_a_generation_without_its_view_is_ignored() -> None:
@@ -305,3 +351,28 @@ async def test_a_replay_that_diverges_stops_the_cluster_with_a_named_error_and_n
             ready, why = w.readiness()
             assert not ready and "degraded" in why, (w.node_id, why)
         assert len(c.duplicate_replies()) == 0, "no second, different answer left the cluster"
+
+
+async def test_a_request_id_reused_for_another_request_replays_without_divergence() -> None:
+    """Two requests under one id, on two partitions of one worker, are two transactions with two
+    replies. Replay pairs the replies it finds on the egress log with the replayed ones by tid; paired
+    by id alone, one transaction's reply was compared with the other's and the cluster stopped."""
+    async with SimCluster(APP, workers=3, seed=11, snapshot_interval_epochs=0) as c:
+        c.submit("acct", "deposit", "k0", 1)
+        await c.wait()
+        owner = {p: w.node_id for w in c.workers for p in w.table.owned()}
+        parts = 8  # the oracle app's acct operator
+        by_part: dict[int, str] = {}
+        for i in range(200):
+            by_part.setdefault(partition_of(f"x{i}", parts), f"x{i}")
+        a, b = next((a, b) for a in by_part for b in by_part if a < b and owner[a] == owner[b])
+        c.submit("acct", "deposit", by_part[a], 1, request_id="same")
+        await c.wait()
+        del c.requests["same"]  # the client reuses the id for another request
+        c.submit("acct", "deposit", by_part[b], 2, request_id="same")
+        await c.wait()
+        c.crash(next(w.node_id for w in c.workers if w.node_id != owner[a]))
+        c.submit("acct", "deposit", "k1", 3)
+        await c.wait(timeout_s=60)
+        assert c.coordinator.status()["state"] != "degraded", c.coordinator.status()["degraded"]
+        assert sorted(r.tid for r in c.replies if r.request_id == "same")[0] > 0

@@ -120,10 +120,17 @@ class BatchFormer:
             return roots, resends
         waiting = {r.tid: r for r in self.rescheduled}
         running = {r.request.request_id for r in self.rescheduled} | set(self.replies.waiting)
+        # The entries list the runs first and the resent ids after them, so their order is not the
+        # ingress order: a resend taken before a fresh request of its partition is logged after it.
+        # Take the epoch's records in log order per partition, then go through the entries.
+        from_ingress = [e for e in entry.entries if not (isinstance(e, Run) and e.tid in waiting)]
+        records: dict[tuple[int, int], IngressRecord] = {}
+        for partition, offset in sorted((e.partition, e.offset) for e in from_ingress):
+            records[partition, offset] = await self.ingress.take_exact(partition, offset)
         for e in entry.entries:
             root = waiting.pop(e.tid, None) if isinstance(e, Run) else None
             if root is None:
-                rec = await self.ingress.take_exact(e.partition, e.offset)
+                rec = records[e.partition, e.offset]
                 if not isinstance(e, Run):
                     kind = self.classify(rec, running, resends)
                     if kind is not type(e):

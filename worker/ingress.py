@@ -16,7 +16,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from styx_py.core.config import Config
 from styx_py.core.limits import MAX_REQUEST_BYTES
-from styx_py.core.wire import UNDECODABLE, IngressRecord, request_decoder
+from styx_py.core.requests import read_request
+from styx_py.core.wire import IngressRecord
+from styx_py.io.fetching import FetchWait
 
 log = logging.getLogger("styx.ingress")
 
@@ -33,6 +35,8 @@ class KafkaIngress:
             fetch_max_wait_ms=config.kafka_fetch_wait_ms,
             max_partition_fetch_bytes=4 * MAX_REQUEST_BYTES,
         )
+        # Raised when the broker starves this consumer (Tansu on S3: styx_py.io.fetching).
+        self.fetch_wait = FetchWait(config.kafka_fetch_wait_ms, f"ingress {self.topic}")
         self.buffers: dict[int, deque[IngressRecord]] = {}
         self.next_take: dict[int, int] = {}  # next offset the sequencer takes, per partition
         self.expect: dict[int, int] = {}  # next offset the fetch loop accepts, per partition
@@ -77,7 +81,8 @@ class KafkaIngress:
         await self.assigned.wait()
         while True:
             await self.room.wait()
-            batches = await self.consumer.getmany(timeout_ms=200, max_records=self.max_pending - self.count)
+            max_records = self.max_pending - self.count
+            batches = await self.consumer.getmany(timeout_ms=200, max_records=max_records)
             was_empty = self.count == 0
             for tp, records in batches.items():
                 buf = self.buffers.get(tp.partition)
@@ -87,15 +92,19 @@ class KafkaIngress:
                     if rec.offset < self.expect[tp.partition]:
                         continue  # fetched before a seek moved the position
                     self.expect[tp.partition] = rec.offset + 1
-                    try:
-                        req = request_decoder.decode(rec.value)
-                    except UNDECODABLE as exc:
-                        # Nothing to answer (no request id survives); skipping is deterministic.
+                    req = read_request(rec.value or b"", rec.key)  # a null value: no request
+                    if isinstance(req, str):
+                        # Nothing to answer (no usable request id); skipping is deterministic. A bad
+                        # record that names one is a BadRecord: answered with BadRequest.
                         self.skipped += 1
-                        log.error("skipping undecodable ingress record %s@%d: %s", tp, rec.offset, exc)
+                        log.error("skipping ingress record %s@%d: %s", tp, rec.offset, req)
                         continue
                     buf.append(IngressRecord(tp.partition, rec.offset, req, rec.timestamp))
                     self.count += 1
+            if sum(len(records) for records in batches.values()) < max_records:
+                # After the records are buffered: no seek can come in between the poll and them.
+                expect = {TopicPartition(self.topic, p): self.expect[p] for p in self.buffers}
+                await self.fetch_wait.after_poll(self.consumer, batches, expect)
             if self.count >= self.max_pending:
                 self.room.clear()
             if batches:

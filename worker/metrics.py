@@ -193,7 +193,7 @@ class _Collector(Collector):
             yield lag
             yield CounterMetricFamily(
                 "styx_worker_ingress_skipped",
-                "undecodable ingress records skipped",
+                "ingress records skipped: not a request, and no usable request id to answer",
                 value=self.ingress.skipped,
             )
         if self.sink is not None:

@@ -56,14 +56,17 @@ class ReplyOut:
         if self.stopped:
             return
         if self.on_log:
+            # Paired by tid: a request id reused for another request (another partition, another
+            # transaction) has replies of its own, and replay assigns every transaction its tid again.
             earlier = self.on_log.get(reply.request_id)
-            if earlier:
-                first = earlier.pop()
+            i = next((i for i, r in enumerate(earlier or ()) if r.tid == reply.tid), None)
+            if earlier is not None and i is not None:
+                logged = earlier.pop(i)
                 if not earlier:
                     del self.on_log[reply.request_id]
-                if first != reply:
+                if logged != reply:
                     self.stopped = True
-                    self.on_diverged(epoch, first, reply)
+                    self.on_diverged(epoch, logged, reply)
                 return
         self.egress.send(partition, reply, epoch)
 

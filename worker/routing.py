@@ -15,8 +15,9 @@ from typing import Protocol
 
 import msgspec
 
-from styx_py.core.partitioning import Key, key_bytes, partition_of
+from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.ports import Transport
+from styx_py.core.requests import request_problem
 from styx_py.core.wire import Ack, CallResult, ClusterView, Final, Invoke, Request, Status
 from styx_py.worker.ackshare import to_wire
 
@@ -43,14 +44,15 @@ class RoutingTable:
         return [p for p, owner in enumerate(self.placement) if owner == self.node_id]
 
     def misrouted(self, request: Request, partition: int) -> str | None:
-        """Why ``request`` (taken from ingress ``partition``) cannot run here, or None."""
+        """Why ``request`` (taken from ingress ``partition``) cannot run here, or None: a limit it
+        breaks (:func:`~styx_py.core.requests.request_problem`, whatever produced the record), an
+        unknown operator, a key of another partition. A pure function of the request and the view."""
+        problem = request_problem(request)
+        if problem is not None:
+            return problem
         partitions = self.op_partitions.get(request.operator)
         if partitions is None:
             return f"unknown operator {request.operator!r}"
-        try:
-            key_bytes(request.key)
-        except TypeError as exc:
-            return str(exc)
         if partition_of(request.key, partitions) != partition:
             return f"request for key {request.key!r} arrived on ingress partition {partition}, not its own"
         return None

@@ -8,12 +8,13 @@ them:
 ``server.py``      :class:`Gateway` (wires the parts, serves them with uvicorn, owns the task group)
 ``guard.py``       ASGI guard: in-flight bound, bearer token, pending bound, body size, metrics
 ``app.py``         the FastAPI app: routes, validation, error handlers
+``strict_json.py`` bodies parsed as strict JSON (no ``NaN``/``Infinity``; nesting too deep is an error)
 ``invocations.py`` what the routes do: cached reply | join the pending job | start a job
 ``replies.py``     the idempotency table (final replies by request id)
 ``jobs.py``        pending jobs, each a task submitting through the SDK client
 ``cluster.py``     the coordinator's status, polled; the SDK client; readiness and availability
 ``outcomes.py``    HTTP answers: error bodies and the mapping of cluster replies to statuses
-``models.py``      pydantic models (the OpenAPI schema) and the limits on names, ids and keys
+``models.py``      pydantic models (the OpenAPI schema) stating the core's limits on names, ids and keys
 ``config.py``      :class:`GatewayConfig`
 ``metrics.py``     Prometheus metrics (``GET /metrics``)
 =================  ==================================================================================

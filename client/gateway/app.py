@@ -25,17 +25,19 @@ Status mapping. Every error body is ``{"error": {"status", "code", "message", "r
 200   committed                                      body: request_id, status, result, tid, epoch,
                                                      phase, latency_ms
 202   accepted (``wait=false``) / still pending      body: request_id, status "pending", location
-400   ``malformed_json``, ``bad_idempotency_key``,   the request cannot be parsed or identified
-      ``conflicting_request_id``
+400   ``malformed_json``, ``bad_idempotency_key``,   the request cannot be parsed (strict JSON: no
+      ``conflicting_request_id``                     ``NaN``/``Infinity``) or identified
 401   ``unauthorized``                               missing or wrong bearer token (``/v1/*`` only)
 404   ``unknown_operator``, ``unknown_function``,    checked locally against the deployed graph
       ``unknown_request``, ``no_state_function``,
       ``not_found``
 409   ``aborted``                                    user logic raised ``Abort``; ``reply`` has tid/epoch
 413   ``body_too_large``                             body above ``max_body_bytes``
-422   ``invalid_request`` (schema),                  wrong argument count (server ``BadRequest``),
-      ``bad_request``, ``function_error``,           an exception in user code (``function_error``:
-      ``idempotency_key_reused``                     e.g. a ``TypeError`` from wrongly typed arguments)
+422   ``invalid_request`` (schema),                  a limit of ``styx_py.core.limits`` (size, argument
+      ``bad_request``, ``function_error``,           nesting: ``bad_request``, nothing sent), wrong
+      ``idempotency_key_reused``                     argument count (server ``BadRequest``), an
+                                                     exception in user code (``function_error``:
+                                                     e.g. a ``TypeError`` from wrongly typed arguments)
 429   ``overloaded`` + ``Retry-After``               ``max_pending`` invocations or ``max_http_inflight``
                                                      HTTP requests already in flight
 503   ``recovering``, ``unavailable``,              cluster recovering / coordinator unreachable /
@@ -82,7 +84,6 @@ from styx_py.client.gateway.models import (
     INT_KEY_MAX,
     INT_KEY_MIN,
     MAX_ID_CHARS,
-    MAX_NAME_CHARS,
     ClusterSummary,
     ErrorBody,
     Health,
@@ -94,7 +95,8 @@ from styx_py.client.gateway.models import (
     ValidationIssue,
 )
 from styx_py.client.gateway.outcomes import Outcome, failure, ok, respond
-from styx_py.core.limits import MAX_KEY_CHARS
+from styx_py.client.gateway.strict_json import StrictJsonRoute
+from styx_py.core.limits import MAX_KEY_CHARS, MAX_NAME_CHARS
 from styx_py.core.wire import Key
 
 __all__ = ["Served", "build_app"]
@@ -123,6 +125,7 @@ def build_app(gateway: Served) -> FastAPI:
         summary="Submit serializable transactions to a styx-py cluster over HTTP.",
         description=(__doc__ or "").split("Routes")[0].strip(),
     )
+    app.router.route_class = StrictJsonRoute
     bearer = HTTPBearer(auto_error=False, description="required when the gateway has a token")
     _add_error_handlers(app, gateway.metrics)
     _add_invocation_routes(app, gateway, bearer)
@@ -169,7 +172,9 @@ def _invalid(exc: RequestValidationError) -> Outcome:
         for e in exc.errors()
     ]
     if any(i.type == "json_invalid" for i in issues):
-        return failure(400, "malformed_json", "the body is not valid JSON", errors=issues)
+        why = next((str(e["ctx"]["error"]) for e in exc.errors() if "error" in e.get("ctx", {})), "")
+        message = f"the body is not valid JSON: {why}" if why else "the body is not valid JSON"
+        return failure(400, "malformed_json", message, errors=issues)
     return failure(422, "invalid_request", "the request does not match the schema", errors=issues)
 
 

@@ -18,7 +18,7 @@ from styx_py.client.gateway.outcomes import Outcome, failure, retry_after
 from styx_py.client.sdk import StyxClient
 from styx_py.core.errors import ProtocolError, StyxError
 from styx_py.core.wire import Key, Reply, StatusRequest
-from styx_py.io.tcp import admin_request
+from styx_py.io.admin import admin_request
 
 __all__ = [
     "Backend",
@@ -91,11 +91,14 @@ class ClusterInfo:
         return self.state in _AVAILABLE_STATES
 
 
-def coordinator_status(address: str, timeout_s: float = 2.0) -> StatusSource:
-    """The default :data:`StatusSource`: the coordinator's admin ``StatusRequest``."""
+def coordinator_status(
+    address: str, timeout_s: float = 2.0, cluster_secret: str | None = None
+) -> StatusSource:
+    """The default :data:`StatusSource`: the coordinator's admin ``StatusRequest``, authenticated with
+    ``cluster_secret`` (default: ``$STYX_CLUSTER_SECRET``)."""
 
     async def fetch() -> Mapping[str, Any]:
-        reply = await admin_request(address, StatusRequest(), timeout_s=timeout_s)
+        reply = await admin_request(address, StatusRequest(), timeout_s=timeout_s, secret=cluster_secret)
         if not reply.ok:
             raise StyxError(f"coordinator at {address} refused the status request: {reply.error}")
         return reply.body

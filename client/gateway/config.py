@@ -41,6 +41,8 @@ class GatewayConfig:
     shutdown_grace_s: int = 5
     state_functions: Mapping[str, str] = field(default_factory=dict)
     """operator → read-only function (no arguments) that returns an entity's state, for ``/v1/state``."""
+    cluster_secret: str | None = field(default=None, repr=False)
+    """Authenticates the status polls on the coordinator's port; None: ``$STYX_CLUSTER_SECRET``."""
 
     def __post_init__(self) -> None:
         for key, ok in self._checks():

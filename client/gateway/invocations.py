@@ -28,6 +28,8 @@ from styx_py.client.gateway.models import (
 from styx_py.client.gateway.outcomes import Outcome, failure, ok
 from styx_py.client.gateway.replies import ReplyCache
 from styx_py.client.sdk import RequestIds
+from styx_py.core.errors import BadRequest
+from styx_py.core.requests import encode_request
 from styx_py.core.wire import Key
 
 __all__ = ["Invocations"]
@@ -95,11 +97,14 @@ class Invocations:
         self, rid: str, fingerprint: bytes | None, call: JobCall, *, cache: bool, request_id: str | None
     ) -> Job | Outcome:
         """Start a job for ``call`` unless the cluster cannot take it (503), its target is not deployed
-        (404), its key is not UTF-8 (422) or too many are pending (429)."""
+        (404), its key is not UTF-8 (422), it breaks a limit every path checks (422 ``bad_request``)
+        or too many are pending (429)."""
         operator, key, function, _args = call
         problem = self.link.unavailable(request_id) or self.link.check_target(operator, function)
         if problem is None and isinstance(key, str) and not _utf8(key):
             problem = failure(422, "invalid_request", "key is not valid UTF-8 (lone surrogate)")
+        if problem is None:
+            problem = _limits(rid, call)
         if problem is not None:
             return problem
         backend = self.link.backend
@@ -178,6 +183,17 @@ def _fingerprint(operator: str, key: Key, function: str, args: list[Any]) -> byt
     except UnicodeEncodeError:
         canonical = json.dumps(call, sort_keys=True, ensure_ascii=True).encode()
     return hashlib.sha256(canonical).digest()
+
+
+def _limits(rid: str, call: JobCall) -> Outcome | None:
+    """422 ``bad_request`` for a request the cluster would refuse: the core's checks (size, argument
+    nesting, lengths), the same as the SDK's and the workers'."""
+    operator, key, function, args = call
+    try:
+        encode_request(rid, operator, function, key, args)
+    except BadRequest as exc:
+        return failure(422, "bad_request", str(exc), request_id=rid)
+    return None
 
 
 def _accepted(rid: str) -> Outcome:

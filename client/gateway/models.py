@@ -1,5 +1,5 @@
-"""HTTP models of the gateway: the OpenAPI schema is generated from these, and the limits on names, ids
-and keys that both the schema and the request handling check."""
+"""HTTP models of the gateway: the OpenAPI schema is generated from these, with the limits on names, ids
+and keys of :mod:`styx_py.core.limits` (the ones every path checks), so the schema states them."""
 
 # No ``from __future__ import annotations``: pydantic and FastAPI read these annotations at run time.
 import re
@@ -7,7 +7,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from styx_py.core.limits import MAX_KEY_CHARS
+from styx_py.core.limits import (
+    MAX_INT_KEY,
+    MAX_KEY_CHARS,
+    MAX_NAME_CHARS,
+    MAX_REQUEST_ID_CHARS,
+    MIN_INT_KEY,
+)
 
 __all__ = [
     "ClusterSummary",
@@ -23,11 +29,11 @@ __all__ = [
     "ValidationIssue",
 ]
 
-MAX_NAME_CHARS = 256
-MAX_ID_CHARS = 128
+MAX_ID_CHARS = MAX_REQUEST_ID_CHARS
+# Request ids in URLs: the core limits their length; HTTP also limits their characters.
 ID_PATTERN = r"^[A-Za-z0-9._:~@+=-]+$"
 ID_RE = re.compile(ID_PATTERN.strip("^$"))  # used with fullmatch: "$" also matches before "\n"
-INT_KEY_MIN, INT_KEY_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
+INT_KEY_MIN, INT_KEY_MAX = MIN_INT_KEY, MAX_INT_KEY
 
 RequestId = Annotated[
     str,

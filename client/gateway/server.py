@@ -51,7 +51,9 @@ class Gateway:
         self.config = config
         self.metrics = GatewayMetrics()
         self.link = ClusterLink(
-            config, status_source or coordinator_status(config.coordinator), backend_factory or connect_client
+            config,
+            status_source or coordinator_status(config.coordinator, cluster_secret=config.cluster_secret),
+            backend_factory or connect_client,
         )
         self.replies = ReplyCache(config.max_cached_replies, config.max_cache_bytes, config.idempotency_ttl_s)
         self.stats = GatewayStats()

@@ -97,15 +97,16 @@ class StyxClient:
     # ---- construction ------------------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, coordinator: str, **kw: Any) -> StyxClient:
+    async def connect(cls, coordinator: str, *, cluster_secret: str | None = None, **kw: Any) -> StyxClient:
         """Ask the coordinator at ``host:port`` what is deployed, then return a started client.
 
         The coordinator's status gives the operators (with partition counts and functions) and the
         Kafka bootstrap address, so applications only need the coordinator's address. Keyword
         arguments are passed to the constructor; ``bootstrap`` may override the coordinator's value
-        (e.g. when the client reaches Kafka by another address).
+        (e.g. when the client reaches Kafka by another address). ``cluster_secret`` authenticates the
+        connection to the coordinator's port (default: ``$STYX_CLUSTER_SECRET``).
         """
-        body = await coordinator_status(coordinator, float(kw.get("timeout_s", 30.0)))
+        body = await coordinator_status(coordinator, float(kw.get("timeout_s", 30.0)), cluster_secret)
         bootstrap, operators = client_arguments(coordinator, body, kw)
         client = cls(bootstrap, operators, **kw)
         await client.start()
@@ -204,11 +205,13 @@ class StyxClient:
     ) -> Reply:
         """Send one request and return the server's :class:`~styx_py.core.wire.Reply`, whatever its status.
 
-        Raises :class:`BadRequest` locally (nothing sent) for an unknown operator, a bad key or
-        unencodable arguments, :class:`Overloaded` at once when ``max_pending`` requests are in
-        flight, and :class:`RequestTimeout` when no reply came in time. Submitting an id that is
-        already in flight waits for the same reply instead of sending again, so retries with the
-        same ``request_id`` are safe.
+        Raises :class:`BadRequest` locally (nothing sent) for an unknown operator, a bad key,
+        unencodable arguments, a request above a limit of :mod:`styx_py.core.limits` (id, name and key
+        lengths, 1 MiB, argument nesting) or a ``request_id`` recently used for a different request;
+        :class:`Overloaded` at once when ``max_pending`` requests are in flight, and
+        :class:`RequestTimeout` when no reply came in time. Submitting an id that is already in
+        flight waits for the same reply instead of sending again, so retries with the same
+        ``request_id`` and the same request are safe.
         """
         rid, entry, send = self._admit(operator, key, function, args, request_id)
         timeout = self.timeout_s if timeout_s is None else timeout_s
@@ -242,13 +245,14 @@ class StyxClient:
         self._check_usable()
         partition = self._targets.partition(operator, key, function)
         rid = request_id if request_id is not None else self._new_rid()
+        payload, fingerprint = encode_request(rid, operator, function, key, args)
+        self._pending.check_reuse(rid, fingerprint)
         entry = self._pending.get(rid)
         if entry is not None:
             return rid, entry, None
         self._pending.check_room()
-        payload = encode_request(rid, operator, function, key, args)
         # Registered before producing: the reply may be read before send() even returns.
-        new = self._pending.add(rid, asyncio.get_running_loop().create_future())
+        new = self._pending.add(rid, asyncio.get_running_loop().create_future(), fingerprint)
         return rid, new, lambda: self._produce(rid, partition, payload, new)
 
     def _check_usable(self) -> None:
@@ -298,21 +302,26 @@ class StyxClient:
     async def submit_many(self, calls: Iterable[Call], *, concurrency: int = 1000) -> list[Reply]:
         """Submit many requests with at most ``concurrency`` in flight; replies in the order of ``calls``.
 
-        Every call is validated before the first is sent, so a local error (unknown operator, bad key)
-        sends nothing. If a request fails (timeout, send error), the others still run to the end and
-        the first failure in call order is raised: no request is left unobserved in the background.
+        Every call is validated before the first is sent, so a local error (unknown operator, bad key,
+        a limit) sends nothing. If a request fails (timeout, send error), the others still run to the
+        end and the first failure in call order is raised: no request is left unobserved in the
+        background.
         """
         batch = list(calls)
-        for operator, key, function, _args in batch:
+        rids = [self._new_rid() for _ in batch]
+        for rid, (operator, key, function, args) in zip(rids, batch, strict=True):
             self._targets.partition(operator, key, function)
+            encode_request(rid, operator, function, key, args)
         limit = asyncio.Semaphore(max(1, min(concurrency, self.max_pending)))
 
-        async def one(call: Call) -> Reply:
+        async def one(rid: str, call: Call) -> Reply:
             operator, key, function, args = call
             async with limit:
-                return await self.submit(operator, key, function, *args)
+                return await self.submit(operator, key, function, *args, request_id=rid)
 
-        outcomes = await asyncio.gather(*(one(call) for call in batch), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(one(rid, call) for rid, call in zip(rids, batch, strict=True)), return_exceptions=True
+        )
         replies: list[Reply] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):

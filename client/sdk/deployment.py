@@ -8,15 +8,17 @@ from typing import Any
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
 from styx_py.core.wire import StatusRequest
-from styx_py.io.tcp import admin_request
+from styx_py.io.admin import admin_request
 
 __all__ = ["client_arguments", "coordinator_status"]
 
 
-async def coordinator_status(coordinator: str, timeout_s: float) -> Mapping[str, Any]:
-    """The status body of the coordinator at ``host:port``."""
+async def coordinator_status(
+    coordinator: str, timeout_s: float, cluster_secret: str | None = None
+) -> Mapping[str, Any]:
+    """The status body of the coordinator at ``host:port`` (``cluster_secret``: see StyxClient.connect)."""
     try:
-        reply = await admin_request(coordinator, StatusRequest(), timeout_s=timeout_s)
+        reply = await admin_request(coordinator, StatusRequest(), timeout_s=timeout_s, secret=cluster_secret)
     except (OSError, TimeoutError) as exc:
         raise Unavailable(f"cannot reach the coordinator at {coordinator}: {exc}") from exc
     if not reply.ok:

@@ -4,6 +4,13 @@ Callers that submit an id already in flight share its entry instead of sending a
 the table when the reply arrives or when its last waiter gives up. A reply whose id is not pending is
 ignored, and so is a second reply for an id that was just answered (brokers and the server may
 redeliver): neither may resolve the wrong call.
+
+A request id stands for one payload: the server answers a resent id with its first reply, so reusing an
+id for a different request would silently return another request's reply. The table keeps a 16-byte
+digest of what was sent under every pending id and under the last ``max(1024, 2 * max_pending)`` ids
+that left it (answered, timed out or given up), and refuses a different payload under any of them with
+:class:`~styx_py.core.errors.BadRequest`. Older ids are not checked (the server still answers them with
+their first reply).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import collections
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from styx_py.core.errors import Overloaded, RequestTimeout, StyxError
+from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError
 from styx_py.core.wire import Key, Reply
 
 __all__ = ["ClientStats", "Named", "Pending", "PendingTable", "Send", "fail"]
@@ -46,10 +53,11 @@ class ClientStats:
 class Pending:
     """A request in flight: the future its reply resolves and how many callers wait on it."""
 
-    __slots__ = ("future", "waiters")
+    __slots__ = ("fingerprint", "future", "waiters")
 
-    def __init__(self, future: asyncio.Future[Reply]) -> None:
+    def __init__(self, future: asyncio.Future[Reply], fingerprint: bytes) -> None:
         self.future = future
+        self.fingerprint = fingerprint  # digest of the payload sent under this id
         self.waiters = 0
 
 
@@ -64,6 +72,8 @@ class PendingTable:
         # because redeliveries arrive close to the original and the table must not grow forever.
         self._answered: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._answered_cap = max(1024, 2 * max_pending)
+        # Payload digests of ids that left the table (module docstring), bounded the same way.
+        self._recent: collections.OrderedDict[str, bytes] = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -71,15 +81,33 @@ class PendingTable:
     def get(self, rid: str) -> Pending | None:
         return self._entries.get(rid)
 
+    def check_reuse(self, rid: str, fingerprint: bytes) -> None:
+        """Raise :class:`BadRequest` when ``rid`` is pending or was recently sent for another payload."""
+        entry = self._entries.get(rid)
+        sent = entry.fingerprint if entry is not None else self._recent.get(rid)
+        if sent is not None and sent != fingerprint:
+            state = "is in flight" if entry is not None else "was recently sent"
+            raise BadRequest(
+                f"request id {rid!r} {state} with a different request; a request id stands for one "
+                "request (the cluster answers it with its first reply), use a new id"
+            )
+
     def check_room(self) -> None:
         """Raise :class:`Overloaded` when ``max_pending`` requests are in flight."""
         if len(self._entries) >= self.max_pending:
             raise Overloaded(f"{len(self._entries)} requests in flight (max_pending={self.max_pending})")
 
-    def add(self, rid: str, future: asyncio.Future[Reply]) -> Pending:
+    def add(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> Pending:
         """Register ``rid`` (not in flight yet): before it is produced, as its reply may come at once."""
-        entry = self._entries[rid] = Pending(future)
+        entry = self._entries[rid] = Pending(future, fingerprint)
         return entry
+
+    def _remember(self, rid: str, entry: Pending) -> None:
+        """``rid`` left the table: keep what was sent under it, among the most recent ones."""
+        self._recent[rid] = entry.fingerprint
+        self._recent.move_to_end(rid)
+        if len(self._recent) > self._answered_cap:
+            self._recent.popitem(last=False)
 
     async def wait(self, rid: str, entry: Pending, send: Send | None, wait_s: float, named: Named) -> Reply:
         """Wait (as one more waiter) for ``entry``'s reply; ``send`` it first if it is new.
@@ -143,6 +171,7 @@ class PendingTable:
         if entry.waiters == 0:
             if self._entries.get(rid) is entry:
                 del self._entries[rid]
+                self._remember(rid, entry)
             if not entry.future.done():
                 entry.future.cancel()
             elif not entry.future.cancelled():
@@ -161,6 +190,7 @@ class PendingTable:
                 self.stats.unmatched_ignored += 1
             return
         del self._entries[rid]
+        self._remember(rid, entry)
         entry.future.set_result(reply)
         self.stats.replied += 1
         self._answered[rid] = None

@@ -11,6 +11,7 @@ import msgspec
 from styx_py.client.sdk.pending import ClientStats
 from styx_py.core.errors import BadRequest, ProtocolError, TransactionAborted, TransactionFailed
 from styx_py.core.wire import Reply, decode_value, reply_decoder
+from styx_py.io.fetching import FetchWait
 
 __all__ = ["decode_reply", "read_replies", "result_of"]
 
@@ -33,8 +34,10 @@ async def read_replies(
     consumer: Any, deliver: Callable[[Reply], None], stats: ClientStats, topic: str
 ) -> None:
     """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped)."""
+    wait = FetchWait.of(consumer, f"replies {topic}")  # raised if the broker starves it (Tansu on S3)
     while True:
         batches = await consumer.getmany(timeout_ms=_READ_POLL_MS)
+        await wait.after_poll(consumer, batches)
         for records in batches.values():
             for record in records:
                 value = record.value

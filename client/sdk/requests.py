@@ -2,20 +2,22 @@
 
 Everything here raises :class:`~styx_py.core.errors.BadRequest` locally, before anything is sent, for
 what the cluster would reject anyway: an unknown operator or function, a key that is not str or int,
-arguments msgpack cannot carry.
+arguments msgpack cannot carry, and every limit of :mod:`styx_py.core.limits` (request id, names and
+key lengths, request size, argument nesting), checked by :mod:`styx_py.core.requests`, the same
+checks in the same order as the workers apply them to every ingress record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
-import msgspec
-
 from styx_py.core.errors import BadRequest, ConfigError
 from styx_py.core.partitioning import partition_of
-from styx_py.core.wire import Key, Request, encode_value
+from styx_py.core.requests import encode_request as checked_request
+from styx_py.core.wire import Key, encode_value
 
 __all__ = ["Targets", "encode_request"]
 
@@ -60,11 +62,13 @@ class Targets:
         return partition_of(key, partitions)
 
 
-def encode_request(rid: str, operator: str, function: str, key: Key, args: tuple[Any, ...]) -> bytes:
-    """The ingress record of one request, stamped with the wall-clock time in ms."""
+def encode_request(
+    rid: str, operator: str, function: str, key: Key, args: tuple[Any, ...]
+) -> tuple[bytes, bytes]:
+    """The ingress record of one request, stamped with the wall-clock time in ms, and its fingerprint:
+    a digest of everything but the timestamp, which a reused request id must match."""
     ts_ms = time.time_ns() // 1_000_000
-    try:
-        args_raw = msgspec.Raw(encode_value(list(args)))
-        return encode_value(Request(rid, operator, function, key, args_raw, ts_ms))
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise BadRequest(f"request {operator}.{function}(key={key!r}) cannot be encoded: {exc}") from exc
+    record = checked_request(rid, operator, function, key, args, ts_ms)
+    # The timestamp is the record's last field; msgpack encodes the same int the same way.
+    payload = record[: len(record) - len(encode_value(ts_ms))]
+    return record, hashlib.blake2b(payload, digest_size=16).digest()

@@ -80,6 +80,29 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     call_graph_caching: Annotated[
         bool, Setting("re-invoke cached calls in parallel in the fallback phase")
     ] = True
+    # ---- internal ports (coordinator and workers; docs/architecture.md#internal-port-security) -----------
+    cluster_secret: Annotated[
+        str,
+        Setting(
+            "shared secret every connection to a coordinator or worker port proves it knows (HMAC "
+            "handshake), admin clients (`styx deploy/status/call`, the SDK, the gateway) included; at "
+            "least 16 characters; empty: allowed only while the process binds a loopback address",
+            secret=True,
+        ),
+    ] = ""
+    frame_timeout_s: Annotated[
+        float,
+        Setting("a connection whose started frame does not complete this long is closed", "s", ge=0.1),
+    ] = 30.0
+    connection_idle_timeout_s: Annotated[
+        float,
+        Setting(
+            "a connection that delivers no frame this long is closed (live links send a keepalive "
+            "every third of it)",
+            "s",
+            ge=1,
+        ),
+    ] = 60.0
     # ---- Kafka ---------------------------------------------------------------------------------------------
     kafka_bootstrap: Annotated[
         str,
@@ -199,12 +222,17 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
                 self.max_pending_requests >= self.epoch_size_max,
                 "must be at least epoch_size_max",
             ),
+            (
+                "cluster_secret",
+                not self.cluster_secret or len(self.cluster_secret) >= 16,
+                "must be at least 16 characters (or empty on a loopback-only cluster)",
+            ),
         ]
+        hidden = {s.name for s in SETTINGS if s.meta.secret}
         for key, ok, why in checks:
             if not ok:
-                raise ConfigError(
-                    f"invalid value for {key} (STYX_{key.upper()}): {getattr(self, key)!r}: {why}"
-                )
+                value = "(hidden)" if key in hidden else repr(getattr(self, key))
+                raise ConfigError(f"invalid value for {key} (STYX_{key.upper()}): {value}: {why}")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,10 @@
 """Reading logs back for recovery: replies already on the egress topic and the sequencer log.
 
-The end of a partition is the fetch high watermark (``end_offsets()`` is wrong on Tansu).
+The end of a partition is the fetch high watermark (``end_offsets()`` is wrong on Tansu). A read gives
+up only when it stops making progress, not after a fixed time: on Tansu with S3 storage every fetch
+lists the whole partition, so reading a long log is slow but must still finish (issue 16: restores
+took up to 28 s against a fixed 30 s timeout and were retried for ever). The fetch wait adapts to
+such a broker (:mod:`styx_py.io.fetching`) and a reader keeps what it learned for its next reads.
 """
 
 from __future__ import annotations
@@ -13,16 +17,28 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from styx_py.core.config import Config
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
+from styx_py.io.fetching import FetchWait
+
+READ_FETCH_WAIT_MS = 10  # the first fetch wait of a reader (it grows on a broker that needs more)
+STALL_TIMEOUT_S = 60.0  # a read that brings nothing new for this long fails
 
 
 async def read_to_end(
-    bootstrap: str, starts: dict[TopicPartition, int], timeout_s: float = 60.0
+    bootstrap: str,
+    starts: dict[TopicPartition, int],
+    stall_timeout_s: float = STALL_TIMEOUT_S,
+    wait: FetchWait | None = None,
 ) -> list[ConsumerRecord[bytes, bytes]]:
-    """Every record from each start offset up to the partition's current high watermark."""
+    """Every record from each start offset up to the partition's current high watermark.
+
+    Raises ``TimeoutError`` when ``stall_timeout_s`` pass without a record or a raised fetch wait
+    (progress, however slow, keeps it going). ``wait`` is the fetch wait to start from; it is raised
+    in place when the broker starves the reader."""
     if not starts:
         return []
+    wait = wait or FetchWait(READ_FETCH_WAIT_MS, "log reader")
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=10
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=wait.wait_ms
     )
     await consumer.start()
     try:
@@ -31,15 +47,18 @@ async def read_to_end(
             consumer.seek(tp, offset)
         values: list[ConsumerRecord[bytes, bytes]] = []
         ends: dict[TopicPartition, int] = {}
-        deadline = time.monotonic() + timeout_s
+        progress_at = time.monotonic()
         while len(ends) < len(starts) or [
             tp for tp, end in ends.items() if await consumer.position(tp) < end
         ]:
-            if time.monotonic() > deadline:
+            if time.monotonic() - progress_at > stall_timeout_s:
                 raise TimeoutError(
-                    f"reading {sorted(map(str, starts))} did not reach the end in {timeout_s}s"
+                    f"reading {sorted(map(str, starts))} made no progress for {stall_timeout_s}s "
+                    f"(fetch wait {wait.wait_ms} ms)"
                 )
             batches = await consumer.getmany(timeout_ms=100)
+            if batches:
+                progress_at = time.monotonic()
             for tp, records in batches.items():
                 end = ends.get(tp)
                 values.extend(r for r in records if end is None or r.offset < end)
@@ -48,6 +67,8 @@ async def read_to_end(
                     hw = consumer.highwater(tp)
                     if hw is not None:
                         ends[tp] = hw  # the end as of now: later appends are not ours to read
+            if await wait.after_poll(consumer, batches):
+                progress_at = time.monotonic()  # a new wait deserves a full timeout of its own
         return values
     finally:
         await consumer.stop()
@@ -57,12 +78,15 @@ class KafkaLogReader:
     def __init__(self, bootstrap: str, config: Config) -> None:
         self.bootstrap = bootstrap
         self.config = config
+        # Shared by this reader's reads: what one learned about the broker, the next starts from.
+        self.wait = FetchWait(READ_FETCH_WAIT_MS, "log reader")
 
     async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
         """Replies on the egress log from ``offsets`` on that epochs after ``after_epoch`` sent (a record
         without the epoch header counts as such)."""
         topic = self.config.egress_topic
-        records = await read_to_end(self.bootstrap, {TopicPartition(topic, p): o for p, o in offsets.items()})
+        starts = {TopicPartition(topic, p): o for p, o in offsets.items()}
+        records = await read_to_end(self.bootstrap, starts, wait=self.wait)
         out: list[Reply] = []
         for r in records:
             sent = sent_epoch(r.headers)
@@ -76,7 +100,7 @@ class KafkaLogReader:
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
         tp = TopicPartition(self.config.seqlog_topic, 0)
-        records = await read_to_end(self.bootstrap, {tp: from_offset})
+        records = await read_to_end(self.bootstrap, {tp: from_offset}, wait=self.wait)
         return [seqlog_decoder.decode(r.value) for r in records]
 
 

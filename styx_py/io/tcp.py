@@ -1,25 +1,36 @@
-"""Length-prefixed msgspec frames over asyncio TCP, batched per destination.
+"""Length-prefixed msgspec frames over asyncio TCP, batched per destination, on authenticated connections.
 
 ``send`` never blocks: messages are appended to the destination's buffer and every buffer is
 flushed once per event-loop tick as one frame (a :class:`~styx_py.core.wire.Batch`). Each sender uses one
 connection per destination, so every channel is FIFO, which the epoch protocol relies on.
-A peer is reached on the connection it opened to us (its ``src`` is learned from its first frame) or
-on one we dial from the addresses in the cluster view.
+A peer is reached on the connection it opened to us or on one we dial from the addresses in the
+cluster view.
+
+Every connection first passes the handshake of :mod:`styx_py.io.handshake` (both sides prove the cluster
+secret; the dialer's node id is the one it proved). After it, a frame is refused, and its connection
+closed and counted (:mod:`styx_py.io.links`), when it announces more than ``MAX_FRAME_BYTES``, does not
+decode on this endpoint's channel, or names another ``src``; only that connection is affected. Memory is
+bounded: frames wait for an :class:`~styx_py.io.links.InboundBudget` before they are read, and the
+watchdog (:meth:`TcpTransport.run`) closes connections whose frame does not complete in time or that
+deliver nothing for the idle timeout (each side sends a keepalive every third of it).
+
+A message handler that raises is a bug with the process in an unknown state: the transport stops
+delivering and :meth:`TcpTransport.run` raises :class:`HandlerFailed`, which ends the process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from styx_py.core.errors import ProtocolError
 from styx_py.core.limits import MAX_FRAME_BYTES
+from styx_py.core.ports import Clock, LoopClock
 from styx_py.core.wire import (
     HEADER_BYTES,
-    AdminReply,
     Batch,
     Inbox,
     Message,
@@ -27,48 +38,97 @@ from styx_py.core.wire import (
     encode_frame,
     frame_length,
 )
+from styx_py.io.admin import admin_request
+from styx_py.io.handshake import Refused, accept_handshake, dial_handshake
+from styx_py.io.links import (
+    ConnectionCollector,
+    InboundBudget,
+    Link,
+    Refusals,
+    Stage,
+    TransportLimits,
+    read_payload,
+    refusal_of,
+)
 
 log = logging.getLogger("styx.transport")
 
 Handler = Callable[[str, Message], None]
-MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES  # a peer that stops reading fails instead of eating memory
+MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES  # a peer that stops reading is cut off instead of eating memory
+EXIT_HANDLER_FAILED = 70  # the process's exit status after a handler raised (EX_SOFTWARE)
+
+
+class HandlerFailed(Exception):
+    """A message handler raised: the process's state is unknown, so it ends (its supervisor restarts it)."""
 
 
 class TcpTransport:
     def __init__(
-        self, node_id: str, handler: Handler, host: str = "127.0.0.1", port: int = 0, *, inbox: Inbox
+        self,
+        node_id: str,
+        handler: Handler,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        inbox: Inbox,
+        secret: str,
+        clock: Clock | None = None,
+        limits: TransportLimits | None = None,
     ) -> None:
         self.node_id = node_id
-        self.inbox = inbox  # the channel this endpoint receives: frames of any other do not decode
+        self.inbox = inbox  # the channel this endpoint receives: frames of any other are refused
         self.handler = handler
         self.host = host
         self.port = port
+        self.key = secret.encode()
+        self.clock: Clock = clock or LoopClock()
+        self.limits = limits or TransportLimits()
         self.addresses: dict[str, tuple[str, int]] = {}
-        self.writers: dict[str, asyncio.StreamWriter] = {}
+        self.links: dict[asyncio.StreamWriter, Link] = {}  # every authenticated connection
+        self.writers: dict[str, Link] = {}  # the connection each peer is sent to on
         self.buffers: dict[str, list[Message]] = {}
         self.dialing: dict[str, asyncio.Task[None]] = {}
+        self.accepted = 0  # open accepted connections, authenticated or not
+        self.budget = InboundBudget(self.limits.inbound_bytes)
+        self.refusals = Refusals(node_id, self.clock)
         self.server: asyncio.Server | None = None
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.on_disconnect: Callable[[str], None] | None = None
         self.incarnation = uuid.uuid4().hex
         self.peer_incarnation: dict[str, str] = {}
+        self.failure: HandlerFailed | None = None
+        self._failed = asyncio.Event()
+        self._keepalive = encode_frame(Batch(node_id, [], self.incarnation))
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._accept, self.host, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
+
+    async def run(self) -> None:
+        """Watch the connections until cancelled; raise :class:`HandlerFailed` once a handler raised."""
+        async with asyncio.TaskGroup() as tg:
+            watchdog = tg.create_task(self._watch())
+            await self._failed.wait()
+            watchdog.cancel()
+        assert self.failure is not None
+        raise self.failure
 
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
         for t in list(self._tasks) + list(self.dialing.values()):
             t.cancel()
-        for w in self.writers.values():
-            w.close()
+        for link in list(self.links.values()):
+            link.writer.close()
         self.writers.clear()
 
     def set_address(self, node_id: str, host: str, port: int) -> None:
         self.addresses[node_id] = (host, port)
+
+    def collector(self, prefix: str) -> ConnectionCollector:
+        """Prometheus collector of refused connections, open links and the inbound budget."""
+        return ConnectionCollector(prefix, self.refusals, self.links, self.budget)
 
     # ---- sending ------------------------------------------------------------------------------------
     def send(self, dest: str, msg: Message) -> None:
@@ -82,20 +142,39 @@ class TcpTransport:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self.failure is not None:
+            self.buffers.clear()  # sent by a process in an unknown state: better lost
+            return
         for dest in list(self.buffers):
-            writer = self.writers.get(dest)
-            if writer is None:
+            link = self.writers.get(dest)
+            if link is None:
                 if dest not in self.dialing:
                     self._dial(dest)
                 continue
             msgs = self.buffers.pop(dest)
+            writer = link.writer
             if writer.is_closing():
                 log.warning("%s: dropping %d messages to disconnected %s", self.node_id, len(msgs), dest)
                 continue
-            transport = writer.transport
-            if transport.get_write_buffer_size() > MAX_BUFFERED_BYTES:
-                raise ProtocolError(f"{self.node_id}: peer {dest} is not reading (write buffer full)")
-            writer.write(encode_frame(Batch(self.node_id, msgs, self.incarnation)))
+            if writer.transport.get_write_buffer_size() > MAX_BUFFERED_BYTES:
+                log.error("%s: %s is not reading: closing its connection", self.node_id, dest)
+                link.abort()
+                continue
+            try:
+                writer.writelines(self._frames(msgs))
+            except ProtocolError as exc:  # one message larger than a frame: a bug, not the peer's
+                self._fail(exc, f"sending to {dest}")
+                return
+
+    def _frames(self, msgs: list[Message]) -> list[bytes]:
+        """``msgs`` as one frame, or as several when one would exceed ``MAX_FRAME_BYTES``."""
+        try:
+            return [encode_frame(Batch(self.node_id, msgs, self.incarnation))]
+        except ProtocolError:
+            if len(msgs) == 1:
+                raise
+            half = len(msgs) // 2
+            return self._frames(msgs[:half]) + self._frames(msgs[half:])
 
     def _dial(self, dest: str) -> None:
         address = self.addresses.get(dest)
@@ -106,90 +185,164 @@ class TcpTransport:
             return
 
         async def dial() -> None:
+            writer: asyncio.StreamWriter | None = None
             try:
-                reader, writer = await asyncio.open_connection(*address)
-            except OSError as exc:
-                log.warning("%s: cannot reach %s at %s: %s", self.node_id, dest, address, exc)
-                self.dialing.pop(dest, None)
+                async with self.clock.timeout(self.limits.handshake_timeout_s):
+                    reader, writer = await asyncio.open_connection(*address)
+                    await dial_handshake(reader, writer, self.key, self.node_id, self.incarnation)
+            except (OSError, TimeoutError) as exc:
+                log.warning("%s: cannot reach %s at %s: %s", self.node_id, dest, address, exc or "timeout")
+                if writer is not None:
+                    writer.transport.abort()
                 return
-            # An empty batch announces who we are, so the peer can answer on this connection.
-            writer.write(encode_frame(Batch(self.node_id, [], self.incarnation)))
-            self.writers.setdefault(dest, writer)
-            self.dialing.pop(dest, None)
-            self._spawn(self._read_loop(reader, writer, dest))
+            finally:
+                self.dialing.pop(dest, None)
+            assert writer is not None
+            link = Link(writer, dest, f"{address[0]}:{address[1]}", self.clock.now())
+            self.links[writer] = link
+            self.writers.setdefault(dest, link)
+            self._spawn(self._read_loop(reader, link))
             self._flush()
 
         self.dialing[dest] = self._spawn(dial())
 
-    def _spawn(self, coro: object) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
     # ---- receiving ----------------------------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._read_loop(reader, writer, None)
+        peername = writer.get_extra_info("peername")
+        address = f"{peername[0]}:{peername[1]}" if peername else "?"
+        if self.accepted >= self.limits.connections:
+            self.refusals.add("too_many_connections", address, f"{self.accepted} open")
+            writer.transport.abort()
+            return
+        self.accepted += 1
+        try:
+            async with self.clock.timeout(self.limits.handshake_timeout_s):
+                hello = await accept_handshake(reader, writer, self.key)
+        except TimeoutError:
+            self.refusals.add("handshake_timeout", address, "no proof of the cluster secret in time")
+            writer.transport.abort()
+        except Refused as exc:
+            self.refusals.add(exc.reason, address, exc.detail)
+            writer.transport.abort()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.transport.abort()  # went away before it authenticated
+        else:
+            link = Link(writer, hello.node_id, address, self.clock.now())
+            self._adopt(link, hello.incarnation)
+            await self._read_loop(reader, link)
+        finally:
+            self.accepted -= 1
 
-    async def _read_loop(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str | None
-    ) -> None:
+    def _adopt(self, link: Link, incarnation: str) -> None:
+        peer = link.peer
+        self.links[link.writer] = link
+        known = self.peer_incarnation.get(peer)
+        self.peer_incarnation[peer] = incarnation
+        old = self.writers.get(peer)
+        if old is not None and known is not None and known != incarnation:
+            # The peer restarted: its old connection is dead even if we have not seen EOF.
+            old.writer.close()
+            self.writers[peer] = link
+        else:
+            self.writers.setdefault(peer, link)
+        if peer in self.buffers:
+            self._flush()
+
+    async def _read_loop(self, reader: asyncio.StreamReader, link: Link) -> None:
+        budget, clock = self.budget, self.clock
         try:
             while True:
                 header = await reader.readexactly(HEADER_BYTES)
-                payload = await reader.readexactly(frame_length(header))
-                batch = decode_batch(payload, self.inbox)
-                if peer is None:
-                    peer = batch.src
-                    known = self.peer_incarnation.get(peer)
-                    self.peer_incarnation[peer] = batch.incarnation
-                    old = self.writers.get(peer)
-                    if old is not None and known is not None and known != batch.incarnation:
-                        # The peer restarted: its old connection is dead even if we have not seen EOF.
-                        old.close()
-                        self.writers[peer] = writer
-                    else:
-                        self.writers.setdefault(peer, writer)
-                    if peer in self.buffers:
-                        self._flush()
-                handler = self.handler
-                for msg in batch.msgs:
-                    handler(peer, msg)
+                try:
+                    n = frame_length(header)
+                except ProtocolError as exc:
+                    raise Refused("oversized_frame", str(exc)) from exc
+                link.stage = Stage.WAITING
+                if not budget.try_take(n):
+                    await budget.take(n)
+                link.stage, link.since = Stage.READING, clock.now()
+                try:
+                    payload = await read_payload(reader, n)
+                finally:
+                    budget.give(n)
+                link.stage, link.since = Stage.BETWEEN, clock.now()
+                if not self._deliver(link, payload):
+                    return
+                del payload  # an idle connection must not keep its last frame alive
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        except ProtocolError as exc:
-            log.error("%s: closing connection from %s: %s", self.node_id, peer, exc)
+        except Refused as exc:
+            self.refusals.add(exc.reason, link.address, f"{link.peer}: {exc.detail}")
+            link.abort()
         finally:
-            writer.close()
-            if peer is not None and self.writers.get(peer) is writer:
-                del self.writers[peer]
-                if self.on_disconnect is not None:
-                    self.on_disconnect(peer)
+            link.writer.close()
+            self.links.pop(link.writer, None)
+            if self.writers.get(link.peer) is link:
+                del self.writers[link.peer]
+                if self.on_disconnect is not None and self.failure is None:
+                    try:
+                        self.on_disconnect(link.peer)
+                    except Exception as exc:  # noqa: BLE001 - not swallowed: run() raises it
+                        self._fail(exc, f"the disconnect of {link.peer}")
+
+    def _deliver(self, link: Link, payload: bytes) -> bool:
+        """Hand one frame's messages to the handler; False once the process must stop."""
+        try:
+            batch = decode_batch(payload, self.inbox)
+        except ProtocolError as exc:
+            raise refusal_of(payload, exc) from exc
+        peer = link.peer
+        if batch.src != peer:
+            raise Refused("spoofed_source", f"a frame from {batch.src!r} on a connection of {peer!r}")
+        if self.failure is not None:
+            return False
+        handler = self.handler
+        msg: Message | None = None
+        try:
+            for msg in batch.msgs:
+                handler(peer, msg)
+        except Exception as exc:  # noqa: BLE001 - not swallowed: run() raises it and the process ends
+            self._fail(exc, f"{type(msg).__name__} from {peer}")
+            return False
+        return True
+
+    def _fail(self, exc: Exception, what: str) -> None:
+        log.critical(
+            "%s: the message handler raised on %s; ending the process", self.node_id, what, exc_info=exc
+        )
+        if self.failure is None:
+            self.failure = HandlerFailed(f"{self.node_id}: the handler raised on {what}: {exc!r}")
+            self.failure.__cause__ = exc
+            self._failed.set()
+
+    async def _watch(self) -> None:
+        """Close connections past their frame or idle timeout; keep the live ones busy."""
+        limits = self.limits
+        while True:
+            await self.clock.sleep(limits.tick_s)
+            now = self.clock.now()
+            for link in list(self.links.values()):
+                why = link.overdue(now, limits)
+                if why == "frame_timeout":
+                    self.refusals.add(
+                        why, link.address, f"{link.peer}: a frame started {now - link.since:.1f} s ago"
+                    )
+                    link.abort()
+                elif why:
+                    self.refusals.idle_closed += 1
+                    log.info(
+                        "%s: closing the idle connection of %s (%s)", self.node_id, link.peer, link.address
+                    )
+                    link.abort()
+                elif now - link.last_keepalive >= limits.keepalive_s and not link.writer.is_closing():
+                    link.last_keepalive = now
+                    link.writer.write(self._keepalive)
 
 
-async def admin_request(address: str, msg: Message, timeout_s: float = 60.0) -> AdminReply:
-    """One request/reply exchange with the coordinator's admin API (used by the CLI and the SDK)."""
-    host, _, port = address.rpartition(":")
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(host or "127.0.0.1", int(port)), timeout_s
-    )
-    try:
-        writer.write(encode_frame(Batch(f"admin-{uuid.uuid4().hex[:12]}", [msg])))
-        await writer.drain()
-
-        async def read_reply() -> AdminReply:
-            while True:
-                header = await reader.readexactly(HEADER_BYTES)
-                batch = decode_batch(await reader.readexactly(frame_length(header)), "admin")
-                for m in batch.msgs:
-                    if isinstance(m, AdminReply):
-                        return m
-
-        return await asyncio.wait_for(read_reply(), timeout_s)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-
-
-__all__ = ["MAX_FRAME_BYTES", "TcpTransport", "admin_request"]
+__all__ = ["EXIT_HANDLER_FAILED", "MAX_FRAME_BYTES", "HandlerFailed", "TcpTransport", "admin_request"]

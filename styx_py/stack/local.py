@@ -4,6 +4,11 @@ Used by ``styx up`` and by the integration tests. Every part is a real process o
 readiness is a real operation (an authenticated S3 PUT, a CreateTopics, every worker registered with
 the coordinator), never a sleep. The coordinator and every worker also serve Prometheus metrics
 (``STYX_METRICS_PORT``) on a free port each, kept across restarts; :meth:`LocalStack.endpoints` lists them.
+
+Every process of a stack shares one cluster secret (``STYX_CLUSTER_SECRET``): the one in ``env`` or the
+environment, else a fresh random one. The process that starts the stack is its client: the secret is
+put in its environment (when unset there), so its SDK and CLI calls, and the ``styx`` commands it runs,
+authenticate; ``styx up`` also leaves it in ``.styx/cluster.json`` (readable by the owner only).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,7 +27,8 @@ from typing import Any, Literal
 
 from styx_py.core.errors import StyxError
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest
-from styx_py.io.tcp import admin_request
+from styx_py.io.admin import admin_request
+from styx_py.io.handshake import SECRET_ENV
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import free_port
 from styx_py.stack.seaweed import S3Config, SeaweedS3
@@ -44,9 +51,26 @@ def coordinator_address(explicit: str | None) -> str:
     )
 
 
-async def admin(address: str, msg: DeployRequest | StatusRequest, timeout_s: float = 60.0) -> dict[str, Any]:
+def cluster_secret(address: str) -> str:
+    """``STYX_CLUSTER_SECRET``, else the secret ``styx up`` left in .styx/ for the cluster at ``address``,
+    else empty (a loopback cluster without a secret)."""
+    env = os.environ.get(SECRET_ENV)
+    if env is not None:
+        return env
+    if STATE_FILE.exists():
+        state = json.loads(STATE_FILE.read_text())
+        if state.get("coordinator") == address:
+            return str(state.get("secret", ""))
+    return ""
+
+
+async def admin(
+    address: str, msg: DeployRequest | StatusRequest, timeout_s: float = 60.0, secret: str | None = None
+) -> dict[str, Any]:
+    """One admin request; ``secret`` defaults to :func:`cluster_secret`."""
+    secret = cluster_secret(address) if secret is None else secret
     try:
-        reply: AdminReply = await admin_request(address, msg, timeout_s)
+        reply: AdminReply = await admin_request(address, msg, timeout_s, secret=secret)
     except (OSError, TimeoutError) as exc:
         raise StyxError(f"cannot reach the coordinator at {address}: {exc}") from exc
     if not reply.ok:
@@ -79,6 +103,8 @@ class LocalStack:
         self.durable = durable
         self.external_kafka = kafka
         self.env = {**os.environ, **(env or {})}
+        self.secret = self.env.get(SECRET_ENV) or secrets.token_urlsafe(32)
+        self.env[SECRET_ENV] = self.secret
         self.log_dir = log_dir or data_dir / "logs"
         self.s3: SeaweedS3 | None = None
         self.broker: TansuBroker | None = None
@@ -96,6 +122,7 @@ class LocalStack:
     # ---- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> LocalStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault(SECRET_ENV, self.secret)  # this process is the stack's client
         if self.external_kafka is None:
             self.s3 = SeaweedS3(
                 self.data_dir / "s3",
@@ -182,7 +209,7 @@ class LocalStack:
         while True:
             self.check_alive()
             try:
-                status = asyncio.run(admin(self.coordinator, StatusRequest(), timeout_s=2.0))
+                status = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))
             except StyxError:
                 status = {"workers": []}
             if len(status["workers"]) >= self.n_workers:
@@ -213,7 +240,7 @@ class LocalStack:
                 self.check_alive()  # the gateway has no state to recover: report it
             restarted.append(name)
         try:
-            failed = asyncio.run(admin(self.coordinator, StatusRequest(), timeout_s=2.0))["failed_workers"]
+            failed = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))["failed_workers"]
         except StyxError:
             failed = []  # the coordinator is restarting
         for name in failed:
@@ -228,10 +255,10 @@ class LocalStack:
         return restarted
 
     def deploy(self, import_path: str) -> dict[str, Any]:
-        return asyncio.run(admin(self.coordinator, DeployRequest(import_path)))
+        return asyncio.run(admin(self.coordinator, DeployRequest(import_path), secret=self.secret))
 
     def status(self) -> dict[str, Any]:
-        return asyncio.run(admin(self.coordinator, StatusRequest()))
+        return asyncio.run(admin(self.coordinator, StatusRequest(), secret=self.secret))
 
     def kill(self, name: str) -> None:
         self.procs[name].kill()

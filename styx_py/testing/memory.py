@@ -15,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
+from styx_py.core.requests import read_request
 from styx_py.core.wire import (
     COORDINATOR,
     Batch,
@@ -26,6 +27,7 @@ from styx_py.core.wire import (
     SeqLogEntry,
     decode_batch,
     encode_frame,
+    request_encoder,
 )
 
 Handler = Callable[[str, Message], None]
@@ -170,6 +172,7 @@ class MemoryIngress:
         self.topic = topic
         self._pos: dict[int, int] = {}
         self.listener: Callable[[], None] | None = None
+        self.skipped = 0  # records without a usable request id
 
     def set_listener(self, on_available: Callable[[], None]) -> None:
         self.listener = on_available
@@ -193,19 +196,34 @@ class MemoryIngress:
             for p in sorted(self._pos):
                 pos = self._pos[p]
                 if pos < len(parts[p]) and len(out) < n:
-                    out.append(self._record(p, pos))
+                    rec = self._record(p, pos)
+                    if rec is not None:
+                        out.append(rec)
                     self._pos[p] = pos + 1
                     progress = True
         return out
 
-    def _record(self, p: int, offset: int) -> IngressRecord:
-        req: Request = self.log.topics[self.topic][p][offset]
+    def _record(self, p: int, offset: int) -> IngressRecord | None:
+        """The record as the worker's reader makes it (None: skipped, no request id to answer).
+
+        A value on the ingress topic is a :class:`Request`, raw record bytes, or a ``(Kafka key,
+        bytes)`` pair; all of them go through the bytes, as on Kafka."""
+        value = self.log.topics[self.topic][p][offset]
+        if isinstance(value, Request):
+            value = (value.request_id.encode(), request_encoder.encode(value))
+        key, data = (None, value) if isinstance(value, bytes) else value
+        req = read_request(data, key)
+        if isinstance(req, str):
+            self.skipped += 1
+            return None
         return IngressRecord(p, offset, req, req.ts_ms)
 
     async def take_exact(self, partition: int, offset: int) -> IngressRecord:
         assert self._pos[partition] == offset, (partition, offset, self._pos[partition])
         self._pos[partition] = offset + 1
-        return self._record(partition, offset)
+        rec = self._record(partition, offset)
+        assert rec is not None, f"replay of a skipped ingress record {partition}@{offset}"
+        return rec
 
     def pending(self) -> int:
         parts = self.log.topics.get(self.topic, [])
