@@ -50,6 +50,8 @@ async def run_with_crashes(
         snapshot_compact_after=compact_after,
         epoch_timeout_ms=300,
         egress_ack_lag=rng.choice([0, 2, 8]),
+        # Sequencer-log entries durable only after some hops (lost if the worker crashes first).
+        seqlog_ack_lag=(seed % 3) * 20,
     ) as c:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)

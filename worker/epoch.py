@@ -246,21 +246,8 @@ class EpochDriver:
             self._send_exec_done(es)
 
     def _send_exec_done(self, es: EpochState) -> None:
-        """Report the epoch executed, once its sequencer-log entry is durable.
-
-        The coordinator decides (and replies leave) only after every worker's entry is durable, so
-        an epoch with any reply out can always be replayed with exactly the same composition.
-        """
-        written = es.seqlog_written
-        if written is not None and not (isinstance(written, asyncio.Future) and written.done()):
-
-            async def later() -> None:
-                await written
-                self._send_exec_done(es)
-
-            es.seqlog_written = None
-            self.spawn(later())
-            return
+        """Report the epoch executed, at once: the batch's sequencer-log entry is awaited before the Vote
+        (:meth:`on_all_exec_done`), so its produce overlaps the AllExecDone round trip."""
         msg = ExecDone(es.epoch, self.node_id, sorted(es.local_failed), self.batch.sequencer.lc, es.gen)
         self.transport.send(COORDINATOR, msg)
 
@@ -271,7 +258,27 @@ class EpochDriver:
             return  # a repeat
         es.aborted = frozenset(msg.aborted)
         conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
-        self.transport.send(COORDINATOR, Vote(es.epoch, self.node_id, conflicts, sorted(es.serial), es.gen))
+        vote = Vote(es.epoch, self.node_id, conflicts, sorted(es.serial), es.gen)
+        self._when_logged(es, lambda: self.transport.send(COORDINATOR, vote))
+
+    def _when_logged(self, es: EpochState, then: Callable[[], None]) -> None:
+        """Run ``then`` once the batch's sequencer-log entry is durable (at once if it is already).
+
+        The Vote waits for it: the coordinator decides (and replies leave) only after every worker's
+        entry is durable, so an epoch with any reply out can always be replayed with exactly the same
+        composition.
+        """
+        written = es.seqlog_written
+        if written is None or (isinstance(written, asyncio.Future) and written.done()):
+            then()
+            return
+
+        async def later() -> None:
+            await written
+            if es.gen == self.gen:
+                then()
+
+        self.spawn(later())
 
     def on_recheck(self, msg: Recheck) -> None:
         """Conflicts again, without the writes of transactions whose branches may have raced."""

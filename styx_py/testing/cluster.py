@@ -66,10 +66,18 @@ class SimCluster:
     """``async with SimCluster("pkg.mod:app", workers=3, seed=7) as c: c.submit(...); await c.wait()``."""
 
     def __init__(
-        self, graph_path: str, *, workers: int = 3, seed: int = 0, egress_ack_lag: int = 0, **config: Any
+        self,
+        graph_path: str,
+        *,
+        workers: int = 3,
+        seed: int = 0,
+        egress_ack_lag: int = 0,
+        seqlog_ack_lag: int = 0,
+        **config: Any,
     ) -> None:
         self.graph_path = graph_path
         self.egress_ack_lag = egress_ack_lag
+        self.seqlog_ack_lag = seqlog_ack_lag  # loop hops before a sequencer-log entry is durable
         self.graph: Graph = load_graph(graph_path)
         self.n_workers = workers
         self.seed = seed
@@ -143,7 +151,7 @@ class SimCluster:
             self.network.endpoint(node),
             MemoryIngress(self.log, cfg.ingress_topic),
             MemoryEgress(self.log, cfg.egress_topic, self._on_reply, self.egress_ack_lag),
-            MemorySeqLog(self.log, cfg.seqlog_topic),
+            MemorySeqLog(self.log, cfg.seqlog_topic, self.seqlog_ack_lag),
             blobs=self.blobs,
             logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
             # A fenced worker exits (its supervisor restarts it): here, a crash and a restart.
@@ -164,6 +172,7 @@ class SimCluster:
         old = next(w for w in self.workers if w.node_id == node)
         old.transport.dead = True  # type: ignore[attr-defined]
         old.egress.lose_unacked()  # type: ignore[attr-defined]
+        old.driver.seqlog.lose_unacked()  # type: ignore[attr-defined]
         self.worker_tasks.pop(node).cancel()
         self._start_worker(node)
 

@@ -330,18 +330,41 @@ class MemoryLogReader:
 
 
 class MemorySeqLog:
-    def __init__(self, log: MemoryLog, topic: str) -> None:
+    """The sequencer log as a producer sees it: with ``ack_lag`` > 0 an entry reaches the log (and is
+    acknowledged) only ``ack_lag`` event-loop hops after ``append``, and entries still in flight when
+    the worker crashes (``lose_unacked``) never reach it. A worker that let the coordinator decide an
+    epoch before its entry was durable would then leave a decided epoch that cannot be replayed."""
+
+    def __init__(self, log: MemoryLog, topic: str, ack_lag: int = 0) -> None:
         self.log = log
         self.topic = topic
+        self.ack_lag = ack_lag
+        self.dead = False
 
     def acked(self) -> int:
         return len(self.log.topics[self.topic][0])
 
     def append(self, entry: SeqLogEntry) -> asyncio.Future[None]:
-        self.log.append(self.topic, 0, entry)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
+        if self.ack_lag == 0:
+            self.log.append(self.topic, 0, entry)
+            fut.set_result(None)
+        else:
+            asyncio.get_running_loop().call_soon(self._hop, entry, fut, self.ack_lag - 1)
         return fut
+
+    def _hop(self, entry: SeqLogEntry, fut: asyncio.Future[None], left: int) -> None:
+        if self.dead:
+            return  # the process died before its produce was acknowledged: the entry is lost
+        if left > 0:
+            asyncio.get_running_loop().call_soon(self._hop, entry, fut, left - 1)
+            return
+        self.log.append(self.topic, 0, entry)
+        if not fut.done():
+            fut.set_result(None)
+
+    def lose_unacked(self) -> None:
+        self.dead = True
 
 
 class MemoryBlobStore:
