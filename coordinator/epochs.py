@@ -51,8 +51,10 @@ class EpochLoop:
         self.lc = 0  # the sequencer counter after the last epoch
         self.last_decided = -1  # the last epoch whose Decision went out (a recovery replays up to it)
         self.stalls = 0
-        self.stage: Stage[Any] | None = None
-        self.stage_done = asyncio.Event()
+        self.pipelined = 0  # epochs started together with the previous epoch's Decision
+        # Open stages with the event set once each is complete: at most two (an epoch's EpochDone and
+        # the next epoch's ExecDone, when that one was started early).
+        self.stages: dict[Stage[Any], asyncio.Event] = {}
         self.work = asyncio.Event()  # a worker has work (WorkAvailable)
         self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
         self.throughput = Throughput()
@@ -65,50 +67,79 @@ class EpochLoop:
         """Synchronously, before a new generation opens: no stage of the old one completes."""
         if self.task is not None:
             self.task.cancel()
-        self.stage = None
+        self.stages = {}
 
     def on_report(self, msg: ExecDone | Vote | Revote | EpochDone) -> None:
         if msg.gen != self.cluster.gen:
             return  # from a generation a recovery ended
-        stage = self.stage
-        if stage is not None and stage.add(msg):
-            self.stage_done.set()
+        for stage, done in self.stages.items():
+            if stage.add(msg):
+                done.set()
 
     async def _run(self, replay_until: int, on_replayed: Callable[[], None] | None) -> None:
-        """Run epochs back to back; epochs up to ``replay_until`` re-run their logged composition."""
+        """Run epochs back to back; epochs up to ``replay_until`` re-run their logged composition.
+
+        An epoch with work waiting starts together with the previous epoch's Decision (workers hold
+        it until they finished the previous one): the EpochDone → EpochStart round trip leaves the
+        path of every epoch under load.
+        """
         await self.cluster.deployed.wait()
         interval_s = self.cluster.config.epoch_interval_ms / 1000
         last_start = -math.inf
         gen = self.cluster.gen
+        started: Stage[ExecDone] | None = None  # the next epoch, if it was started early
         while True:
             if gen != self.cluster.gen:
                 return  # a recovery began: this loop belongs to a generation that is over
             e = self.epoch
             replay = e <= replay_until
-            self.work.clear()
             self.idle.clear()
-            if interval_s > 0 and not replay:
-                wait = last_start + interval_s - self.clock.now()
-                if wait > 0:
-                    await self.clock.sleep(wait)
+            if started is None:
+                self.work.clear()
+                if interval_s > 0 and not replay:
+                    wait = last_start + interval_s - self.clock.now()
+                    if wait > 0:
+                        await self.clock.sleep(wait)
+                    if gen != self.cluster.gen:
+                        return
                 last_start = self.clock.now()
-                if gen != self.cluster.gen:
-                    return
-            done = await self._epoch(e, replay)
+                started = self._open(e, ExecDone)
+                self.cluster.broadcast(EpochStart(e, self.lc, replay, gen))
+
+            def early(executed: list[ExecDone], e: int = e) -> bool:
+                """Start the next epoch with this one's Decision: work waits and no replay or pacing
+                stands in the way."""
+                nonlocal last_start
+                if e + 1 <= replay_until or self.clock.now() < last_start + interval_s:
+                    return False
+                if not self.work.is_set() and sum(x.pending for x in executed) == 0:
+                    return False
+                last_start = self.clock.now()
+                self.work.clear()
+                return True
+
+            done, started = await self._epoch(e, replay, started, early)
             self.epoch = e + 1
             if e == replay_until and on_replayed is not None:
                 on_replayed()
-            if e + 1 > replay_until and sum(d.pending for d in done) == 0 and not self.work.is_set():
+            waiting = sum(d.pending for d in done) > 0 or self.work.is_set()
+            if started is None and e + 1 > replay_until and not waiting:
                 self.idle.set()
                 await self.work.wait()
 
-    async def _epoch(self, e: int, replay: bool) -> list[EpochDone]:
-        """One epoch through the barrier; every worker's ``EpochDone``."""
+    async def _epoch(
+        self,
+        e: int,
+        replay: bool,
+        executing: Stage[ExecDone],
+        early: Callable[[list[ExecDone]], bool],
+    ) -> tuple[list[EpochDone], Stage[ExecDone] | None]:
+        """One epoch through the barrier, from its started ExecDone stage: every worker's
+        ``EpochDone``, and the next epoch's ExecDone stage if it was started with the Decision."""
         gen = self.cluster.gen
-        stage = self._open(e, ExecDone)
         t_start = time.perf_counter()
-        self.cluster.broadcast(EpochStart(e, self.lc, replay, gen))
-        aborted, self.lc = combine_exec(await self._gather(stage))
+        executed: list[ExecDone] = await self._gather(executing)
+        aborted, self.lc = combine_exec(executed)
         t_executed = time.perf_counter()
         stage = self._open(e, Vote)
         self.cluster.broadcast(AllExecDone(e, aborted, gen))
@@ -120,37 +151,42 @@ class EpochLoop:
             self.cluster.broadcast(Recheck(e, serial, gen))
             fallback = combine_revotes(await self._gather(stage), serial)
         t_voted = time.perf_counter()
-        stage = self._open(e, EpochDone)
+        finishing = self._open(e, EpochDone)
         snapshot = not replay and self.snapshots.begin(e, self.lc)
         self.cluster.broadcast(Decision(e, fallback, serial, snapshot, gen))
         self.last_decided = e
-        done: list[EpochDone] = await self._gather(stage)
+        following: Stage[ExecDone] | None = None
+        if early(executed):
+            following = self._open(e + 1, ExecDone)
+            self.cluster.broadcast(EpochStart(e + 1, self.lc, False, gen))
+            self.pipelined += 1
+        done: list[EpochDone] = await self._gather(finishing)
         self.metrics.epoch(t_start, t_executed, t_voted, time.perf_counter(), done)
-        self.stage = None
         self.throughput.record(self.clock.now(), done, len(fallback) + len(serial))
-        return done
+        return done, following
 
     def _open(self, epoch: int, kind: type[Any]) -> Stage[Any]:
-        self.stage = Stage(epoch, self.cluster.workers, kind)
-        self.stage_done.clear()
-        return self.stage
+        stage: Stage[Any] = Stage(epoch, self.cluster.workers, kind)
+        self.stages[stage] = asyncio.Event()
+        return stage
 
     async def _gather(self, stage: Stage[Any]) -> list[Any]:
         """Every worker's message for this stage; a stage that times out starts a recovery."""
         gen = self.cluster.gen
-        if not stage.complete:
+        done = self.stages.get(stage)
+        if done is not None and not stage.complete:
             try:
                 async with self.clock.timeout(self.cluster.config.epoch_timeout_ms / 1000):
-                    await self.stage_done.wait()
+                    await done.wait()
             except TimeoutError:
                 missing = sorted(stage.expected - set(stage.got))
                 log.error("epoch %d stalled waiting for %s: recovering", stage.epoch, missing)
                 self.stalls += 1
                 self.on_stall()  # cancels this loop
                 raise asyncio.CancelledError from None
-        if gen != self.cluster.gen:
+        if gen != self.cluster.gen or done is None:
             # A recovery began while we waited; never act for a generation that is over (a
             # cancellation can race with the wake-up, so this does not rely on it).
             raise asyncio.CancelledError
-        self.stage_done.clear()
+        del self.stages[stage]
         return stage.messages()

@@ -44,8 +44,8 @@ def test_stage_completes_only_when_every_worker_reported() -> None:
 
 def test_stage_works_for_exec_done_and_epoch_done() -> None:
     ex: Stage[ExecDone] = Stage(0, ["a", "b"])
-    assert not ex.add(ExecDone(0, "a", [], 3, 0))
-    assert ex.add(ExecDone(0, "b", [5], 4, 0))
+    assert not ex.add(ExecDone(0, "a", [], 3, 0, 0))
+    assert ex.add(ExecDone(0, "b", [5], 4, 0, 0))
     done: Stage[EpochDone] = Stage(9, ["a"])
     assert not done.add(EpochDone(8, "a", 0, 1, 0, 0, 0))
     assert done.add(EpochDone(9, "a", 0, 1, 0, 0, 0))
@@ -83,7 +83,11 @@ def test_a_recheck_leaves_the_serial_ones_out_of_the_fallback() -> None:
 
 
 def test_combine_exec_unions_aborts_and_takes_max_counter() -> None:
-    msgs = [ExecDone(1, "w1", [5, 2], 10, 0), ExecDone(1, "w2", [2, 8], 14, 0), ExecDone(1, "w3", [], 3, 0)]
+    msgs = [
+        ExecDone(1, "w1", [5, 2], 10, 0, 0),
+        ExecDone(1, "w2", [2, 8], 14, 0, 0),
+        ExecDone(1, "w3", [], 3, 0, 0),
+    ]
     assert combine_exec(msgs) == ([2, 5, 8], 14)
     assert combine_exec([]) == ([], 0)
 

@@ -73,7 +73,7 @@ ALL_MESSAGES = [
     WorkAvailable("w2"),
     EpochStart(12, 99, False, 0),
     EpochStart(12, 99, True, 4),
-    ExecDone(12, "w1", [4, 7], 101, 0),
+    ExecDone(12, "w1", [4, 7], 101, 3, 0),
     AllExecDone(12, [4, 7, 9], 0),
     Vote(12, "w2", [9], [11], 0),
     Decision(12, [9], [11], True, 0),

@@ -62,6 +62,9 @@ from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, Tally, roo
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
+EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Recheck, Decision)
+"""What :meth:`EpochDriver.on_message` takes: every message that belongs to an epoch."""
+
 
 class EpochDriver:
     """Runs this worker's part of every epoch; also the executor's :class:`InvocationHost`."""
@@ -92,6 +95,7 @@ class EpochDriver:
         self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
         self.epochs: dict[int, EpochState] = {}
         self.completed_epoch = -1
+        self.early: list[Message] = []  # messages of the next epoch, held until this one is finished
         self.totals = Tally()  # since the start; read by the metrics
 
     # ---- InvocationHost (what the executor sees) -------------------------------------------------
@@ -115,6 +119,13 @@ class EpochDriver:
     # ---- messages ----------------------------------------------------------------------------------
     def on_message(self, msg: Message) -> None:
         """A message of the current generation that belongs to an epoch."""
+        if not isinstance(msg, EPOCH_MESSAGES):
+            raise AssertionError(f"{self.node_id}: not an epoch message: {msg!r}")
+        if msg.epoch > self.completed_epoch + 1:
+            # The next epoch began (the coordinator starts it with the Decision of this one) while
+            # this worker is still finishing the current one: it waits until then.
+            self.early.append(msg)
+            return
         match msg:
             case Invoke():
                 self.on_invoke(msg)
@@ -138,6 +149,7 @@ class EpochDriver:
     def reset(self, gen: int) -> None:
         """A recovery: every epoch in flight is forgotten; the new generation starts."""
         self.epochs.clear()
+        self.early.clear()
         self.gen = gen
 
     def epoch_state(self, epoch: int) -> EpochState | None:
@@ -248,7 +260,8 @@ class EpochDriver:
     def _send_exec_done(self, es: EpochState) -> None:
         """Report the epoch executed, at once: the batch's sequencer-log entry is awaited before the Vote
         (:meth:`on_all_exec_done`), so its produce overlaps the AllExecDone round trip."""
-        msg = ExecDone(es.epoch, self.node_id, sorted(es.local_failed), self.batch.sequencer.lc, es.gen)
+        failed, lc = sorted(es.local_failed), self.batch.sequencer.lc
+        msg = ExecDone(es.epoch, self.node_id, failed, lc, self.batch.pending(), es.gen)
         self.transport.send(COORDINATOR, msg)
 
     # ---- phase 2: conflicts --------------------------------------------------------------------------
@@ -367,6 +380,9 @@ class EpochDriver:
             es.epoch, self.node_id, self.batch.pending(), t.committed, t.aborted, t.rescheduled, es.gen
         )
         self.transport.send(COORDINATOR, done)
+        early, self.early = self.early, []
+        for m in early:
+            self.on_message(m)
 
     def _snapshot(self, es: EpochState) -> None:
         """Cut a snapshot at this epoch boundary (synchronous: nothing runs in between)."""

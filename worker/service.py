@@ -24,19 +24,11 @@ from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, Seq
 from styx_py.core.wire import (
     COORDINATOR,
     UNDECODABLE,
-    Ack,
-    AllExecDone,
     BatchEntry,
-    CallResult,
     ClusterView,
-    Decision,
-    EpochStart,
-    Final,
     Halt,
     Heartbeat,
-    Invoke,
     Message,
-    Recheck,
     Recover,
     RecoverDone,
     Register,
@@ -49,7 +41,7 @@ from styx_py.core.wire import (
 )
 from styx_py.worker import recovery
 from styx_py.worker.batch import BatchFormer
-from styx_py.worker.epoch import EpochDriver
+from styx_py.worker.epoch import EPOCH_MESSAGES, EpochDriver
 from styx_py.worker.metrics import WorkerGauges, WorkerMetrics
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.routing import RoutingTable
@@ -61,7 +53,6 @@ from styx_py.worker.txn import Tally
 log = logging.getLogger("styx.worker")
 
 # Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
-EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Recheck, Decision)
 
 
 def shown(reply: Reply) -> str:

@@ -37,6 +37,7 @@ class ExecDone(Msg, tag="xd"):
     node_id: str
     aborted: list[int]  # tids whose root saw a logic abort / error
     lc: int
+    pending: int  # transactions still waiting here (the coordinator may start the next epoch early)
     gen: int
 
 
