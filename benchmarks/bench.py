@@ -78,9 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--linger-ms",
         type=int,
-        default=5,
-        help="client producer linger in ms (default 5: fewer, larger ingress batches; measured better "
-        "p50 and p99 from 1000/s up on Tansu, see docs/benchmarks.md)",
+        default=0,
+        help="client producer linger in ms (default 0: a partition's records leave at once when it has "
+        "no batch in flight, and what accumulates meanwhile goes as the next batch, so batches grow "
+        "with the load and add no fixed delay; benchmarks/results/client-cpu.md)",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")

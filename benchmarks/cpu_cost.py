@@ -1,10 +1,19 @@
 """CPU cost per transaction of each process of a local cluster, at a fixed open-loop rate.
 
-    python -m styx_py.benchmarks.cpu_cost --rate 2000 --seconds 10 [--linger-ms 5]
+    python -m styx_py.benchmarks.cpu_cost --rate 2000 --seconds 10 [--linger-ms 0]
+    python -m styx_py.benchmarks.cpu_cost --rate 8000 --seconds 10 --cluster echo
 
 Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers), loads YCSB-T, runs
-transfers at ``--rate`` and reads each process's CPU time (user + system, from /proc) before and
-after: microseconds of CPU per answered transaction, per process, and the share of a core each used.
+transfers at ``--rate`` through the SDK and the driver of ``styx bench`` and reads each process's CPU
+time (user + system, from /proc) before and after: microseconds of CPU per answered transaction, per
+process, and the share of a core each used over the run (sending and draining). The load generator
+(this process: driver + SDK) is also given per request *sent*, which stays meaningful when the
+cluster falls behind.
+
+``--cluster echo`` replaces the cluster by Tansu and :mod:`styx_py.benchmarks.echo` (one process
+answering every request at once): the load generator's own cost, at rates the real cluster cannot
+sustain on a small machine.
+
 CPU time is what bounds throughput on a small machine, and unlike latency it barely moves when other
 work shares the machine, so it is the number to compare when optimising.
 """
@@ -13,11 +22,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import cProfile
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvloop
@@ -27,6 +41,7 @@ from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
 from styx_py.stack.local import LocalStack
+from styx_py.stack.services import TansuBroker, create_topics
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -37,50 +52,118 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def measure(
-    stack: LocalStack, pids: dict[str, int], rate: float, seconds: float, linger_ms: int = 0
+    coordinator: str | None,
+    bootstrap: str,
+    pids: dict[str, int],
+    rate: float,
+    seconds: float,
+    linger_ms: int = 0,
+    profile: str | None = None,
 ) -> None:
+    """Warm up for 1 s, then measure ``seconds`` at ``rate``; through the coordinator's cluster, or
+    (``coordinator`` None) straight to the echo responder's topics."""
     workload = make_workload("ycsbt", Options())
-    connect = StyxClient.connect(stack.coordinator, max_pending=1_000_000, linger_ms=linger_ms)
-    async with await connect as client:
-        await workload.load(client, progress=lambda _: None)
+    if coordinator is not None:
+        connect = StyxClient.connect(coordinator, max_pending=1_000_000, linger_ms=linger_ms)
+        client = await connect
+    else:
+        client = StyxClient(bootstrap, {"account": 4}, max_pending=1_000_000, linger_ms=linger_ms)
+        await client.start()
+    async with client:
+        if coordinator is not None:
+            await workload.load(client, progress=lambda _: None)
         sender = SdkSender(client, 60)
         await run_open_loop(workload, sender, rate=rate, duration_s=1, warmup_s=0, progress=None)
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        profiler = cProfile.Profile() if profile else None
+        t0 = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         result = await run_open_loop(
             workload, sender, rate=rate, duration_s=seconds, warmup_s=0, progress=None
         )
+        if profiler is not None and profile:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        wall = time.perf_counter() - t0
         after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     p = result.percentiles_ms()
     print(
-        f"YCSB-T at {rate:g}/s for {seconds:g} s: {result.answered} answered, {result.throughput:.0f}/s, "
-        f"p50 {p['p50']:.1f} ms, p99 {p['p99']:.1f} ms"
+        f"YCSB-T at {rate:g}/s for {seconds:g} s: {result.sent} sent, {result.answered} answered, "
+        f"{result.throughput:.0f}/s, p50 {p['p50']:.1f} ms, p99 {p['p99']:.1f} ms (run + drain {wall:.1f} s)"
     )
     total = 0.0
     for name in pids:
         used = after[name] - before[name]
         per_txn = used / max(1, result.answered) * 1e6
         total += per_txn
-        print(f"  {name:<12} {per_txn:6.0f} µs/txn  {used / seconds * 100:4.0f} % of a core")
-    print(f"  {'total':<12} {total:6.0f} µs/txn  (2 cores = {2e6 / total:,.0f} txn/s at 100 % CPU)")
+        print(f"  {name:<12} {per_txn:6.1f} µs/txn  {used / wall * 100:4.0f} % of a core")
+    print(f"  {'total':<12} {total:6.1f} µs/txn  (2 cores = {2e6 / total:,.0f} txn/s at 100 % CPU)")
+    client_cpu = after["client+driver"] - before["client+driver"]
+    print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
+
+
+@contextlib.contextmanager
+def echo_cluster(data_dir: Path) -> Iterator[tuple[str, dict[str, int]]]:
+    """Tansu (in memory) with fresh request and reply topics, and the echo responder; their pids."""
+    broker = TansuBroker("memory", log_path=data_dir / "tansu.log").start()
+    responder: subprocess.Popen[bytes] | None = None
+    try:
+        asyncio.run(create_topics(broker.bootstrap, {"styx-ingress": 4, "styx-egress": 4}))
+        command = [sys.executable, "-m", "styx_py.benchmarks.echo", broker.bootstrap]
+        responder = subprocess.Popen(command)
+        assert broker.pid is not None
+        yield broker.bootstrap, {"tansu": broker.pid, "echo": responder.pid}
+    finally:
+        if responder is not None:
+            responder.terminate()
+            responder.wait(timeout=10)
+        broker.stop()
+
+
+@contextlib.contextmanager
+def styx_cluster(data_dir: Path) -> Iterator[tuple[str, str, dict[str, int]]]:
+    """A local cluster with the bank app deployed; its coordinator, its broker and every pid."""
+    with LocalStack(data_dir, workers=2, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
+        stack.deploy("styx_py.benchmarks.bank:app")
+        pids = {name: proc.pid for name, proc in stack.procs.items()}
+        assert stack.broker is not None and stack.broker.pid is not None
+        pids["tansu"] = stack.broker.pid
+        yield stack.coordinator, stack.kafka, pids
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--linger-ms", type=int, default=5, help="client producer linger (as styx bench)")
+    parser.add_argument("--linger-ms", type=int, default=0, help="client producer linger (as styx bench)")
+    parser.add_argument(
+        "--cluster",
+        choices=("styx", "echo"),
+        default="styx",
+        help="styx: a local cluster; echo: Tansu and a responder that answers at once (the client alone)",
+    )
+    parser.add_argument(
+        "--profile", metavar="FILE", help="cProfile the measured run into FILE (slows the client down)"
+    )
     args = parser.parse_args()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(tempfile.mkdtemp(prefix="styx-cpu-"))
     try:
-        with LocalStack(data_dir, workers=2, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
-            stack.deploy("styx_py.benchmarks.bank:app")
-            pids = {name: proc.pid for name, proc in stack.procs.items()}
-            assert stack.broker is not None and stack.broker.pid is not None
-            pids["tansu"] = stack.broker.pid
+        coordinator: str | None
+        with contextlib.ExitStack() as stack:
+            if args.cluster == "styx":
+                coordinator, bootstrap, pids = stack.enter_context(styx_cluster(data_dir))
+            else:
+                coordinator = None
+                bootstrap, pids = stack.enter_context(echo_cluster(data_dir))
             pids["client+driver"] = os.getpid()
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(measure(stack, pids, args.rate, args.seconds, args.linger_ms))
+                runner.run(
+                    measure(
+                        coordinator, bootstrap, pids, args.rate, args.seconds, args.linger_ms, args.profile
+                    )
+                )
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     return 0

@@ -19,11 +19,12 @@ from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from hdrh.histogram import HdrHistogram
 
 from styx_py.benchmarks.workload import Op, Workload
+from styx_py.core.errors import StyxError
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 _HIST_MAX_US = 600_000_000
@@ -45,6 +46,13 @@ class Sender(Protocol):
     async def send(self, op: Op) -> Outcome: ...
 
 
+class FutureSender(Sender, Protocol):
+    """A sender with the driver's fast path: a future per request instead of a task."""
+
+    def start(self, op: Op) -> asyncio.Future[Any] | Outcome: ...
+    def outcome(self, future: asyncio.Future[Any]) -> Outcome: ...
+
+
 _VARIABLE = re.compile(r"[\w.'\"-]*\d[\w.'\"-]*")
 
 
@@ -61,8 +69,6 @@ class SdkSender:
         self.timeout_s = timeout_s
 
     async def send(self, op: Op) -> Outcome:
-        from styx_py.core.errors import StyxError
-
         try:
             reply = await self.client.submit(
                 op.operator, op.key, op.function, *op.args, timeout_s=self.timeout_s
@@ -71,34 +77,33 @@ class SdkSender:
             return Outcome("error", type(exc).__name__)
         return _reply_outcome(reply)
 
-    def start(self, op: Op, done: Callable[[Outcome], None]) -> asyncio.Future[Any] | None:
-        """The driver's fast path: send now and call ``done`` with the outcome (no task per request);
-        the future to wait on, or None when the request failed locally (``done`` was called)."""
-        from styx_py.core.errors import StyxError
-
+    def start(self, op: Op) -> asyncio.Future[Any] | Outcome:
+        """The driver's fast path: send now; the future of the reply (see :meth:`outcome`), or the
+        outcome of a request that failed locally. No task, closure or timer per request."""
         try:
-            future: asyncio.Future[Any] = self.client.submit_future(
+            return self.client.submit_future(  # type: ignore[no-any-return]
                 op.operator, op.key, op.function, *op.args, timeout_s=self.timeout_s
             )
         except StyxError as exc:
-            done(Outcome("error", type(exc).__name__))
-            return None
+            return Outcome("error", type(exc).__name__)
 
-        def settle(f: asyncio.Future[Any]) -> None:
-            if f.cancelled():
-                done(Outcome("error", "CancelledError"))
-            elif (exc := f.exception()) is not None:
-                done(Outcome("error", type(exc).__name__))
-            else:
-                done(_reply_outcome(f.result()))
+    @staticmethod
+    def outcome(future: asyncio.Future[Any]) -> Outcome:
+        """What a future of :meth:`start` came to."""
+        if future.cancelled():
+            return Outcome("error", "CancelledError")
+        exc = future.exception()
+        if exc is not None:
+            return Outcome("error", type(exc).__name__)
+        return _reply_outcome(future.result())
 
-        future.add_done_callback(settle)
-        return future
+
+COMMITTED = Outcome("committed")  # shared: most outcomes, no object per request
 
 
 def _reply_outcome(reply: Any) -> Outcome:
     if reply.status == "committed":
-        return Outcome("committed")
+        return COMMITTED
     if reply.status == "aborted":
         return Outcome("aborted", normalise_cause(reply.error))
     return Outcome(reply.status, reply.error_type or normalise_cause(reply.error))
@@ -188,6 +193,8 @@ class RunResult:
     check_skipped: str = ""
 
     last_reply_s: float = 0.0  # when the last measured reply arrived, from the window's start
+    requests_total: int = 0  # every request the run sent, warm-up included
+    client_cpu_s: float = 0.0  # CPU time of the load generator's process while it sent and drained
 
     @property
     def throughput(self) -> float:
@@ -236,6 +243,8 @@ class RunResult:
             "last_reply_s": round(self.last_reply_s, 3),
             "actual_send_rate": round(self.actual_send_rate, 1),
             "send_lag_max_ms": round(self.send_lag_max_s * 1000, 2),
+            # The load generator's own cost (driver + SDK, whole process), warm-up and drain included.
+            "client_cpu_us_per_request": round(self.client_cpu_s / max(1, self.requests_total) * 1e6, 1),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
             "latency_ms": self.percentiles_ms(),
@@ -296,11 +305,16 @@ async def run_open_loop(
     result = RunResult(rate=rate, duration_s=duration_s, warmup_s=warmup_s)
     result.seconds = [Second() for _ in range(math.ceil(duration_s))]
     total = round(rate * (warmup_s + duration_s))
+    result.requests_total = total
+    cpu_start = time.process_time()
     first_measured = math.ceil(rate * warmup_s)
     start = clock() + 0.05
     window_end = start + warmup_s + duration_s
-    inflight: set[asyncio.Future[Any]] = set()
-    start_fast = getattr(sender, "start", None)  # SdkSender: a future per request, no task
+    inflight: set[asyncio.Future[Any]] = set()  # tasks of Sender.send
+    # SdkSender: a future per request and no task; by request number, each future's one callback
+    # (``settled``) takes it out again.
+    futures: dict[int, asyncio.Future[Any]] = {}
+    fast = cast(FutureSender, sender) if hasattr(sender, "start") else None
     done_count = 0
     first_send = last_send = 0.0
 
@@ -344,8 +358,10 @@ async def run_open_loop(
             outcome = Outcome("error", f"{type(exc).__name__}: {exc}"[:80])
         record(i, op.label, scheduled, outcome, clock())
 
-    def finish(i: int, label: str, scheduled: float, outcome: Outcome) -> None:
-        record(i, label, scheduled, outcome, clock())
+    def settled(i: int, label: str, scheduled: float, future: asyncio.Future[Any]) -> None:
+        del futures[i]
+        assert fast is not None
+        record(i, label, scheduled, fast.outcome(future), clock())
 
     def reporter() -> None:
         if progress is None or quiet:
@@ -359,7 +375,7 @@ async def run_open_loop(
         }
         progress(
             f"  [{phase} {elapsed:5.1f}s] sent {sent:>8}  done {done_count:>8}  "
-            f"in flight {len(inflight):>6}  "
+            f"in flight {len(inflight) + len(futures):>6}  "
             f"p50 {p['p50']:7.1f} ms  p99 {p['p99']:7.1f} ms  aborted {result.statuses['aborted']}  "
             f"errors {result.statuses['error']}"
         )
@@ -381,11 +397,13 @@ async def run_open_loop(
                     if i == first_measured:
                         first_send = now
                     last_send = now
-                if start_fast is not None:
-                    future = start_fast(op, functools.partial(finish, i, op.label, scheduled))
-                    if future is not None:
-                        inflight.add(future)
-                        future.add_done_callback(inflight.discard)
+                if fast is not None:
+                    started = fast.start(op)
+                    if isinstance(started, Outcome):  # failed locally (overload, bad request)
+                        record(i, op.label, scheduled, started, clock())
+                    else:
+                        futures[i] = started
+                        started.add_done_callback(functools.partial(settled, i, op.label, scheduled))
                     continue
                 task = loop.create_task(one(i, op, scheduled))
                 inflight.add(task)
@@ -404,15 +422,17 @@ async def run_open_loop(
         result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
     # Drain: every request gets its reply or its own timeout; a stuck one counts as unanswered.
     deadline = max(window_end, clock()) + drain_s
-    while inflight and clock() < deadline:
-        await asyncio.wait(set(inflight), timeout=min(1.0, deadline - clock()))
-        if inflight:
+    while (inflight or futures) and clock() < deadline:
+        await asyncio.wait([*inflight, *futures.values()], timeout=min(1.0, deadline - clock()))
+        if inflight or futures:
             reporter()
-    result.unanswered = sum(1 for _ in inflight)
-    for pending in list(inflight):
+    result.client_cpu_s = time.process_time() - cpu_start
+    left = [*inflight, *futures.values()]
+    result.unanswered = len(left)
+    for pending in left:
         pending.cancel()
-    if inflight:
-        await asyncio.gather(*inflight, return_exceptions=True)
+    if left:
+        await asyncio.gather(*left, return_exceptions=True)
     result.build_histograms()
     if progress is not None:
         p = result.percentiles_ms()

@@ -15,6 +15,7 @@ import json
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,6 +139,57 @@ async def test_errors_and_aborts_are_counted_by_cause() -> None:
     assert result.causes == {"aborted: insufficient credit in #: # < #": 100, "error: RequestTimeout": 20}
     assert result.answered == 380  # errors are not answers
     assert not result.sustainable()  # any error disqualifies a run
+
+
+class FutureServer:
+    """The driver's fast path (like SdkSender): a future per request, answered after ``delay_s``;
+    every ``refuse_every``-th request fails locally, every ``lose_every``-th is never answered."""
+
+    def __init__(self, delay_s: float, refuse_every: int = 0, lose_every: int = 0) -> None:
+        self.delay_s = delay_s
+        self.refuse_every = refuse_every
+        self.lose_every = lose_every
+        self.n = 0
+
+    async def send(self, op: Op) -> Outcome:
+        raise AssertionError("the driver uses start() when a sender has it")
+
+    def start(self, op: Op) -> asyncio.Future[Any] | Outcome:
+        self.n += 1
+        if self.refuse_every and self.n % self.refuse_every == 0:
+            return Outcome("error", "Overloaded")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not (self.lose_every and self.n % self.lose_every == 0):
+            loop.call_later(self.delay_s, future.set_result, "committed")
+        return future
+
+    def outcome(self, future: asyncio.Future[Any]) -> Outcome:
+        return Outcome("error", "CancelledError") if future.cancelled() else Outcome(future.result())
+
+
+@simulated_time
+async def test_driver_fast_path_measures_from_the_schedule_and_counts_every_request() -> None:
+    result = await run_open_loop(
+        Uniform(),
+        FutureServer(0.004, refuse_every=50, lose_every=70),
+        rate=1000,
+        duration_s=2.0,
+        warmup_s=0.5,
+        drain_s=1.0,
+        progress=None,
+        clock=loop_clock(),
+    )
+    assert result.sent == 2000 and result.actual_send_rate == pytest.approx(1000)
+    # Of the measured requests 501-2 500, the 40 multiples of 50 failed locally and the 22 other
+    # multiples of 70 were never answered: cancelled after the drain, counted, never lost (unanswered
+    # also counts the 6 of the warm-up).
+    assert result.statuses == {"committed": 1938, "error": 62}
+    assert result.causes == {"error: Overloaded": 40, "error: CancelledError": 22}
+    assert result.unanswered == 28 and result.answered == 1938
+    p = result.percentiles_ms()
+    assert p["p50"] == pytest.approx(4.0, abs=0.01) and p["max"] <= 4.0 + 1.01, p  # + at most one tick
+    assert not result.sustainable()
 
 
 def test_bad_parameters_are_refused() -> None:

@@ -38,6 +38,7 @@ from styx_py.client import (
 )
 from styx_py.client.sdk import ClientStats, decode_reply
 from styx_py.client.sdk.pending import PendingTable
+from styx_py.client.sdk.requests import encode_request
 from styx_py.core.errors import ConfigError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import (
@@ -421,15 +422,19 @@ async def test_a_request_id_reused_for_another_request_is_refused(
 async def test_the_ids_remembered_for_reuse_are_bounded() -> None:
     table = PendingTable(max_pending=10, stats=ClientStats())
     loop = asyncio.get_running_loop()
+
+    def record(rid: str, arg: str) -> bytes:
+        return encode_request(rid, "acct", "fn", "k", (arg,))
+
     for i in range(1100):
-        entry = table.add(f"r{i}", loop.create_future(), b"digest-a")
+        entry = table.add(f"r{i}", loop.create_future(), record(f"r{i}", "a"))
         entry.waiters = 1
         table.leave(f"r{i}", entry)  # given up (or timed out): remembered
     for rid in ("r76", "r1099"):
         with pytest.raises(BadRequest, match="recently sent"):
-            table.check_reuse(rid, b"digest-b")
-    table.check_reuse("r75", b"digest-b")  # forgotten: the last max(1024, 2 * max_pending) are kept
-    table.check_reuse("r1099", b"digest-a")
+            table.check_reuse(rid, record(rid, "b"))
+    table.check_reuse("r75", record("r75", "b"))  # forgotten: the last max(1024, 2 * max_pending) are kept
+    table.check_reuse("r1099", record("r1099", "a"))
 
 
 def test_reply_decoder_round_trips_results() -> None:

@@ -379,3 +379,28 @@ def test_pickle_detector_detects() -> None:
     src = b'"""never pickle"""\nx = 1  # pickle\n'
     names = {t.string for t in tokenize.tokenize(io.BytesIO(src).readline) if t.type == tokenize.NAME}
     assert "pickle" not in names
+
+
+_ARG = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(
+    args=st.lists(_ARG, max_size=4),
+    key=st.text(max_size=8) | st.integers(-(2**63), 2**63 - 1),
+    ts_ms=st.integers(0, 2**63 - 1),
+)
+def test_request_records_are_encoded_in_one_call_as_the_struct_would_be(
+    args: list[object], key: str | int, ts_ms: int
+) -> None:
+    """encode_request encodes a tuple (one encoder call): the very bytes of the Request struct."""
+    from styx_py.core.requests import encode_request
+
+    expected = wire.request_encoder.encode(
+        wire.Request("rid", "op", "fn", key, msgspec.Raw(wire.encode_value(args)), ts_ms)
+    )
+    assert encode_request("rid", "op", "fn", key, tuple(args), ts_ms) == expected
+    assert encode_request("rid", "op", "fn", key, args, ts_ms) == expected

@@ -19,7 +19,7 @@ from typing import Any
 from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
 from styx_py.client.sdk.kafka import KafkaError, open_kafka, stop_quietly
-from styx_py.client.sdk.pending import ClientStats, Pending, PendingTable, Send, fail
+from styx_py.client.sdk.pending import ClientStats, Pending, PendingTable, Send
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError, Unavailable
@@ -245,14 +245,14 @@ class StyxClient:
         self._check_usable()
         partition = self._targets.partition(operator, key, function)
         rid = request_id if request_id is not None else self._new_rid()
-        payload, fingerprint = encode_request(rid, operator, function, key, args)
-        self._pending.check_reuse(rid, fingerprint)
+        payload = encode_request(rid, operator, function, key, args)
+        self._pending.check_reuse(rid, payload)
         entry = self._pending.get(rid)
         if entry is not None:
             return rid, entry, None
         self._pending.check_room()
         # Registered before producing: the reply may be read before send() even returns.
-        new = self._pending.add(rid, asyncio.get_running_loop().create_future(), fingerprint)
+        new = self._pending.add(rid, asyncio.get_running_loop().create_future(), payload)
         return rid, new, lambda: self._produce(rid, partition, payload, new)
 
     def _check_usable(self) -> None:
@@ -275,9 +275,9 @@ class StyxClient:
             if exc is None:
                 self.stats.sent += 1
             elif isinstance(exc, KafkaError):
-                fail(entry.future, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
+                self._pending.fail(entry, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
             else:
-                fail(entry.future, StyxError(f"request {rid} was not sent: {exc!r}"), exc)
+                self._pending.fail(entry, StyxError(f"request {rid} was not sent: {exc!r}"), exc)
 
         self._lanes.add(self.ingress_topic, partition, rid.encode(), payload, on_done)
 

@@ -6,24 +6,28 @@ ignored, and so is a second reply for an id that was just answered (brokers and 
 redeliver): neither may resolve the wrong call.
 
 A request id stands for one payload: the server answers a resent id with its first reply, so reusing an
-id for a different request would silently return another request's reply. The table keeps a 16-byte
-digest of what was sent under every pending id and under the last ``max(1024, 2 * max_pending)`` ids
-that left it (answered, timed out or given up), and refuses a different payload under any of them with
+id for a different request would silently return another request's reply. The table keeps the record
+sent under every pending id and under the last ``max(1024, 2 * max_pending)`` ids that left it
+(answered, timed out or given up), and refuses a different request under any of them with
 :class:`~styx_py.core.errors.BadRequest`. Older ids are not checked (the server still answers them with
-their first reply).
+their first reply). Keeping the record costs a reference per id; comparing it (without its timestamp,
+:func:`~styx_py.client.sdk.requests.same_request`) is done only when an id is reused, so a new id
+costs no digest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from styx_py.client.sdk.requests import same_request
 from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError
 from styx_py.core.wire import Key, Reply
 
-__all__ = ["ClientStats", "Named", "Pending", "PendingTable", "Send", "fail"]
+__all__ = ["ClientStats", "Deadlines", "Listener", "Named", "Pending", "PendingTable", "Send", "fail"]
 
 Send = Callable[[], None]
 """Hands a new request to the producer (called once its entry is registered)."""
@@ -51,14 +55,116 @@ class ClientStats:
 
 
 class Pending:
-    """A request in flight: the future its reply resolves and how many callers wait on it."""
+    """A request in flight: the future its reply resolves and how many callers wait on it.
 
-    __slots__ = ("fingerprint", "future", "waiters")
+    :meth:`StyxClient.submit` callers await ``future`` (shielded); :meth:`StyxClient.submit_future`
+    callers are ``listeners``, whose own futures the table settles directly when the reply or a
+    failure comes (no callback chain through ``future``).
+    """
 
-    def __init__(self, future: asyncio.Future[Reply], fingerprint: bytes) -> None:
+    __slots__ = ("fingerprint", "future", "listeners", "rid", "waiters")
+
+    def __init__(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> None:
+        self.rid = rid
         self.future = future
-        self.fingerprint = fingerprint  # digest of the payload sent under this id
+        self.fingerprint = fingerprint  # what was sent under this id (see requests.same_request)
         self.waiters = 0
+        self.listeners: list[Listener] = []
+
+
+class Listener:
+    """One :meth:`StyxClient.submit_future` caller: its future, deadline and how a timeout names it.
+
+    It is also its future's done callback, which only ever runs when the caller cancelled the future:
+    the table removes it before settling the future itself.
+    """
+
+    __slots__ = ("deadline", "entry", "future", "named", "table", "wait_s")
+
+    def __init__(
+        self,
+        table: PendingTable,
+        entry: Pending,
+        future: asyncio.Future[Reply],
+        named: Named,
+        wait_s: float,
+        deadline: float,
+    ) -> None:
+        self.table = table
+        self.entry = entry
+        self.future = future
+        self.named = named
+        self.wait_s = wait_s
+        self.deadline = deadline
+
+    def __call__(self, _: asyncio.Future[Reply]) -> None:
+        self.table.given_up(self)
+
+
+class Deadlines:
+    """When each listener times out: one loop timer for all of them, not one per request.
+
+    Listeners are queued per ``wait_s`` in the order they came, which is also the order of their
+    deadlines (the loop's clock never goes back), so the earliest deadline is at the head of a queue.
+    One timer is armed for the earliest head; when it fires, every listener whose deadline has passed
+    expires, and the timer is re-armed for the next head, at least ``_SWEEP_S`` later so a burst of
+    expiries is handled in one sweep. A timeout is therefore reported up to ``_SWEEP_S`` (plus loop
+    lag) after its deadline, never before. Answered listeners leave their queue at once (O(1)).
+    """
+
+    def __init__(self, expire: Callable[[Listener], None]) -> None:
+        self._expire = expire
+        self._queues: dict[float, collections.OrderedDict[Listener, None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def add(self, listener: Listener, loop: asyncio.AbstractEventLoop) -> None:
+        queue = self._queues.get(listener.wait_s)
+        if queue is None:
+            queue = self._queues[listener.wait_s] = collections.OrderedDict()
+        queue[listener] = None
+        if listener.deadline < self._timer_at:
+            self._arm(loop, listener.deadline)
+
+    def discard(self, listener: Listener) -> None:
+        queue = self._queues.get(listener.wait_s)
+        if queue is not None:
+            queue.pop(listener, None)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = None, math.inf
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._sweep, loop)
+        self._timer_at = when
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer, self._timer_at = None, math.inf
+        now = loop.time()
+        due: list[Listener] = []
+        earliest = math.inf
+        for wait_s, queue in list(self._queues.items()):
+            while queue:
+                head = next(iter(queue))
+                if head.deadline > now:
+                    earliest = min(earliest, head.deadline)
+                    break
+                queue.popitem(last=False)
+                due.append(head)
+            if not queue:
+                del self._queues[wait_s]
+        if earliest < math.inf:
+            self._arm(loop, max(earliest, now + _SWEEP_S))
+        for listener in due:
+            self._expire(listener)
+
+
+# How often at most the deadline timer fires while requests are due (so how late a timeout may be).
+_SWEEP_S = 0.01
 
 
 class PendingTable:
@@ -72,8 +178,9 @@ class PendingTable:
         # because redeliveries arrive close to the original and the table must not grow forever.
         self._answered: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._answered_cap = max(1024, 2 * max_pending)
-        # Payload digests of ids that left the table (module docstring), bounded the same way.
+        # What was sent under the ids that left the table (module docstring), bounded the same way.
         self._recent: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._deadlines = Deadlines(self._timed_out)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -82,10 +189,12 @@ class PendingTable:
         return self._entries.get(rid)
 
     def check_reuse(self, rid: str, fingerprint: bytes) -> None:
-        """Raise :class:`BadRequest` when ``rid`` is pending or was recently sent for another payload."""
+        """Raise :class:`BadRequest` when ``rid`` is pending or was recently sent for another payload.
+
+        Two dict look-ups for a new id; the records are compared only when the id is reused."""
         entry = self._entries.get(rid)
         sent = entry.fingerprint if entry is not None else self._recent.get(rid)
-        if sent is not None and sent != fingerprint:
+        if sent is not None and not same_request(sent, fingerprint):
             state = "is in flight" if entry is not None else "was recently sent"
             raise BadRequest(
                 f"request id {rid!r} {state} with a different request; a request id stands for one "
@@ -99,7 +208,7 @@ class PendingTable:
 
     def add(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> Pending:
         """Register ``rid`` (not in flight yet): before it is produced, as its reply may come at once."""
-        entry = self._entries[rid] = Pending(future, fingerprint)
+        entry = self._entries[rid] = Pending(rid, future, fingerprint)
         return entry
 
     def _remember(self, rid: str, entry: Pending) -> None:
@@ -129,55 +238,73 @@ class PendingTable:
     def future(
         self, rid: str, entry: Pending, send: Send | None, wait_s: float, named: Named
     ) -> asyncio.Future[Reply]:
-        """:meth:`wait` without a coroutine: a future of the reply, failed by a timer on timeout.
+        """:meth:`wait` without a coroutine: a future of the reply, failed with :class:`RequestTimeout`
+        by the shared deadline timer (:class:`Deadlines`) on timeout.
 
-        No task, timeout context or shield per request; cancelling the future gives up on the reply.
+        No task, timeout context, shield or timer per request, and no callback runs when the reply
+        comes: :meth:`resolve` settles the future directly. Cancelling it gives up on the reply.
         """
         loop = asyncio.get_running_loop()
         mine: asyncio.Future[Reply] = loop.create_future()
+        listener = Listener(self, entry, mine, named, wait_s, loop.time() + wait_s)
         entry.waiters += 1
-
-        def expire() -> None:
-            if not mine.done():
-                self.stats.timeouts += 1
-                mine.set_exception(RequestTimeout(_timeout_message(named, wait_s)))
-
-        timer = loop.call_at(loop.time() + wait_s, expire)
-
-        def settle(done: asyncio.Future[Reply]) -> None:
-            # The entry's outcome (reply or failure) becomes ours, unless we timed out or gave up.
-            if not mine.done():
-                if done.cancelled():
-                    mine.cancel()
-                elif (exc := done.exception()) is not None:
-                    mine.set_exception(exc)
-                else:
-                    mine.set_result(done.result())
-
-        def leave(_: asyncio.Future[Reply]) -> None:
-            timer.cancel()
-            entry.future.remove_done_callback(settle)
-            self.leave(rid, entry)
-
-        entry.future.add_done_callback(settle)
-        mine.add_done_callback(leave)
+        entry.listeners.append(listener)
+        self._deadlines.add(listener, loop)
+        mine.add_done_callback(listener)  # runs only if the caller cancels (Listener docstring)
         if send is not None:
             send()
         return mine
+
+    def given_up(self, listener: Listener) -> None:
+        """A listener's future was cancelled by its caller: it waits no more."""
+        self._deadlines.discard(listener)
+        entry = listener.entry
+        entry.listeners.remove(listener)
+        self.leave(entry.rid, entry)
+
+    def _timed_out(self, listener: Listener) -> None:
+        """A listener's deadline passed (it already left the deadline queue)."""
+        mine = listener.future
+        mine.remove_done_callback(listener)
+        entry = listener.entry
+        entry.listeners.remove(listener)
+        if not mine.done():
+            self.stats.timeouts += 1
+            mine.set_exception(RequestTimeout(_timeout_message(listener.named, listener.wait_s)))
+        self.leave(entry.rid, entry)
+
+    def _settle(self, entry: Pending, reply: Reply | None, error: BaseException | None) -> None:
+        """Hand the reply (or the failure) to every listener of ``entry``; they all stop waiting."""
+        for listener in entry.listeners:
+            mine = listener.future
+            mine.remove_done_callback(listener)
+            self._deadlines.discard(listener)
+            if not mine.done():  # else cancelled, its callback not run yet: counted out here instead
+                if error is None:
+                    mine.set_result(reply)  # type: ignore[arg-type]
+                else:
+                    mine.set_exception(error)
+            entry.waiters -= 1
+        entry.listeners.clear()
+        if entry.waiters == 0:
+            self._release(entry.rid, entry)
 
     def leave(self, rid: str, entry: Pending) -> None:
         """One waiter of ``entry`` is done; the last one takes the entry out of the table."""
         entry.waiters -= 1
         if entry.waiters == 0:
-            if self._entries.get(rid) is entry:
-                del self._entries[rid]
-                self._remember(rid, entry)
-            if not entry.future.done():
-                entry.future.cancel()
-            elif not entry.future.cancelled():
-                # Mark a failure as observed (it was raised to a waiter, or the send failed before
-                # anyone awaited): no "exception was never retrieved" noise at GC.
-                entry.future.exception()
+            self._release(rid, entry)
+
+    def _release(self, rid: str, entry: Pending) -> None:
+        if self._entries.get(rid) is entry:
+            del self._entries[rid]
+            self._remember(rid, entry)
+        if not entry.future.done():
+            entry.future.cancel()
+        elif not entry.future.cancelled():
+            # Mark a failure as observed (it was raised to a waiter, or the send failed before
+            # anyone awaited): no "exception was never retrieved" noise at GC.
+            entry.future.exception()
 
     def resolve(self, reply: Reply) -> None:
         """Hand ``reply`` to the request waiting for it; count it as a duplicate or a stranger if none."""
@@ -196,11 +323,22 @@ class PendingTable:
         self._answered[rid] = None
         if len(self._answered) > self._answered_cap:
             self._answered.popitem(last=False)
+        if entry.listeners:
+            self._settle(entry, reply, None)
+
+    def fail(self, entry: Pending, error: StyxError, cause: BaseException | None) -> None:
+        """Fail ``entry`` (unless it is settled already): its send failed, or the client stops."""
+        if entry.future.done():
+            return
+        fail(entry.future, error, cause)
+        if entry.listeners:
+            self._settle(entry, None, error)
 
     def fail_all(self, error: StyxError) -> None:
         """Fail every pending request with ``error`` (the client closed or its reader died)."""
-        for entry in self._entries.values():
-            fail(entry.future, error, error.__cause__)
+        for entry in list(self._entries.values()):
+            self.fail(entry, error, error.__cause__)
+        self._deadlines.stop()
 
 
 def _timeout_message(named: Named, wait_s: float) -> str:

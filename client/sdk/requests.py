@@ -9,7 +9,6 @@ checks in the same order as the workers apply them to every ingress record.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -17,9 +16,9 @@ from typing import Any
 from styx_py.core.errors import BadRequest, ConfigError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
-from styx_py.core.wire import Key, encode_value
+from styx_py.core.wire import Key, encode_value, request_decoder
 
-__all__ = ["Targets", "encode_request"]
+__all__ = ["Targets", "encode_request", "same_request"]
 
 
 class Targets:
@@ -62,13 +61,21 @@ class Targets:
         return partition_of(key, partitions)
 
 
-def encode_request(
-    rid: str, operator: str, function: str, key: Key, args: tuple[Any, ...]
-) -> tuple[bytes, bytes]:
-    """The ingress record of one request, stamped with the wall-clock time in ms, and its fingerprint:
-    a digest of everything but the timestamp, which a reused request id must match."""
-    ts_ms = time.time_ns() // 1_000_000
-    record = checked_request(rid, operator, function, key, args, ts_ms)
+def encode_request(rid: str, operator: str, function: str, key: Key, args: tuple[Any, ...]) -> bytes:
+    """The ingress record of one request, stamped with the wall-clock time in ms."""
+    return checked_request(rid, operator, function, key, args, time.time_ns() // 1_000_000)
+
+
+def same_request(sent: bytes, record: bytes) -> bool:
+    """Whether two records of :func:`encode_request` carry the same request (all but the timestamp).
+
+    Only called when a request id is reused, so the decoding is no cost per request."""
+    if sent == record:
+        return True
+    return _without_timestamp(sent) == _without_timestamp(record)
+
+
+def _without_timestamp(record: bytes) -> bytes:
     # The timestamp is the record's last field; msgpack encodes the same int the same way.
-    payload = record[: len(record) - len(encode_value(ts_ms))]
-    return record, hashlib.blake2b(payload, digest_size=16).digest()
+    ts_ms = request_decoder.decode(record).ts_ms
+    return record[: len(record) - len(encode_value(ts_ms))]
