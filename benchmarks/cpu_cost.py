@@ -4,7 +4,8 @@
 
 Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers), loads YCSB-T, runs
 transfers at ``--rate`` and reads each process's CPU time (user + system, from /proc) before and
-after: microseconds of CPU per answered transaction, per process, and the share of a core each used.
+after: microseconds of CPU per answered transaction, per process, the share of a core each used, and
+its read and write system calls per transaction (`/proc/PID/io`).
 CPU time is what bounds throughput on a small machine, and unlike latency it barely moves when other
 work shares the machine, so it is the number to compare when optimising.
 """
@@ -31,9 +32,20 @@ from styx_py.stack.local import LocalStack
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
+
+
+def syscalls(pid: int) -> tuple[int, int]:
+    """(read, write) system calls so far (``/proc/PID/io``: socket sends and receives included)."""
+    counts = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(counts["syscr"]), int(counts["syscw"])
 
 
 async def measure(
@@ -45,22 +57,31 @@ async def measure(
         await workload.load(client, progress=lambda _: None)
         sender = SdkSender(client, 60)
         await run_open_loop(workload, sender, rate=rate, duration_s=1, warmup_s=0, progress=None)
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        before = {name: cpu_times(pid) for name, pid in pids.items()}
+        calls_before = {name: syscalls(pid) for name, pid in pids.items()}
         result = await run_open_loop(
             workload, sender, rate=rate, duration_s=seconds, warmup_s=0, progress=None
         )
-        after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        after = {name: cpu_times(pid) for name, pid in pids.items()}
+        calls_after = {name: syscalls(pid) for name, pid in pids.items()}
     p = result.percentiles_ms()
     print(
         f"YCSB-T at {rate:g}/s for {seconds:g} s: {result.answered} answered, {result.throughput:.0f}/s, "
         f"p50 {p['p50']:.1f} ms, p99 {p['p99']:.1f} ms"
     )
     total = 0.0
+    answered = max(1, result.answered)
     for name in pids:
-        used = after[name] - before[name]
-        per_txn = used / max(1, result.answered) * 1e6
+        user, system = (a - b for a, b in zip(after[name], before[name], strict=True))
+        used = user + system
+        per_txn = used / answered * 1e6
         total += per_txn
-        print(f"  {name:<12} {per_txn:6.0f} µs/txn  {used / seconds * 100:4.0f} % of a core")
+        reads, writes = (a - b for a, b in zip(calls_after[name], calls_before[name], strict=True))
+        print(
+            f"  {name:<12} {per_txn:6.0f} µs/txn (sys {system / answered * 1e6:4.0f})  "
+            f"{used / seconds * 100:4.0f} % of a core  "
+            f"{reads / answered:5.2f} reads/txn  {writes / answered:5.2f} writes/txn"
+        )
     print(f"  {'total':<12} {total:6.0f} µs/txn  (2 cores = {2e6 / total:,.0f} txn/s at 100 % CPU)")
 
 
