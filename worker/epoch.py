@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from fractions import Fraction
 from typing import Any
 
 import msgspec
@@ -49,7 +48,7 @@ from styx_py.core.wire import (
     Vote,
 )
 from styx_py.worker import fallback, snapshot
-from styx_py.worker.ackshare import from_wire
+from styx_py.worker.ackshare import Share, from_wire
 from styx_py.worker.batch import BatchFormer
 from styx_py.worker.commit import commit_lock_free, reply_for
 from styx_py.worker.conflicts import EntityKey, find_conflicts
@@ -109,7 +108,7 @@ class EpochDriver:
     def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
         self.router.send_result(inv, status, value)
 
-    def send_ack(self, inv: Invoke, own: Fraction, status: Status, error: str, value: msgspec.Raw) -> None:
+    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
         self.router.send_ack(inv, own, status, error, value)
 
     # ---- messages ----------------------------------------------------------------------------------
