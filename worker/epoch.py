@@ -20,6 +20,7 @@ The leaves compute and return values; this module decides what happens next.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -55,6 +56,7 @@ from styx_py.worker.conflicts import EntityKey, find_conflicts
 from styx_py.worker.executor import run_invocation
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.routing import Router, RoutingTable
+from styx_py.worker.runner import InvocationRunner
 from styx_py.worker.snapshot import Snapshotter
 from styx_py.worker.state import StateStore
 from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, Tally, root_invoke
@@ -86,6 +88,8 @@ class EpochDriver:
         self.seqlog = seqlog
         self.snapshots = snapshots
         self.spawn = spawn
+        # Invocations run without a task of their own unless they wait (runner.py).
+        self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn)
         self.store = StateStore()
         self.current_graph: Graph | None = None
         self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
@@ -137,6 +141,7 @@ class EpochDriver:
     def reset(self, gen: int) -> None:
         """A recovery: every epoch in flight is forgotten; the new generation starts."""
         self.epochs.clear()
+        self.runs.clear()
         self.gen = gen
 
     def epoch_state(self, epoch: int) -> EpochState | None:
@@ -199,7 +204,7 @@ class EpochDriver:
         return False
 
     def _run(self, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
-        self.spawn(run_invocation(self, es, inv, cached))
+        self.runs.start(es, inv, cached)
 
     # ---- phase 1: sequencing and optimistic execution --------------------------------------------
     def on_epoch_start(self, msg: EpochStart) -> None:

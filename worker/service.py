@@ -285,6 +285,7 @@ class Worker:
             log.critical("%s: %s", self.node_id, reason)
         self.halted = reason
         self.replies.stopped = True
+        self.driver.runs.clear()
         for task in list(self.inflight):  # epoch messages are dropped from now on (on_message)
             task.cancel()
 
