@@ -152,3 +152,32 @@ async def test_clear_drops_what_has_not_started() -> None:
         runner.start(EpochState(1, 0), invoke(2), None)
         await settle()
     assert ran == [2]
+
+
+async def test_a_closed_runner_runs_nothing_and_a_refused_spawn_leaves_no_unawaited_coroutine() -> None:
+    loop = asyncio.get_running_loop()
+    slot: asyncio.Future[None] = loop.create_future()
+    ran: list[int] = []
+
+    async def run(es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
+        ran.append(inv.tid)
+        await slot
+
+    def refuse(coro: Coroutine[Any, Any, None]) -> None:
+        raise RuntimeError("the task group is shutting down")
+
+    runner = InvocationRunner(run, refuse)
+    runner.start(EpochState(1, 0), invoke(1), None)
+    runner.start(EpochState(1, 0), invoke(2), None)
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert ran == [1], "after the refusal the runner is closed"
+    assert [type(e["exception"]) for e in errors] == [RuntimeError], "not swallowed"
+    assert runner.closed
+    runner.start(EpochState(1, 0), invoke(3), None)
+    await asyncio.sleep(0)
+    assert ran == [1]

@@ -45,9 +45,12 @@ class InvocationRunner:
         self.spawn = spawn
         self.ready: deque[Run] = deque()
         self.scheduled = False
+        self.closed = False
 
     def start(self, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
         """Run ``inv`` soon (in a later loop callback, as a new task's first step would)."""
+        if self.closed:
+            return  # the worker stopped: its task would have been cancelled before it ran
         self.ready.append((es, inv, cached))
         if not self.scheduled:
             self.scheduled = True
@@ -55,6 +58,11 @@ class InvocationRunner:
 
     def clear(self) -> None:
         """Recovery or a halt: invocations that have not started never will."""
+        self.ready.clear()
+
+    def close(self) -> None:
+        """The worker's task group is ending: nothing queued or started later runs."""
+        self.closed = True
         self.ready.clear()
 
     def _drain(self) -> None:
@@ -67,12 +75,24 @@ class InvocationRunner:
                 except StopIteration:
                     continue  # the common case: done in one step, no task
                 except BaseException as exc:  # noqa: BLE001 - not swallowed: re-raised in the task group
-                    ready.clear()
-                    self.spawn(_raise(exc))
+                    self.ready.clear()
+                    self._spawn(_raise(exc))
                     return
-                self.spawn(_resume(coro, waiting_for))
+                self._spawn(_resume(coro, waiting_for), coro)
         finally:
             self.scheduled = False
+
+    def _spawn(self, task_body: Coroutine[Any, Any, None], *started: Coroutine[Any, Any, None]) -> None:
+        try:
+            self.spawn(task_body)
+        except BaseException:
+            # The task group is already shutting down (it refuses new tasks): like the tasks it
+            # cancels, nothing more runs here. Closed, the coroutines raise no "never awaited".
+            task_body.close()
+            for coro in started:
+                coro.close()
+            self.close()
+            raise
 
 
 async def _raise(exc: BaseException) -> None:
