@@ -1,7 +1,7 @@
-"""The epoch barrier: collect one message per worker for a stage, then combine them (pure).
+"""The epoch barrier: collect one message per worker for a stage (pure).
 
-Per epoch the coordinator runs three stages: ExecDone (union of logic aborts, max sequencer
-counter), Vote (union of conflicts => the fallback set) and EpochDone (pending work, counts).
+Per epoch the coordinator collects every worker's ExecDone, Vote, [Revote] and EpochDone; what they
+add up to is :mod:`styx_py.core.barrier`, which the workers compute too.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 from styx_py.core.wire import EpochDone, ExecDone, Revote, Vote
+
+__all__ = ["Stage"]
 
 M = TypeVar("M", ExecDone, Vote, Revote, EpochDone)
 
@@ -38,21 +40,3 @@ class Stage(Generic[M]):
 
     def messages(self) -> list[M]:
         return [self.got[n] for n in sorted(self.got)]
-
-
-def combine_exec(msgs: list[ExecDone]) -> tuple[list[int], int]:
-    aborted = sorted({t for m in msgs for t in m.aborted})
-    return aborted, max((m.lc for m in msgs), default=0)
-
-
-def combine_votes(msgs: list[Vote]) -> tuple[list[int], list[int]]:
-    """(the fallback: every conflict, the serial ones: every transaction that invoked one entity
-    twice on some worker); the two are disjoint."""
-    serial = {t for m in msgs for t in m.serial}
-    fallback = sorted({t for m in msgs for t in m.conflicts} - serial)
-    return fallback, sorted(serial)
-
-
-def combine_revotes(msgs: list[Revote], serial: list[int]) -> list[int]:
-    """The fallback after a recheck: every conflict left once the serial ones' writes are out."""
-    return sorted({t for m in msgs for t in m.conflicts} - set(serial))

@@ -1,11 +1,15 @@
-"""The epoch loop: drive every epoch through the three barrier stages.
+"""The epoch loop: start every epoch and follow it through the barrier stages.
 
-Per epoch the coordinator broadcasts ``EpochStart``, waits for every worker's ``ExecDone`` (and
-broadcasts the union of logic aborts), every ``Vote`` (and broadcasts one ``Decision``: the fallback
-set, and whether the epoch snapshots), then every ``EpochDone``. It never touches transaction data.
+Per epoch the coordinator broadcasts ``EpochStart`` (with whether the epoch snapshots), then collects
+every worker's ``ExecDone``, ``Vote`` [``Revote``] and ``EpochDone``. It does not announce decisions:
+workers send their reports to each other too and each decides from the same set
+(:mod:`styx_py.core.barrier`), so replies leave one hop after the last vote. The coordinator counts an
+epoch decided once it holds every vote itself (recovery replays up to there, and up to the last epoch
+every worker logged, which covers an epoch some worker decided before the coordinator heard all votes).
 Epochs run back to back while any worker has pending work, spaced by at least ``epoch_interval_ms``;
-an idle cluster waits for a ``WorkAvailable`` instead of spinning. A stage that does not complete
-within ``epoch_timeout_ms`` (a lost message, a wedged worker) is a stall: a recovery takes over.
+under load the next epoch starts as soon as this one is decided (workers hold it until they finished
+this one); an idle cluster waits for a ``WorkAvailable`` instead of spinning. A stage that does not
+complete within ``epoch_timeout_ms`` (a lost message, a wedged worker) is a stall: a recovery takes over.
 """
 
 from __future__ import annotations
@@ -15,20 +19,36 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from styx_py.coordinator.barrier import Stage, combine_exec, combine_revotes, combine_votes
+from styx_py.coordinator.barrier import Stage
 from styx_py.coordinator.cluster import Cluster
 from styx_py.coordinator.metrics import CoordinatorMetrics
 from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.status import Throughput
 from styx_py.coordinator.tasks import Tasks
+from styx_py.core.barrier import combine_exec, combine_votes
 from styx_py.core.ports import Clock
-from styx_py.core.wire import AllExecDone, Decision, EpochDone, EpochStart, ExecDone, Recheck, Revote, Vote
+from styx_py.core.wire import EpochDone, EpochStart, ExecDone, Revote, Vote
 
 __all__ = ["EpochLoop"]
 
 log = logging.getLogger("styx.coordinator")
+
+
+@dataclass
+class EpochRun:
+    """The stages of one started epoch, all open from its start (workers report to each other and
+    to the coordinator as soon as they can, in any order)."""
+
+    epoch: int
+    replay: bool
+    executed: Stage[ExecDone]
+    voted: Stage[Vote]
+    revoted: Stage[Revote]
+    done: Stage[EpochDone]
+    started_at: float
 
 
 class EpochLoop:
@@ -49,9 +69,9 @@ class EpochLoop:
         self.on_stall = on_stall  # starts a recovery, which stops this loop
         self.epoch = 0  # the next epoch to run
         self.lc = 0  # the sequencer counter after the last epoch
-        self.last_decided = -1  # the last epoch whose Decision went out (a recovery replays up to it)
+        self.last_decided = -1  # the last epoch whose every vote reached the coordinator
         self.stalls = 0
-        self.pipelined = 0  # epochs started together with the previous epoch's Decision
+        self.pipelined = 0  # epochs started as soon as the previous one was decided
         # Open stages with the event set once each is complete: at most two (an epoch's EpochDone and
         # the next epoch's ExecDone, when that one was started early).
         self.stages: dict[Stage[Any], asyncio.Event] = {}
@@ -73,52 +93,49 @@ class EpochLoop:
         if msg.gen != self.cluster.gen:
             return  # from a generation a recovery ended
         for stage, done in self.stages.items():
-            if stage.add(msg):
+            if stage.add(msg) and not done.is_set():
                 done.set()
+                if isinstance(msg, ExecDone):
+                    # Synchronously: before any part of the epoch's snapshot can arrive.
+                    self.snapshots.executed(stage.epoch, combine_exec(stage.messages())[1])
 
     async def _run(self, replay_until: int, on_replayed: Callable[[], None] | None) -> None:
-        """Run epochs back to back; epochs up to ``replay_until`` re-run their logged composition.
-
-        An epoch with work waiting starts together with the previous epoch's Decision (workers hold
-        it until they finished the previous one): the EpochDone → EpochStart round trip leaves the
-        path of every epoch under load.
-        """
+        """Run epochs back to back; epochs up to ``replay_until`` re-run their logged composition."""
         await self.cluster.deployed.wait()
         interval_s = self.cluster.config.epoch_interval_ms / 1000
         last_start = -math.inf
         gen = self.cluster.gen
-        started: Stage[ExecDone] | None = None  # the next epoch, if it was started early
+        started: EpochRun | None = None  # the next epoch, if it was started early
         while True:
             if gen != self.cluster.gen:
                 return  # a recovery began: this loop belongs to a generation that is over
             e = self.epoch
-            replay = e <= replay_until
             self.idle.clear()
             if started is None:
                 self.work.clear()
-                if interval_s > 0 and not replay:
+                if interval_s > 0 and e > replay_until:
                     wait = last_start + interval_s - self.clock.now()
                     if wait > 0:
                         await self.clock.sleep(wait)
                     if gen != self.cluster.gen:
                         return
                 last_start = self.clock.now()
-                started = self._open(e, ExecDone)
-                self.cluster.broadcast(EpochStart(e, self.lc, replay, gen))
+                started = self._start(e, e <= replay_until)
 
-            def early(executed: list[ExecDone], e: int = e) -> bool:
-                """Start the next epoch with this one's Decision: work waits and no replay or pacing
-                stands in the way."""
+            def early(executed: list[ExecDone], e: int = e) -> EpochRun | None:
+                """Start the next epoch now that this one is decided, if work waits and no replay or
+                pacing stands in the way."""
                 nonlocal last_start
                 if e + 1 <= replay_until or self.clock.now() < last_start + interval_s:
-                    return False
+                    return None
                 if not self.work.is_set() and sum(x.pending for x in executed) == 0:
-                    return False
+                    return None
                 last_start = self.clock.now()
                 self.work.clear()
-                return True
+                self.pipelined += 1
+                return self._start(e + 1, False)
 
-            done, started = await self._epoch(e, replay, started, early)
+            done, started = await self._epoch(started, early)
             self.epoch = e + 1
             if e == replay_until and on_replayed is not None:
                 on_replayed()
@@ -127,41 +144,42 @@ class EpochLoop:
                 self.idle.set()
                 await self.work.wait()
 
+    def _start(self, e: int, replay: bool) -> EpochRun:
+        """Open every stage of epoch ``e``, then broadcast its start."""
+        snapshot = not replay and self.snapshots.begin(e)
+        run = EpochRun(
+            e,
+            replay,
+            self._open(e, ExecDone),
+            self._open(e, Vote),
+            self._open(e, Revote),
+            self._open(e, EpochDone),
+            time.perf_counter(),
+        )
+        self.cluster.broadcast(EpochStart(e, self.lc, replay, snapshot, self.cluster.gen))
+        return run
+
     async def _epoch(
-        self,
-        e: int,
-        replay: bool,
-        executing: Stage[ExecDone],
-        early: Callable[[list[ExecDone]], bool],
-    ) -> tuple[list[EpochDone], Stage[ExecDone] | None]:
-        """One epoch through the barrier, from its started ExecDone stage: every worker's
-        ``EpochDone``, and the next epoch's ExecDone stage if it was started with the Decision."""
-        gen = self.cluster.gen
-        t_start = time.perf_counter()
-        executed: list[ExecDone] = await self._gather(executing)
-        aborted, self.lc = combine_exec(executed)
+        self, run: EpochRun, early: Callable[[list[ExecDone]], EpochRun | None]
+    ) -> tuple[list[EpochDone], EpochRun | None]:
+        """Follow one started epoch to its end: every worker's ``EpochDone``, and the next epoch if it
+        was started as soon as this one was decided."""
+        e = run.epoch
+        executed: list[ExecDone] = await self._gather(run.executed)
+        self.lc = combine_exec(executed)[1]
         t_executed = time.perf_counter()
-        stage = self._open(e, Vote)
-        self.cluster.broadcast(AllExecDone(e, aborted, gen))
-        fallback, serial = combine_votes(await self._gather(stage))
+        fallback, serial = combine_votes(await self._gather(run.voted))
         if serial:
-            # Their optimistic writes may depend on the order their branches arrived in: decide
-            # everyone else's conflicts without them (an extra round, only in such epochs).
-            stage = self._open(e, Revote)
-            self.cluster.broadcast(Recheck(e, serial, gen))
-            fallback = combine_revotes(await self._gather(stage), serial)
-        t_voted = time.perf_counter()
-        finishing = self._open(e, EpochDone)
-        snapshot = not replay and self.snapshots.begin(e, self.lc)
-        self.cluster.broadcast(Decision(e, fallback, serial, snapshot, gen))
+            # Every worker votes again without the serial transactions' writes (an extra round, only in
+            # epochs that have some); the decision is made from these.
+            await self._gather(run.revoted)
+        else:
+            self.stages.pop(run.revoted, None)
         self.last_decided = e
-        following: Stage[ExecDone] | None = None
-        if early(executed):
-            following = self._open(e + 1, ExecDone)
-            self.cluster.broadcast(EpochStart(e + 1, self.lc, False, gen))
-            self.pipelined += 1
-        done: list[EpochDone] = await self._gather(finishing)
-        self.metrics.epoch(t_start, t_executed, t_voted, time.perf_counter(), done)
+        t_voted = time.perf_counter()
+        following = early(executed)
+        done: list[EpochDone] = await self._gather(run.done)
+        self.metrics.epoch(run.started_at, t_executed, t_voted, time.perf_counter(), done)
         self.throughput.record(self.clock.now(), done, len(fallback) + len(serial))
         return done, following
 

@@ -72,7 +72,7 @@ class CoordinatorMetrics:
         self.pending = 0  # requests waiting on the workers after the last epoch (ingress + rescheduled)
         self.snapshot_duration = Histogram(
             "styx_coordinator_snapshot_duration_seconds",
-            "a snapshot from its Decision to its manifest written and compaction done "
+            "a snapshot from its epoch's start to its manifest written and compaction done "
             "(the next snapshot waits for both)",
             buckets=SLOW_BUCKETS_S,
             registry=r,
@@ -130,7 +130,7 @@ class _Collector(Collector):
         yield histogram_family(
             "styx_coordinator_epoch_phase_duration_seconds",
             "epoch barrier stages: execute (EpochStart to every ExecDone), conflicts (to every Vote), "
-            "commit (Decision to every EpochDone: lock-free commit, replies and the fallback phase)",
+            "commit (every Vote to every EpochDone: lock-free commit, replies and the fallback phase)",
             "phase",
             m.phases,
         )

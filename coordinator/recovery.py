@@ -31,7 +31,7 @@ from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.tasks import Tasks
 from styx_py.core.graph import load_graph
 from styx_py.core.ports import Clock, LogReader
-from styx_py.core.wire import Recover, RecoverDone
+from styx_py.core.wire import Manifest, Recover, RecoverDone
 
 __all__ = ["MAX_RECOVERY_BACKOFF_S", "MAX_TIMEOUT_FACTOR", "RESTORE_TIMEOUT_FACTOR", "Recovery"]
 
@@ -123,8 +123,15 @@ class Recovery:
         """One attempt; the reason it failed, or None."""
         c, snapshots = self.cluster, self.snapshots
         assert snapshots.manifest is not None
-        # A failure during a replay must not shorten it: epochs decided before are still replayed.
-        self.replay_until = replay_until = max(self.replay_until, self.epochs.last_decided)
+        # Workers decide from each other's votes, so one may have decided (and replied) an epoch whose
+        # votes did not all reach this coordinator: every epoch that every worker logged is replayed
+        # (a worker votes only once its entry is durable). A failure during a replay must not shorten
+        # it: epochs decided before are still replayed.
+        try:
+            logged = await self._last_logged(snapshots.manifest)
+        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+            return f"reading the sequencer log failed: {type(exc).__name__}: {exc}"
+        self.replay_until = replay_until = max(self.replay_until, self.epochs.last_decided, logged)
         # Generation ``gen`` runs the epochs after the last decided one; a partially logged epoch of
         # the dead generation keeps its old generation number and is never replayed.
         snapshots.manifest = m = with_generation(snapshots.manifest, replay_until + 1, c.gen)
@@ -169,6 +176,13 @@ class Recovery:
         self.epochs.lc = m.lc
         c.state = "running"
         return None
+
+    async def _last_logged(self, m: Manifest) -> int:
+        """The last epoch after snapshot ``m`` that every worker logged in the generation that ran it."""
+        if self.logs is None:
+            return -1
+        entries = await self.logs.seqlog(m.seqlog_offset if m.epoch >= 0 else 0)
+        return last_complete_epoch(entries, m, len(self.cluster.workers))
 
     def timeout_s(self) -> float:
         """How long the next attempt waits for every worker's answer (module docstring)."""

@@ -28,7 +28,7 @@ log = logging.getLogger("styx.coordinator")
 
 @dataclass
 class _Pending:
-    """A snapshot whose Decision went out: its parts arrive as workers finish uploading."""
+    """A snapshot whose epoch started: its parts arrive as workers finish uploading."""
 
     lc: int  # the sequencer counter after its epoch
     parts: dict[str, SnapshotDone] = field(default_factory=dict)
@@ -64,13 +64,20 @@ class Snapshotter:
             return epoch % every == every - 1
         return self.clock.now() - self.last_at >= self.cluster.config.snapshot_interval_s
 
-    def begin(self, epoch: int, lc: int) -> bool:
-        """Whether ``epoch``'s Decision asks for a snapshot (and if so, wait for its parts)."""
+    def begin(self, epoch: int) -> bool:
+        """Whether ``epoch`` (about to start) takes a snapshot (and if so, wait for its parts)."""
         if not self._due(epoch):
             return False
-        self.pending[epoch] = _Pending(lc)
+        self.pending[epoch] = _Pending(-1)
         self.last_at = self.clock.now()
         return True
+
+    def executed(self, epoch: int, lc: int) -> None:
+        """Every worker executed ``epoch``: its sequencer counter, which its manifest records (told as
+        the last ExecDone arrives, before any worker can finish the epoch and send a part)."""
+        pending = self.pending.get(epoch)
+        if pending is not None:
+            pending.lc = lc
 
     def abandon(self) -> None:
         """A new generation: the snapshots in progress are never completed."""
@@ -91,6 +98,12 @@ class Snapshotter:
             return  # a recovery started since: the snapshot is abandoned (its deltas are rebuilt)
         parts = pending.parts
         ok = all(p.ok for p in parts.values())
+        if ok and pending.lc < 0:
+            # Workers decide from each other's reports: they finished the epoch although an ExecDone
+            # never reached this coordinator (that stage stalls, and a recovery follows). Without the
+            # epoch's sequencer counter the manifest cannot be written: the snapshot fails, and the
+            # next one carries its deltas.
+            ok = False
         if ok:
             assert self.blobs is not None and self.manifest is not None
             seqlog_offset = min(p.seqlog_offset for p in parts.values())
@@ -112,7 +125,9 @@ class Snapshotter:
                 await self._compact(manifest, gen)
         else:
             self.failed += 1
-            errors = "; ".join(f"{n}: {p.error}" for n, p in sorted(parts.items()) if not p.ok)
+            errors = "; ".join(f"{n}: {p.error}" for n, p in sorted(parts.items()) if not p.ok) or (
+                "the coordinator did not hear every ExecDone of the epoch"
+            )
             log.warning("snapshot %d failed: %s", epoch, errors)
         self.metrics.snapshot(ok, self.clock.now() - self.last_at)
         self.pending.pop(epoch, None)

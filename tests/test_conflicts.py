@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.coordinator.barrier import combine_votes
+from styx_py.core.barrier import combine_votes
 from styx_py.core.wire import Vote
 from styx_py.worker.conflicts import EntityKey, find_conflicts, write_minima
 

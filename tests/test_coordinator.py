@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.coordinator.barrier import Stage, combine_exec, combine_revotes, combine_votes
+from styx_py.coordinator.barrier import Stage
 from styx_py.coordinator.membership import Membership
 from styx_py.coordinator.placement import place
 from styx_py.coordinator.server import Coordinator
 from styx_py.coordinator.status import WINDOW_S, Throughput
+from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes
 from styx_py.core.config import load_config
 from styx_py.core.errors import GraphError
 from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Register, Revote, Vote

@@ -157,7 +157,7 @@ async def test_lost_messages_stall_an_epoch_and_recovery_repairs_it(seed: int) -
     assert c.network.dropped >= 1
 
 
-@pytest.mark.parametrize("lost", ["Decision", "Ack", "ExecDone", "Final", "Invoke"])
+@pytest.mark.parametrize("lost", ["EpochStart", "Vote", "Ack", "ExecDone", "Final", "Invoke"])
 async def test_a_lost_protocol_message_is_repaired(lost: str) -> None:
     import styx_py.core.wire as wire
 

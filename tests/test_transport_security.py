@@ -236,7 +236,8 @@ async def test_frames_of_the_wrong_channel_or_garbage_close_only_their_connectio
         port = coordinator.transport.port
         good_reader, good = await authenticated(port, "w2")
         cases = {
-            "wrong_channel": encode_frame(Batch("w1", [EpochStart(1, 0, False, 0)])),  # coordinator → worker
+            # coordinator → worker
+            "wrong_channel": encode_frame(Batch("w1", [EpochStart(1, 0, False, False, 0)])),
             "undecodable": struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1",
             "spoofed_source": register("w9"),  # authenticated as w1, claims w9
             "oversized_frame": struct.pack(">I", MAX_FRAME_BYTES + 1),
@@ -495,7 +496,7 @@ def test_a_raising_handler_ends_the_worker_process(kafka: Any, tmp_path: Path) -
             )
             coordinator.send("w1", view)
             coordinator.send(
-                "w1", EpochStart(epoch=1, lc=0, replay=False, gen=7)
+                "w1", EpochStart(epoch=1, lc=0, replay=False, snapshot=False, gen=7)
             )  # generation 7 while the worker is in 0
             code = await asyncio.wait_for(proc.wait(), 60)
         finally:
@@ -649,7 +650,8 @@ def test_a_spoofed_worker_changes_nothing_in_a_running_cluster(local_cluster: Cl
         with pytest.raises(HandshakeFailed):
             await authenticated(port, "w1", secret="not-the-cluster-secret-0123")
         reader, writer = await authenticated(port, "intruder", secret=stack.secret)
-        writer.write(encode_frame(Batch("intruder", [EpochStart(epoch=1, lc=0, replay=False, gen=0)])))
+        start = EpochStart(epoch=1, lc=0, replay=False, snapshot=False, gen=0)
+        writer.write(encode_frame(Batch("intruder", [start])))
         assert await closed_by_peer(reader)
 
     asyncio.run(attack())

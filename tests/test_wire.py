@@ -21,11 +21,9 @@ from styx_py.core.limits import MAX_FRAME_BYTES
 from styx_py.core.wire import (
     Ack,
     AdminReply,
-    AllExecDone,
     Batch,
     CallResult,
     ClusterView,
-    Decision,
     DeployRequest,
     EpochDone,
     EpochStart,
@@ -71,13 +69,10 @@ ALL_MESSAGES = [
     ClusterView(0, [], [], None, [], None, "in", "out", "seq", 0),
     Heartbeat("w1", -1),
     WorkAvailable("w2"),
-    EpochStart(12, 99, False, 0),
-    EpochStart(12, 99, True, 4),
+    EpochStart(12, 99, False, True, 0),
+    EpochStart(12, 99, True, False, 4),
     ExecDone(12, "w1", [4, 7], 101, 3, 0),
-    AllExecDone(12, [4, 7, 9], 0),
     Vote(12, "w2", [9], [11], 0),
-    Decision(12, [9], [11], True, 0),
-    wire.Recheck(12, [11], 0),
     wire.Revote(12, "w2", [9], 0),
     EpochDone(12, "w3", 5, 10, 2, 1, 0),
     Invoke(12, 9, Phase.OPTIMISTIC, [0, 2], "w1", "w2", "acct", "deposit", "k1", RAW, 1, 6, True, 1234, 0),
@@ -121,9 +116,10 @@ def test_every_message_type_is_covered_and_belongs_to_a_channel() -> None:
 
 def test_the_channels() -> None:
     """Workers' reports and admin requests go to the coordinator; its orders and peers' transaction
-    messages to a worker; admin replies to an admin client. Only heartbeats go both ways."""
+    messages to a worker; admin replies to an admin client. Heartbeats go both ways, and so do the
+    epoch reports (every worker decides from its peers' too)."""
     to_coordinator, to_worker = _members(wire.ToCoordinator), _members(wire.ToWorker)
-    assert to_coordinator & to_worker == {Heartbeat}
+    assert to_coordinator & to_worker == {Heartbeat, ExecDone, Vote, wire.Revote}
     assert {Invoke, CallResult, Ack, Final} <= to_worker - to_coordinator
     assert {DeployRequest, StatusRequest, Register} <= to_coordinator - to_worker
     assert _members(wire.ToAdmin) == {AdminReply}

@@ -18,8 +18,9 @@ def commit_lock_free(es: EpochState, fallback: frozenset[int], store: StateStore
     """Apply the writes of every transaction that neither conflicted nor aborted, in tid order, and
     return the replies of this worker's roots outside ``fallback`` (as ``(ingress partition, reply)``),
     in tid order. The epoch's tally counts them."""
+    aborted = es.aborted or frozenset()
     for tid in sorted(es.opt_buffers):
-        if tid not in fallback and tid not in es.aborted:
+        if tid not in fallback and tid not in aborted:
             store.apply(es.opt_buffers[tid])
     replies: list[tuple[int, Reply]] = []
     for tid in sorted(es.roots):

@@ -1,19 +1,23 @@
 """The epoch driver: the one place with phase-level control flow on a worker.
 
-One epoch, as seen by a worker (the coordinator's side is :mod:`styx_py.coordinator.barrier`)::
+One epoch, as seen by a worker (the coordinator's side is :mod:`styx_py.coordinator.epochs`)::
 
-    EpochStart(e, lc) ─► form the batch (batch.py), log it, run every root invocation optimistically
-                         against the pre-epoch state (executor.py)
-    all local roots acked ─► ExecDone(e, logic aborts, lc), once the batch's log entry is durable
-    AllExecDone(e, aborts) ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, serial)
-    [Recheck(e, serial) ─► conflicts without the serial ones' writes ─► Revote(e, conflicts)]
-    Decision(e, fallback, serial) ─► lock-free commit and early replies (commit.py, replies.py)
+    EpochStart(e, lc, snapshot?) ─► form the batch (batch.py), log it, run every root invocation
+                         optimistically against the pre-epoch state (executor.py)
+    all local roots acked ─► ExecDone(e, logic aborts, lc, pending) to the coordinator and every peer
+    every worker's ExecDone ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, serial) to all,
+                         once the batch's log entry is durable
+    [some Vote names serial tids ─► conflicts without their writes ─► Revote(e, conflicts) to all]
+    every worker's Vote [Revote] ─► the decision (core/barrier.py, the same on every worker):
+                           lock-free commit and early replies (commit.py, replies.py)
                            ─► re-run the fallback tids under locks in tid order (fallback.py)
                            ─► then each serial tid alone, in tid order (Phase.SERIAL)
     every fallback and serial tid final ─► snapshot if asked (snapshot.py) ─► EpochDone(e, pending)
 
-Messages for an epoch's fallback phase that arrive before its Decision are deferred until then;
-a serial transaction's messages wait for its turn on each worker.
+Every worker decides from the same reports, so no coordinator round trip stands between the votes and
+the replies. Messages for an epoch's fallback phase that arrive before its decision are deferred until
+then; a serial transaction's messages wait for its turn on each worker; messages of the next epoch
+wait until this worker has finished the current one.
 The leaves compute and return values; this module decides what happens next.
 """
 
@@ -26,15 +30,14 @@ from typing import Any
 
 import msgspec
 
+from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes
 from styx_py.core.config import Config
 from styx_py.core.graph import Graph
 from styx_py.core.ports import SequencerLog, Transport
 from styx_py.core.wire import (
     COORDINATOR,
     Ack,
-    AllExecDone,
     CallResult,
-    Decision,
     EpochDone,
     EpochStart,
     ExecDone,
@@ -43,7 +46,6 @@ from styx_py.core.wire import (
     Message,
     Outcome,
     Phase,
-    Recheck,
     Revote,
     Status,
     Vote,
@@ -63,7 +65,7 @@ from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, Tally, roo
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
-EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, AllExecDone, Recheck, Decision)
+EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, ExecDone, Vote, Revote)
 """What :meth:`EpochDriver.on_message` takes: every message that belongs to an epoch."""
 
 
@@ -125,8 +127,8 @@ class EpochDriver:
         if not isinstance(msg, EPOCH_MESSAGES):
             raise AssertionError(f"{self.node_id}: not an epoch message: {msg!r}")
         if msg.epoch > self.completed_epoch + 1:
-            # The next epoch began (the coordinator starts it with the Decision of this one) while
-            # this worker is still finishing the current one: it waits until then.
+            # The next epoch began (the coordinator starts it once this one is decided, and peers
+            # may be in it already) while this worker is still finishing the current one.
             self.early.append(msg)
             return
         match msg:
@@ -140,12 +142,8 @@ class EpochDriver:
                 self.on_final(msg)
             case EpochStart():
                 self.on_epoch_start(msg)
-            case AllExecDone():
-                self.on_all_exec_done(msg)
-            case Recheck():
-                self.on_recheck(msg)
-            case Decision():
-                self.on_decision(msg)
+            case ExecDone() | Vote() | Revote():
+                self.on_report(msg)
             case _:
                 raise AssertionError(f"{self.node_id}: not an epoch message: {msg!r}")
 
@@ -205,7 +203,7 @@ class EpochDriver:
                 self._root_done_fallback(es, root, ack.phase)
 
     def _held(self, es: EpochState, msg: Invoke | CallResult | Ack) -> bool:
-        """Hold a fallback message until the Decision, a serial one until its transaction's turn."""
+        """Hold a fallback message until the decision, a serial one until its transaction's turn."""
         if msg.phase == Phase.OPTIMISTIC:
             return False
         if es.defer(msg):
@@ -224,6 +222,7 @@ class EpochDriver:
         if es is None or es.started:
             return  # a repeat
         es.started = True
+        es.snapshot = msg.snapshot
         self.batch.sequencer.rebalance(msg.lc)
         if msg.replay:
             self.spawn(self._start_replayed(es))
@@ -262,29 +261,56 @@ class EpochDriver:
             self._send_exec_done(es)
 
     def _send_exec_done(self, es: EpochState) -> None:
-        """Report the epoch executed, at once: the batch's sequencer-log entry is awaited before the Vote
-        (:meth:`on_all_exec_done`), so its produce overlaps the AllExecDone round trip."""
+        """Report the epoch executed here, at once (the Vote is what waits for the log entry)."""
         failed, lc = sorted(es.local_failed), self.batch.sequencer.lc
-        msg = ExecDone(es.epoch, self.node_id, failed, lc, self.batch.pending(), es.gen)
-        self.transport.send(COORDINATOR, msg)
+        self._report(ExecDone(es.epoch, self.node_id, failed, lc, self.batch.pending(), es.gen))
 
-    # ---- phase 2: conflicts --------------------------------------------------------------------------
-    def on_all_exec_done(self, msg: AllExecDone) -> None:
+    def _report(self, msg: ExecDone | Vote | Revote) -> None:
+        """A report of this worker's: to the coordinator, to every peer, and to itself."""
+        self.transport.send(COORDINATOR, msg)
+        self.router.to_peers(msg)
+        self.on_report(msg)
+
+    # ---- phase 2: conflicts, and the decision every worker reaches from the same reports -------------
+    def on_report(self, msg: ExecDone | Vote | Revote) -> None:
         es = self.epoch_state(msg.epoch)
-        if es is None:
-            return  # a repeat
-        es.aborted = frozenset(msg.aborted)
+        if es is None or es.decided:
+            return  # a repeat, or a report of an epoch decided already
+        workers = len(self.table.peers)
+        match msg:
+            case ExecDone():
+                es.exec_done[msg.node_id] = msg
+                if len(es.exec_done) == workers and es.aborted is None:
+                    es.aborted = frozenset(combine_exec(list(es.exec_done.values()))[0])
+                    self._vote(es)
+            case Vote():
+                es.votes[msg.node_id] = msg
+                if len(es.votes) == workers and es.serial_tids is None:
+                    fallback, es.serial_tids = combine_votes(list(es.votes.values()))
+                    if not es.serial_tids:
+                        self._decide(es, fallback, [])
+                    else:
+                        self._revote(es)
+            case Revote():
+                es.revotes[msg.node_id] = msg
+        if len(es.revotes) == workers and es.serial_tids and not es.decided:
+            serial = es.serial_tids
+            self._decide(es, combine_revotes(list(es.revotes.values()), serial), serial)
+
+    def _vote(self, es: EpochState) -> None:
+        """Every worker executed: this worker's conflicts, sent once its log entry is durable.
+
+        Peers decide (and reply) from the votes, so a worker votes only once every transaction it
+        sequenced this epoch is in the sequencer log: an epoch with any reply out can always be
+        replayed with exactly its composition.
+        """
+        assert es.aborted is not None
         conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
         vote = Vote(es.epoch, self.node_id, conflicts, sorted(es.serial), es.gen)
-        self._when_logged(es, lambda: self.transport.send(COORDINATOR, vote))
+        self._when_logged(es, lambda: self._report(vote))
 
     def _when_logged(self, es: EpochState, then: Callable[[], None]) -> None:
-        """Run ``then`` once the batch's sequencer-log entry is durable (at once if it is already).
-
-        The Vote waits for it: the coordinator decides (and replies leave) only after every worker's
-        entry is durable, so an epoch with any reply out can always be replayed with exactly the same
-        composition.
-        """
+        """Run ``then`` once the batch's sequencer-log entry is durable (at once if it is already)."""
         written = es.seqlog_written
         if written is None or (isinstance(written, asyncio.Future) and written.done()):
             then()
@@ -297,33 +323,27 @@ class EpochDriver:
 
         self.spawn(later())
 
-    def on_recheck(self, msg: Recheck) -> None:
+    def _revote(self, es: EpochState) -> None:
         """Conflicts again, without the writes of transactions whose branches may have raced."""
-        es = self.epoch_state(msg.epoch)
-        if es is None:
-            return  # a repeat
-        conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted | frozenset(msg.exclude))
-        self.transport.send(COORDINATOR, Revote(es.epoch, self.node_id, conflicts, es.gen))
+        assert es.aborted is not None and es.serial_tids is not None
+        conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted | frozenset(es.serial_tids))
+        self._report(Revote(es.epoch, self.node_id, conflicts, es.gen))
 
     # ---- phase 3: lock-free commit and early replies; phase 4: fallback under locks ------------------
-    def on_decision(self, msg: Decision) -> None:
-        es = self.epoch_state(msg.epoch)
-        if es is None or es.decided:
-            return  # a repeat
+    def _decide(self, es: EpochState, fallback_tids: list[int], serial: list[int]) -> None:
         es.decided = True
-        es.snapshot = msg.snapshot
-        replies = commit_lock_free(es, frozenset(msg.fallback) | frozenset(msg.serial), self.store)
+        replies = commit_lock_free(es, frozenset(fallback_tids) | frozenset(serial), self.store)
         self.replies.send(es.epoch, replies)
         for partition, reply in es.resends:
             self.replies.emit(es.epoch, partition, reply)
 
-        es.tally.fallback = len(msg.fallback) + len(msg.serial)
-        fallback.open_fallback(es, msg.fallback, msg.serial)
+        es.tally.fallback = len(fallback_tids) + len(serial)
+        fallback.open_fallback(es, fallback_tids, serial)
         deferred, es.deferred = es.deferred, []
         for m in deferred:
             self.on_message(m)
         caching = self.config.call_graph_caching
-        for inv, cached in fallback.fallback_runs(es, msg.fallback, caching, self.node_id):
+        for inv, cached in fallback.fallback_runs(es, fallback_tids, caching, self.node_id):
             self._run(es, inv, cached)
         if not es.finals_pending:
             self._finish_epoch(es)

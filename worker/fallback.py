@@ -1,6 +1,6 @@
 """The lock-based fallback of an epoch: conflicting transactions re-run under deterministic locks.
 
-After the Decision, each fallback transaction re-runs taking locks on the keys its optimistic run
+After the decision, each fallback transaction re-runs taking locks on the keys its optimistic run
 touched, granted in tid order (:mod:`styx_py.worker.locks`). With call-graph caching every worker
 re-invokes its cached invocations of the transaction in parallel; otherwise (or for a transaction
 that touched one entity twice) the root worker re-executes the root function. A root whose call

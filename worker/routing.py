@@ -17,7 +17,18 @@ import msgspec
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.ports import Transport
 from styx_py.core.requests import request_problem
-from styx_py.core.wire import Ack, CallResult, ClusterView, Final, Invoke, Request, Status
+from styx_py.core.wire import (
+    Ack,
+    CallResult,
+    ClusterView,
+    ExecDone,
+    Final,
+    Invoke,
+    Request,
+    Revote,
+    Status,
+    Vote,
+)
 from styx_py.worker.ackshare import Share, to_wire
 
 
@@ -96,8 +107,9 @@ class Router:
         else:
             self.transport.send(inv.root, ack)
 
-    def to_peers(self, final: Final) -> None:
-        """A fallback transaction's outcome, to every other worker (each releases its locks)."""
+    def to_peers(self, msg: Final | ExecDone | Vote | Revote) -> None:
+        """A fallback transaction's outcome (each worker releases its locks) or an epoch report (each
+        worker decides from all of them), to every other worker."""
         for peer in self.table.peers:
             if peer != self.node_id:
-                self.transport.send(peer, final)
+                self.transport.send(peer, msg)

@@ -15,12 +15,15 @@ import msgspec
 
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import (
+    ExecDone,
     IngressRecord,
     Invoke,
     Message,
     Phase,
     Reply,
+    Revote,
     Status,
+    Vote,
 )
 from styx_py.worker.ackshare import Share, ShareCollector
 from styx_py.worker.conflicts import EntityKey
@@ -148,14 +151,19 @@ class EpochState:
         self.serial: set[int] = set()  # tids that invoked one entity twice here (Phase.SERIAL)
         self.cache: dict[int, list[CachedInvocation]] = {}
         self.slots: dict[tuple[Phase, int, Path], asyncio.Future[tuple[Status, msgspec.Raw]]] = {}
-        self.aborted: frozenset[int] = frozenset()
+        self.aborted: frozenset[int] | None = None  # every worker's logic aborts, once all executed
+        # Every worker's reports of this epoch, by node; the decision is computed from them.
+        self.exec_done: dict[str, ExecDone] = {}
+        self.votes: dict[str, Vote] = {}
+        self.revotes: dict[str, Revote] = {}
+        self.serial_tids: list[int] | None = None  # the epoch's serial tids, once every Vote is in
         self.locks = LockTable((), {})
         self.fallback_ready = False
         self.finals_pending: set[int] = set()  # fallback and serial tids not final yet
         self.serial_pending: list[int] = []  # serial tids not final yet, in tid order (run in turn)
         self.serial_released = -1  # the serial tid whose turn it is here (its messages are let in)
         self.serial_held: list[Message] = []  # Phase.SERIAL messages that arrived before their turn
-        self.deferred: list[Message] = []  # fallback-phase messages that arrived before the Decision
+        self.deferred: list[Message] = []  # fallback-phase messages that arrived before the decision
         self.seqlog_written: Awaitable[None] | None = None
         self.finished = False
         self.snapshot = False
@@ -196,7 +204,7 @@ class EpochState:
         return fut
 
     def defer(self, msg: Message) -> bool:
-        """Hold a fallback-phase message until the Decision opened the fallback; True if held."""
+        """Hold a fallback-phase message until the decision opened the fallback; True if held."""
         if self.fallback_ready:
             return False
         self.deferred.append(msg)

@@ -94,6 +94,7 @@ class SimCluster:
         self._ids = itertools.count()
         self.workers: list[Worker] = []
         self.worker_tasks: dict[str, asyncio.Task[None]] = {}
+        self._dead: list[asyncio.Task[None]] = []  # tasks of crashed workers and coordinators
         self.blobs = MemoryBlobStore()
         self.crashes = 0
         self.coordinator = self._new_coordinator()
@@ -131,6 +132,7 @@ class SimCluster:
         self.network.unregister(COORDINATOR)
         self.coordinator.transport.dead = True  # type: ignore[attr-defined]
         self.coordinator_task.cancel()
+        self._dead.append(self.coordinator_task)
         self.coordinator = coordinator = self._new_coordinator()
 
         async def resume() -> None:
@@ -173,7 +175,9 @@ class SimCluster:
         old.transport.dead = True  # type: ignore[attr-defined]
         old.egress.lose_unacked()  # type: ignore[attr-defined]
         old.driver.seqlog.lose_unacked()  # type: ignore[attr-defined]
-        self.worker_tasks.pop(node).cancel()
+        dead = self.worker_tasks.pop(node)
+        dead.cancel()
+        self._dead.append(dead)  # awaited at exit: never left for the garbage collector to close
         self._start_worker(node)
 
     async def __aexit__(self, *exc: object) -> None:
@@ -182,6 +186,7 @@ class SimCluster:
             for t in tasks:
                 t.cancel()
             results = await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*self._dead, return_exceptions=True)  # their failures were reported
             for r in results:
                 if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                     raise r

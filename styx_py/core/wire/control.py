@@ -50,7 +50,9 @@ class Vote(Msg, tag="vote"):
 
 
 class Revote(Msg, tag="revote"):
-    """The conflicts again, with the writes of the ``Recheck``'s transactions left out."""
+    """The conflicts again, with the writes of the epoch's serial transactions left out (sent when
+    some Vote named serial ones: their optimistic writes may depend on the order their branches
+    arrived in, so they must not decide anyone else's conflicts)."""
 
     epoch: int
     node_id: str
@@ -137,28 +139,6 @@ class EpochStart(Msg, tag="es"):
     epoch: int
     lc: int  # global max sequencer counter (Mencius rebalancing)
     replay: bool  # re-run the logged composition of this epoch (recovery)
-    gen: int
-
-
-class AllExecDone(Msg, tag="axd"):
-    epoch: int
-    aborted: list[int]
-    gen: int
-
-
-class Recheck(Msg, tag="recheck"):
-    """Some transactions invoked one entity twice: their optimistic run may have depended on the
-    order their branches arrived in, so their writes must not decide anyone else's conflicts."""
-
-    epoch: int
-    exclude: list[int]
-    gen: int
-
-
-class Decision(Msg, tag="dec"):
-    epoch: int
-    fallback: list[int]  # sorted tids that must re-run under locks (Phase.FALLBACK)
-    serial: list[int]  # sorted tids that re-run alone afterwards, one at a time (Phase.SERIAL)
     snapshot: bool  # take a snapshot at the end of this epoch
     gen: int
 

@@ -22,15 +22,12 @@ from styx_py.core.limits import MAX_FRAME_BYTES
 from styx_py.core.wire.admin import AdminReply, DeployRequest, StatusRequest
 from styx_py.core.wire.codes import UNDECODABLE
 from styx_py.core.wire.control import (
-    AllExecDone,
     ClusterView,
-    Decision,
     EpochDone,
     EpochStart,
     ExecDone,
     Halt,
     Heartbeat,
-    Recheck,
     Recover,
     RecoverDone,
     Register,
@@ -57,10 +54,9 @@ ToCoordinator = (
     | DeployRequest
     | StatusRequest
 )
-ControlToWorker = (
-    ClusterView | Heartbeat | EpochStart | AllExecDone | Recheck | Decision | SnapshotResult | Recover | Halt
-)
-PeerMessage = Invoke | CallResult | Ack | Final
+ControlToWorker = ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt
+# A peer's transaction messages, and its epoch reports (every worker decides from all of them).
+PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote
 ToWorker = ControlToWorker | PeerMessage
 ToAdmin = AdminReply
 Message = ToCoordinator | ToWorker | ToAdmin  # anything a transport may send
