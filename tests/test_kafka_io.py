@@ -26,19 +26,57 @@ pytestmark = pytest.mark.services
 MANY_BATCHES = 400
 
 
-def test_fetch_wait_doubles_for_a_partition_starved_twice_at_one_position() -> None:
+def test_fetch_wait_doubles_for_a_partition_starved_at_one_position_for_its_patience() -> None:
     wait = FetchWait(5, "test", cap_ms=30)
-    assert not wait.observe({"p0": 10}), "one empty poll is no evidence: the record may be new"
-    assert not wait.observe({"p0": 11}), "it moved: the broker answers"
-    assert not wait.observe({}), "nothing waiting"
-    assert not wait.observe({"p0": 11, "p1": 3})
-    assert wait.observe({"p0": 11}) and wait.wait_ms == 10
-    assert not wait.observe({"p0": 11}), "the new wait gets its own two polls"
-    assert wait.observe({"p0": 11}) and wait.wait_ms == 20
-    wait.observe({"p0": 11})
-    assert wait.observe({"p0": 11}) and wait.wait_ms == 30, "capped"
-    wait.observe({"p0": 11})
-    assert not wait.observe({"p0": 11}) and wait.wait_ms == 30 and wait.raised == 3
+    assert wait.patience_s == 0.25
+    assert not wait.observe({"p0": 10}, 0.0), "one empty poll is no evidence: the record may be new"
+    assert not wait.observe({"p0": 10}, 0.2), "a fetch round trip may still be under way"
+    assert not wait.observe({"p0": 11}, 0.3), "it moved: the broker answers"
+    assert not wait.observe({}, 0.4), "nothing waiting"
+    assert not wait.observe({"p0": 11, "p1": 3}, 0.5)
+    assert not wait.observe({"p0": 11, "p1": 3}, 0.7)
+    assert wait.observe({"p0": 11}, 0.75) and wait.wait_ms == 10, "p0 behind at 11 since 0.5"
+    assert not wait.observe({"p0": 11}, 0.8), "the new wait gets its own patience"
+    assert wait.observe({"p0": 11}, 1.05) and wait.wait_ms == 20
+    wait.observe({"p0": 11}, 1.1)
+    assert wait.observe({"p0": 11}, 1.35) and wait.wait_ms == 30, "capped"
+    wait.observe({"p0": 11}, 1.4)
+    assert not wait.observe({"p0": 11}, 9.0) and wait.wait_ms == 30 and wait.raised == 3
+    assert FetchWait(100, "slow").patience_s == 0.4, "at least four fetch waits"
+
+
+class _Consumer:
+    """What FetchWait reads of an aiokafka consumer: one partition behind its high watermark."""
+
+    def __init__(self) -> None:
+        self.tp = TopicPartition("t", 0)
+        self.positions = 0
+
+    def assignment(self) -> set[TopicPartition]:
+        return {self.tp}
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return 5
+
+    async def position(self, tp: TopicPartition) -> int:
+        self.positions += 1
+        return 0
+
+
+async def test_fetch_wait_looks_at_most_every_50_ms_and_forgets_a_paused_consumer() -> None:
+    now = [0.0]
+    wait = FetchWait(5, "test", clock=lambda: now[0])
+    consumer = _Consumer()
+    for _ in range(100):  # a tight poll loop: one look
+        await wait.after_poll(consumer, {})
+    assert consumer.positions == 1
+    now[0] = 1.0  # paused (e.g. a full ingress buffer) longer than the patience
+    assert not await wait.after_poll(consumer, {}), "what it saw before the pause is no evidence"
+    now[0] = 1.1
+    assert not await wait.after_poll(consumer, {})
+    now[0] = 1.3
+    wait.wait_ms = wait.cap_ms  # no setter on the fake: only the verdict matters here
+    assert not await wait.after_poll(consumer, {}), "behind since 1.0 for 0.3 s, but at the cap"
 
 
 async def _one_record_batches(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]]) -> None:

@@ -20,8 +20,8 @@ The leaves compute and return values; this module decides what happens next.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Coroutine
-from fractions import Fraction
 from typing import Any
 
 import msgspec
@@ -49,13 +49,14 @@ from styx_py.core.wire import (
     Vote,
 )
 from styx_py.worker import fallback, snapshot
-from styx_py.worker.ackshare import from_wire
+from styx_py.worker.ackshare import Share, from_wire
 from styx_py.worker.batch import BatchFormer
 from styx_py.worker.commit import commit_lock_free, reply_for
 from styx_py.worker.conflicts import EntityKey, find_conflicts
 from styx_py.worker.executor import run_invocation
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.routing import Router, RoutingTable
+from styx_py.worker.runner import InvocationRunner
 from styx_py.worker.snapshot import Snapshotter
 from styx_py.worker.state import StateStore
 from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, Tally, root_invoke
@@ -90,6 +91,8 @@ class EpochDriver:
         self.seqlog = seqlog
         self.snapshots = snapshots
         self.spawn = spawn
+        # Invocations run without a task of their own unless they wait (runner.py).
+        self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn)
         self.store = StateStore()
         self.current_graph: Graph | None = None
         self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
@@ -113,7 +116,7 @@ class EpochDriver:
     def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
         self.router.send_result(inv, status, value)
 
-    def send_ack(self, inv: Invoke, own: Fraction, status: Status, error: str, value: msgspec.Raw) -> None:
+    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
         self.router.send_ack(inv, own, status, error, value)
 
     # ---- messages ----------------------------------------------------------------------------------
@@ -150,6 +153,7 @@ class EpochDriver:
         """A recovery: every epoch in flight is forgotten; the new generation starts."""
         self.epochs.clear()
         self.early.clear()
+        self.runs.clear()
         self.gen = gen
 
     def epoch_state(self, epoch: int) -> EpochState | None:
@@ -212,7 +216,7 @@ class EpochDriver:
         return False
 
     def _run(self, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
-        self.spawn(run_invocation(self, es, inv, cached))
+        self.runs.start(es, inv, cached)
 
     # ---- phase 1: sequencing and optimistic execution --------------------------------------------
     def on_epoch_start(self, msg: EpochStart) -> None:

@@ -22,7 +22,6 @@ graph and where its messages go.
 from __future__ import annotations
 
 import random as _random
-from fractions import Fraction
 from typing import Any, Protocol
 
 import msgspec
@@ -41,7 +40,7 @@ from styx_py.core.wire import (
     decode_value,
     encode_value,
 )
-from styx_py.worker.ackshare import from_wire, split_async, split_sync, to_wire
+from styx_py.worker.ackshare import ZERO, Share, from_wire, scaled, split_async, split_sync, to_wire
 from styx_py.worker.conflicts import EntityKey
 from styx_py.worker.txn import CachedInvocation, CallRecord, EpochState
 
@@ -69,7 +68,7 @@ class InvocationHost(Protocol):
         """A synchronous call's result, to its caller."""
         ...
 
-    def send_ack(self, inv: Invoke, own: Fraction, status: Status, error: str, value: msgspec.Raw) -> None:
+    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
         """The invocation's outcome and kept share, to its transaction's root."""
         ...
 
@@ -175,7 +174,7 @@ class RuntimeContext(Context):
         self._calls.append(record)
         return record
 
-    def _child(self, record: CallRecord, share: Fraction, want_result: bool) -> Invoke:
+    def _child(self, record: CallRecord, share: Share, want_result: bool) -> Invoke:
         inv = self._inv
         return Invoke(
             inv.epoch,
@@ -198,7 +197,7 @@ class RuntimeContext(Context):
         record = self._record(operator, function, key, args, sync=False)
         if self._cached is None:
             # The share is assigned when the invocation ends and the number of calls is known.
-            self._async.append(self._child(record, Fraction(0), want_result=False))
+            self._async.append(self._child(record, ZERO, want_result=False))
 
     async def call(self, operator: Operator | str, function: str, key: Key, *args: Any) -> Any:
         record = self._record(operator, function, key, args, sync=True)
@@ -290,8 +289,8 @@ async def run_invocation(
 
 
 async def _in_call_order(
-    host: InvocationHost, es: EpochState, children: list[Invoke], part: Fraction
-) -> tuple[Status, Fraction]:
+    host: InvocationHost, es: EpochState, children: list[Invoke], part: Share
+) -> tuple[Status, Share]:
     """Phase.SERIAL: each asynchronous callee's whole subtree before the next one starts (the serial
     model's order: a callee answers its caller only once its own callees are done). The first that
     fails ends it, as an exception would: the rest never run and their parts of the share are acked
@@ -302,5 +301,5 @@ async def _in_call_order(
         host.dispatch(child)
         status, _ = await slot
         if status != Status.OK:
-            return Status.PROPAGATED, part * (len(children) - i)
+            return Status.PROPAGATED, scaled(part, len(children) - i)
     return Status.OK, part

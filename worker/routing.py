@@ -10,7 +10,6 @@ the transport otherwise.
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Protocol
 
 import msgspec
@@ -19,7 +18,7 @@ from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.ports import Transport
 from styx_py.core.requests import request_problem
 from styx_py.core.wire import Ack, CallResult, ClusterView, Final, Invoke, Request, Status
-from styx_py.worker.ackshare import to_wire
+from styx_py.worker.ackshare import Share, to_wire
 
 
 class RoutingTable:
@@ -89,7 +88,7 @@ class Router:
         else:
             self.transport.send(inv.parent, msg)
 
-    def send_ack(self, inv: Invoke, own: Fraction, status: Status, error: str, value: msgspec.Raw) -> None:
+    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
         ack = Ack(inv.epoch, inv.tid, inv.phase, *to_wire(own), status, error, inv.path, inv.gen)
         if inv.root == self.node_id:
             # The root invocation's own result travels with its ack (no CallResult for the root).

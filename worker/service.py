@@ -139,11 +139,14 @@ class Worker:
         """Serve until cancelled. Every invocation task is a child of this task group."""
         async with asyncio.TaskGroup() as tg:
             self.tasks = tg
-            self.coordinator_seen = self.clock.now()
-            self._register()
-            if self.heartbeats:
-                tg.create_task(self._heartbeat_loop())
-            await asyncio.Future()  # run until cancelled
+            try:
+                self.coordinator_seen = self.clock.now()
+                self._register()
+                if self.heartbeats:
+                    tg.create_task(self._heartbeat_loop())
+                await asyncio.Future()  # run until cancelled
+            finally:
+                self.driver.runs.close()  # queued invocations are cancelled with the tasks
 
     async def _heartbeat_loop(self) -> None:
         # Sent from the worker's own event loop: a hung loop stops heartbeats and counts as failed.
@@ -276,6 +279,7 @@ class Worker:
             log.critical("%s: %s", self.node_id, reason)
         self.halted = reason
         self.replies.stopped = True
+        self.driver.runs.clear()
         for task in list(self.inflight):  # epoch messages are dropped from now on (on_message)
             task.cancel()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from fractions import Fraction
 
 import msgspec
 
@@ -23,7 +22,7 @@ from styx_py.core.wire import (
     Reply,
     Status,
 )
-from styx_py.worker.ackshare import ShareCollector
+from styx_py.worker.ackshare import Share, ShareCollector
 from styx_py.worker.conflicts import EntityKey
 from styx_py.worker.locks import LockTable
 from styx_py.worker.state import Writes
@@ -98,7 +97,7 @@ class CachedInvocation:
 
     __slots__ = ("calls", "inv", "own_share")
 
-    def __init__(self, inv: Invoke, calls: list[CallRecord], own_share: Fraction) -> None:
+    def __init__(self, inv: Invoke, calls: list[CallRecord], own_share: Share) -> None:
         self.inv = inv
         self.calls = calls
         self.own_share = own_share
@@ -179,7 +178,7 @@ class EpochState:
         else:
             reads.add(key)
 
-    def cache_invocation(self, inv: Invoke, calls: list[CallRecord], own: Fraction, key: EntityKey) -> None:
+    def cache_invocation(self, inv: Invoke, calls: list[CallRecord], own: Share, key: EntityKey) -> None:
         touched = self.touched.get(inv.tid)
         if touched is None:
             self.touched[inv.tid] = {key}

@@ -10,17 +10,25 @@ ever once its partition holds a few hundred batches: it spins, S3 burns cores on
 record ever arrives (issue 16: the epochs of a durable cluster stopped after ~18 s at 100/s).
 Apache Kafka and Tansu in memory never answer empty while records wait.
 
-:class:`FetchWait` detects the starvation from outside (a poll brings nothing for a partition whose
-high watermark is ahead of the position, twice at the same position) and doubles the consumer's fetch
-wait, up to :data:`MAX_FETCH_WAIT_MS`. It never shrinks it again: the listing only grows. A longer
-wait costs latency only when the partition is idle (Tansu notices a record that arrives during a
-waiting fetch after up to half the wait); a busy partition is answered as soon as the listing is done.
+:class:`FetchWait` detects the starvation from outside: a partition whose high watermark stays ahead
+of the consumer's position, with the position not moving, for :data:`PATIENCE_S` (or four fetch waits,
+if longer) of polling, doubles the consumer's fetch wait, up to :data:`MAX_FETCH_WAIT_MS`. It never
+shrinks it again: the listing only grows. A longer wait costs latency only when the partition is idle
+(Tansu notices a record that arrives during a waiting fetch after up to half the wait); a busy partition
+is answered as soon as the listing is done.
+
+The verdict is on time, not on a count of polls: a consumer whose other partitions bring records polls
+faster than one partition's fetch round trip, so two polls in a row can see the same partition behind
+its high watermark on any broker (seen on Tansu in memory at a few hundred requests per second, where
+raising the wait only added latency). And the check runs at most every :data:`CHECK_EVERY_S`, since it
+asks the consumer for positions.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping
+import time
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -32,6 +40,8 @@ log = logging.getLogger("styx.kafka")
 # aiokafka's request timeout is 40 s; a broker that needs more than this to list a partition is not
 # usable anyway.
 MAX_FETCH_WAIT_MS = 10_000
+PATIENCE_S = 0.25  # a partition behind its high watermark this long without moving is starved
+CHECK_EVERY_S = 0.05  # how often a consumer's partitions are checked (at most)
 
 
 def set_fetch_wait(consumer: Any, wait_ms: int) -> None:
@@ -52,27 +62,46 @@ class FetchWait:
         """Starting from the wait a started aiokafka ``consumer`` was built with."""
         return cls(consumer._fetcher._fetch_max_wait_ms, name)
 
-    def __init__(self, wait_ms: int, name: str, cap_ms: int = MAX_FETCH_WAIT_MS) -> None:
+    def __init__(
+        self,
+        wait_ms: int,
+        name: str,
+        cap_ms: int = MAX_FETCH_WAIT_MS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.wait_ms = wait_ms
         self.cap_ms = max(cap_ms, wait_ms)
         self.name = name  # for the log line
+        self.clock = clock
         self.raised = 0  # times the wait was doubled
-        self._behind: dict[Hashable, int] = {}  # partition -> position it starved at in the last poll
+        # partition -> (the position it is behind at, since when)
+        self._behind: dict[Hashable, tuple[int, float]] = {}
+        self._checked = -float("inf")  # when after_poll last looked
 
-    def observe(self, starving: Mapping[Hashable, int]) -> bool:
-        """One poll's verdict (pure). ``starving``: the partitions the poll brought nothing for although
-        the broker's high watermark is ahead of their position, with that position. True when the
-        wait was doubled: some partition starved at the same position in two polls in a row."""
-        stuck = [p for p, pos in starving.items() if self._behind.get(p) == pos]
-        self._behind = dict(starving)
+    @property
+    def patience_s(self) -> float:
+        return max(PATIENCE_S, 4 * self.wait_ms / 1000)
+
+    def observe(self, starving: Mapping[Hashable, int], now: float) -> bool:
+        """One look at the consumer at ``now`` (pure). ``starving``: the partitions behind their high
+        watermark, with their position. True when the wait was doubled: some partition has been
+        behind at the same position for :attr:`patience_s`."""
+        behind: dict[Hashable, tuple[int, float]] = {}
+        for p, pos in starving.items():
+            was = self._behind.get(p)
+            behind[p] = was if was is not None and was[0] == pos else (pos, now)
+        self._behind = behind
+        stuck = [p for p, (_, since) in behind.items() if now - since >= self.patience_s]
         if not stuck or self.wait_ms >= self.cap_ms:
             return False
         self.wait_ms = min(self.cap_ms, self.wait_ms * 2)
         self.raised += 1
         self._behind = {}  # the next verdict is on the new wait
         log.warning(
-            "%s: the broker answered empty fetches although records wait at %s: fetch wait raised to %d ms",
+            "%s: the broker answered empty fetches for %.2f s although records wait at %s: fetch wait "
+            "raised to %d ms",
             self.name,
+            self.patience_s,
             stuck[0],
             self.wait_ms,
         )
@@ -84,10 +113,18 @@ class FetchWait:
         polled: Mapping[TopicPartition, list[Any]],
         positions: Mapping[TopicPartition, int] | None = None,
     ) -> bool:
-        """Observe one ``getmany`` of ``consumer`` and apply a raised wait; True when it was raised.
+        """Observe ``consumer`` after one ``getmany`` and apply a raised wait; True when it was raised.
 
-        ``positions`` (next offset per partition) saves asking the consumer when the caller knows them.
-        Call it only after a poll that was not cut short by ``max_records``."""
+        Looks at most every :data:`CHECK_EVERY_S`; a consumer that did not poll for longer than the
+        patience (paused) starts its verdict afresh. ``positions`` (next offset per partition) saves
+        asking the consumer when the caller knows them. Call it only after a poll that was not cut
+        short by ``max_records``."""
+        now = self.clock()
+        if now - self._checked < CHECK_EVERY_S:
+            return False
+        if now - self._checked > self.patience_s:
+            self._behind = {}  # not polled for a while: what it saw then says nothing about the broker
+        self._checked = now
         starving: dict[Hashable, int] = {}
         for tp in consumer.assignment():
             if polled.get(tp):
@@ -99,7 +136,7 @@ class FetchWait:
             position = known if known is not None else await consumer.position(tp)
             if position < high:
                 starving[tp] = position
-        if not self.observe(starving):
+        if not self.observe(starving, now):
             return False
         set_fetch_wait(consumer, self.wait_ms)
         return True
