@@ -1,7 +1,7 @@
 """CPU cost per transaction of each process of a local cluster, at a fixed open-loop rate.
 
     python -m styx_py.benchmarks.cpu_cost --rate 2000 --seconds 10 [--linger-ms 0]
-    python -m styx_py.benchmarks.cpu_cost --rate 8000 --seconds 10 --cluster echo
+    python -m styx_py.benchmarks.cpu_cost --rate 8000 --seconds 10 --cluster echo [--client raw]
 
 Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers), loads YCSB-T, runs
 transfers at ``--rate`` through the SDK and the driver of ``styx bench`` and reads each process's CPU
@@ -12,7 +12,9 @@ cluster falls behind.
 
 ``--cluster echo`` replaces the cluster by Tansu and :mod:`styx_py.benchmarks.echo` (one process
 answering every request at once): the load generator's own cost, at rates the real cluster cannot
-sustain on a small machine.
+sustain on a small machine. ``--client raw`` (echo only) sends pre-built records through bare
+aiokafka instead (:mod:`styx_py.benchmarks.raw_load`): the floor the SDK and the driver are measured
+against.
 
 CPU time is what bounds throughput on a small machine, and unlike latency it barely moves when other
 work shares the machine, so it is the number to compare when optimising.
@@ -37,6 +39,7 @@ from pathlib import Path
 import uvloop
 
 from styx_py.benchmarks.driver import SdkSender, run_open_loop
+from styx_py.benchmarks.raw_load import RawSettings, run_raw
 from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
@@ -103,6 +106,30 @@ async def measure(
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
 
 
+async def measure_raw(
+    bootstrap: str, pids: dict[str, int], rate: float, seconds: float, linger_ms: int
+) -> None:
+    """The floor: :func:`run_raw` (bare aiokafka) against the echo responder, 1 s warm-up first."""
+    settings = RawSettings(bootstrap, {"account": 4}, linger_ms=linger_ms)
+    await run_raw(settings, rate, 1.0)
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    t0 = time.perf_counter()
+    result = await run_raw(settings, rate, seconds)
+    wall = time.perf_counter() - t0
+    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    print(
+        f"raw aiokafka at {rate:g}/s for {seconds:g} s: {result.sent} sent, {result.answered} answered "
+        f"(last reply after {result.wall_s:.1f} s)"
+    )
+    for name in pids:
+        used = after[name] - before[name]
+        print(
+            f"  {name:<12} {used / max(1, result.sent) * 1e6:6.1f} µs/request  {used / wall * 100:4.0f} % of a core"
+        )
+    client_cpu = after["client+driver"] - before["client+driver"]
+    print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
+
+
 @contextlib.contextmanager
 def echo_cluster(data_dir: Path) -> Iterator[tuple[str, dict[str, int]]]:
     """Tansu (in memory) with fresh request and reply topics, and the echo responder; their pids."""
@@ -144,9 +171,17 @@ def main() -> int:
         help="styx: a local cluster; echo: Tansu and a responder that answers at once (the client alone)",
     )
     parser.add_argument(
+        "--client",
+        choices=("sdk", "raw"),
+        default="sdk",
+        help="sdk: the driver and the SDK; raw: bare aiokafka with pre-built records (the floor; echo only)",
+    )
+    parser.add_argument(
         "--profile", metavar="FILE", help="cProfile the measured run into FILE (slows the client down)"
     )
     args = parser.parse_args()
+    if args.client == "raw" and args.cluster != "echo":
+        parser.error("--client raw needs --cluster echo (its requests are not real transactions)")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(tempfile.mkdtemp(prefix="styx-cpu-"))
     try:
@@ -159,11 +194,20 @@ def main() -> int:
                 bootstrap, pids = stack.enter_context(echo_cluster(data_dir))
             pids["client+driver"] = os.getpid()
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(
-                    measure(
-                        coordinator, bootstrap, pids, args.rate, args.seconds, args.linger_ms, args.profile
+                if args.client == "raw":
+                    runner.run(measure_raw(bootstrap, pids, args.rate, args.seconds, args.linger_ms))
+                else:
+                    runner.run(
+                        measure(
+                            coordinator,
+                            bootstrap,
+                            pids,
+                            args.rate,
+                            args.seconds,
+                            args.linger_ms,
+                            args.profile,
+                        )
                     )
-                )
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     return 0

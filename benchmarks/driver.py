@@ -10,17 +10,20 @@ Requests scheduled during the warm-up are sent but not counted. Latencies go int
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import json
 import math
 import re
 import time
 from array import array
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from styx_py.benchmarks.workload import Op, Workload
@@ -30,6 +33,9 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 _HIST_MAX_US = 600_000_000
 # The driver wakes at most once per tick and sends every request due by then (see run_open_loop).
 _TICK_S = 0.001
+# Young-generation threshold of the cyclic GC while the driver runs (Python's default is 700). See
+# steady_gc.
+_GC_GEN0 = 20_000
 
 
 def new_histogram() -> HdrHistogram:
@@ -42,15 +48,41 @@ class Outcome:
     cause: str = ""  # abort / failure cause, normalised (numbers and keys replaced by '#')
 
 
+def record_all(hist: HdrHistogram, raw: array[int]) -> None:
+    """Record every value of ``raw`` (≥ 1) into ``hist``, with one ``record_value`` per distinct bucket.
+
+    HdrHistogram's ``record_value`` is Python (~3 µs each, two per request: 6 % of the load generator's
+    CPU at 8 000/s). Each value is first rounded down to the lowest value of its bucket, which gives
+    the very same counts, minimum and maximum (``tests/test_bench.py``), so values are counted per
+    bucket with numpy and recorded once per bucket."""
+    if not raw:
+        return
+    assert hist.unit_magnitude == 0, "record_all assumes a histogram whose lowest value is 1"
+    values = np.frombuffer(raw, dtype=np.int64)
+    exponents = np.frexp(values.astype(np.float64))[1]  # bit lengths (exact below 2**53)
+    shifts = np.maximum(0, exponents - (hist.sub_bucket_half_count_magnitude + 1)).astype(np.int64)
+    buckets, counts = np.unique((values >> shifts) << shifts, return_counts=True)
+    for value, count in zip(buckets.tolist(), counts.tolist(), strict=True):
+        hist.record_value(value, count)
+
+
 class Sender(Protocol):
     async def send(self, op: Op) -> Outcome: ...
 
 
-class FutureSender(Sender, Protocol):
-    """A sender with the driver's fast path: a future per request instead of a task."""
+Settle = Callable[[Any, BaseException | None], None]
+"""Called once per request started by a :class:`CallbackSender`: ``(reply, None)`` or ``(None, error)``."""
 
-    def start(self, op: Op) -> asyncio.Future[Any] | Outcome: ...
-    def outcome(self, future: asyncio.Future[Any]) -> Outcome: ...
+
+class CallbackSender(Sender, Protocol):
+    """A sender with the driver's fast path: a callback per request instead of a task or future."""
+
+    def start(self, op: Op, done: Settle) -> Outcome | None:
+        """Send ``op`` now and call ``done`` once with its reply or failure; or the outcome of a
+        request that failed locally (``done`` is then never called)."""
+        ...
+
+    def outcome(self, reply: Any, error: BaseException | None) -> Outcome: ...
 
 
 _VARIABLE = re.compile(r"[\w.'\"-]*\d[\w.'\"-]*")
@@ -67,6 +99,7 @@ class SdkSender:
     def __init__(self, client: Any, timeout_s: float) -> None:
         self.client = client
         self.timeout_s = timeout_s
+        self._prepared: dict[tuple[str, str], Any] = {}
 
     async def send(self, op: Op) -> Outcome:
         try:
@@ -77,25 +110,27 @@ class SdkSender:
             return Outcome("error", type(exc).__name__)
         return _reply_outcome(reply)
 
-    def start(self, op: Op) -> asyncio.Future[Any] | Outcome:
-        """The driver's fast path: send now; the future of the reply (see :meth:`outcome`), or the
-        outcome of a request that failed locally. No task, closure or timer per request."""
+    def start(self, op: Op, done: Settle) -> Outcome | None:
+        """The driver's fast path: send now through the client's lean path
+        (:meth:`~styx_py.client.StyxClient.prepare`, one per operator and function); ``done`` gets the
+        reply. No task, future, closure or timer per request."""
+        prepared = self._prepared.get((op.operator, op.function))
         try:
-            return self.client.submit_future(  # type: ignore[no-any-return]
-                op.operator, op.key, op.function, *op.args, timeout_s=self.timeout_s
-            )
+            if prepared is None:
+                prepared = self._prepared[(op.operator, op.function)] = self.client.prepare(
+                    op.operator, op.function, timeout_s=self.timeout_s
+                )
+            prepared.send(op.key, op.args, done)
         except StyxError as exc:
             return Outcome("error", type(exc).__name__)
+        return None
 
     @staticmethod
-    def outcome(future: asyncio.Future[Any]) -> Outcome:
-        """What a future of :meth:`start` came to."""
-        if future.cancelled():
-            return Outcome("error", "CancelledError")
-        exc = future.exception()
-        if exc is not None:
-            return Outcome("error", type(exc).__name__)
-        return _reply_outcome(future.result())
+    def outcome(reply: Any, error: BaseException | None) -> Outcome:
+        """What a request of :meth:`start` came to."""
+        if error is not None:
+            return Outcome("error", type(error).__name__)
+        return _reply_outcome(reply)
 
 
 COMMITTED = Outcome("committed")  # shared: most outcomes, no object per request
@@ -204,13 +239,10 @@ class RunResult:
 
     def build_histograms(self) -> None:
         for sec in self.seconds:
-            for us in sec.raw:
-                sec.hist.record_value(us)
+            record_all(sec.hist, sec.raw)
             self.hist.add(sec.hist)
         for label, raw in self.raw_by_label.items():
-            h = self.by_label[label] = new_histogram()
-            for us in raw:
-                h.record_value(us)
+            record_all(self.by_label.setdefault(label, new_histogram()), raw)
             self.label_counts[label] = len(raw)
 
     def percentiles_ms(self, hist: HdrHistogram | None = None) -> dict[str, float]:
@@ -278,6 +310,27 @@ class RunResult:
         return out
 
 
+@contextlib.contextmanager
+def steady_gc() -> Iterator[None]:
+    """The cyclic GC as a load generator wants it: what exists at start-up frozen (never scanned
+    again), young collections every ``_GC_GEN0`` allocations instead of 700; restored afterwards.
+
+    Each request allocates a few container objects (its op, record, table entry, callback), and at
+    8 000/s the default threshold ran ~1 300 collections in a 10 s run, full ones among them whose cost
+    grows with every object of the process: 1.4 s of CPU, 16 µs per request, and pauses of 60 to
+    160 ms (a ``gc.callbacks`` probe, cpu_cost --cluster echo). The load generator's objects die young
+    (a request lives until its reply), so fewer, larger young collections find the same garbage."""
+    gc.collect()
+    gc.freeze()
+    threshold = gc.get_threshold()
+    gc.set_threshold(_GC_GEN0, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
 async def run_open_loop(
     workload: Workload,
     sender: Sender,
@@ -298,12 +351,31 @@ async def run_open_loop(
     milliseconds. The driver's own tests pass a virtual loop's clock (they run on simulated time)."""
     if rate <= 0 or duration_s <= 0 or warmup_s < 0:
         raise ValueError(f"rate and duration must be > 0 and warmup >= 0: {rate=} {duration_s=} {warmup_s=}")
+    with steady_gc():
+        return await _run_open_loop(
+            workload, sender, rate, duration_s, warmup_s, seed, drain_s, progress, quiet, clock
+        )
+
+
+async def _run_open_loop(
+    workload: Workload,
+    sender: Sender,
+    rate: float,
+    duration_s: float,
+    warmup_s: float,
+    seed: int,
+    drain_s: float,
+    progress: Callable[[str], None] | None,
+    quiet: bool,
+    clock: Callable[[], float],
+) -> RunResult:
     import random
 
     rng = random.Random(seed)
     loop = asyncio.get_running_loop()
     result = RunResult(rate=rate, duration_s=duration_s, warmup_s=warmup_s)
     result.seconds = [Second() for _ in range(math.ceil(duration_s))]
+    last_second = len(result.seconds) - 1
     total = round(rate * (warmup_s + duration_s))
     result.requests_total = total
     cpu_start = time.process_time()
@@ -311,10 +383,11 @@ async def run_open_loop(
     start = clock() + 0.05
     window_end = start + warmup_s + duration_s
     inflight: set[asyncio.Future[Any]] = set()  # tasks of Sender.send
-    # SdkSender: a future per request and no task; by request number, each future's one callback
-    # (``settled``) takes it out again.
-    futures: dict[int, asyncio.Future[Any]] = {}
-    fast = cast(FutureSender, sender) if hasattr(sender, "start") else None
+    # CallbackSender: no task or future per request; ``settled`` is each request's one callback.
+    fast = cast(CallbackSender, sender) if hasattr(sender, "start") else None
+    open_count = 0  # requests of the fast path without an outcome yet
+    drained: asyncio.Future[None] | None = None  # set when open_count drops to 0 (during the drain)
+    finished = False  # after the drain: outcomes that still come are not counted
     done_count = 0
     first_send = last_send = 0.0
 
@@ -323,25 +396,28 @@ async def run_open_loop(
         done_count += 1
         if i < first_measured:
             return
-        sec = result.seconds[min(len(result.seconds) - 1, int(scheduled - start - warmup_s))]
-        result.statuses[outcome.status] += 1
-        if outcome.status == "error":
+        sec = result.seconds[min(last_second, int(scheduled - start - warmup_s))]
+        status = outcome.status
+        result.statuses[status] += 1
+        if status == "error":
             sec.errors += 1
             result.causes[f"error: {outcome.cause}"] += 1
             return
         result.answered += 1
-        result.last_reply_s = max(result.last_reply_s, finished - start - warmup_s)
-        arrived = int(finished - start - warmup_s)
-        if 0 <= arrived < len(result.seconds):
+        since = finished - start - warmup_s
+        if since > result.last_reply_s:
+            result.last_reply_s = since
+        arrived = int(since)
+        if 0 <= arrived <= last_second:
             result.seconds[arrived].completed_here += 1
-        if outcome.status == "committed":
+        if status == "committed":
             sec.committed += 1
-        elif outcome.status == "aborted":
+        elif status == "aborted":
             sec.aborted += 1
             result.causes[f"aborted: {outcome.cause}"] += 1
         else:
             sec.failed += 1
-            result.causes[f"{outcome.status}: {outcome.cause}"] += 1
+            result.causes[f"{status}: {outcome.cause}"] += 1
         # Only appended here (a fraction of a microsecond): histograms are built after the run, so
         # recording costs the load generator next to nothing while it measures.
         us = max(1, min(_HIST_MAX_US, int((finished - scheduled) * 1e6)))
@@ -358,10 +434,15 @@ async def run_open_loop(
             outcome = Outcome("error", f"{type(exc).__name__}: {exc}"[:80])
         record(i, op.label, scheduled, outcome, clock())
 
-    def settled(i: int, label: str, scheduled: float, future: asyncio.Future[Any]) -> None:
-        del futures[i]
+    def settled(i: int, label: str, reply: Any, error: BaseException | None) -> None:
+        nonlocal open_count
+        if finished:
+            return
+        open_count -= 1
         assert fast is not None
-        record(i, label, scheduled, fast.outcome(future), clock())
+        record(i, label, start + i / rate, fast.outcome(reply, error), clock())
+        if open_count == 0 and drained is not None and not drained.done():
+            drained.set_result(None)
 
     def reporter() -> None:
         if progress is None or quiet:
@@ -375,37 +456,48 @@ async def run_open_loop(
         }
         progress(
             f"  [{phase} {elapsed:5.1f}s] sent {sent:>8}  done {done_count:>8}  "
-            f"in flight {len(inflight) + len(futures):>6}  "
+            f"in flight {len(inflight) + open_count:>6}  "
             f"p50 {p['p50']:7.1f} ms  p99 {p['p99']:7.1f} ms  aborted {result.statuses['aborted']}  "
             f"errors {result.statuses['error']}"
         )
 
+    def scheduled_in_window(lo: int, hi: int, now: float) -> None:
+        """Count requests ``lo .. hi - 1`` (all measured), sent together at ``now``, per second."""
+        nonlocal first_send, last_send
+        result.sent += hi - lo
+        # The first of them is the latest behind its schedule.
+        result.send_lag_max_s = max(result.send_lag_max_s, now - (start + lo / rate))
+        if lo == first_measured:
+            first_send = now
+        last_send = now
+        first = min(last_second, int(start + lo / rate - start - warmup_s))
+        if first == min(last_second, int(start + (hi - 1) / rate - start - warmup_s)):
+            result.seconds[first].scheduled += hi - lo
+            return
+        for i in range(lo, hi):  # a tick across a second's end: once a second
+            result.seconds[min(last_second, int(start + i / rate - start - warmup_s))].scheduled += 1
+
     sent = 0
     next_report = start + 1.0
+    next_op = workload.next_op
+    start_op = fast.start if fast is not None else None
+    partial = functools.partial
     while sent < total:
         now = clock()
         due = min(total, int((now - start) * rate) + 1)
         if due > sent:
+            if due > first_measured:
+                scheduled_in_window(max(sent, first_measured), due, now)
             for i in range(sent, due):
-                scheduled = start + i / rate
-                op = workload.next_op(rng)
-                if i >= first_measured:
-                    result.sent += 1
-                    sec_index = min(len(result.seconds) - 1, int(scheduled - start - warmup_s))
-                    result.seconds[sec_index].scheduled += 1
-                    result.send_lag_max_s = max(result.send_lag_max_s, now - scheduled)
-                    if i == first_measured:
-                        first_send = now
-                    last_send = now
-                if fast is not None:
-                    started = fast.start(op)
-                    if isinstance(started, Outcome):  # failed locally (overload, bad request)
-                        record(i, op.label, scheduled, started, clock())
-                    else:
-                        futures[i] = started
-                        started.add_done_callback(functools.partial(settled, i, op.label, scheduled))
+                op = next_op(rng)
+                if start_op is not None:
+                    open_count += 1
+                    failed = start_op(op, partial(settled, i, op.label))
+                    if failed is not None:  # failed locally (overload, bad request)
+                        open_count -= 1
+                        record(i, op.label, start + i / rate, failed, clock())
                     continue
-                task = loop.create_task(one(i, op, scheduled))
+                task = loop.create_task(one(i, op, start + i / rate))
                 inflight.add(task)
                 task.add_done_callback(inflight.discard)
             sent = due
@@ -422,13 +514,20 @@ async def run_open_loop(
         result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
     # Drain: every request gets its reply or its own timeout; a stuck one counts as unanswered.
     deadline = max(window_end, clock()) + drain_s
-    while (inflight or futures) and clock() < deadline:
-        await asyncio.wait([*inflight, *futures.values()], timeout=min(1.0, deadline - clock()))
-        if inflight or futures:
+    while (inflight or open_count) and clock() < deadline:
+        if open_count:
+            drained = loop.create_future()
+        waiting = [*inflight, drained] if drained is not None else [*inflight]
+        await asyncio.wait(waiting, timeout=min(1.0, deadline - clock()))
+        drained = None
+        if inflight or open_count:
             reporter()
     result.client_cpu_s = time.process_time() - cpu_start
-    left = [*inflight, *futures.values()]
-    result.unanswered = len(left)
+    # Fast-path requests still open are given up on: their outcomes, when they come (a timeout of
+    # the sender, or its client closing), are not counted.
+    finished = True
+    left = [*inflight]
+    result.unanswered = len(left) + open_count
     for pending in left:
         pending.cancel()
     if left:

@@ -18,7 +18,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from styx_py.core.partitioning import Key
 
@@ -31,9 +31,11 @@ State = Mapping[tuple[str, Key], Any]
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One request of the mix. ``label`` names its kind in the per-kind statistics."""
+class Op(NamedTuple):
+    """One request of the mix. ``label`` names its kind in the per-kind statistics.
+
+    A named tuple, not a frozen dataclass: as immutable, and built in a third of the time (a frozen
+    dataclass sets each field through ``object.__setattr__``; one is built per request)."""
 
     label: str
     operator: str

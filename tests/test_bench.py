@@ -13,13 +13,23 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from styx_py.benchmarks.driver import Outcome, RunResult, SdkSender, normalise_cause, run_open_loop
+from styx_py.benchmarks.driver import (
+    _HIST_MAX_US,
+    Outcome,
+    RunResult,
+    SdkSender,
+    new_histogram,
+    normalise_cause,
+    record_all,
+    run_open_loop,
+)
 from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
 from styx_py.benchmarks.workloads import make_workload, workload_names
 from styx_py.cli import main as styx_main
@@ -141,8 +151,8 @@ async def test_errors_and_aborts_are_counted_by_cause() -> None:
     assert not result.sustainable()  # any error disqualifies a run
 
 
-class FutureServer:
-    """The driver's fast path (like SdkSender): a future per request, answered after ``delay_s``;
+class CallbackServer:
+    """The driver's fast path (like SdkSender): a callback per request, answered after ``delay_s``;
     every ``refuse_every``-th request fails locally, every ``lose_every``-th is never answered."""
 
     def __init__(self, delay_s: float, refuse_every: int = 0, lose_every: int = 0) -> None:
@@ -154,25 +164,23 @@ class FutureServer:
     async def send(self, op: Op) -> Outcome:
         raise AssertionError("the driver uses start() when a sender has it")
 
-    def start(self, op: Op) -> asyncio.Future[Any] | Outcome:
+    def start(self, op: Op, done: Callable[[Any, BaseException | None], None]) -> Outcome | None:
         self.n += 1
         if self.refuse_every and self.n % self.refuse_every == 0:
             return Outcome("error", "Overloaded")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
         if not (self.lose_every and self.n % self.lose_every == 0):
-            loop.call_later(self.delay_s, future.set_result, "committed")
-        return future
+            asyncio.get_running_loop().call_later(self.delay_s, done, "committed", None)
+        return None
 
-    def outcome(self, future: asyncio.Future[Any]) -> Outcome:
-        return Outcome("error", "CancelledError") if future.cancelled() else Outcome(future.result())
+    def outcome(self, reply: Any, error: BaseException | None) -> Outcome:
+        return Outcome("error", type(error).__name__) if error is not None else Outcome(reply)
 
 
 @simulated_time
 async def test_driver_fast_path_measures_from_the_schedule_and_counts_every_request() -> None:
     result = await run_open_loop(
         Uniform(),
-        FutureServer(0.004, refuse_every=50, lose_every=70),
+        CallbackServer(0.004, refuse_every=50, lose_every=70),
         rate=1000,
         duration_s=2.0,
         warmup_s=0.5,
@@ -182,14 +190,32 @@ async def test_driver_fast_path_measures_from_the_schedule_and_counts_every_requ
     )
     assert result.sent == 2000 and result.actual_send_rate == pytest.approx(1000)
     # Of the measured requests 501-2 500, the 40 multiples of 50 failed locally and the 22 other
-    # multiples of 70 were never answered: cancelled after the drain, counted, never lost (unanswered
-    # also counts the 6 of the warm-up).
-    assert result.statuses == {"committed": 1938, "error": 62}
-    assert result.causes == {"error: Overloaded": 40, "error: CancelledError": 22}
+    # multiples of 70 were never answered: given up after the drain, counted as unanswered, never
+    # lost (unanswered also counts the 6 of the warm-up).
+    assert result.statuses == {"committed": 1938, "error": 40}
+    assert result.causes == {"error: Overloaded": 40}
     assert result.unanswered == 28 and result.answered == 1938
     p = result.percentiles_ms()
     assert p["p50"] == pytest.approx(4.0, abs=0.01) and p["max"] <= 4.0 + 1.01, p  # + at most one tick
     assert not result.sustainable()
+
+
+def test_histograms_built_per_bucket_equal_those_built_per_value() -> None:
+    """record_all (numpy, one record_value per bucket) gives the histogram of one record per value."""
+    rng = random.Random(5)
+    raw = array("q", [1, 2, 2047, 2048, 2049, 4095, 4097, 10**6, 10**6 + 1, _HIST_MAX_US])
+    raw.extend(max(1, min(_HIST_MAX_US, int(rng.lognormvariate(9, 2)))) for _ in range(20_000))
+    one_by_one, per_bucket = new_histogram(), new_histogram()
+    for us in raw:
+        one_by_one.record_value(us)
+    record_all(per_bucket, raw)
+    assert per_bucket.counts[:] == one_by_one.counts[:]
+    assert per_bucket.get_total_count() == one_by_one.get_total_count() == len(raw)
+    assert per_bucket.get_min_value() == one_by_one.get_min_value()
+    assert per_bucket.get_max_value() == one_by_one.get_max_value()
+    assert per_bucket.get_mean_value() == one_by_one.get_mean_value()
+    for p in (50.0, 99.0, 99.9, 100.0):
+        assert per_bucket.get_value_at_percentile(p) == one_by_one.get_value_at_percentile(p)
 
 
 def test_bad_parameters_are_refused() -> None:

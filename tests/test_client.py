@@ -393,6 +393,72 @@ async def test_limits_are_checked_before_sending(client: StyxClient, cluster: Cl
     assert at_limits == {"key": "k" * 1024, "fn": "echo", "args": [nested(64)]}
 
 
+async def test_the_prepared_path_checks_what_submit_checks(cluster: Cluster) -> None:
+    """StyxClient.prepare's lean path (for load generators) refuses locally whatever submit() refuses,
+    and hands every reply, timeout or overload to its callback exactly once."""
+    async with cluster.client(timeout_s=20.0, functions={"acct": ["echo", "drop"]}) as c:
+        with pytest.raises(BadRequest, match="unknown operator"):
+            c.prepare("nope", "echo")
+        with pytest.raises(BadRequest, match="has no function"):
+            c.prepare("acct", "nope")
+    async with cluster.client(timeout_s=20.0) as c:
+        with pytest.raises(BadRequest, match=r"function name.*MAX_NAME_CHARS"):
+            c.prepare("acct", "e" * 257)
+        echo, drop = c.prepare("acct", "echo"), c.prepare("acct", "drop", timeout_s=0.3)
+        got: dict[int, tuple[Reply | None, BaseException | None]] = {}
+
+        def done(i: int) -> Callable[[Reply | None, BaseException | None], None]:
+            def settle(reply: Reply | None, error: BaseException | None) -> None:
+                assert i not in got, "called twice"
+                got[i] = (reply, error)
+
+            return settle
+
+        bad: list[tuple[Any, tuple[Any, ...], type[Exception], str]] = [
+            ("k", (nested(65),), BadRequest, "nest deeper than 64 levels.*MAX_ARG_DEPTH"),
+            ("k", (nested(100_000),), BadRequest, "MAX_ARG_DEPTH"),
+            ("k", ("x" * 12_000_000,), BadRequest, "12000.* bytes encoded.*MAX_REQUEST_BYTES"),
+            ("k" * 5000, (), BadRequest, "5000 characters.*MAX_KEY_CHARS"),
+            (2**70, (), BadRequest, "cannot be encoded"),
+            (True, (), BadRequest, "entity keys must be str or int, got bool"),
+            (1.5, (), BadRequest, "entity keys must be str or int, got float"),
+            ("k", (object(),), BadRequest, "cannot be encoded"),
+        ]
+        for key, args, error, match in bad:
+            with pytest.raises(error, match=match):
+                await c.submit("acct", key, "echo", *args)
+            with pytest.raises(error, match=match):
+                echo.send(key, args, done(-1))
+        assert got == {} and c.stats.sent == 0 and c.pending_count == 0
+
+        rids = [echo.send(f"k{i}", (i,), done(i)) for i in range(100)]
+        assert len(set(rids)) == 100
+        rids.append(echo.send(7, [], done(100)))  # int keys and list arguments too
+        await _until(lambda: len(got) == 101)
+        assert [decode_value(reply.result) for reply, _ in (got[i] for i in range(100))] == [  # type: ignore[union-attr]
+            {"key": f"k{i}", "fn": "echo", "args": [i]} for i in range(100)
+        ]
+        assert [reply.request_id for reply, _ in (got[i] for i in range(101))] == rids  # type: ignore[union-attr]
+        assert all(error is None for _, error in got.values())
+        assert c.pending_count == 0 and c.stats.sent == 101
+
+        drop.send("k", (), done(200))  # never answered: its own timeout, once
+        await _until(lambda: 200 in got)
+        assert got[200][0] is None and isinstance(got[200][1], RequestTimeout)
+        assert "no reply to acct.drop(key='k')" in str(got[200][1])
+        assert c.pending_count == 0 and c.stats.timeouts == 1
+
+    async with cluster.client(max_pending=1, timeout_s=20.0) as c:
+        drop = c.prepare("acct", "drop")
+        drop.send("a", (), done(300))
+        with pytest.raises(Overloaded, match="max_pending=1"):
+            drop.send("b", (), done(301))
+    # Closing fails what is in flight; a closed client refuses at once.
+    assert isinstance(got[300][1], StyxError) and 301 not in got
+    with pytest.raises(StyxError, match="closed"):
+        drop.send("c", (), done(302))
+
+
 async def test_a_request_id_reused_for_another_request_is_refused(
     client: StyxClient, cluster: Cluster
 ) -> None:

@@ -19,7 +19,7 @@ Two properties matter and are kept on purpose:
 The modules, in the order a request meets them:
 
 =================  ==================================================================================
-``client.py``      :class:`StyxClient`: start, submit, call, close
+``client.py``      :class:`StyxClient`: start, submit, call, close; :class:`Prepared`, the lean path
 ``deployment.py``  what the coordinator says is deployed (:meth:`StyxClient.connect`)
 ``requests.py``    local checks against the deployed graph, the key's partition, the encoded request
 ``ids.py``         generated request ids
@@ -30,10 +30,10 @@ The modules, in the order a request meets them:
 =================  ==================================================================================
 """
 
-from styx_py.client.sdk.client import Call, StyxClient
+from styx_py.client.sdk.client import Call, Prepared, StyxClient
 from styx_py.client.sdk.ids import RequestIds
 from styx_py.client.sdk.pending import ClientStats
 from styx_py.client.sdk.replies import decode_reply, result_of
 from styx_py.client.sdk.sync import SyncStyxClient
 
-__all__ = ["Call", "ClientStats", "RequestIds", "StyxClient", "SyncStyxClient", "decode_reply", "result_of"]
+__all__ = ["Call", "ClientStats", "Prepared", "RequestIds", "StyxClient", "SyncStyxClient", "decode_reply", "result_of"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
@@ -19,14 +20,16 @@ from typing import Any
 from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
 from styx_py.client.sdk.kafka import KafkaError, open_kafka, stop_quietly
-from styx_py.client.sdk.pending import ClientStats, Pending, PendingTable, Send
+from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError, Unavailable
+from styx_py.core.partitioning import partition_of
+from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.wire import Key, Reply
 from styx_py.io.batching import BatchLanes
 
-__all__ = ["Call", "StyxClient"]
+__all__ = ["Call", "Prepared", "StyxClient"]
 
 log = logging.getLogger("styx.client")
 
@@ -82,6 +85,7 @@ class StyxClient:
         self._reader: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._lanes: BatchLanes | None = None
+        self._loop: Any = None  # the running loop, from start()
         self._broken: BaseException | None = None
         self._started = False
         self._closed = False
@@ -124,7 +128,7 @@ class StyxClient:
             return
         client_id = f"styx-client-{uuid.uuid4().hex[:8]}"
         self._producer, self._consumer, tps = await open_kafka(self, client_id)
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._lanes = BatchLanes(self._producer)
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
         reader = read_replies(self._consumer, self._pending.resolve, self.stats, self.egress_topic)
@@ -237,6 +241,19 @@ class StyxClient:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         return self._pending.future(rid, entry, send, timeout, (operator, function, key, rid))
 
+    def prepare(self, operator: str, function: str, *, timeout_s: float | None = None) -> Prepared:
+        """The lean path for one ``operator.function``, for load generators: see :class:`Prepared`.
+
+        Raises :class:`BadRequest` at once for an unknown operator or function, or a name above its
+        limit; the rest (key, arguments, size, nesting, room) is checked per request.
+        """
+        self._targets.partition(operator, "", function)
+        checked_request("0", operator, function, "", ())  # the names' limits, as the workers check them
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if timeout <= 0:
+            raise ConfigError(f"timeout_s must be > 0, not {timeout!r}")
+        return Prepared(self, operator, function, self._targets.operators[operator], timeout)
+
     def _admit(
         self, operator: str, key: Key, function: str, args: tuple[Any, ...], request_id: str | None
     ) -> tuple[str, Pending, Send | None]:
@@ -274,10 +291,8 @@ class StyxClient:
         def on_done(_offset: int, exc: BaseException | None) -> None:
             if exc is None:
                 self.stats.sent += 1
-            elif isinstance(exc, KafkaError):
-                self._pending.fail(entry, Unavailable(f"could not send request {rid}: {exc!r}"), exc)
             else:
-                self._pending.fail(entry, StyxError(f"request {rid} was not sent: {exc!r}"), exc)
+                self._pending.undelivered(entry, exc)
 
         self._lanes.add(self.ingress_topic, partition, rid.encode(), payload, on_done)
 
@@ -328,6 +343,56 @@ class StyxClient:
                 raise outcome
             replies.append(outcome)
         return replies
+
+
+class Prepared:
+    """Requests to one ``operator.function`` without a future per request: :meth:`send` hands each
+    reply (or its failure) to a callback.
+
+    Same checks and guarantees as :meth:`StyxClient.submit` (the record goes through the same
+    :func:`~styx_py.core.requests.encode_request`; a generated request id is checked against the
+    table; ``max_pending``; a timeout per request, reported by the shared deadline timer), minus what
+    a load generator does not use: chosen request ids, joining an id in flight, cancellation. What it
+    saves per request (the operator and function are looked up once; no ``*args``/keywords packing,
+    caller future, done callback or delivery closure) is measured in benchmarks/results/client-cpu.md.
+    """
+
+    __slots__ = ("_client", "_partitions", "function", "operator", "timeout_s")
+
+    def __init__(self, client: StyxClient, operator: str, function: str, partitions: int, timeout_s: float):
+        self._client = client
+        self._partitions = partitions
+        self.operator = operator
+        self.function = function
+        self.timeout_s = timeout_s
+
+    def send(self, key: Key, args: tuple[Any, ...] | list[Any], done: Done) -> str:
+        """Send ``operator.function(key, *args)`` now; its request id.
+
+        Raises :class:`BadRequest`, :class:`Overloaded` or :class:`StyxError` here, nothing sent,
+        exactly as :meth:`StyxClient.submit`. Otherwise ``done(reply, None)`` or ``done(None, error)``
+        is called exactly once: a :class:`RequestTimeout` after ``timeout_s``, :class:`Unavailable`
+        when the record could not be delivered, :class:`StyxError` when the client closes first.
+        ``done`` runs inside the client's reader or timer, so it must be quick and must not raise.
+        """
+        client = self._client
+        client._check_usable()
+        operator, function = self.operator, self.function
+        if type(key) is str or type(key) is int:
+            partition = partition_of(key, self._partitions)
+        else:  # the message of a bad key, as on the normal path
+            partition = client._targets.partition(operator, key, function)
+        rid = client._new_rid()
+        record = checked_request(rid, operator, function, key, args, time.time_ns() // 1_000_000)
+        table = client._pending
+        table.check_reuse(rid, record)
+        table.check_room()
+        # Registered before producing: the reply may be read before add() even returns.
+        caller = table.callback(rid, record, done, self.timeout_s, (operator, function, key, rid), client._loop)
+        lanes = client._lanes
+        assert lanes is not None
+        lanes.add(client.ingress_topic, partition, rid.encode(), record, caller.delivered)
+        return rid
 
 
 def _check_limits(max_pending: int, timeout_s: float, linger_ms: int, fetch_wait_ms: int) -> None:

@@ -23,17 +23,33 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from styx_py.client.sdk.kafka import KafkaError
 from styx_py.client.sdk.requests import same_request
-from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError
+from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError, Unavailable
 from styx_py.core.wire import Key, Reply
 
-__all__ = ["ClientStats", "Deadlines", "Listener", "Named", "Pending", "PendingTable", "Send", "fail"]
+__all__ = [
+    "Callback",
+    "ClientStats",
+    "Deadlines",
+    "Done",
+    "Listener",
+    "Named",
+    "Pending",
+    "PendingTable",
+    "Send",
+    "fail",
+]
 
 Send = Callable[[], None]
 """Hands a new request to the producer (called once its entry is registered)."""
 
 Named = tuple[str, str, Key, str]
 """A request as a timeout names it: ``(operator, function, key, request id)``."""
+
+Done = Callable[[Reply | None, StyxError | None], None]
+"""What a :class:`Callback` caller is told, once: the reply, or why there is none (a timeout, a failed
+send, the client closing). Runs inside the reply reader or the deadline timer: it must not raise."""
 
 
 @dataclass(slots=True)
@@ -69,7 +85,7 @@ class Pending:
         self.future = future
         self.fingerprint = fingerprint  # what was sent under this id (see requests.same_request)
         self.waiters = 0
-        self.listeners: list[Listener] = []
+        self.listeners: list[AnyListener] = []
 
 
 class Listener:
@@ -101,6 +117,37 @@ class Listener:
         self.table.given_up(self)
 
 
+class Callback:
+    """One caller of the lean path (:meth:`PendingTable.callback`): a function instead of a future.
+
+    No future, done callback or cancellation per request: ``done`` is called exactly once, from
+    :meth:`PendingTable.resolve`, a failure, or the shared deadline timer. Also the record's delivery
+    callback (:meth:`delivered`), so a request costs one object of the table's besides its entry.
+    """
+
+    __slots__ = ("deadline", "done", "entry", "named", "table", "wait_s")
+
+    def __init__(
+        self, table: PendingTable, entry: Pending, done: Done, named: Named, wait_s: float, deadline: float
+    ) -> None:
+        self.table = table
+        self.entry = entry
+        self.done = done
+        self.named = named
+        self.wait_s = wait_s
+        self.deadline = deadline
+
+    def delivered(self, _offset: int, exc: BaseException | None) -> None:
+        """The producer's verdict on the request's record (``BatchLanes`` ``on_done``)."""
+        if exc is None:
+            self.table.stats.sent += 1
+        else:
+            self.table.undelivered(self.entry, exc)
+
+
+AnyListener = Listener | Callback
+
+
 class Deadlines:
     """When each listener times out: one loop timer for all of them, not one per request.
 
@@ -112,13 +159,13 @@ class Deadlines:
     lag) after its deadline, never before. Answered listeners leave their queue at once (O(1)).
     """
 
-    def __init__(self, expire: Callable[[Listener], None]) -> None:
+    def __init__(self, expire: Callable[[AnyListener], None]) -> None:
         self._expire = expire
-        self._queues: dict[float, collections.OrderedDict[Listener, None]] = {}
+        self._queues: dict[float, collections.OrderedDict[AnyListener, None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
-    def add(self, listener: Listener, loop: asyncio.AbstractEventLoop) -> None:
+    def add(self, listener: AnyListener, loop: asyncio.AbstractEventLoop) -> None:
         queue = self._queues.get(listener.wait_s)
         if queue is None:
             queue = self._queues[listener.wait_s] = collections.OrderedDict()
@@ -126,7 +173,7 @@ class Deadlines:
         if listener.deadline < self._timer_at:
             self._arm(loop, listener.deadline)
 
-    def discard(self, listener: Listener) -> None:
+    def discard(self, listener: AnyListener) -> None:
         queue = self._queues.get(listener.wait_s)
         if queue is not None:
             queue.pop(listener, None)
@@ -145,7 +192,7 @@ class Deadlines:
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer, self._timer_at = None, math.inf
         now = loop.time()
-        due: list[Listener] = []
+        due: list[AnyListener] = []
         earliest = math.inf
         for wait_s, queue in list(self._queues.items()):
             while queue:
@@ -255,6 +302,28 @@ class PendingTable:
             send()
         return mine
 
+    def callback(
+        self, rid: str, record: bytes, done: Done, wait_s: float, named: Named, loop: asyncio.AbstractEventLoop
+    ) -> Callback:
+        """Register a new ``rid`` (not in flight: :meth:`check_reuse` and :meth:`check_room` passed)
+        with one :class:`Callback` caller, timed out by the shared timer after ``wait_s``.
+
+        The lean path of :meth:`future`: no caller future, done callback or join. Later callers of
+        the same id join the entry as usual (:meth:`wait`, :meth:`future`)."""
+        entry = self._entries[rid] = Pending(rid, loop.create_future(), record)
+        caller = Callback(self, entry, done, named, wait_s, loop.time() + wait_s)
+        entry.waiters = 1
+        entry.listeners.append(caller)
+        self._deadlines.add(caller, loop)
+        return caller
+
+    def undelivered(self, entry: Pending, exc: BaseException) -> None:
+        """The producer could not deliver ``entry``'s record: fail it, naming why."""
+        if isinstance(exc, KafkaError):
+            self.fail(entry, Unavailable(f"could not send request {entry.rid}: {exc!r}"), exc)
+        else:
+            self.fail(entry, StyxError(f"request {entry.rid} was not sent: {exc!r}"), exc)
+
     def given_up(self, listener: Listener) -> None:
         """A listener's future was cancelled by its caller: it waits no more."""
         self._deadlines.discard(listener)
@@ -262,8 +331,16 @@ class PendingTable:
         entry.listeners.remove(listener)
         self.leave(entry.rid, entry)
 
-    def _timed_out(self, listener: Listener) -> None:
+    def _timed_out(self, listener: AnyListener) -> None:
         """A listener's deadline passed (it already left the deadline queue)."""
+        if type(listener) is Callback:
+            entry = listener.entry
+            entry.listeners.remove(listener)
+            self.stats.timeouts += 1
+            listener.done(None, RequestTimeout(_timeout_message(listener.named, listener.wait_s)))
+            self.leave(entry.rid, entry)
+            return
+        assert type(listener) is Listener
         mine = listener.future
         mine.remove_done_callback(listener)
         entry = listener.entry
@@ -273,12 +350,17 @@ class PendingTable:
             mine.set_exception(RequestTimeout(_timeout_message(listener.named, listener.wait_s)))
         self.leave(entry.rid, entry)
 
-    def _settle(self, entry: Pending, reply: Reply | None, error: BaseException | None) -> None:
+    def _settle(self, entry: Pending, reply: Reply | None, error: StyxError | None) -> None:
         """Hand the reply (or the failure) to every listener of ``entry``; they all stop waiting."""
         for listener in entry.listeners:
+            self._deadlines.discard(listener)
+            if type(listener) is Callback:
+                entry.waiters -= 1
+                listener.done(reply, error)
+                continue
+            assert type(listener) is Listener
             mine = listener.future
             mine.remove_done_callback(listener)
-            self._deadlines.discard(listener)
             if not mine.done():  # else cancelled, its callback not run yet: counted out here instead
                 if error is None:
                     mine.set_result(reply)  # type: ignore[arg-type]
