@@ -31,7 +31,7 @@ from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.tasks import Tasks
 from styx_py.core.graph import load_graph
 from styx_py.core.ports import Clock, LogReader
-from styx_py.core.wire import Manifest, Recover, RecoverDone
+from styx_py.core.wire import Fenced, Manifest, Recover, RecoverDone
 
 __all__ = ["MAX_RECOVERY_BACKOFF_S", "MAX_TIMEOUT_FACTOR", "RESTORE_TIMEOUT_FACTOR", "Recovery"]
 
@@ -62,6 +62,7 @@ class Recovery:
         self.logs = logs
         self.task: asyncio.Task[None] | None = None
         self.answers: dict[str, RecoverDone] = {}  # this attempt's RecoverDone, per worker
+        self.fenced: set[str] = set()  # workers that saw this generation's view (Fenced)
         self.answered = asyncio.Event()
         self.count = 0  # recoveries started (a generation each)
         self.failed_attempts = 0  # in a row, for the backoff
@@ -93,6 +94,11 @@ class Recovery:
             log.warning("all %d workers are back: recovering", len(self.expected))
             self.start()
 
+    def on_fenced(self, msg: Fenced) -> None:
+        if msg.gen == self.cluster.gen:
+            self.fenced.add(msg.node_id)
+            self.answered.set()
+
     def on_done(self, msg: RecoverDone) -> None:
         if msg.gen == self.cluster.gen:
             self.answers[msg.node_id] = msg
@@ -106,6 +112,7 @@ class Recovery:
         self.count += 1
         self.snapshots.abandon()
         self.cluster.gen += 1
+        self.fenced = set()
         self.cluster.broadcast_view()
 
     async def _run(self) -> None:
@@ -127,6 +134,17 @@ class Recovery:
         # votes did not all reach this coordinator: every epoch that every worker logged is replayed
         # (a worker votes only once its entry is durable). A failure during a replay must not shorten
         # it: epochs decided before are still replayed.
+        # Only once no worker decides an epoch of an older generation any more (each said so when it
+        # saw this generation's view) is the log read: nothing decided after the read can be missed.
+        deadline = self.clock.now() + self.timeout_s()
+        while set(c.workers) - self.fenced and self.clock.now() < deadline:
+            self.answered.clear()
+            with contextlib.suppress(TimeoutError):
+                async with self.clock.timeout(max(0.0, deadline - self.clock.now())):
+                    await self.answered.wait()
+        if missing := sorted(set(c.workers) - self.fenced):
+            self.unanswered_attempts += 1
+            return f"no Fenced from {missing}: they did not see generation {c.gen}'s view"
         try:
             logged = await self._last_logged(snapshots.manifest)
         except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried

@@ -44,6 +44,7 @@ from styx_py.core.wire import (
     DeployRequest,
     EpochDone,
     ExecDone,
+    Fenced,
     Halt,
     Heartbeat,
     Manifest,
@@ -175,6 +176,8 @@ class Coordinator:
                 self.snapshots.on_done(msg)
             case RecoverDone():
                 self.recovery.on_done(msg)
+            case Fenced():
+                self.recovery.on_fenced(msg)
             case ReplayDiverged():
                 self.degrade(msg.describe())
             case _:

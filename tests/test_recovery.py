@@ -173,6 +173,25 @@ async def test_a_lost_protocol_message_is_repaired(lost: str) -> None:
         assert c.coordinator.stalls >= 1, "the lost message went unnoticed"
 
 
+@pytest.mark.parametrize("seed", [41049, 41061])
+async def test_workers_of_a_dead_generation_stop_deciding_before_recovery_reads_the_log(seed: int) -> None:
+    """Workers decide epochs from each other's votes, without the coordinator. These seeds (found by a
+    sweep) crash the coordinator while an epoch runs: its workers went on to decide it after the new
+    coordinator had read the sequencer log, which then replayed only the epochs before it and re-formed
+    it with different replies. Recovery now reads the log only once every worker is fenced."""
+    c = await run_with_crashes(
+        seed,
+        crashes=1 + seed % 2,
+        snapshot_every=1,
+        upload_failures=2,
+        compact_after=2,
+        n=450,
+        epoch_size=5,
+        coordinator_crashes=1 if seed % 3 == 0 else 0,
+    )
+    assert c.coordinator.recoveries >= 1
+
+
 @pytest.mark.parametrize("seed", range(12))
 async def test_duplicated_messages_change_nothing(seed: int) -> None:
     c = await run_with_crashes(

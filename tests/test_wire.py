@@ -85,6 +85,7 @@ ALL_MESSAGES = [
     wire.SnapshotDone(12, "w1", True, "", 4, 1234, 17, 2),
     wire.SnapshotResult(12, False, 2),
     wire.Recover(wire.Manifest(11, 40, 4, {0: ["a", "b"], 3: ["c"]}, [(0, 0), (9, 3)]), 15, 3),
+    wire.Fenced("w2", 3),
     wire.RecoverDone("w2", False, "FileNotFoundError: x", 3),
     wire.ReplayDiverged("w2", 7, "r9", "acct.deposit", "committed 1 (tid 4)", "committed 2 (tid 4)", 3),
     wire.Halt("replay of epoch 7 diverged"),

@@ -98,6 +98,7 @@ class EpochDriver:
         self.store = StateStore()
         self.current_graph: Graph | None = None
         self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
+        self.fence = -1  # the newest generation in a view: no epoch of an older one is decided here
         self.epochs: dict[int, EpochState] = {}
         self.completed_epoch = -1
         self.early: list[Message] = []  # messages of the next epoch, held until this one is finished
@@ -276,6 +277,8 @@ class EpochDriver:
         es = self.epoch_state(msg.epoch)
         if es is None or es.decided:
             return  # a repeat, or a report of an epoch decided already
+        if es.gen < self.fence:
+            return  # a recovery to a newer generation began: this epoch is replayed or re-formed
         workers = len(self.table.peers)
         match msg:
             case ExecDone():

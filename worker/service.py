@@ -26,6 +26,7 @@ from styx_py.core.wire import (
     UNDECODABLE,
     BatchEntry,
     ClusterView,
+    Fenced,
     Halt,
     Heartbeat,
     Message,
@@ -242,11 +243,16 @@ class Worker:
                 )
 
     def on_view(self, view: ClusterView) -> None:
+        if self.view is not None and view.gen < self.view.gen:
+            return  # an older view overtaken by a newer one
         self.view = view
         if self.driver.gen < 0:
             # A (re)started worker joins the current generation; a running one changes generation
             # only through Recover, which also drops every epoch of the old one.
             self.driver.gen = view.gen
+        # Until then it decides no epoch of an older generation (recovery reads the log after this).
+        self.driver.fence = max(self.driver.fence, view.gen)
+        self.transport.send(COORDINATOR, Fenced(self.node_id, view.gen))
         self.table.update(view)
         me = next(w for w in view.workers if w.node_id == self.node_id)
         self.batch.sequencer = Sequencer(me.sid, len(view.workers), self.batch.sequencer.lc)

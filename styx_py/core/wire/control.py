@@ -81,6 +81,15 @@ class SnapshotDone(Msg, tag="snap"):
     gen: int
 
 
+class Fenced(Msg, tag="fenced"):
+    """A worker saw the view of generation ``gen``: it decides no epoch of an older generation any
+    more. Recovery reads the sequencer log only once every worker said so (workers decide from each
+    other's votes, so an older generation could otherwise still decide an epoch after the read)."""
+
+    node_id: str
+    gen: int
+
+
 class RecoverDone(Msg, tag="recovered"):
     node_id: str
     ok: bool

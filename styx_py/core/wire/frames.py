@@ -26,6 +26,7 @@ from styx_py.core.wire.control import (
     EpochDone,
     EpochStart,
     ExecDone,
+    Fenced,
     Halt,
     Heartbeat,
     Recover,
@@ -49,6 +50,7 @@ ToCoordinator = (
     | Revote
     | EpochDone
     | SnapshotDone
+    | Fenced
     | RecoverDone
     | ReplayDiverged
     | DeployRequest
