@@ -136,11 +136,10 @@ class Recovery:
         # it: epochs decided before are still replayed.
         # Only once no worker decides an epoch of an older generation any more (each said so when it
         # saw this generation's view) is the log read: nothing decided after the read can be missed.
-        deadline = self.clock.now() + self.timeout_s()
-        while set(c.workers) - self.fenced and self.clock.now() < deadline:
-            self.answered.clear()
-            with contextlib.suppress(TimeoutError):
-                async with self.clock.timeout(max(0.0, deadline - self.clock.now())):
+        with contextlib.suppress(TimeoutError):
+            async with self.clock.timeout(self.timeout_s()):  # one timeout: no float-sized remainders
+                while set(c.workers) - self.fenced:
+                    self.answered.clear()
                     await self.answered.wait()
         if missing := sorted(set(c.workers) - self.fenced):
             self.unanswered_attempts += 1
@@ -164,7 +163,7 @@ class Recovery:
         self.answered.clear()
         c.broadcast(Recover(m, replay_until, c.gen))
         timeout_s = self.timeout_s()
-        await self._wait_for_answers(started + timeout_s)
+        await self._wait_for_answers(timeout_s)
         missing = sorted(set(c.workers) - set(self.answers))
         if missing:
             self.unanswered_attempts += 1
@@ -208,13 +207,14 @@ class Recovery:
         wait: float = max(base, RESTORE_TIMEOUT_FACTOR * self.last_restore_s) * 2.0**self.unanswered_attempts
         return min(wait, MAX_TIMEOUT_FACTOR * base)
 
-    async def _wait_for_answers(self, deadline: float) -> None:
-        """Until every worker answered the Recover, or ``deadline``."""
-        while len(self.answers) < len(self.cluster.workers) and self.clock.now() < deadline:
-            with contextlib.suppress(TimeoutError):
-                async with self.clock.timeout(max(0.0, deadline - self.clock.now())):
+    async def _wait_for_answers(self, timeout_s: float) -> None:
+        """Until every worker answered the Recover, or ``timeout_s`` passed (one timeout, not a loop
+        over remainders: on a clock of finite resolution a remainder can be too small to ever fire)."""
+        with contextlib.suppress(TimeoutError):
+            async with self.clock.timeout(timeout_s):
+                while len(self.answers) < len(self.cluster.workers):
+                    self.answered.clear()
                     await self.answered.wait()
-            self.answered.clear()
 
     def _replayed(self) -> None:
         """The epoch loop finished replaying the epochs decided before the recovery."""
