@@ -67,6 +67,7 @@ Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, ExecDone, Vote, Revote)
 """What :meth:`EpochDriver.on_message` takes: every message that belongs to an epoch."""
+EpochMessage = Invoke | Ack | CallResult | Final | EpochStart | ExecDone | Vote | Revote
 
 
 class EpochDriver:

@@ -42,7 +42,7 @@ from styx_py.core.wire import (
 )
 from styx_py.worker import recovery
 from styx_py.worker.batch import BatchFormer
-from styx_py.worker.epoch import EPOCH_MESSAGES, EpochDriver
+from styx_py.worker.epoch import EPOCH_MESSAGES, EpochDriver, EpochMessage
 from styx_py.worker.metrics import WorkerGauges, WorkerMetrics
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.routing import RoutingTable
@@ -52,6 +52,8 @@ from styx_py.worker.state import StateStore
 from styx_py.worker.txn import Tally
 
 log = logging.getLogger("styx.worker")
+
+MAX_BEFORE_VIEW = 10_000  # peers' messages a worker without a view keeps for it
 
 # Messages that belong to one generation of the cluster (dropped once a recovery moved past it).
 
@@ -107,6 +109,7 @@ class Worker:
         self.tasks: asyncio.TaskGroup | None = None
         self.recovering: asyncio.Task[None] | None = None
         self.view: ClusterView | None = None
+        self.before_view: list[EpochMessage] = []  # peers' epoch messages that arrived before the first view
         self.graph_path: str | None = None
         self.coordinator_seen = -1.0  # clock time of the last word from the coordinator (set in run)
         self.registered_at = -1.0  # clock time of the last Register sent
@@ -209,10 +212,14 @@ class Worker:
             if msg.gen == self.driver.gen:
                 self.driver.on_message(msg)
                 return
+            if self.driver.gen < 0:
+                # No view yet, and a peer's report or call overtook it (peers send to each other
+                # directly): it waits for the view (bounded: only what was sent before the view came).
+                if len(self.before_view) < MAX_BEFORE_VIEW:
+                    self.before_view.append(msg)
+                return
             # A message of a generation that recovery ended: its epoch numbers mean something else now.
-            assert msg.gen < self.driver.gen or self.driver.gen < 0, (
-                f"{self.node_id}: from the future: {msg!r}"
-            )
+            assert msg.gen < self.driver.gen, f"{self.node_id}: from the future: {msg!r}"
             return
         match msg:
             case ClusterView():
@@ -260,6 +267,10 @@ class Worker:
             self.driver.current_graph = load_graph(view.graph_path)
             self.graph_path = view.graph_path
         self.ingress.assign(self.table.owned())
+        held, self.before_view = self.before_view, []
+        for m in held:
+            if m.gen == self.driver.gen:
+                self.driver.on_message(m)
 
     # ---- a replay that diverges stops the cluster --------------------------------------------------------
     def _reply_diverged(self, epoch: int, logged: Reply, replayed: Reply) -> None:

@@ -95,6 +95,7 @@ class SimCluster:
         self.workers: list[Worker] = []
         self.worker_tasks: dict[str, asyncio.Task[None]] = {}
         self._dead: list[asyncio.Task[None]] = []  # tasks of crashed workers and coordinators
+        self._closing = False
         self.blobs = MemoryBlobStore()
         self.crashes = 0
         self.coordinator = self._new_coordinator()
@@ -178,10 +179,12 @@ class SimCluster:
         dead = self.worker_tasks.pop(node)
         dead.cancel()
         self._dead.append(dead)  # awaited at exit: never left for the garbage collector to close
-        self._start_worker(node)
+        if not self._closing:
+            self._start_worker(node)
 
     async def __aexit__(self, *exc: object) -> None:
         with self._clock:
+            self._closing = True  # a worker that fences itself now is not restarted
             tasks = [self.coordinator_task, *self.worker_tasks.values()]
             for t in tasks:
                 t.cancel()
