@@ -123,9 +123,8 @@ async def measure_raw(
     )
     for name in pids:
         used = after[name] - before[name]
-        print(
-            f"  {name:<12} {used / max(1, result.sent) * 1e6:6.1f} µs/request  {used / wall * 100:4.0f} % of a core"
-        )
+        per_request = used / max(1, result.sent) * 1e6
+        print(f"  {name:<12} {per_request:6.1f} µs/request  {used / wall * 100:4.0f} % of a core")
     client_cpu = after["client+driver"] - before["client+driver"]
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
 

@@ -12,6 +12,7 @@ measured against the same broker and echo responder at the same time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -77,10 +78,8 @@ async def run_raw(settings: RawSettings, rate: float, seconds: float, drain_s: f
             reader = group.create_task(read())
             start = time.perf_counter()
             await _send(lanes, settings.ingress_topic, partitions, records, rate, total, start)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(all_in), drain_s)
-            except TimeoutError:
-                pass
             wall = time.perf_counter() - start
             sender.cancel()
             reader.cancel()

@@ -36,4 +36,13 @@ from styx_py.client.sdk.pending import ClientStats
 from styx_py.client.sdk.replies import decode_reply, result_of
 from styx_py.client.sdk.sync import SyncStyxClient
 
-__all__ = ["Call", "ClientStats", "Prepared", "RequestIds", "StyxClient", "SyncStyxClient", "decode_reply", "result_of"]
+__all__ = [
+    "Call",
+    "ClientStats",
+    "Prepared",
+    "RequestIds",
+    "StyxClient",
+    "SyncStyxClient",
+    "decode_reply",
+    "result_of",
+]

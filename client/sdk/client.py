@@ -19,11 +19,11 @@ from typing import Any
 
 from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
-from styx_py.client.sdk.kafka import KafkaError, open_kafka, stop_quietly
+from styx_py.client.sdk.kafka import open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
-from styx_py.core.errors import ConfigError, StyxError, Unavailable
+from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.wire import Key, Reply
@@ -388,7 +388,9 @@ class Prepared:
         table.check_reuse(rid, record)
         table.check_room()
         # Registered before producing: the reply may be read before add() even returns.
-        caller = table.callback(rid, record, done, self.timeout_s, (operator, function, key, rid), client._loop)
+        caller = table.callback(
+            rid, record, done, self.timeout_s, (operator, function, key, rid), client._loop
+        )
         lanes = client._lanes
         assert lanes is not None
         lanes.add(client.ingress_topic, partition, rid.encode(), record, caller.delivered)

@@ -303,7 +303,13 @@ class PendingTable:
         return mine
 
     def callback(
-        self, rid: str, record: bytes, done: Done, wait_s: float, named: Named, loop: asyncio.AbstractEventLoop
+        self,
+        rid: str,
+        record: bytes,
+        done: Done,
+        wait_s: float,
+        named: Named,
+        loop: asyncio.AbstractEventLoop,
     ) -> Callback:
         """Register a new ``rid`` (not in flight: :meth:`check_reuse` and :meth:`check_room` passed)
         with one :class:`Callback` caller, timed out by the shared timer after ``wait_s``.
