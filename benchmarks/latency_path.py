@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
 from styx_py.core.requests import read_request
 from styx_py.core.wire import reply_decoder
+from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -53,32 +54,6 @@ def phase_totals(url: str) -> dict[str, tuple[float, float]]:
     for kind, phase, value in _SUM.findall(text):
         out.setdefault(phase, [0.0, 0.0])[0 if kind == "sum" else 1] = float(value)
     return {p: (v[0], v[1]) for p, v in out.items()}
-
-
-async def read_all(bootstrap: str, topic: str) -> list[Any]:
-    """Every record of ``topic`` up to its fetch high watermark."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        parts = sorted(consumer.partitions_for_topic(topic) or ())
-        while not parts:
-            await consumer.force_metadata_update()
-            parts = sorted(consumer.partitions_for_topic(topic) or ())
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        out: list[Any] = []
-        done: set[TopicPartition] = set()
-        while len(done) < len(tps):
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                out.extend(records)
-            for tp in tps:
-                hw = consumer.highwater(tp)
-                if hw is not None and await consumer.position(tp) >= hw:
-                    done.add(tp)
-        return out
-    finally:
-        await consumer.stop()
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -121,14 +96,17 @@ async def measure(stack: LocalStack, rate: float, seconds: float) -> dict[str, A
             futures.append(fut)
         await asyncio.gather(*futures, return_exceptions=True)
         after = phase_totals(metrics)
+        partitions = max(client.operators.values())  # the bank app's topics have this many
     sent_ts: dict[str, float] = {}
-    for r in await read_all(stack.kafka, "styx-ingress"):
+    ingress = {TopicPartition("styx-ingress", p): 0 for p in range(partitions)}
+    for r in await read_to_end(stack.kafka, ingress):
         req = read_request(r.value or b"", r.key)
         if not isinstance(req, str) and req.request_id in sched:
             sent_ts[req.request_id] = r.timestamp
     reply_ts: dict[str, float] = {}
     epochs: set[int] = set()
-    for r in await read_all(stack.kafka, "styx-egress"):
+    egress = {TopicPartition("styx-egress", p): 0 for p in range(partitions)}
+    for r in await read_to_end(stack.kafka, egress):
         reply = reply_decoder.decode(r.value)
         if reply.request_id in sched:
             reply_ts[reply.request_id] = r.timestamp

@@ -4,12 +4,12 @@ Memory is bounded by ``max_pending`` (jobs), ``max_http_inflight`` (HTTP request
 ``max_cached_replies``/``max_cache_bytes`` (idempotency table) and ``max_body_bytes``.
 """
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from styx_py.core.errors import ConfigError
 from styx_py.core.limits import MAX_REQUEST_BYTES
+from styx_py.io.handshake import is_loopback
 
 __all__ = ["GatewayConfig"]
 
@@ -48,7 +48,7 @@ class GatewayConfig:
         for key, ok in self._checks():
             if not ok:
                 raise ConfigError(f"gateway: invalid value for {key}: {getattr(self, key)!r}")
-        if self.token is None and not _is_loopback(self.host):
+        if self.token is None and not is_loopback(self.host):
             raise ConfigError(
                 f"gateway: token is required when binding to the non-loopback address {self.host!r} "
                 "(set STYX_GATEWAY_TOKEN or pass --token-file)"
@@ -75,12 +75,3 @@ class GatewayConfig:
     @property
     def job_timeout_s(self) -> float:
         return self.max_reply_timeout_s
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
