@@ -1,0 +1,87 @@
+"""What the coordinator and worker processes set up alike: the authenticated cluster transport, the
+metrics endpoint, and the run that ends the process with exit code 70 when a message handler raised."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from styx_py.core.config import Config
+from styx_py.core.wire import Inbox, Message
+from styx_py.io.handshake import require_secret
+from styx_py.io.links import TransportLimits
+from styx_py.io.metrics import MetricsServer, Readiness
+from styx_py.io.tcp import EXIT_HANDLER_FAILED, HandlerFailed, TcpTransport
+
+__all__ = ["cluster_transport", "run_until_failure", "start_metrics"]
+
+log = logging.getLogger("styx.io")
+
+
+def cluster_transport(
+    node_id: str,
+    handle: Callable[[str, Message], None],
+    config: Config,
+    host: str,
+    port: int,
+    *,
+    inbox: Inbox,
+    who: str,
+) -> TcpTransport:
+    """The process's TCP transport, authenticated with the cluster secret (refused without one unless
+    ``host`` is loopback, see :func:`~styx_py.io.handshake.require_secret`)."""
+    require_secret(config.cluster_secret, host, who)
+    if not config.cluster_secret:
+        log.warning("no cluster_secret (STYX_CLUSTER_SECRET): any local process can join (loopback only)")
+    return TcpTransport(
+        node_id,
+        handle,
+        host,
+        port,
+        inbox=inbox,
+        secret=config.cluster_secret,
+        limits=TransportLimits.from_config(config),
+    )
+
+
+async def start_metrics(
+    registry: CollectorRegistry, readiness: Readiness, config: Config, who: str
+) -> MetricsServer | None:
+    """The ``/metrics`` and health endpoint on ``metrics_port``, started; None when that port is 0."""
+    if not config.metrics_port:
+        return None
+    metrics = MetricsServer(registry, readiness, config.metrics_host, config.metrics_port)
+    await metrics.start()
+    log.info("%s metrics on http://%s:%d/metrics", who, config.metrics_host, metrics.port)
+    return metrics
+
+
+async def run_until_failure(
+    transport: TcpTransport,
+    tasks: Sequence[Coroutine[Any, Any, object]],
+    closing: Sequence[Callable[[], Awaitable[None]]],
+) -> None:
+    """Run the transport and ``tasks`` until one ends; then ``closing`` in order, and the transport.
+
+    A message handler that raised ends the process with :data:`~styx_py.io.tcp.EXIT_HANDLER_FAILED`
+    (the transport logged it CRITICAL with its traceback): its state can no longer be trusted, and the
+    supervisor's restart is the recovery.
+    """
+    handler_failed = False
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(transport.run())  # raises HandlerFailed when a message handler raised
+            for task in tasks:
+                tg.create_task(task)
+    except* HandlerFailed:
+        handler_failed = True
+    finally:
+        for close in closing:
+            await close()
+        await transport.close()
+    if handler_failed:
+        raise SystemExit(EXIT_HANDLER_FAILED)
