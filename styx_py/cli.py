@@ -17,6 +17,7 @@ from typing import Any
 
 from styx_py.core.config import Config, load_config
 from styx_py.core.errors import ConfigError, StyxError
+from styx_py.extras import add_parser, require
 from styx_py.io.runtime import run, setup_logging
 
 DEMO_APP = "styx_py.benchmarks.bank:app"
@@ -32,6 +33,7 @@ def _parse_arg(text: str) -> Any:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    require("styx up", "local")
     from styx_py.stack.local import STATE_FILE, LocalStack
 
     # aiokafka logs every refused connection while the broker starts; readiness is checked anyway.
@@ -106,6 +108,7 @@ def _kafka(args: argparse.Namespace, config: Config) -> str:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
+    require("styx coordinator", "server")
     from styx_py.coordinator.main import serve_coordinator
 
     config = load_config()  # fails here, naming the setting, on a bad value
@@ -116,6 +119,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    require("styx worker", "server")
     from styx_py.worker.main import serve_worker
 
     config = load_config()
@@ -191,6 +195,7 @@ def _gateway_token(args: argparse.Namespace) -> str | None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
+    require("styx gateway", "server")
     from styx_py.client.gateway import GatewayConfig, serve_gateway
     from styx_py.stack.local import cluster_secret, coordinator_address
 
@@ -341,27 +346,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gw.set_defaults(fn=cmd_gateway)
 
-    from styx_py.benchmarks.bench import add_arguments as bench_arguments
-
-    bench = sub.add_parser(
+    bench = add_parser(
+        sub,
+        "bench",
         "bench",
         help="run a benchmark workload open-loop (ycsbt, tpcc, deathstar-*); results and plots",
         description="Open-loop benchmark: requests leave on the clock, latency is measured from each "
         "request's scheduled send time. Starts a local cluster unless --coordinator is given.",
     )
-    bench_arguments(bench)
-    bench.set_defaults(fn=cmd_bench)
+    if bench is not None:  # else a stand-in that names the extra
+        from styx_py.benchmarks.bench import add_arguments as bench_arguments
 
-    au = sub.add_parser(
+        bench_arguments(bench)
+        bench.set_defaults(fn=cmd_bench)
+
+    au = add_parser(
+        sub,
         "audit",
+        "spark",
         help="audit a run on Spark: exactly-once, ordering, invariants, latency; report + Parquet",
         description="Read the ingress, egress and sequencer-log topics (and a snapshot from S3) with "
         "PySpark and check exactly-once replies, the Mencius tid order, the workload's invariants and "
         "the serial replay; write OUT/report.md, OUT/plots/*.png and OUT/tables/*.parquet. Exit code 1 "
         "when a check fails. Needs the 'spark' extra.",
     )
-    _audit_arguments(au)
-    au.set_defaults(fn=cmd_audit)
+    if au is not None:
+        _audit_arguments(au)
+        au.set_defaults(fn=cmd_audit)
 
     for name, fn, helptext in (
         ("deploy", cmd_deploy, "deploy a graph by import path"),

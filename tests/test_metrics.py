@@ -122,6 +122,7 @@ def dashboard_metrics() -> set[str]:
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert exprs
+    exprs += [v["definition"] for v in dashboard["templating"]["list"]]  # the variables' queries
     return {m for e in exprs for m in re.findall(r"\b((?:styx|process)_[a-z0-9_]+)\b", e)}
 
 

@@ -6,6 +6,7 @@
     ├── GraphError                 a graph failed validation at deploy time (unknown target, bad partitions…)
     ├── ConfigError                a configuration value is missing or invalid (names the key)
     ├── ProtocolError              bytes on the wire that are not a valid frame/message
+    ├── MissingExtra               a command needs an extra that is not installed (``styx_py.extras``)
     ├── TransactionFailed          a transaction did not commit; raised by the SDK
     │   ├── TransactionAborted     user logic aborted it (``Abort`` or an exception in a function)
     │   └── BadRequest             unknown operator/function, undecodable arguments…

@@ -23,7 +23,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from styx_py.core.errors import StyxError
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest
@@ -31,8 +31,10 @@ from styx_py.io.admin import admin_request
 from styx_py.io.handshake import SECRET_ENV
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import free_port
-from styx_py.stack.seaweed import S3Config, SeaweedS3
-from styx_py.stack.tansu import TansuBroker
+
+if TYPE_CHECKING:  # imported by start(): `styx deploy|status|call` use this module without the [local] extra
+    from styx_py.stack.seaweed import S3Config, SeaweedS3
+    from styx_py.stack.tansu import TansuBroker
 
 STATE_FILE = Path(".styx") / "cluster.json"
 
@@ -124,6 +126,9 @@ class LocalStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault(SECRET_ENV, self.secret)  # this process is the stack's client
         if self.external_kafka is None:
+            from styx_py.stack.seaweed import SeaweedS3
+            from styx_py.stack.tansu import TansuBroker
+
             self.s3 = SeaweedS3(
                 self.data_dir / "s3",
                 buckets=["styx-snapshots", "tansu"],
