@@ -98,7 +98,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _announce(stack: LocalStack, state_file: Path) -> None:
     """Print the endpoints and the client settings of a started stack; save them to ``state_file``."""
-    from styx_py.stack.clusterfile import ClusterFile, export_lines
+    from styx_py.io.clusterfile import ClusterFile, export_lines
 
     for note in stack.port_notes:
         print(f"note: {note}", flush=True)
@@ -409,7 +409,7 @@ def cmd_invocations(args: argparse.Namespace) -> int:
 
 def cmd_env(args: argparse.Namespace) -> int:
     """Print the client settings of the cluster ``styx up`` runs from this directory as export lines."""
-    from styx_py.stack.clusterfile import STATE_FILE, export_lines, read_cluster_file
+    from styx_py.io.clusterfile import STATE_FILE, export_lines, read_cluster_file
 
     state = read_cluster_file()
     if state is None:
@@ -424,7 +424,7 @@ CLIENT_COMMANDS = frozenset({"deploy", "status", "call", "invocations", "gateway
 def use_cluster_file(args: argparse.Namespace) -> None:
     """Fill the ``STYX_*`` settings a client command has not got from ``.styx/cluster.json`` (left by
     ``styx up`` in this directory), unless the command is pointed at another cluster."""
-    from styx_py.stack.clusterfile import read_cluster_file
+    from styx_py.io.clusterfile import read_cluster_file
 
     explicit = getattr(args, "coordinator", None) or os.environ.get("STYX_COORDINATOR")
     try:

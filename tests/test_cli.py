@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from styx_py.cli import build_parser, format_status, use_cluster_file
-from styx_py.stack.clusterfile import ClusterFile
+from styx_py.io.clusterfile import ClusterFile
 from styx_py.stack.net import can_bind, free_port, preferred_port
 from tests.service_fixtures import ClusterFactory
 
@@ -113,8 +113,8 @@ def _exports(text: str) -> dict[str, str]:
 @pytest.mark.services
 def test_up_prints_settings_that_every_command_finds(tmp_path: Path) -> None:
     """``styx up`` falls back from a taken port and says so, prints the endpoints and S3 keys as export
-    lines (not the cluster secret), and leaves them in .styx/cluster.json: status, call, invocations get
-    and env find the cluster from there; a shell elsewhere gets the same through ``styx env``."""
+    lines (not the cluster secret), and leaves them in .styx/cluster.json: status, call, invocations get,
+    env and the SDK find the cluster from there; a shell elsewhere gets the same through ``styx env``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STYX_")}
     taken = _listening_socket()
     port = taken.getsockname()[1]
@@ -181,6 +181,17 @@ def test_up_prints_settings_that_every_command_finds(tmp_path: Path) -> None:
         assert no.returncode == 3 and json.loads(no.stdout)["status"] == "aborted", no.stdout + no.stderr
         unknown = here("invocations", "get", "never-sent")
         assert unknown.returncode == 4 and "never-sent" in unknown.stderr and not unknown.stdout
+
+        program = (
+            "import asyncio\nfrom styx_py.client import StyxClient\n"
+            "async def main():\n async with await StyxClient.connect() as c:\n"
+            "  print(await c.call('account', 'alice', 'balance'))\n"
+            "asyncio.run(main())"
+        )
+        connected = subprocess.run(
+            [sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert connected.returncode == 0 and connected.stdout.strip() == "70", connected.stderr  # SDK too
 
         listed = here("env")
         assert listed.returncode == 0 and _exports(listed.stdout) == {

@@ -11,7 +11,7 @@ Every process of a stack shares one cluster secret (``STYX_CLUSTER_SECRET``): th
 environment, else a fresh random one. The process that starts the stack is its client: the secret is
 put in its environment (when unset there), so its SDK and CLI calls, and the ``styx`` commands it runs,
 authenticate; ``styx up`` also leaves it, with the endpoints and the S3 keys, in ``.styx/cluster.json``
-(readable by the owner only; :mod:`styx_py.stack.clusterfile`). The local S3 gets fresh random keys
+(readable by the owner only; :mod:`styx_py.io.clusterfile`). The local S3 gets fresh random keys
 per stack unless ``STYX_S3_ACCESS_KEY``/``STYX_S3_SECRET_KEY`` are set.
 """
 
@@ -31,8 +31,8 @@ from typing import Any, Literal
 from styx_py.core.errors import StyxError
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest
 from styx_py.io.admin import admin_request
+from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
-from styx_py.stack.clusterfile import STATE_FILE, read_cluster_file
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import DEFAULT_PORTS, StackPorts, preferred_port
 from styx_py.stack.seaweed import S3Config, SeaweedS3
@@ -51,14 +51,9 @@ __all__ = [
 
 def coordinator_address(explicit: str | None) -> str:
     """``--coordinator``, else ``STYX_COORDINATOR``, else the address ``styx up`` left in .styx/."""
-    if explicit:
-        return explicit
-    env = os.environ.get("STYX_COORDINATOR")
-    if env:
-        return env
-    state = read_cluster_file()
-    if state is not None:
-        return state.coordinator
+    address = explicit or default_coordinator()
+    if address:
+        return address
     raise StyxError(
         "no coordinator address: pass --coordinator HOST:PORT, set STYX_COORDINATOR or run 'styx up'"
     )
@@ -67,16 +62,7 @@ def coordinator_address(explicit: str | None) -> str:
 def cluster_secret(address: str) -> str:
     """``STYX_CLUSTER_SECRET``, else the secret ``styx up`` left in .styx/ for the cluster at ``address``,
     else empty (a loopback cluster without a secret)."""
-    env = os.environ.get(SECRET_ENV)
-    if env is not None:
-        return env
-    try:
-        state = read_cluster_file()
-    except StyxError:
-        return ""  # a stale or foreign file holds no secret for a live cluster; the call says what fails
-    if state is not None and state.coordinator == address:
-        return state.env.get(SECRET_ENV, "")
-    return ""
+    return default_secret(address) or ""
 
 
 async def admin(

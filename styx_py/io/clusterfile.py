@@ -4,7 +4,9 @@ It holds what a client of the local cluster needs, as ``STYX_*`` settings (``env
 Kafka, the gateway URL, the S3 endpoint and keys, the cluster secret), the endpoints to show a person
 (``endpoints``), the log directory and the pid of the ``styx up`` that owns it. ``styx
 status/deploy/call/invocations/gateway/audit`` run in that directory read it; the environment and
-command-line options take precedence. ``styx env`` prints it as ``export`` lines.
+command-line options take precedence. ``styx env`` prints it as ``export`` lines. The SDK's
+``StyxClient.connect()`` without an address uses :func:`default_coordinator` and
+:func:`default_secret` too.
 """
 
 from __future__ import annotations
@@ -17,14 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from styx_py.core.errors import StyxError
+from styx_py.io.handshake import SECRET_ENV
 
-__all__ = ["SECRET_SETTINGS", "STATE_FILE", "ClusterFile", "export_lines", "read_cluster_file"]
+__all__ = [
+    "SECRET_SETTINGS",
+    "STATE_FILE",
+    "ClusterFile",
+    "default_coordinator",
+    "default_secret",
+    "export_lines",
+    "read_cluster_file",
+]
 
 STATE_FILE = Path(".styx") / "cluster.json"
 FORMAT_VERSION = 1
 
 # Never printed by `styx up`: it lets its holder deploy code, call any function and read any state.
-SECRET_SETTINGS = frozenset({"STYX_CLUSTER_SECRET"})
+SECRET_SETTINGS = frozenset({SECRET_ENV})
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +113,27 @@ def export_lines(env: Mapping[str, str], *, secrets: bool, path: Path = STATE_FI
         else:
             lines.append(f"export {name}={shlex.quote(value)}")
     return lines
+
+
+def default_coordinator() -> str | None:
+    """``$STYX_COORDINATOR``, else the coordinator of the cluster file in this directory, else None."""
+    env = os.environ.get("STYX_COORDINATOR")
+    if env:
+        return env
+    state = read_cluster_file()
+    return None if state is None else state.coordinator
+
+
+def default_secret(address: str) -> str | None:
+    """``$STYX_CLUSTER_SECRET``, else the cluster file's secret when ``address`` is its coordinator,
+    else None. A stale file holds no secret for a live cluster: None (the connection says what fails)."""
+    env = os.environ.get(SECRET_ENV)
+    if env is not None:
+        return env
+    try:
+        state = read_cluster_file()
+    except StyxError:
+        return None
+    if state is not None and state.coordinator == address:
+        return state.env.get(SECRET_ENV, "")
+    return None
