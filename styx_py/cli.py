@@ -38,6 +38,7 @@ def _parse_arg(text: str) -> Any:
 def cmd_up(args: argparse.Namespace) -> int:
     from styx_py.stack.local import STATE_FILE, LocalStack, StackPorts
 
+    _check_no_cluster_here(STATE_FILE)
     # aiokafka logs every refused connection while the broker starts; readiness is checked anyway.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="styx-"))
@@ -94,6 +95,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not args.data_dir and not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
         print("stopped", flush=True)
+
+
+def _check_no_cluster_here(state_file: Path) -> None:
+    """One ``styx up`` per directory: a second would overwrite the first's cluster file."""
+    from styx_py.io.clusterfile import read_cluster_file
+
+    try:
+        running = read_cluster_file(state_file)
+    except StyxError:
+        return  # stale (its styx up is gone) or unreadable: this run replaces it
+    if running is not None:
+        raise StyxError(
+            f"a 'styx up' (pid {running.pid}) already runs from this directory ({running.coordinator}); "
+            f"stop it or run this one in another directory"
+        )
 
 
 def _announce(stack: LocalStack, state_file: Path) -> None:

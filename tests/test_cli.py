@@ -56,7 +56,8 @@ def test_up_demo_runs_end_to_end(tmp_path: Path) -> None:
 
 
 def test_help_everywhere() -> None:
-    for cmd in ([], ["up"], ["deploy"], ["call"], ["status"], ["worker"], ["coordinator"]):
+    commands = [[], ["up"], ["deploy"], ["call"], ["status"], ["worker"], ["coordinator"], ["env"]]
+    for cmd in [*commands, ["invocations"], ["invocations", "get"]]:
         out = styx(*cmd, "--help")
         assert out.returncode == 0 and "usage: styx" in out.stdout, cmd
 
@@ -157,6 +158,8 @@ def test_up_prints_settings_that_every_command_finds(tmp_path: Path) -> None:
         def here(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([*STYX, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
 
+        second = here("up")  # would overwrite the running one's file
+        assert second.returncode == 2 and "already runs from this directory" in second.stderr
         status = here("status")
         assert status.returncode == 0, status.stderr
         assert "{" not in status.stdout  # tables, not Python dicts
