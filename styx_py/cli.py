@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -190,11 +191,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    """Columns padded to their widest cell; a column of numbers (every cell starts with a digit) is
+    """Columns padded to their widest cell; a column of numbers (digits, commas and points only) is
     right-aligned, its header too."""
     columns = list(zip(headers, *rows, strict=True))
     widths = [max(len(c) for c in col) for col in columns]
-    numeric = [bool(rows) and all(c[:1].isdigit() for c in col[1:]) for col in columns]
+    numeric = [bool(rows) and all(re.fullmatch(r"[\d,.]+", c) for c in col[1:]) for col in columns]
 
     def line(cells: list[str]) -> str:
         out = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=True)]
