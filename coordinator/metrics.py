@@ -143,11 +143,12 @@ class _Collector(Collector):
         txns = CounterMetricFamily(
             "styx_coordinator_transactions",
             "transactions finished, cluster-wide, by outcome "
-            "(aborted: by user logic, errors or bad requests)",
+            "(aborted: by user logic or errors; rejected: bad requests)",
             labels=["outcome"],
         )
         txns.add_metric(["committed"], c.totals["committed"])
         txns.add_metric(["aborted"], c.totals["aborted"])
+        txns.add_metric(["rejected"], c.totals["rejected"])
         yield txns
         yield CounterMetricFamily(
             "styx_coordinator_fallback_transactions",

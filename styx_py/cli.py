@@ -7,18 +7,23 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from styx_py.core.config import Config, load_config
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.extras import add_parser, require
 from styx_py.io.runtime import run, setup_logging
+
+if TYPE_CHECKING:
+    from styx_py.client import StyxClient
+    from styx_py.stack.local import LocalStack
 
 DEMO_APP = "styx_py.benchmarks.bank:app"
 DEMO_STATE_FUNCTION = "account=balance"  # the demo's read-only function behind GET /v1/state
@@ -34,8 +39,9 @@ def _parse_arg(text: str) -> Any:
 
 def cmd_up(args: argparse.Namespace) -> int:
     require("styx up", "local")
-    from styx_py.stack.local import STATE_FILE, LocalStack
+    from styx_py.stack.local import STATE_FILE, LocalStack, StackPorts
 
+    _check_no_cluster_here(STATE_FILE)
     # aiokafka logs every refused connection while the broker starts; readiness is checked anyway.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="styx-"))
@@ -45,13 +51,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     gateway_args: list[str] = []
     for item in state_functions:
         gateway_args += ["--state-function", item]
+    ports = StackPorts(
+        args.coordinator_port, args.gateway_port, args.kafka_port, args.s3_port, args.metrics_port
+    )
     stack = LocalStack(
         data_dir,
         workers=args.workers,
         durable=args.durable,
         gateway=not args.no_gateway,
-        gateway_port=args.gateway_port,
         gateway_args=gateway_args,
+        ports=ports,
     )
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -62,16 +71,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     try:
         stack.start()
-        STATE_FILE.parent.mkdir(exist_ok=True)
-        # The cluster secret lets `styx status/deploy/call/gateway` run here authenticate: owner-only.
-        fd = os.open(STATE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as state:
-            state.write(json.dumps({**stack.endpoints(), "secret": stack.secret}))
-        for name, address in stack.endpoints().items():
-            print(f"  {name:<20} {address}", flush=True)
-        if stack.gateway_url:
-            print(f"  {'http docs':<12} {stack.gateway_url}/docs", flush=True)
-        print(f"  {'logs':<12} {stack.log_dir}", flush=True)
+        _announce(stack, STATE_FILE)
         if args.demo:
             from styx_py.benchmarks.demo import run_demo
 
@@ -98,6 +98,43 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not args.data_dir and not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
         print("stopped", flush=True)
+
+
+def _check_no_cluster_here(state_file: Path) -> None:
+    """One ``styx up`` per directory: a second would overwrite the first's cluster file."""
+    from styx_py.io.clusterfile import read_cluster_file
+
+    try:
+        running = read_cluster_file(state_file)
+    except StyxError:
+        return  # stale (its styx up is gone) or unreadable: this run replaces it
+    if running is not None:
+        raise StyxError(
+            f"a 'styx up' (pid {running.pid}) already runs from this directory ({running.coordinator}); "
+            f"stop it or run this one in another directory"
+        )
+
+
+def _announce(stack: LocalStack, state_file: Path) -> None:
+    """Print the endpoints and the client settings of a started stack; save them to ``state_file``."""
+    from styx_py.io.clusterfile import ClusterFile, export_lines
+
+    for note in stack.port_notes:
+        print(f"note: {note}", flush=True)
+    endpoints = stack.endpoints()
+    if stack.gateway_url:
+        endpoints["http docs"] = f"{stack.gateway_url}/docs"
+    for name, address in endpoints.items():
+        print(f"  {name:<20} {address}", flush=True)
+    print(f"  {'logs':<20} {stack.log_dir}", flush=True)
+    env = stack.client_env()
+    ClusterFile(env, endpoints, str(stack.log_dir), os.getpid()).write(state_file)
+    print(
+        f"client settings (saved in {state_file}, which styx commands run in this directory read; "
+        f"elsewhere: eval these lines):",
+        flush=True,
+    )
+    print("\n".join(export_lines(env, secrets=False, path=state_file)), flush=True)
 
 
 def _kafka(args: argparse.Namespace, config: Config) -> str:
@@ -153,22 +190,81 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, indent=2))
         return 0
-    print(f"graph        {body['graph'] or '(nothing deployed)'}")
-    print(
-        f"epoch        {body['epoch']}  ({body['epochs_per_s']} epochs/s, {body['txn_per_s']} txn/s, "
-        f"abort rate {body['abort_rate']:.2%})"
-    )
-    print(f"totals       {body['totals']}")
-    print(f"snapshot     {body['last_snapshot'] or 'none yet'}")
-    if body["failed_workers"]:
-        print(f"FAILED       {', '.join(body['failed_workers'])}")
-    print("workers")
-    for w in body["workers"]:
-        print(
-            f"  {w['node_id']:<6} sid {w['sid']}  {w['address']:<21} partitions {w['partitions']}  "
-            f"heartbeat {w['last_heartbeat_s_ago']}s ago"
-        )
+    print(format_status(body))
     return 0
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell; a column of numbers (digits, commas and points only) is
+    right-aligned, its header too."""
+    columns = list(zip(headers, *rows, strict=True))
+    widths = [max(len(c) for c in col) for col in columns]
+    numeric = [bool(rows) and all(re.fullmatch(r"[\d,.]+", c) for c in col[1:]) for col in columns]
+
+    def line(cells: list[str]) -> str:
+        out = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=True)]
+        return "  ".join(out).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def format_status(body: dict[str, Any]) -> str:
+    """``styx status`` for a person: the cluster line, rates, totals, snapshot, recoveries, tables."""
+    from styx_py.coordinator.status import WINDOW_S
+
+    lines = [
+        f"graph         {body['graph'] or '(nothing deployed)'}",
+        f"state         {body.get('state', '?')}, generation {body.get('generation', '?')}, "
+        f"epoch {body['epoch']}",
+        f"rates         {body['epochs_per_s']:,} epochs/s, {body['txn_per_s']:,} txn/s, "
+        f"abort rate {body['abort_rate']:.2%} (last {WINDOW_S} s)",
+    ]
+    if body.get("degraded"):
+        lines.append(f"DEGRADED      {body['degraded']}")
+    if body["failed_workers"]:
+        lines.append(f"FAILED        {', '.join(body['failed_workers'])}")
+    snap = body.get("last_snapshot")
+    lines.append(
+        f"snapshot      epoch {snap['epoch']}, {snap['objects']} objects, {snap['bytes']:,} bytes"
+        if snap
+        else "snapshot      none yet"
+    )
+    rec = body.get("last_recovery")
+    recoveries = f"recoveries    {body.get('recoveries', 0)}, stalled epochs {body.get('stalled_epochs', 0)}"
+    if rec:
+        replay = "running" if rec.get("replay_s") is None else f"{rec['replay_s']} s"
+        recoveries += (
+            f"; last: generation {rec['generation']} from snapshot {rec['snapshot_epoch']}, "
+            f"detect {rec['detect_s']} s, restore {rec['restore_s']} s, "
+            f"replay {rec['replay_epochs']} epochs {replay}"
+        )
+    lines.append(recoveries)
+    totals = body["totals"]
+    lines += ["", "transactions since start (rejected: bad requests, not in the abort rate)"]
+    names = ["committed", "aborted", "rejected", "fallback", "rescheduled"]
+    lines += _table(names, [[f"{totals.get(n, 0):,}" for n in names]])
+    lines.append("")
+    lines += _table(
+        ["worker", "sid", "address", "partitions", "heartbeat"],
+        [
+            [
+                w["node_id"],
+                str(w["sid"]),
+                w["address"],
+                ",".join(map(str, w["partitions"])) or "-",
+                f"{w['last_heartbeat_s_ago']:.1f} s ago",
+            ]
+            for w in body["workers"]
+        ],
+    )
+    if body.get("operators"):
+        lines.append("")
+        lines += _table(
+            ["operator", "partitions", "functions"],
+            [[o["name"], str(o["partitions"]), ", ".join(o["functions"])] for o in body["operators"]],
+        )
+    lines += [f"warning: {w}" for w in body.get("warnings") or []]
+    return "\n".join(lines)
 
 
 def _state_functions(items: list[str]) -> dict[str, str]:
@@ -225,8 +321,12 @@ def cmd_call(args: argparse.Namespace) -> int:
     from styx_py.stack.local import cluster_secret, coordinator_address
 
     async def call() -> int:
-        coordinator = coordinator_address(args.coordinator)
-        client = await StyxClient.connect(coordinator, cluster_secret=cluster_secret(coordinator))
+        if args.kafka:
+            client = _client_without_coordinator(args.kafka, args.app, args.timeout)
+            await client.start()
+        else:
+            coordinator = coordinator_address(args.coordinator)
+            client = await StyxClient.connect(coordinator, cluster_secret=cluster_secret(coordinator))
         try:
             reply = await client.submit(
                 args.operator,
@@ -251,6 +351,119 @@ def cmd_call(args: argparse.Namespace) -> int:
     return asyncio.run(call())
 
 
+def _client_without_coordinator(kafka: str, app: str | None, timeout_s: float) -> StyxClient:
+    """A client that talks to Kafka only. It must know each operator's partition count to produce to
+    the partition that owns the key, and the coordinator is what tells it; without one, the graph
+    (imported here, as the workers do) tells it. Topics: ``STYX_INGRESS_TOPIC``/``STYX_EGRESS_TOPIC``."""
+    from styx_py.client import StyxClient
+    from styx_py.core.graph import load_graph
+
+    if not app:
+        raise StyxError(
+            "--kafka needs --app package.module:graph: without the coordinator, the operators and their "
+            "partition counts come from the deployed graph"
+        )
+    config = load_config()
+    specs = load_graph(app).specs()
+    return StyxClient(
+        kafka,
+        {s.name: s.partitions for s in specs},
+        functions={s.name: s.functions for s in specs},
+        ingress_topic=config.ingress_topic,
+        egress_topic=config.egress_topic,
+        timeout_s=timeout_s,
+    )
+
+
+def _gateway_url(args: argparse.Namespace) -> str:
+    url = args.gateway or os.environ.get("STYX_GATEWAY_URL")
+    if not url:
+        raise StyxError("no gateway URL: pass --gateway URL, set STYX_GATEWAY_URL or run 'styx up'")
+    return str(url).rstrip("/")
+
+
+EXIT_FAILED = 3  # the transaction aborted or failed (styx call, styx invocations get)
+EXIT_UNKNOWN_REQUEST = 4  # styx invocations get: the gateway knows no invocation with this id
+EXIT_PENDING = 5  # styx invocations get: no reply yet (still running, or --wait ran out)
+
+
+def cmd_invocations(args: argparse.Namespace) -> int:
+    """``GET /v1/invocations/{id}`` on the gateway: print the reply; the exit code says what it was."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    url = f"{_gateway_url(args)}/v1/invocations/{urllib.parse.quote(args.request_id, safe='')}"
+    if args.wait:
+        url += f"?wait_s={args.wait:g}"
+    request = urllib.request.Request(url, headers={"accept": "application/json"})
+    token = _gateway_token(args)
+    if token:
+        request.add_header("authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=args.wait + 30) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except OSError as exc:
+        raise StyxError(f"cannot reach the gateway at {url}: {exc}") from exc
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise StyxError(f"the gateway answered {status} with a body that is not JSON: {raw[:200]!r}") from exc
+    error = body.get("error") if isinstance(body, dict) else None
+    if status == 200:
+        print(json.dumps(body))
+        return 0
+    if status in (202, 504):
+        print(json.dumps(body))
+        return EXIT_PENDING
+    if not isinstance(error, dict):
+        raise StyxError(f"the gateway answered {status}: {body}")
+    if status == 404 and error.get("code") == "unknown_request":
+        print(f"styx: {error.get('message')}", file=sys.stderr)
+        return EXIT_UNKNOWN_REQUEST
+    if error.get("reply"):  # the cluster's answer: aborted (409) or failed (422)
+        print(json.dumps(error["reply"]))
+        return EXIT_FAILED
+    raise StyxError(f"the gateway answered {status} {error.get('code')}: {error.get('message')}")
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """Print the client settings of the cluster ``styx up`` runs from this directory as export lines."""
+    from styx_py.io.clusterfile import STATE_FILE, export_lines, read_cluster_file
+
+    state = read_cluster_file()
+    if state is None:
+        raise StyxError(f"no {STATE_FILE} here: run 'styx up' in this directory first")
+    print("\n".join(export_lines(state.env, secrets=True)))
+    return 0
+
+
+CLIENT_COMMANDS = frozenset({"deploy", "status", "call", "invocations", "gateway", "audit"})
+
+
+def use_cluster_file(args: argparse.Namespace) -> None:
+    """Fill the ``STYX_*`` settings a client command has not got from ``.styx/cluster.json`` (left by
+    ``styx up`` in this directory), unless the command is pointed at another cluster."""
+    from styx_py.io.clusterfile import read_cluster_file
+
+    explicit = getattr(args, "coordinator", None) or os.environ.get("STYX_COORDINATOR")
+    try:
+        state = read_cluster_file()
+    except StyxError:
+        if explicit:
+            return  # a stale file does not matter to a command pointed at a cluster
+        raise
+    kafka = getattr(args, "kafka", None)
+    if state is None or (explicit and explicit != state.coordinator):
+        return
+    if kafka and kafka != state.env.get("STYX_KAFKA_BOOTSTRAP"):
+        return
+    for name, value in state.env.items():
+        os.environ.setdefault(name, value)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from styx_py.benchmarks.bench import cmd_bench as run_bench
 
@@ -273,10 +486,22 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("styx-py")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from styx_py.stack.net import DEFAULT_PORTS  # light: --help stays fast
+
     p = argparse.ArgumentParser(
         prog="styx", description="styx-py: deterministic transactional stateful functions"
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser(
@@ -292,7 +517,20 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", help="where services keep data and logs (default: a temp dir)")
     up.add_argument("--keep", action="store_true", help="keep the temp data dir after stopping")
     up.add_argument("--no-gateway", action="store_true", help="do not start the HTTP gateway")
-    up.add_argument("--gateway-port", type=int, default=0, help="HTTP gateway port (default: a free one)")
+    ports = DEFAULT_PORTS
+    for name, default, what in (
+        ("coordinator", ports.coordinator, "coordinator port"),
+        ("gateway", ports.gateway, "HTTP gateway port"),
+        ("kafka", ports.kafka, "Kafka-protocol broker port"),
+        ("s3", ports.s3, "S3 port (also needs this + 10000, SeaweedFS's gRPC port)"),
+        ("metrics", ports.metrics, "coordinator's /metrics port; worker wN gets this + N"),
+    ):
+        up.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=default,
+            help=f"{what} (default {default}; a free one when taken, which is printed; 0: a free one)",
+        )
     up.add_argument(
         "--state-function",
         action="append",
@@ -389,17 +627,55 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "status":
             sp.add_argument("--json", action="store_true", help="machine-readable output")
         else:
+            sp.add_argument(
+                "--kafka",
+                help="call through Kafka HOST:PORT without the coordinator (needs --app; topics from "
+                "$STYX_INGRESS_TOPIC/$STYX_EGRESS_TOPIC)",
+            )
+            sp.add_argument("--app", help="with --kafka: the deployed graph (package.module:graph)")
             sp.add_argument("operator")
             sp.add_argument("key", help="entity key (JSON number → int key, otherwise a string)")
             sp.add_argument("function")
             sp.add_argument("args", nargs="*", help="arguments, each JSON or a plain string")
             sp.add_argument("--timeout", type=float, default=30.0)
+
+    env = sub.add_parser(
+        "env",
+        help="print the client settings of the cluster 'styx up' runs here: eval \"$(styx env)\"",
+        description="Print export lines for the cluster that 'styx up' runs from this directory (read "
+        "from .styx/cluster.json): endpoints, S3 keys and the cluster secret, for a shell in another "
+        "directory or a program that reads STYX_* settings.",
+    )
+    env.set_defaults(fn=cmd_env)
+
+    inv = sub.add_parser(
+        "invocations",
+        help="look up an invocation on the HTTP gateway by request id",
+        description="'styx invocations get ID' prints the reply of a request id (GET /v1/invocations/ID "
+        "on the gateway). Exit code 0: committed; 3: aborted or failed; 4: the gateway knows no such id; "
+        "5: no reply yet; 2: any other error.",
+    )
+    inv_sub = inv.add_subparsers(dest="action", required=True)
+    get = inv_sub.add_parser("get", help="print the reply of request id ID")
+    get.add_argument("request_id", metavar="ID")
+    get.add_argument(
+        "--gateway", help="gateway URL (default: $STYX_GATEWAY_URL or the one 'styx up' started)"
+    )
+    get.add_argument(
+        "--wait", type=float, default=0.0, help="seconds to wait for a pending reply (default 0)"
+    )
+    get.add_argument(
+        "--token-file", help="file holding the gateway's bearer token (else $STYX_GATEWAY_TOKEN)"
+    )
+    get.set_defaults(fn=cmd_invocations)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in CLIENT_COMMANDS:
+            use_cluster_file(args)
         return int(args.fn(args))
     except StyxError as exc:
         print(f"styx: error: {exc}", file=sys.stderr)

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import shlex
+import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
+from styx_py.cli import build_parser, format_status, use_cluster_file
+from styx_py.io.clusterfile import ClusterFile
+from styx_py.stack.net import can_bind, free_port, preferred_port
 from tests.service_fixtures import ClusterFactory
 
 STYX = [sys.executable, "-m", "styx_py.cli"]
+BANK = "styx_py.benchmarks.bank:app"
 
 
 def styx(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -43,7 +56,8 @@ def test_up_demo_runs_end_to_end(tmp_path: Path) -> None:
 
 
 def test_help_everywhere() -> None:
-    for cmd in ([], ["up"], ["deploy"], ["call"], ["status"], ["worker"], ["coordinator"]):
+    commands = [[], ["up"], ["deploy"], ["call"], ["status"], ["worker"], ["coordinator"], ["env"]]
+    for cmd in [*commands, ["invocations"], ["invocations", "get"]]:
         out = styx(*cmd, "--help")
         assert out.returncode == 0 and "usage: styx" in out.stdout, cmd
 
@@ -74,3 +88,296 @@ def test_deploy_call_status(local_cluster: ClusterFactory) -> None:
     assert body["graph"] == "styx_py.benchmarks.bank:app"
     assert sorted(p for w in body["workers"] for p in w["partitions"]) == [0, 1, 2, 3]
     assert body["totals"]["committed"] >= 1 and body["totals"]["aborted"] >= 1
+
+
+# ---- styx up: stable ports, printed settings, the cluster file the other commands read ----------------
+
+
+def _listening_socket() -> socket.socket:
+    """A socket listening on a free loopback port: the port is taken for as long as it stays open."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", free_port()))
+    sock.listen()
+    return sock
+
+
+def _exports(text: str) -> dict[str, str]:
+    """The ``export NAME=value`` lines of ``text``, as a POSIX shell would read them."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            out[name] = shlex.split(value)[0]
+    return out
+
+
+@pytest.mark.services
+def test_up_prints_settings_that_every_command_finds(tmp_path: Path) -> None:
+    """``styx up`` falls back from a taken port and says so, prints the endpoints and S3 keys as export
+    lines (not the cluster secret), and leaves them in .styx/cluster.json: status, call, invocations get,
+    env and the SDK find the cluster from there; a shell elsewhere gets the same through ``styx env``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STYX_")}
+    taken = _listening_socket()
+    port = taken.getsockname()[1]
+    up = subprocess.Popen(
+        [*STYX, "up", "--app", "styx_py.benchmarks.bank:app", "--coordinator-port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert up.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in up.stdout:  # blocks until styx up prints; ends if it exits
+            lines.append(line)
+            if line.startswith("cluster is up"):
+                break
+        printed = "".join(lines)
+        assert "cluster is up" in printed, printed
+        assert f"note: coordinator: port {port} is taken, using " in printed
+        exports = _exports(printed)
+        state = tmp_path / ".styx" / "cluster.json"
+        assert state.stat().st_mode & 0o777 == 0o600
+        saved = json.loads(state.read_text())["env"]
+        secret = saved.pop("STYX_CLUSTER_SECRET")
+        assert exports == saved and secret not in printed
+        assert set(exports) == {
+            "STYX_COORDINATOR",
+            "STYX_KAFKA_BOOTSTRAP",
+            "STYX_GATEWAY_URL",
+            "STYX_S3_ENDPOINT",
+            "STYX_S3_ACCESS_KEY",
+            "STYX_S3_SECRET_KEY",
+            "STYX_S3_REGION",
+        }
+        assert exports["STYX_COORDINATOR"] != f"127.0.0.1:{port}"
+        assert f"  coordinator          {exports['STYX_COORDINATOR']}" in printed
+
+        def here(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*STYX, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+        second = here("up")  # would overwrite the running one's file
+        assert second.returncode == 2 and "already runs from this directory" in second.stderr
+        status = here("status")
+        assert status.returncode == 0, status.stderr
+        assert "{" not in status.stdout  # tables, not Python dicts
+        assert re.search(r"^committed +aborted +rejected +fallback +rescheduled$", status.stdout, re.M)
+        assert re.search(r"^account +4 +balance, deposit", status.stdout, re.M), status.stdout
+        assert here("call", "account", "alice", "deposit", "100").returncode == 0
+
+        gateway = exports["STYX_GATEWAY_URL"]
+        for key, amount in (("pay-ok", 30), ("pay-no", 10_000)):
+            request = urllib.request.Request(
+                f"{gateway}/v1/invocations",
+                data=json.dumps(
+                    {"operator": "account", "key": "alice", "function": "transfer", "args": ["bob", amount]}
+                ).encode(),
+                headers={"content-type": "application/json", "idempotency-key": key},
+            )
+            with contextlib.suppress(urllib.error.HTTPError), urllib.request.urlopen(request, timeout=60):
+                pass
+        ok = here("invocations", "get", "pay-ok")
+        assert ok.returncode == 0 and json.loads(ok.stdout)["result"] == 70, ok.stdout + ok.stderr
+        no = here("invocations", "get", "pay-no")
+        assert no.returncode == 3 and json.loads(no.stdout)["status"] == "aborted", no.stdout + no.stderr
+        unknown = here("invocations", "get", "never-sent")
+        assert unknown.returncode == 4 and "never-sent" in unknown.stderr and not unknown.stdout
+
+        program = (
+            "import asyncio\nfrom styx_py.client import StyxClient\n"
+            "async def main():\n async with await StyxClient.connect() as c:\n"
+            "  print(await c.call('account', 'alice', 'balance'))\n"
+            "asyncio.run(main())"
+        )
+        connected = subprocess.run(
+            [sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert connected.returncode == 0 and connected.stdout.strip() == "70", connected.stderr  # SDK too
+
+        listed = here("env")
+        assert listed.returncode == 0 and _exports(listed.stdout) == {
+            **exports,
+            "STYX_CLUSTER_SECRET": secret,
+        }
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        lost = subprocess.run([*STYX, "status"], cwd=elsewhere, env=env, capture_output=True, text=True)
+        assert lost.returncode == 2 and "run 'styx up'" in lost.stderr
+        found = subprocess.run(
+            [*STYX, "call", "account", "alice", "balance"],
+            cwd=elsewhere,
+            env={**env, **_exports(listed.stdout)},
+            capture_output=True,
+            text=True,
+        )
+        assert found.returncode == 0 and json.loads(found.stdout)["result"] == 70, found.stderr
+        direct = subprocess.run(
+            [
+                *STYX,
+                "call",
+                "--kafka",
+                exports["STYX_KAFKA_BOOTSTRAP"],
+                "--app",
+                BANK,
+                "account",
+                "alice",
+                "balance",
+            ],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert direct.returncode == 0 and json.loads(direct.stdout)["result"] == 70, direct.stderr
+    finally:
+        taken.close()
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=60)
+    assert up.returncode == 0 and not (tmp_path / ".styx" / "cluster.json").exists()
+
+
+# ---- without services --------------------------------------------------------------------------------
+
+
+def test_version_is_the_package_version() -> None:
+    out = styx("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"styx {version('styx-py')}"
+
+
+def test_a_taken_port_falls_back_to_a_free_one() -> None:
+    taken = _listening_socket()
+    with taken:
+        port = taken.getsockname()[1]
+        other, fell_back = preferred_port(port)
+        assert fell_back and other != port and can_bind(other)
+    assert preferred_port(0)[1] is False
+
+
+@pytest.mark.parametrize(
+    ("token", "rule_broken"),
+    [("hunter2", "this one has 7"), ("correct horse battery", "whitespace"), ("pässwörd-long", "other")],
+)
+def test_a_bad_gateway_token_names_the_rule_not_the_token(
+    tmp_path: Path, token: str, rule_broken: str
+) -> None:
+    for how in ("env", "file"):
+        (tmp_path / "token").write_text(token)
+        args = ["gateway", "--coordinator", "127.0.0.1:1", "--port", "0"]
+        out = subprocess.run(
+            [*STYX, *args, *(["--token-file", str(tmp_path / "token")] if how == "file" else [])],
+            env={**os.environ, "STYX_GATEWAY_TOKEN": token} if how == "env" else os.environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 2, out.stderr
+        assert "at least 8 characters from A-Z a-z 0-9" in out.stderr and rule_broken in out.stderr
+        assert token not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+def test_call_through_kafka_needs_the_graph() -> None:
+    out = styx("call", "--kafka", "127.0.0.1:1", "account", "alice", "balance")
+    assert out.returncode == 2 and "--kafka needs --app" in out.stderr
+
+
+def test_invocations_get_without_a_gateway_is_a_readable_error(tmp_path: Path) -> None:
+    out = styx("invocations", "get", "x", "--gateway", "http://127.0.0.1:1", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("styx: error: cannot reach the gateway")
+
+
+def test_the_audit_gets_the_s3_keys_from_the_cluster_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `styx audit` after `styx up` failed on (AccessDenied): the S3 keys now reach its config."""
+    from styx_py.audit.options import config_from
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("STYX_")})
+    settings = {
+        "STYX_COORDINATOR": "127.0.0.1:6000",
+        "STYX_KAFKA_BOOTSTRAP": "127.0.0.1:9092",
+        "STYX_S3_ENDPOINT": "127.0.0.1:8333",
+        "STYX_S3_ACCESS_KEY": "styx-abcd",
+        "STYX_S3_SECRET_KEY": "s3-secret-key",
+        "STYX_CLUSTER_SECRET": "x" * 32,
+    }
+    ClusterFile(settings, pid=os.getpid()).write()
+    args = build_parser().parse_args(["audit", "--out", str(tmp_path / "out")])
+    use_cluster_file(args)
+    config = config_from(args)
+    assert config.kafka == "127.0.0.1:9092" and config.s3 is not None
+    assert (config.s3.endpoint, config.s3.access_key, config.s3.secret_key) == (
+        "127.0.0.1:8333",
+        "styx-abcd",
+        "s3-secret-key",
+    )
+    other = build_parser().parse_args(["audit", "--kafka", "10.0.0.1:9092", "--out", "o"])
+    monkeypatch.setattr(os, "environ", {})
+    use_cluster_file(other)  # another cluster's log: nothing of the local cluster's file applies
+    assert os.environ == {}
+
+
+def test_a_stale_cluster_file_is_named(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    (tmp_path / ".styx").mkdir()
+    ClusterFile({"STYX_COORDINATOR": "127.0.0.1:1"}, pid=int(dead.stdout)).write(
+        tmp_path / ".styx" / "cluster.json"
+    )
+    out = styx("status", cwd=tmp_path)
+    assert out.returncode == 2 and "no longer running" in out.stderr, out.stderr
+
+
+def test_status_prints_tables() -> None:
+    body = {
+        "graph": "styx_py.benchmarks.bank:app",
+        "epoch": 1234,
+        "state": "running",
+        "generation": 2,
+        "epochs_per_s": 812.5,
+        "txn_per_s": 15_000.0,
+        "abort_rate": 0.0125,
+        "totals": {"committed": 120_000, "aborted": 1500, "rejected": 3, "rescheduled": 1, "fallback": 40},
+        "failed_workers": [],
+        "last_snapshot": {"epoch": 1200, "objects": 8, "bytes": 12_345},
+        "recoveries": 1,
+        "stalled_epochs": 0,
+        "last_recovery": {
+            "generation": 2,
+            "snapshot_epoch": 100,
+            "detect_s": 1.0,
+            "restore_s": 0.2,
+            "replay_epochs": 5,
+            "replay_s": 0.3,
+        },
+        "workers": [
+            {
+                "node_id": "w1",
+                "sid": 1,
+                "address": "127.0.0.1:4001",
+                "partitions": [0, 2],
+                "last_heartbeat_s_ago": 0.1,
+            },
+            {
+                "node_id": "w2",
+                "sid": 2,
+                "address": "127.0.0.1:4002",
+                "partitions": [1, 3],
+                "last_heartbeat_s_ago": 0.0,
+            },
+        ],
+        "operators": [{"name": "account", "partitions": 4, "functions": ["balance", "deposit"]}],
+        "warnings": [],
+    }
+    text = format_status(body)
+    assert "{" not in text and "'" not in text
+    assert "812.5 epochs/s, 15,000.0 txn/s, abort rate 1.25% (last 10 s)" in text
+    assert "snapshot      epoch 1200, 8 objects, 12,345 bytes" in text
+    header = "committed  aborted  rejected  fallback  rescheduled"
+    assert f"{header}\n  120,000    1,500         3        40            1" in text
+    assert re.search(r"^w2 +2 +127\.0\.0\.1:4002 +1,3 +0\.0 s ago$", text, re.M), text
+    assert re.search(r"^account +4 +balance, deposit$", text, re.M), text

@@ -243,3 +243,15 @@ def test_status_rates_count_every_epoch_of_the_window() -> None:
     early.record(0.5, done, 0)
     early.record(1.5, done, 0)
     assert early.summary(2.0)["epochs_per_s"] == 1.0  # two whole seconds so far, one epoch each
+
+
+def test_bad_requests_are_rejected_not_aborted() -> None:
+    """A client's bad requests (EpochDone.rejected) count as answered, outside the abort rate."""
+    t = Throughput()
+    t.started_at = 0.0
+    for i in range(10):
+        # committed 6, aborted by logic 2, rejected 2 per epoch
+        t.record(i / 10, [EpochDone(i, "w1", 0, 6, 2, 0, 0, 2)], 0)
+    s = t.summary(1.0)
+    assert s["totals"]["aborted"] == 20 and s["totals"]["rejected"] == 20
+    assert (s["txn_per_s"], s["abort_rate"]) == (100.0, 0.25)  # 2 of every 8 decided by the app

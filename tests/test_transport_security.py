@@ -701,7 +701,7 @@ def test_styx_up_generates_a_secret_the_cli_uses(tmp_path: Path) -> None:
 
         asyncio.run(deployed())
         assert state.stat().st_mode & 0o777 == 0o600
-        secret = json.loads(state.read_text())["secret"]
+        secret = json.loads(state.read_text())["env"]["STYX_CLUSTER_SECRET"]
         assert len(secret) >= 16
 
         def styx(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:

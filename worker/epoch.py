@@ -404,8 +404,16 @@ class EpochDriver:
         if es.snapshot:
             self._snapshot(es)
         t = es.tally
+        rejected = t.by_status[Status.BAD]  # a bad request is not an abort of the workload's logic
         done = EpochDone(
-            es.epoch, self.node_id, self.batch.pending(), t.committed, t.aborted, t.rescheduled, es.gen
+            es.epoch,
+            self.node_id,
+            self.batch.pending(),
+            t.committed,
+            t.aborted - rejected,
+            t.rescheduled,
+            es.gen,
+            rejected,
         )
         self.transport.send(COORDINATOR, done)
         early, self.early = self.early, []

@@ -4,6 +4,7 @@ Memory is bounded by ``max_pending`` (jobs), ``max_http_inflight`` (HTTP request
 ``max_cached_replies``/``max_cache_bytes`` (idempotency table) and ``max_body_bytes``.
 """
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -11,7 +12,11 @@ from styx_py.core.errors import ConfigError
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.io.handshake import is_loopback
 
-__all__ = ["GatewayConfig"]
+__all__ = ["TOKEN_RULE", "GatewayConfig"]
+
+# A bearer token goes into an ``Authorization: Bearer …`` header: RFC 6750's token68 characters only.
+TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]{8,}=*")
+TOKEN_RULE = "a token must be at least 8 characters from A-Z a-z 0-9 - . _ ~ + / (then optional '=' padding)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,12 @@ class GatewayConfig:
     """Authenticates the status polls on the coordinator's port; None: ``$STYX_CLUSTER_SECRET``."""
 
     def __post_init__(self) -> None:
+        if self.token is not None and not TOKEN_RE.fullmatch(self.token):
+            # Never echo the token (it lands in logs and terminals); say which rule it broke.
+            raise ConfigError(
+                f"gateway: invalid token (STYX_GATEWAY_TOKEN or --token-file; value not shown): "
+                f"{TOKEN_RULE}; {_token_problem(self.token)}"
+            )
         for key, ok in self._checks():
             if not ok:
                 raise ConfigError(f"gateway: invalid value for {key}: {getattr(self, key)!r}")
@@ -69,9 +80,17 @@ class GatewayConfig:
             ("status_interval_s", self.status_interval_s > 0),
             ("connect_timeout_s", self.connect_timeout_s > 0),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0),
-            ("token", self.token is None or len(self.token) >= 8),
         ]
 
     @property
     def job_timeout_s(self) -> float:
         return self.max_reply_timeout_s
+
+
+def _token_problem(token: str) -> str:
+    """Which part of :data:`TOKEN_RULE` ``token`` breaks, without showing it."""
+    if len(token) < 8:
+        return f"this one has {len(token)}"
+    if any(c.isspace() for c in token):
+        return "this one contains whitespace"
+    return "this one contains other characters"

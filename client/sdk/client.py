@@ -28,6 +28,7 @@ from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.wire import Key, Reply
 from styx_py.io.batching import BatchLanes
+from styx_py.io.clusterfile import default_coordinator, default_secret
 
 __all__ = ["Call", "Prepared", "StyxClient"]
 
@@ -101,15 +102,28 @@ class StyxClient:
     # ---- construction ------------------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, coordinator: str, *, cluster_secret: str | None = None, **kw: Any) -> StyxClient:
+    async def connect(
+        cls, coordinator: str | None = None, *, cluster_secret: str | None = None, **kw: Any
+    ) -> StyxClient:
         """Ask the coordinator at ``host:port`` what is deployed, then return a started client.
+
+        Without ``coordinator``: ``$STYX_COORDINATOR``, else the cluster ``styx up`` runs from the
+        current directory (``.styx/cluster.json``, whose cluster secret is then used too).
 
         The coordinator's status gives the operators (with partition counts and functions) and the
         Kafka bootstrap address, so applications only need the coordinator's address. Keyword
         arguments are passed to the constructor; ``bootstrap`` may override the coordinator's value
         (e.g. when the client reaches Kafka by another address). ``cluster_secret`` authenticates the
-        connection to the coordinator's port (default: ``$STYX_CLUSTER_SECRET``).
+        connection to the coordinator's port (default: ``$STYX_CLUSTER_SECRET``, else that file's for its
+        coordinator).
         """
+        coordinator = coordinator or default_coordinator()
+        if not coordinator:
+            raise ConfigError(
+                "no coordinator: pass its host:port, set STYX_COORDINATOR or run 'styx up' here"
+            )
+        if cluster_secret is None:
+            cluster_secret = default_secret(coordinator)
         body = await coordinator_status(coordinator, float(kw.get("timeout_s", 30.0)), cluster_secret)
         bootstrap, operators = client_arguments(coordinator, body, kw)
         client = cls(bootstrap, operators, **kw)

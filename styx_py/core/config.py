@@ -196,6 +196,14 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             scope="client",
         ),
     ] = ""
+    gateway_url: Annotated[
+        str,
+        Setting(
+            "URL of the HTTP gateway for `styx invocations get` (`--gateway` overrides it; default: the "
+            "gateway `styx up` started)",
+            scope="client",
+        ),
+    ] = ""
     gateway_token: Annotated[
         str,
         Setting(
@@ -298,7 +306,9 @@ def load_config(overrides: Mapping[str, Any] | None = None, env: Mapping[str, st
         if found is None:
             raise ConfigError(f"invalid configuration: {exc}") from exc
         key = found.group(1)
-        raise ConfigError(f"invalid value for {key} (STYX_{key.upper()}): {raw.get(key)!r}: {exc}") from exc
+        hidden = {s.name for s in SETTINGS if s.meta.secret}
+        value = "(hidden)" if key in hidden else repr(raw.get(key))
+        raise ConfigError(f"invalid value for {key} (STYX_{key.upper()}): {value}: {exc}") from exc
 
 
 # ---- documentation -----------------------------------------------------------------------------------

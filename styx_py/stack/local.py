@@ -1,20 +1,23 @@
 """A whole local cluster on loopback: SeaweedFS (S3), Tansu (Kafka protocol), coordinator, workers.
 
-Used by ``styx up`` and by the integration tests. Every part is a real process on a free port;
-readiness is a real operation (an authenticated S3 PUT, a CreateTopics, every worker registered with
-the coordinator), never a sleep. The coordinator and every worker also serve Prometheus metrics
-(``STYX_METRICS_PORT``) on a free port each, kept across restarts; :meth:`LocalStack.endpoints` lists them.
+Used by ``styx up`` and by the integration tests. Every part is a real process; readiness is a real
+operation (an authenticated S3 PUT, a CreateTopics, every worker registered with the coordinator),
+never a sleep. Ports are free ones unless :class:`StackPorts` asks for stable ones (``styx up`` does:
+:data:`DEFAULT_PORTS`); a stable port that is taken falls back to a free one, listed in
+:attr:`LocalStack.port_notes`. The coordinator and every worker also serve Prometheus metrics
+(``STYX_METRICS_PORT``), kept across restarts; :meth:`LocalStack.endpoints` lists them.
 
 Every process of a stack shares one cluster secret (``STYX_CLUSTER_SECRET``): the one in ``env`` or the
 environment, else a fresh random one. The process that starts the stack is its client: the secret is
 put in its environment (when unset there), so its SDK and CLI calls, and the ``styx`` commands it runs,
-authenticate; ``styx up`` also leaves it in ``.styx/cluster.json`` (readable by the owner only).
+authenticate; ``styx up`` also leaves it, with the endpoints and the S3 keys, in ``.styx/cluster.json``
+(readable by the owner only; :mod:`styx_py.io.clusterfile`). The local S3 gets fresh random keys
+per stack unless ``STYX_S3_ACCESS_KEY``/``STYX_S3_SECRET_KEY`` are set.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import signal
@@ -28,26 +31,31 @@ from typing import TYPE_CHECKING, Any, Literal
 from styx_py.core.errors import StyxError
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest
 from styx_py.io.admin import admin_request
+from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
 from styx_py.stack.errors import ServiceError
-from styx_py.stack.net import free_port
+from styx_py.stack.net import DEFAULT_PORTS, StackPorts, preferred_port
 
 if TYPE_CHECKING:  # imported by start(): `styx deploy|status|call` use this module without the [local] extra
     from styx_py.stack.seaweed import S3Config, SeaweedS3
     from styx_py.stack.tansu import TansuBroker
 
-STATE_FILE = Path(".styx") / "cluster.json"
+__all__ = [
+    "DEFAULT_PORTS",
+    "STATE_FILE",
+    "LocalStack",
+    "StackPorts",
+    "admin",
+    "cluster_secret",
+    "coordinator_address",
+]
 
 
 def coordinator_address(explicit: str | None) -> str:
     """``--coordinator``, else ``STYX_COORDINATOR``, else the address ``styx up`` left in .styx/."""
-    if explicit:
-        return explicit
-    env = os.environ.get("STYX_COORDINATOR")
-    if env:
-        return env
-    if STATE_FILE.exists():
-        return str(json.loads(STATE_FILE.read_text())["coordinator"])
+    address = explicit or default_coordinator()
+    if address:
+        return address
     raise StyxError(
         "no coordinator address: pass --coordinator HOST:PORT, set STYX_COORDINATOR or run 'styx up'"
     )
@@ -56,14 +64,7 @@ def coordinator_address(explicit: str | None) -> str:
 def cluster_secret(address: str) -> str:
     """``STYX_CLUSTER_SECRET``, else the secret ``styx up`` left in .styx/ for the cluster at ``address``,
     else empty (a loopback cluster without a secret)."""
-    env = os.environ.get(SECRET_ENV)
-    if env is not None:
-        return env
-    if STATE_FILE.exists():
-        state = json.loads(STATE_FILE.read_text())
-        if state.get("coordinator") == address:
-            return str(state.get("secret", ""))
-    return ""
+    return default_secret(address) or ""
 
 
 async def admin(
@@ -94,12 +95,13 @@ class LocalStack:
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
         gateway: bool = False,
-        gateway_port: int = 0,
         gateway_args: list[str] | None = None,
         s3: S3Config | None = None,
+        ports: StackPorts | None = None,
     ) -> None:
-        """``gateway=True`` also runs ``styx gateway`` on ``gateway_port`` (0: a free one) with the extra
-        ``gateway_args`` once the workers are up; its URL is then :attr:`gateway_url`."""
+        """``gateway=True`` also runs ``styx gateway`` with the extra ``gateway_args`` once the workers
+        are up; its URL is then :attr:`gateway_url`. ``ports``: see :class:`StackPorts` (default: all
+        free ones)."""
         self.data_dir = data_dir
         self.n_workers = workers
         self.durable = durable
@@ -107,6 +109,11 @@ class LocalStack:
         self.env = {**os.environ, **(env or {})}
         self.secret = self.env.get(SECRET_ENV) or secrets.token_urlsafe(32)
         self.env[SECRET_ENV] = self.secret
+        # The local S3's keys: fresh per stack (printed by `styx up`, kept in its cluster file).
+        self.s3_keys = (
+            self.env.get("STYX_S3_ACCESS_KEY") or f"styx-{secrets.token_hex(4)}",
+            self.env.get("STYX_S3_SECRET_KEY") or secrets.token_urlsafe(24),
+        )
         self.log_dir = log_dir or data_dir / "logs"
         self.s3: SeaweedS3 | None = None
         self.broker: TansuBroker | None = None
@@ -115,7 +122,8 @@ class LocalStack:
         self.coordinator = ""
         self.kafka = ""
         self.with_gateway = gateway
-        self.gateway_port = gateway_port
+        self.ports = ports or StackPorts()
+        self.port_notes: list[str] = []  # "kafka: port 9092 is taken, using 17311", for the user
         self.gateway_args = list(gateway_args or [])
         self.gateway_url = ""
         self.external_s3 = s3
@@ -132,11 +140,20 @@ class LocalStack:
             self.s3 = SeaweedS3(
                 self.data_dir / "s3",
                 buckets=["styx-snapshots", "tansu"],
+                access_key=self.s3_keys[0],
+                secret_key=self.s3_keys[1],
                 log_path=self.log_dir / "seaweedfs.log",
+                s3_port=self.ports.s3,
             ).start()
+            if self.s3.s3_port_taken:
+                self._note("s3", self.ports.s3, self.s3.config.endpoint)
             storage: S3Config | Literal["memory"] = self.s3.config if self.durable else "memory"
-            self.broker = TansuBroker(storage, bucket="tansu", log_path=self.log_dir / "tansu.log").start()
+            self.broker = TansuBroker(
+                storage, bucket="tansu", log_path=self.log_dir / "tansu.log", port=self.ports.kafka
+            ).start()
             self.kafka = self.broker.bootstrap
+            if self.broker.port_taken:
+                self._note("kafka", self.ports.kafka, self.kafka)
         else:
             self.kafka = self.external_kafka
         s3 = self.s3.config if self.s3 is not None else self.external_s3
@@ -146,8 +163,7 @@ class LocalStack:
             self.env.setdefault("STYX_S3_ACCESS_KEY", s3.access_key)
             self.env.setdefault("STYX_S3_SECRET_KEY", s3.secret_key)
             self.env.setdefault("STYX_S3_REGION", s3.region)
-        cport = free_port()
-        self.coordinator = f"127.0.0.1:{cport}"
+        self.coordinator = f"127.0.0.1:{self._port('coordinator', self.ports.coordinator)}"
         self.start_coordinator()
         for i in range(1, self.n_workers + 1):
             self.start_worker(f"w{i}")
@@ -156,8 +172,18 @@ class LocalStack:
             self._start_gateway(timeout_s)
         return self
 
+    def _note(self, name: str, wanted: int, got: str) -> None:
+        self.port_notes.append(f"{name}: port {wanted} is taken, using {got.rpartition(':')[2]}")
+
+    def _port(self, name: str, wanted: int) -> int:
+        """``wanted`` if free, else a free port (noted in :attr:`port_notes`); 0: a free port."""
+        port, taken = preferred_port(wanted)
+        if taken:
+            self._note(name, wanted, str(port))
+        return port
+
     def _start_gateway(self, timeout_s: float) -> None:
-        port = self.gateway_port or free_port()
+        port = self._port("gateway", self.ports.gateway)
         args = ["gateway", "--coordinator", self.coordinator, "--port", str(port), *self.gateway_args]
         self._spawn("gateway", args)
         url = f"http://127.0.0.1:{port}"
@@ -197,7 +223,8 @@ class LocalStack:
     def _spawn(self, name: str, args: list[str], *, metrics: bool = False) -> None:
         env = self.env
         if metrics:
-            port = self.metrics_ports.setdefault(name, free_port())
+            port = self.metrics_ports.get(name) or self._port(f"metrics {name}", self._metrics_port(name))
+            self.metrics_ports[name] = port
             env = {**env, "STYX_METRICS_PORT": str(port), "STYX_METRICS_HOST": "127.0.0.1"}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
         self.procs[name] = subprocess.Popen(
@@ -299,6 +326,24 @@ class LocalStack:
             out["gateway"] = self.gateway_url
         for name in self.metrics_ports:
             out[f"metrics {name}"] = self.metrics_url(name)
+        return out
+
+    def _metrics_port(self, name: str) -> int:
+        """The port ``name`` asks for: ``ports.metrics`` for the coordinator, ``+ N`` for worker wN."""
+        if not self.ports.metrics:
+            return 0
+        return self.ports.metrics + (0 if name == "coordinator" else int(name.removeprefix("w")))
+
+    def client_env(self) -> dict[str, str]:
+        """The ``STYX_*`` settings a client of this stack needs (``styx up`` prints and saves them):
+        endpoints, the S3 keys (for snapshots and the audit) and the cluster secret."""
+        out = {"STYX_COORDINATOR": self.coordinator, "STYX_KAFKA_BOOTSTRAP": self.kafka}
+        if self.gateway_url:
+            out["STYX_GATEWAY_URL"] = self.gateway_url
+        for name in ("STYX_S3_ENDPOINT", "STYX_S3_ACCESS_KEY", "STYX_S3_SECRET_KEY", "STYX_S3_REGION"):
+            if self.env.get(name):
+                out[name] = self.env[name]
+        out[SECRET_ENV] = self.secret
         return out
 
     def metrics_url(self, name: str) -> str:

@@ -1,15 +1,34 @@
-"""Free TCP ports on 127.0.0.1 for the local services."""
+"""Ports on 127.0.0.1 for the local services: free ones, and the stable ones ``styx up`` asks for."""
 
 from __future__ import annotations
 
 import random
 import socket
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from styx_py.stack.errors import ServiceError
 
-__all__ = ["GRPC_OFFSET", "can_bind", "free_port"]
+__all__ = ["DEFAULT_PORTS", "GRPC_OFFSET", "StackPorts", "can_bind", "free_port", "preferred_port"]
+
+
+@dataclass(frozen=True, slots=True)
+class StackPorts:
+    """Ports a local stack asks for (0: any free one). A port that is taken falls back to a free one.
+
+    ``metrics`` is the coordinator's Prometheus port; worker ``wN`` asks for ``metrics + N``."""
+
+    coordinator: int = 0
+    gateway: int = 0
+    kafka: int = 0
+    s3: int = 0  # SeaweedFS also needs s3 + 10000 (its gRPC port)
+    metrics: int = 0
+
+
+# `styx up`: the coordinator and gateway ports of the README and the Kubernetes/Compose files, Kafka's
+# and SeaweedFS's usual ports, the metrics port of the Compose/Kubernetes files.
+DEFAULT_PORTS = StackPorts(coordinator=6000, gateway=8080, kafka=9092, s3=8333, metrics=9400)
 
 # gRPC ports of SeaweedFS are always HTTP port + 10000.
 GRPC_OFFSET = 10000
@@ -83,3 +102,20 @@ def free_port(*, also_plus_10000: bool = False) -> int:
                 _handed_out.update(wanted)
                 return port
     raise ServiceError("could not find a free TCP port on 127.0.0.1")
+
+
+def preferred_port(port: int | None, *, also_plus_10000: bool = False) -> tuple[int, bool]:
+    """``port`` when it (and P+10000 with ``also_plus_10000``) can be bound now, else a free one.
+
+    Returns ``(port, fell_back)``. ``None`` or 0 asks for a free port (not a fallback). The check
+    uses SO_REUSEADDR like the servers themselves: a port held only by TIME_WAIT connections of a
+    previous run is still the stable one, a port with a listener is taken.
+    """
+    if not port:
+        return free_port(also_plus_10000=also_plus_10000), False
+    wanted = (port, port + GRPC_OFFSET) if also_plus_10000 else (port,)
+    with _port_lock:
+        if not any(p in _handed_out for p in wanted) and all(can_bind(p, reuse_addr=True) for p in wanted):
+            _handed_out.update(wanted)
+            return port, False
+    return free_port(also_plus_10000=also_plus_10000), True

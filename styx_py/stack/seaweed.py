@@ -18,7 +18,7 @@ from minio.error import MinioException, S3Error
 
 from styx_py.stack.binaries import weed_binary
 from styx_py.stack.errors import ServiceError
-from styx_py.stack.net import GRPC_OFFSET, free_port
+from styx_py.stack.net import GRPC_OFFSET, free_port, preferred_port
 from styx_py.stack.process import DEFAULT_START_TIMEOUT_S, ManagedProcess, poll_until
 
 __all__ = ["S3_TRANSIENT", "S3Config", "SeaweedS3", "ensure_buckets", "minio_client"]
@@ -100,13 +100,18 @@ class SeaweedS3(ManagedProcess):
         access_key: str = "styx",
         secret_key: str = "styxsecret",
         log_path: Path | None = None,
+        s3_port: int | None = None,
     ) -> None:
+        """``s3_port``: the S3 port to use when it (and its gRPC port + 10000) is free, else a free one
+        (:attr:`s3_port_taken` then says so); None: a free one. The other ports are always free ones."""
         self.data_dir = Path(data_dir)
         super().__init__(log_path if log_path is not None else self.data_dir / "weed.log")
         self.buckets = list(buckets)
         self.access_key = access_key
         self.secret_key = secret_key
         self._ports: dict[str, int] | None = None
+        self.s3_port = s3_port
+        self.s3_port_taken = False
 
     @property
     def config(self) -> S3Config:
@@ -218,9 +223,11 @@ class SeaweedS3(ManagedProcess):
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self._ports is None:
+            s3_port, self.s3_port_taken = preferred_port(self.s3_port, also_plus_10000=True)
             self._ports = {
-                name: free_port(also_plus_10000=True) for name in ("master", "volume", "filer", "s3", "admin")
+                name: free_port(also_plus_10000=True) for name in ("master", "volume", "filer", "admin")
             }
+            self._ports["s3"] = s3_port
         self._write_identities()
         self._launch(timeout_s)
         return self

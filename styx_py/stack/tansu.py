@@ -24,7 +24,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]
 from styx_py.io.kafka_admin import create_topics
 from styx_py.stack.binaries import tansu_binary
 from styx_py.stack.errors import ServiceError
-from styx_py.stack.net import free_port
+from styx_py.stack.net import preferred_port
 from styx_py.stack.process import DEFAULT_START_TIMEOUT_S, ManagedProcess, poll_until
 from styx_py.stack.seaweed import S3_TRANSIENT, S3Config, ensure_buckets, minio_client
 
@@ -51,13 +51,18 @@ class TansuBroker(ManagedProcess):
         storage: Literal["memory"] | S3Config = "memory",
         bucket: str = "tansu",
         log_path: Path | None = None,
+        port: int | None = None,
     ) -> None:
+        """``port``: the port to use when it is free, else a free one (:attr:`port_taken` then says
+        so); None: a free one."""
         super().__init__(log_path)
         if not isinstance(storage, S3Config) and storage != "memory":
             raise ValueError(f"storage must be 'memory' or an S3Config, not {storage!r}")
         self.storage = storage
         self.bucket = bucket
         self._port: int | None = None
+        self.port = port
+        self.port_taken = False
 
     @property
     def bootstrap(self) -> str:
@@ -140,7 +145,7 @@ class TansuBroker(ManagedProcess):
     def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> Self:
         """Launch the broker and return once it answers CreateTopics successfully."""
         if self._port is None:
-            self._port = free_port()
+            self._port, self.port_taken = preferred_port(self.port)
         if isinstance(self.storage, S3Config):
             self._ensure_bucket(time.monotonic() + timeout_s)
         self._launch(timeout_s)

@@ -65,9 +65,10 @@ class EpochDone(Msg, tag="ed"):
     node_id: str
     pending: int  # requests waiting in this worker's ingress, and rescheduled transactions
     committed: int
-    aborted: int
+    aborted: int  # by user logic: Abort or another exception (bad requests are not in it)
     rescheduled: int
     gen: int
+    rejected: int = 0  # bad requests (unknown operator/function, bad key or arguments), answered "failed"
 
 
 class SnapshotDone(Msg, tag="snap"):
