@@ -240,7 +240,7 @@ async def test_concurrent_transfers_conserve_money_and_get_their_own_replies(
             else assert_error(response, 409, "aborted")["reply"]
         )
         assert reply["request_id"] == rid, "a reply went to the wrong HTTP request"
-        assert reply["latency_ms"] > 0
+        assert float(response.headers["server-timing"].removeprefix("cluster;dur=")) > 0
         replies[rid] = reply
     assert any(r["status"] == "aborted" for r in replies.values()), "expected insufficient-credit aborts"
 
@@ -332,6 +332,101 @@ async def test_async_submit_then_fetch(http: httpx.AsyncClient) -> None:
     assert reply.status_code == 200, reply.text
     assert reply.json()["request_id"] == body["request_id"] and reply.json()["result"] == 3
     assert_error(await http.get("/v1/invocations/never-seen-id"), 404, "unknown_request")
+
+
+# ---- replies any replica can serve ---------------------------------------------------------------------
+
+
+async def wait_listening(http: httpx.AsyncClient) -> None:
+    """Until a gateway process that is still starting answers /readyz with 200."""
+
+    async def ready() -> bool:
+        try:
+            return (await http.get("/readyz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await wait_until(ready)
+
+
+@pytest.fixture
+def second_gateway(cluster: LocalStack, tmp_path: Path) -> Iterator[str]:
+    """Another ``styx gateway`` process on the same cluster, without ``--state-function`` (it takes the
+    state function from the deployed graph); its URL."""
+    port = free_port()
+    args = ["gateway", "--coordinator", cluster.coordinator, "--port", str(port)]
+    with (tmp_path / "gateway-b.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "styx_py.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=cluster.env,
+            start_new_session=True,
+        )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@services
+async def test_two_gateway_processes_answer_each_others_request_ids(
+    cluster: LocalStack, second_gateway: str
+) -> None:
+    """Gateway A (the stack's process) and B (another process): a request submitted on A is fetched on
+    B from the cluster's reply tables; a retry on B with A's Idempotency-Key gets A's identical body
+    and does not run again (the cluster deduplicates the resent request id)."""
+    account = f"replica-{uuid.uuid4().hex[:8]}"
+    async with client_for(cluster.gateway_url) as a, client_for(second_gateway) as b:
+        await wait_ready(a)
+        await wait_listening(b)
+        key = f"{account}-async"
+        accepted = await a.post(
+            "/v1/invocations",
+            params={"wait": "false"},
+            json=invocation(account, "deposit", 10),
+            headers={"Idempotency-Key": key},
+        )
+        assert accepted.status_code == 202, accepted.text
+        location = accepted.headers["location"]
+        on_b = await b.get(location, params={"wait_s": 30})  # may still be in flight: B long-polls
+        assert on_b.status_code == 200, on_b.text
+        assert on_b.json()["request_id"] == key and on_b.json()["result"] == 10
+        on_a = await a.get(location, params={"wait_s": 30})
+        assert on_a.status_code == 200 and on_b.content == on_a.content, "replicas must agree byte for byte"
+
+        retry = await b.post(
+            "/v1/invocations", json=invocation(account, "deposit", 10), headers={"Idempotency-Key": key}
+        )
+        assert retry.status_code == 200 and retry.content == on_a.content, retry.text
+        again = await b.get(location)  # now from B's own idempotency table
+        assert again.content == on_a.content
+
+        # B has no --state-function: it reads the state function from the deployed graph.
+        state = await b.get(f"/v1/state/account/{account}")
+        assert state.status_code == 200, state.text
+        assert state.json()["value"] == 10 and state.json()["function"] == "balance", "the deposit ran twice"
+
+        # A final abort on B is served on A as the identical 409.
+        aborted = await b.post(
+            "/v1/invocations",
+            json=invocation(account, "transfer", "elsewhere", 1000),
+            headers={"Idempotency-Key": f"{account}-abort"},
+        )
+        fetched = await a.get(f"/v1/invocations/{account}-abort")
+        assert_error(aborted, 409, "aborted")
+        assert fetched.content == aborted.content
+
+        # Known nowhere: 404 from every replica (every worker answered with whole tables).
+        for http in (a, b):
+            assert_error(await http.get(f"/v1/invocations/{account}-never"), 404, "unknown_request")
+        operators = (await b.get("/v1/operators")).json()["operators"]
+        assert {o["name"]: o["state_function"] for o in operators} == {"account": "balance"}
 
 
 # ---- every error status, with its JSON body ------------------------------------------------------------

@@ -62,7 +62,10 @@ class InvocationRequest(BaseModel):
 
 
 class InvocationReply(BaseModel):
-    """The transaction's reply (also embedded in 409/422 error bodies)."""
+    """The transaction's reply (also embedded in 409/422 error bodies).
+
+    A function of the cluster's reply alone, so every gateway replica and every retry returns the same
+    bytes; the gateway's own submit → reply time is in the ``Server-Timing`` header."""
 
     request_id: str
     status: Literal["committed", "aborted", "failed"]
@@ -72,7 +75,6 @@ class InvocationReply(BaseModel):
     tid: int = Field(description="transaction id")
     epoch: int
     phase: int = Field(description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)")
-    latency_ms: float = Field(description="from handing the request to Kafka to reading its reply")
 
 
 class InvocationAccepted(BaseModel):
