@@ -39,12 +39,16 @@ from styx_py.client.gateway import (
     coordinator_status,
     reply_outcome,
 )
+from styx_py.client.gateway.lookups import ClusterReplies, Found
 from styx_py.client.gateway.strict_json import strict_json
 from styx_py.client.sdk import StyxClient
-from styx_py.core.errors import ConfigError, ProtocolError
-from styx_py.core.wire import NIL, Key, Reply, encode_value
+from styx_py.core.errors import ConfigError, GraphError, ProtocolError
+from styx_py.core.operator import Operator
+from styx_py.core.wire import MAX_LOOKUP_REPLY_BYTES, NIL, FindReplies, Key, Reply, encode_value
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, free_port
+from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.lookup import find_replies
 from tests.service_fixtures import start_cluster
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -965,3 +969,94 @@ def test_reply_mapping_and_cluster_state() -> None:
     assert ClusterInfo.from_status({"graph": None, "operators": []}).state == "undeployed"
     with pytest.raises(ProtocolError):
         ClusterInfo.from_status({"graph": "g", "operators": [{"name": "x"}]})
+
+
+def _reply(rid: str, tid: int, epoch: int = 1, result: Any = None) -> Reply:
+    return Reply(rid, tid, epoch, 0, "committed", msgspec.Raw(encode_value(result)), None, None)
+
+
+def test_workers_answer_lookups_from_every_partition_within_a_byte_budget() -> None:
+    table = ReplyTable(cap_per_partition=2)
+    table.record(0, _reply("a", 1))
+    table.record(3, _reply("a", 7))  # the same id reused for a key in another partition
+    table.record(3, _reply("big", 8, result="x" * (MAX_LOOKUP_REPLY_BYTES // 2 + 1)))
+    table.record(0, _reply("big2", 9, result="y" * (MAX_LOOKUP_REPLY_BYTES // 2 + 1)))
+    table.record(0, _reply("c", 2))  # evicts "a" from partition 0 (cap 2): only partition 3 has it
+    ask = FindReplies(5, ["a", "big", "big2", "run", "gone"], 0)
+    found = find_replies(ask, "w1", table, {"run"}, complete=True)
+    assert found.lookup == 5 and found.node_id == "w1" and found.complete
+    assert sorted((r.request_id, r.tid) for r in found.replies) == [("a", 7), ("big2", 9)]
+    assert found.deferred == ["big"] and found.pending == ["run"]  # "gone" is unknown: not listed
+
+    # The gateway's pick among several replies is the latest in the serial order, on every replica.
+    assert Found((_reply("a", 1, epoch=4), _reply("a", 9, epoch=3))).reply == _reply("a", 1, epoch=4)
+
+
+async def test_lookups_are_coalesced_and_deferred_ids_asked_again() -> None:
+    sent: list[list[str]] = []
+    release = asyncio.Event()
+
+    async def source(ids: list[str]) -> Mapping[str, Any]:
+        sent.append(ids)
+        await release.wait()
+        late = len(sent) == 2  # the second answer defers "done-late" (a worker's byte budget)
+        found = [r for r in ids if r.startswith("done") and not (late and r == "done-late")]
+        replies = [msgspec.msgpack.encode(_reply(r, 1)) for r in found]
+        return {"replies": replies, "pending": ["running"], "deferred": ["done-late"] if late else [],
+                "complete": True}  # fmt: skip
+
+    finder = ClusterReplies(source)
+    async with asyncio.TaskGroup() as tg:
+        runner = tg.create_task(finder.run())
+        first = tg.create_task(finder.find("done-1"))
+        await wait_until(lambda: _true(len(sent) == 1))
+        # Asked while the first lookup is out: all three go into the second one.
+        rest = [tg.create_task(finder.find(r)) for r in ("done-late", "running", "nowhere")]
+        await wait_until(lambda: _true(len(finder) == 3))
+        release.set()
+        results = [await first] + [await t for t in rest]
+        runner.cancel()
+    assert sent == [["done-1"], ["done-late", "running", "nowhere"], ["done-late"]]
+    assert [r.reply is not None for r in results] == [True, True, False, False]
+    assert results[2].pending and not results[3].pending and results[3].complete
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_state_function_is_declared_or_the_only_argument_free_read_only_one() -> None:
+    op = Operator("acct")
+
+    @op.function(read_only=True)
+    async def balance(ctx: Any) -> int:
+        return 0
+
+    @op.function(read_only=True)
+    async def history(ctx: Any, since: int) -> list[int]:
+        return []
+
+    assert op.state_reader() == "balance"
+
+    @op.function(read_only=True)
+    async def owner(ctx: Any) -> str:
+        return ""
+
+    assert op.state_reader() is None, "two candidates: the graph must say which"
+
+    @op.function(state=True)
+    async def snapshot(ctx: Any) -> dict[str, Any]:
+        return {}
+
+    assert op.state_reader() == "snapshot" and "snapshot" in op.read_only
+    with pytest.raises(GraphError, match="state function"):
+
+        @op.function(state=True)
+        async def again(ctx: Any) -> None:
+            return None
+
+    info = ClusterInfo.from_status(
+        {"graph": "g", "operators": [{"name": "acct", "partitions": 2, "functions": ["snapshot"],
+                                      "state_function": "snapshot"}]}
+    )  # fmt: skip
+    assert info.state_functions == {"acct": "snapshot"}

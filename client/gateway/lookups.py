@@ -68,6 +68,10 @@ class ClusterReplies:
         self._asked: dict[str, list[asyncio.Future[Found]]] = {}
         self._wake = asyncio.Event()
 
+    def __len__(self) -> int:
+        """Request ids waiting for the next lookup."""
+        return len(self._asked)
+
     async def find(self, rid: str) -> Found:
         """What the cluster knows of ``rid`` (joins the next lookup)."""
         future: asyncio.Future[Found] = asyncio.get_running_loop().create_future()
