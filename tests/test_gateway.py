@@ -10,13 +10,16 @@ opens, so an invocation stays in flight exactly as long as the test wants.
 from __future__ import annotations
 
 import asyncio
+import html.parser
 import json
 import random
+import re
 import subprocess
 import sys
 import threading
 import time
 import traceback
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,6 +42,7 @@ from styx_py.client.gateway import (
     coordinator_status,
     reply_outcome,
 )
+from styx_py.client.gateway.codes import ERROR_CODES
 from styx_py.client.gateway.lookups import ClusterReplies, Found
 from styx_py.client.gateway.strict_json import strict_json
 from styx_py.client.sdk import StyxClient
@@ -785,6 +789,77 @@ async def test_metrics_and_probes(http: httpx.AsyncClient) -> None:
     assert {"/v1/invocations", "/v1/invocations/{request_id}", "/v1/state/{operator}/{key}"} <= set(
         schema["paths"]
     )
+
+
+class _Links(html.parser.HTMLParser):
+    """Every URL an HTML page makes the browser load or follow (src, href, Redoc's spec-url)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.urls += [v for k, v in attrs if k in ("src", "href", "spec-url") and v is not None]
+
+
+async def test_docs_and_redoc_load_nothing_from_another_host() -> None:
+    """/docs and /redoc reference only the gateway's own paths (no CDN: blank without internet
+    otherwise), and every asset they reference is served."""
+    gateway = Gateway(GatewayConfig("127.0.0.1:1", port=0))
+    transport = httpx.ASGITransport(app=gateway.asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as http:
+        for page in ("/docs", "/redoc"):
+            response = await http.get(page)
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+            links = _Links()
+            links.feed(response.text)
+            assert len(links.urls) >= 2, links.urls  # the script, the stylesheet or icon
+            assert re.search(r"\b(https?:)?//", response.text) is None, f"{page} names another host"
+            for url in links.urls:
+                parts = urllib.parse.urlsplit(url)
+                assert not parts.scheme and not parts.netloc and url.startswith("/"), (page, url)
+                asset = await http.get(url)
+                assert asset.status_code == 200 and asset.content, (page, url)
+        openapi = (await http.get("/openapi.json")).json()
+    ids = {op["operationId"] for path in openapi["paths"].values() for op in path.values()}
+    assert {"submitInvocation", "getInvocation", "getState", "listOperators"} <= ids
+    assert all(re.fullmatch(r"[a-z]+[A-Za-z]*", i) for i in ids), ids
+    description = openapi["info"]["description"]
+    assert "──>" not in description, "the internal diagram is not user documentation"
+    for code in ERROR_CODES:
+        assert f"| {code.status} | `{code.code}` |" in description, code
+    error_schema = openapi["components"]["schemas"]["ErrorDetail"]["properties"]["code"]
+    assert set(error_schema["enum"]) == {c.code for c in ERROR_CODES}
+
+
+def test_every_error_the_gateway_answers_is_in_the_error_table() -> None:
+    """Each ``failure(STATUS, "code", ...)`` in the gateway's source names a code of the table, with the
+    table's status (the codes from Starlette's errors are mapped in app.py)."""
+    table = {c.code: c.status for c in ERROR_CODES}
+    package = Path(sys.modules[Gateway.__module__].__file__ or "").parent
+    source = "\n".join(p.read_text() for p in sorted(package.glob("*.py")))
+    used = re.findall(r'failure\(\s*(\d{3}),\s*"(\w+)"', source)
+    assert len(used) > 20
+    for status, code in used:
+        assert table.get(code) == int(status), (code, status)
+    mapped = re.findall(r'(\d{3}): "(\w+)"', source)
+    assert all(table.get(code) == int(status) for status, code in mapped), mapped
+    assert "http_error" in source and "internal" in source
+
+
+@services
+async def test_json_without_content_type_is_accepted_and_another_type_is_415(http: httpx.AsyncClient) -> None:
+    body = json.dumps(invocation(f"ct-{uuid.uuid4().hex[:8]}", "deposit", 4)).encode()
+    bare = await http.post("/v1/invocations", content=body)  # httpx sends no Content-Type with bytes
+    assert bare.status_code == 200 and bare.json()["result"] == 4, bare.text
+    # What `curl -d` sends: refused with the exact fix, before the body is parsed.
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    error = assert_error(
+        await http.post("/v1/invocations", content=body, headers=form), 415, "unsupported_media_type"
+    )
+    assert "Content-Type: application/json" in error["message"] and "curl --json" in error["message"]
+    typed = {"content-type": "application/json; charset=utf-8"}
+    assert (await http.post("/v1/invocations", content=body, headers=typed)).status_code == 200
 
 
 # ---- fuzz / contract test from the OpenAPI schema ----------------------------------------------------------
