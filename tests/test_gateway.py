@@ -42,7 +42,7 @@ from styx_py.client.gateway import (
     coordinator_status,
     reply_outcome,
 )
-from styx_py.client.gateway.codes import ERROR_CODES
+from styx_py.client.gateway.codes import ERROR_CODES, error_table
 from styx_py.client.gateway.lookups import ClusterReplies, Found
 from styx_py.client.gateway.strict_json import strict_json
 from styx_py.client.sdk import StyxClient
@@ -830,6 +830,8 @@ async def test_docs_and_redoc_load_nothing_from_another_host() -> None:
         assert f"| {code.status} | `{code.code}` |" in description, code
     error_schema = openapi["components"]["schemas"]["ErrorDetail"]["properties"]["code"]
     assert set(error_schema["enum"]) == {c.code for c in ERROR_CODES}
+    docs = Path(__file__).parent.parent / "docs" / "http-api.md"
+    assert error_table() in docs.read_text(), "docs/http-api.md: paste codes.error_table() again"
 
 
 def test_every_error_the_gateway_answers_is_in_the_error_table() -> None:
@@ -860,6 +862,41 @@ async def test_json_without_content_type_is_accepted_and_another_type_is_415(htt
     assert "Content-Type: application/json" in error["message"] and "curl --json" in error["message"]
     typed = {"content-type": "application/json; charset=utf-8"}
     assert (await http.post("/v1/invocations", content=body, headers=typed)).status_code == 200
+
+
+def _doc_commands(text: str) -> list[str]:
+    """The ``curl`` commands of the first ``sh`` block that sets ``GW=`` (continuation lines joined)."""
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "GW=" in b)
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line.split("  #", 1)[0].strip() for line in joined.splitlines() if line.startswith("curl ")]
+
+
+@services
+def test_http_api_doc_examples_do_what_the_doc_says(gateway: GatewayThread) -> None:
+    """docs/http-api.md's curl examples, run with curl against a gateway (on fresh names)."""
+    asyncio.run(_wait_ready_url(gateway.url, None))
+    text = (Path(__file__).parent.parent / "docs" / "http-api.md").read_text()
+    commands = _doc_commands(text)
+    assert len(commands) == 4 and all("--json" in c for c in commands if "POST" in c or "{" in c)
+    unique = uuid.uuid4().hex[:8]
+    outputs = []
+    for command in commands:
+        command = command.replace("alice", f"alice-{unique}").replace("pay-42", f"pay-{unique}")
+        out = subprocess.run(
+            ["bash", "-c", f"{command} -w '\n%{{http_code}}'"],
+            env={"GW": gateway.url, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        body, _, status = out.rpartition("\n")
+        outputs.append((int(status), json.loads(body)))
+    (s1, deposit), (s2, accepted), (s3, transfer), (s4, state) = outputs
+    assert (s1, deposit.get("status"), deposit.get("result")) == (200, "committed", 100), deposit
+    assert (s2, accepted["location"]) == (202, f"/v1/invocations/pay-{unique}")
+    assert (s3, transfer["request_id"], transfer["result"]) == (200, f"pay-{unique}", 70)
+    assert (s4, state["value"]) == (200, 70)
 
 
 # ---- fuzz / contract test from the OpenAPI schema ----------------------------------------------------------
@@ -955,7 +992,7 @@ def test_openapi_contract_fuzz(cluster: LocalStack) -> None:
             call_functions()
 
 
-async def _wait_ready_url(url: str, token: str) -> None:
+async def _wait_ready_url(url: str, token: str | None) -> None:
     async with client_for(url, token) as http:
         await wait_ready(http)
 
