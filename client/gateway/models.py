@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from styx_py.client.gateway.codes import ERROR_CODES
+from styx_py.client.gateway.codes import ERROR_CODES, error_table
 from styx_py.core.limits import (
     MAX_INT_KEY,
     MAX_KEY_CHARS,
@@ -93,7 +93,7 @@ class ValidationIssue(BaseModel):
 class ErrorDetail(BaseModel):
     status: int
     code: str = Field(
-        description="stable machine-readable error code (the table in the API description)",
+        description=f"Stable machine-readable error code:\n\n{error_table()}",
         json_schema_extra={"enum": [e.code for e in sorted(ERROR_CODES, key=lambda e: e.code)]},
     )
     message: str
