@@ -46,9 +46,25 @@ from styx_py.client.gateway.codes import ERROR_CODES, error_table
 from styx_py.client.gateway.lookups import ClusterReplies, Found
 from styx_py.client.gateway.strict_json import strict_json
 from styx_py.client.sdk import StyxClient
+from styx_py.coordinator.cluster import Cluster
+from styx_py.coordinator.lookups import ReplyLookups
+from styx_py.coordinator.tasks import Tasks
+from styx_py.core.config import Config
 from styx_py.core.errors import ConfigError, GraphError, ProtocolError
 from styx_py.core.operator import Operator
-from styx_py.core.wire import MAX_LOOKUP_REPLY_BYTES, NIL, FindReplies, Key, Reply, encode_value
+from styx_py.core.wire import (
+    MAX_LOOKUP_IDS,
+    MAX_LOOKUP_REPLY_BYTES,
+    NIL,
+    AdminReply,
+    FindReplies,
+    FoundReplies,
+    Key,
+    Reply,
+    ReplyLookup,
+    encode_value,
+    reply_decoder,
+)
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, free_port
 from styx_py.worker.dedup import ReplyTable
@@ -435,6 +451,8 @@ async def test_two_gateway_processes_answer_each_others_request_ids(
             assert_error(await http.get(f"/v1/invocations/{account}-never"), 404, "unknown_request")
         operators = (await b.get("/v1/operators")).json()["operators"]
         assert {o["name"]: o["state_function"] for o in operators} == {"account": "balance"}
+        metrics = (await b.get("/metrics")).text
+        assert _sample(metrics, "styx_gateway_reply_lookups_total") >= 1, "B never asked the cluster"
 
 
 # ---- every error status, with its JSON body ------------------------------------------------------------
@@ -676,7 +694,10 @@ async def test_bearer_token(cluster: LocalStack) -> None:
             operators = (await http.get("/v1/operators")).json()
             assert operators["ready"] and operators["graph"] == "styx_py.benchmarks.bank:app"
             assert operators["operators"][0]["name"] == "account"
-            assert_error(await http.get("/v1/state/account/alice"), 404, "no_state_function")
+            # No --state-function: the one the deployed graph names (bank: the argument-less read-only one).
+            assert operators["operators"][0]["state_function"] == "balance"
+            state = await http.get(f"/v1/state/account/nobody-{uuid.uuid4().hex[:6]}")
+            assert state.status_code == 200 and state.json()["function"] == "balance", state.text
 
 
 def test_token_required_off_loopback() -> None:
@@ -757,6 +778,13 @@ async def test_a_burst_is_shed_while_the_admitted_requests_are_held(cluster: Loc
         assert sum(v.get("value", 0) for v in values) == capacity, "every 200 executed once, every 429 never"
 
 
+def _sample(metrics: str, name: str) -> float:
+    """The value of an unlabelled sample in Prometheus exposition text."""
+    match = re.search(rf"^{name} (\S+)$", metrics, re.M)
+    assert match is not None, f"no {name} in the metrics"
+    return float(match[1])
+
+
 def _count(metrics: str, route: str) -> float:
     """Requests the gateway's latency histogram counted for ``route`` (Prometheus exposition text)."""
     prefix = "styx_gateway_request_duration_seconds_count{"
@@ -772,6 +800,7 @@ def _count(metrics: str, route: str) -> float:
 @services
 async def test_metrics_and_probes(http: httpx.AsyncClient) -> None:
     await http.post("/v1/invocations", json=invocation("m", "nope"))
+    assert (await http.post("/v1/invocations", json=invocation("m", "deposit", 1))).status_code == 200
     text = (await http.get("/metrics")).text
     for needle in (
         'styx_gateway_requests_total{method="POST",route="/v1/invocations",status="404"}',
@@ -1171,3 +1200,78 @@ def test_state_function_is_declared_or_the_only_argument_free_read_only_one() ->
                                       "state_function": "snapshot"}]}
     )  # fmt: skip
     assert info.state_functions == {"acct": "snapshot"}
+
+
+class _Outbox:
+    """A transport that keeps what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    def send(self, dst: str, msg: Any) -> None:
+        self.sent.append((dst, msg))
+
+    def to(self, dst: str) -> list[Any]:
+        return [m for d, m in self.sent if d == dst]
+
+
+class _ManualClock:
+    """Timers fire when the test says so."""
+
+    def __init__(self) -> None:
+        self.fire = asyncio.Event()
+
+    def now(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        await self.fire.wait()
+
+
+async def test_the_coordinator_asks_every_worker_and_says_when_the_answer_is_incomplete() -> None:
+    outbox, clock, tasks = _Outbox(), _ManualClock(), Tasks()
+    cluster = Cluster(Config(), outbox, None)  # type: ignore[arg-type]  # only send() is used
+    cluster.graph_path, cluster.state = "tests.apps.oracle:app", "running"
+    for node in ("w1", "w2"):
+        cluster.membership.register(node, "127.0.0.1", 1, 0.0)
+    lookups = ReplyLookups(cluster, clock, tasks)  # type: ignore[arg-type]
+
+    def asked(admin: str, ids: list[str]) -> int:
+        lookups.start(admin, ReplyLookup(ids))
+        finds = [outbox.to(w)[-1] for w in ("w1", "w2")]
+        assert all(isinstance(f, FindReplies) and f.request_ids == ids for f in finds)
+        return int(finds[0].lookup)
+
+    def answer(admin: str) -> dict[str, Any]:
+        (reply,) = outbox.to(admin)
+        assert isinstance(reply, AdminReply) and reply.ok, reply
+        return reply.body
+
+    async with asyncio.TaskGroup() as tg:
+        tasks.group = tg
+        first = asked("admin-1", ["a", "b"])
+        lookups.on_found(FoundReplies(first, "w1", [_reply("a", 3)], [], [], True))
+        assert outbox.to("admin-1") == [], "answered before every worker did"
+        lookups.on_found(FoundReplies(first, "w2", [], ["b"], [], True))
+        body = answer("admin-1")
+        assert [reply_decoder.decode(r).request_id for r in body["replies"]] == ["a"]
+        assert body["pending"] == ["b"] and body["complete"]
+
+        # A worker recovering (its tables lack replies): a miss is not final.
+        second = asked("admin-2", ["c"])
+        lookups.on_found(FoundReplies(second, "w1", [], [], [], False))
+        lookups.on_found(FoundReplies(second, "w2", [], [], [], True))
+        assert not answer("admin-2")["complete"]
+
+        # A worker that does not answer: incomplete after the timeout; its late answer is dropped.
+        third = asked("admin-3", ["d"])
+        lookups.on_found(FoundReplies(third, "w1", [], [], [], True))
+        clock.fire.set()
+        await wait_until(lambda: _true(bool(outbox.to("admin-3"))))
+        assert not answer("admin-3")["complete"]
+        lookups.on_found(FoundReplies(third, "w2", [_reply("d", 1)], [], [], True))
+        assert len(outbox.to("admin-3")) == 1 and not lookups.open
+
+        lookups.start("admin-4", ReplyLookup([f"r{i}" for i in range(MAX_LOOKUP_IDS + 1)]))
+        (refused,) = outbox.to("admin-4")
+        assert not refused.ok and "request ids in one lookup" in refused.error

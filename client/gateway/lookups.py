@@ -62,9 +62,9 @@ def coordinator_lookup(
 class ClusterReplies:
     """Coalesced reply lookups; :meth:`run` (in the gateway's task group) sends them."""
 
-    def __init__(self, source: LookupSource) -> None:
+    def __init__(self, source: LookupSource, on_lookup: Callable[[int], None] = lambda ids: None) -> None:
         self.source = source
-        self.lookups = 0  # admin requests sent (tests and metrics: coalescing shows here)
+        self.on_lookup = on_lookup  # called with the number of ids of every admin request sent (metrics)
         self._asked: dict[str, list[asyncio.Future[Found]]] = {}
         self._wake = asyncio.Event()
 
@@ -108,7 +108,7 @@ class ClusterReplies:
 
     async def _lookup(self, rids: list[str]) -> dict[str, Found]:
         """One admin request; every id's answer (missing: deferred)."""
-        self.lookups += 1
+        self.on_lookup(len(rids))
         try:
             body = await self.source(rids)
             replies = [reply_decoder.decode(raw) for raw in body["replies"]]

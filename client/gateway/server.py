@@ -61,7 +61,8 @@ class Gateway:
         self.stats = GatewayStats()
         self.jobs = Jobs(config, self.replies, self.stats, self.metrics)
         self.cluster_replies = ClusterReplies(
-            reply_lookup or coordinator_lookup(config.coordinator, cluster_secret=config.cluster_secret)
+            reply_lookup or coordinator_lookup(config.coordinator, cluster_secret=config.cluster_secret),
+            self.metrics.lookup,
         )
         self.invocations = Invocations(
             config, self.link, self.jobs, self.replies, self.stats, self.cluster_replies
