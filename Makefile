@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint lock bench bench-tpcc10 bench-http
+.PHONY: install demo test lint lock bench bench-tpcc10 bench-http screenshots
 
 SOURCES := styx_py coordinator worker client benchmarks tests
 
@@ -56,3 +56,7 @@ bench-tpcc10: install
 # What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (docs/http-api.md).
 bench-http: install
 	$(PY) -m styx_py.benchmarks.http_overhead --rate 200 --seconds 10
+
+# What users see, rendered by headless Chromium (Debian's chromium) into docs/img/: the gateway's /docs.
+screenshots: install
+	$(PY) -m styx_py.benchmarks.screenshots --out docs/img

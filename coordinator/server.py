@@ -12,6 +12,7 @@ module:
 | recovery, and resuming from S3 after a restart | :mod:`~styx_py.coordinator.recovery` |
 | failure detection by heartbeats | :mod:`~styx_py.coordinator.monitor` |
 | ``styx status`` | :mod:`~styx_py.coordinator.status` |
+| reply lookups for the gateway (any replica) | :mod:`~styx_py.coordinator.lookups` |
 
 Every timer reads the injected :class:`~styx_py.core.ports.Clock` (the event loop's by default), so
 the simulation runs the coordinator on virtual time.
@@ -27,6 +28,7 @@ from typing import Any
 from styx_py.coordinator.cluster import Cluster, State
 from styx_py.coordinator.deploy import Deployer, TopicCreator
 from styx_py.coordinator.epochs import EpochLoop
+from styx_py.coordinator.lookups import ReplyLookups
 from styx_py.coordinator.meta import MetaStore
 from styx_py.coordinator.metrics import CoordinatorMetrics
 from styx_py.coordinator.monitor import FailureMonitor
@@ -45,6 +47,7 @@ from styx_py.core.wire import (
     EpochDone,
     ExecDone,
     Fenced,
+    FoundReplies,
     Halt,
     Heartbeat,
     Manifest,
@@ -52,6 +55,7 @@ from styx_py.core.wire import (
     RecoverDone,
     Register,
     ReplayDiverged,
+    ReplyLookup,
     Revote,
     SnapshotDone,
     StatusRequest,
@@ -90,6 +94,7 @@ class Coordinator:
         )
         self.meta = store = MetaStore(blobs)
         self.recovery = Recovery(cluster, self.clock, self.tasks, self.epochs, self.snapshots, store, logs)
+        self.lookups = ReplyLookups(cluster, self.clock, self.tasks)
         self.deployer = Deployer(
             cluster,
             self.clock,
@@ -172,6 +177,10 @@ class Coordinator:
                 self.tasks.spawn(self._deploy_and_reply(src, msg.import_path))
             case StatusRequest():
                 self.transport.send(src, AdminReply(True, "", self.status()))
+            case ReplyLookup():
+                self.lookups.start(src, msg)
+            case FoundReplies():
+                self.lookups.on_found(msg)
             case SnapshotDone():
                 self.snapshots.on_done(msg)
             case RecoverDone():

@@ -86,4 +86,12 @@ def worker_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
 
 
 def operator_rows(cluster: Cluster) -> list[dict[str, Any]]:
-    return [{"name": o.name, "partitions": o.partitions, "functions": o.functions} for o in cluster.operators]
+    return [
+        {
+            "name": o.name,
+            "partitions": o.partitions,
+            "functions": o.functions,
+            "state_function": o.state_function,
+        }
+        for o in cluster.operators
+    ]

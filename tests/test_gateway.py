@@ -10,13 +10,16 @@ opens, so an invocation stays in flight exactly as long as the test wants.
 from __future__ import annotations
 
 import asyncio
+import html.parser
 import json
 import random
+import re
 import subprocess
 import sys
 import threading
 import time
 import traceback
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,12 +42,33 @@ from styx_py.client.gateway import (
     coordinator_status,
     reply_outcome,
 )
+from styx_py.client.gateway.codes import ERROR_CODES, error_table
+from styx_py.client.gateway.lookups import ClusterReplies, Found
 from styx_py.client.gateway.strict_json import strict_json
 from styx_py.client.sdk import StyxClient
-from styx_py.core.errors import ConfigError, ProtocolError
-from styx_py.core.wire import NIL, Key, Reply, encode_value
+from styx_py.coordinator.cluster import Cluster
+from styx_py.coordinator.lookups import ReplyLookups
+from styx_py.coordinator.tasks import Tasks
+from styx_py.core.config import Config
+from styx_py.core.errors import ConfigError, GraphError, ProtocolError
+from styx_py.core.operator import Operator
+from styx_py.core.wire import (
+    MAX_LOOKUP_IDS,
+    MAX_LOOKUP_REPLY_BYTES,
+    NIL,
+    AdminReply,
+    FindReplies,
+    FoundReplies,
+    Key,
+    Reply,
+    ReplyLookup,
+    encode_value,
+    reply_decoder,
+)
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, free_port
+from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.lookup import find_replies
 from tests.service_fixtures import start_cluster
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -240,7 +264,7 @@ async def test_concurrent_transfers_conserve_money_and_get_their_own_replies(
             else assert_error(response, 409, "aborted")["reply"]
         )
         assert reply["request_id"] == rid, "a reply went to the wrong HTTP request"
-        assert reply["latency_ms"] > 0
+        assert float(response.headers["server-timing"].removeprefix("cluster;dur=")) > 0
         replies[rid] = reply
     assert any(r["status"] == "aborted" for r in replies.values()), "expected insufficient-credit aborts"
 
@@ -332,6 +356,103 @@ async def test_async_submit_then_fetch(http: httpx.AsyncClient) -> None:
     assert reply.status_code == 200, reply.text
     assert reply.json()["request_id"] == body["request_id"] and reply.json()["result"] == 3
     assert_error(await http.get("/v1/invocations/never-seen-id"), 404, "unknown_request")
+
+
+# ---- replies any replica can serve ---------------------------------------------------------------------
+
+
+async def wait_listening(http: httpx.AsyncClient) -> None:
+    """Until a gateway process that is still starting answers /readyz with 200."""
+
+    async def ready() -> bool:
+        try:
+            return (await http.get("/readyz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await wait_until(ready)
+
+
+@pytest.fixture
+def second_gateway(cluster: LocalStack, tmp_path: Path) -> Iterator[str]:
+    """Another ``styx gateway`` process on the same cluster, without ``--state-function`` (it takes the
+    state function from the deployed graph); its URL."""
+    port = free_port()
+    args = ["gateway", "--coordinator", cluster.coordinator, "--port", str(port)]
+    with (tmp_path / "gateway-b.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "styx_py.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=cluster.env,
+            start_new_session=True,
+        )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@services
+async def test_two_gateway_processes_answer_each_others_request_ids(
+    cluster: LocalStack, second_gateway: str
+) -> None:
+    """Gateway A (the stack's process) and B (another process): a request submitted on A is fetched on
+    B from the cluster's reply tables; a retry on B with A's Idempotency-Key gets A's identical body
+    and does not run again (the cluster deduplicates the resent request id)."""
+    account = f"replica-{uuid.uuid4().hex[:8]}"
+    async with client_for(cluster.gateway_url) as a, client_for(second_gateway) as b:
+        await wait_ready(a)
+        await wait_listening(b)
+        key = f"{account}-async"
+        accepted = await a.post(
+            "/v1/invocations",
+            params={"wait": "false"},
+            json=invocation(account, "deposit", 10),
+            headers={"Idempotency-Key": key},
+        )
+        assert accepted.status_code == 202, accepted.text
+        location = accepted.headers["location"]
+        on_b = await b.get(location, params={"wait_s": 30})  # may still be in flight: B long-polls
+        assert on_b.status_code == 200, on_b.text
+        assert on_b.json()["request_id"] == key and on_b.json()["result"] == 10
+        on_a = await a.get(location, params={"wait_s": 30})
+        assert on_a.status_code == 200 and on_b.content == on_a.content, "replicas must agree byte for byte"
+
+        retry = await b.post(
+            "/v1/invocations", json=invocation(account, "deposit", 10), headers={"Idempotency-Key": key}
+        )
+        assert retry.status_code == 200 and retry.content == on_a.content, retry.text
+        again = await b.get(location)  # now from B's own idempotency table
+        assert again.content == on_a.content
+
+        # B has no --state-function: it reads the state function from the deployed graph.
+        state = await b.get(f"/v1/state/account/{account}")
+        assert state.status_code == 200, state.text
+        assert state.json()["value"] == 10 and state.json()["function"] == "balance", "the deposit ran twice"
+
+        # A final abort on B is served on A as the identical 409.
+        aborted = await b.post(
+            "/v1/invocations",
+            json=invocation(account, "transfer", "elsewhere", 1000),
+            headers={"Idempotency-Key": f"{account}-abort"},
+        )
+        fetched = await a.get(f"/v1/invocations/{account}-abort")
+        assert_error(aborted, 409, "aborted")
+        assert fetched.content == aborted.content
+
+        # Known nowhere: 404 from every replica (every worker answered with whole tables).
+        for http in (a, b):
+            assert_error(await http.get(f"/v1/invocations/{account}-never"), 404, "unknown_request")
+        operators = (await b.get("/v1/operators")).json()["operators"]
+        assert {o["name"]: o["state_function"] for o in operators} == {"account": "balance"}
+        metrics = (await b.get("/metrics")).text
+        assert _sample(metrics, "styx_gateway_reply_lookups_total") >= 1, "B never asked the cluster"
 
 
 # ---- every error status, with its JSON body ------------------------------------------------------------
@@ -573,7 +694,10 @@ async def test_bearer_token(cluster: LocalStack) -> None:
             operators = (await http.get("/v1/operators")).json()
             assert operators["ready"] and operators["graph"] == "styx_py.benchmarks.bank:app"
             assert operators["operators"][0]["name"] == "account"
-            assert_error(await http.get("/v1/state/account/alice"), 404, "no_state_function")
+            # No --state-function: the one the deployed graph names (bank: the argument-less read-only one).
+            assert operators["operators"][0]["state_function"] == "balance"
+            state = await http.get(f"/v1/state/account/nobody-{uuid.uuid4().hex[:6]}")
+            assert state.status_code == 200 and state.json()["function"] == "balance", state.text
 
 
 def test_token_required_off_loopback() -> None:
@@ -654,6 +778,13 @@ async def test_a_burst_is_shed_while_the_admitted_requests_are_held(cluster: Loc
         assert sum(v.get("value", 0) for v in values) == capacity, "every 200 executed once, every 429 never"
 
 
+def _sample(metrics: str, name: str) -> float:
+    """The value of an unlabelled sample in Prometheus exposition text."""
+    match = re.search(rf"^{name} (\S+)$", metrics, re.M)
+    assert match is not None, f"no {name} in the metrics"
+    return float(match[1])
+
+
 def _count(metrics: str, route: str) -> float:
     """Requests the gateway's latency histogram counted for ``route`` (Prometheus exposition text)."""
     prefix = "styx_gateway_request_duration_seconds_count{"
@@ -669,6 +800,7 @@ def _count(metrics: str, route: str) -> float:
 @services
 async def test_metrics_and_probes(http: httpx.AsyncClient) -> None:
     await http.post("/v1/invocations", json=invocation("m", "nope"))
+    assert (await http.post("/v1/invocations", json=invocation("m", "deposit", 1))).status_code == 200
     text = (await http.get("/metrics")).text
     for needle in (
         'styx_gateway_requests_total{method="POST",route="/v1/invocations",status="404"}',
@@ -686,6 +818,113 @@ async def test_metrics_and_probes(http: httpx.AsyncClient) -> None:
     assert {"/v1/invocations", "/v1/invocations/{request_id}", "/v1/state/{operator}/{key}"} <= set(
         schema["paths"]
     )
+
+
+class _Links(html.parser.HTMLParser):
+    """Every URL an HTML page makes the browser load or follow (src, href, Redoc's spec-url)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.urls += [v for k, v in attrs if k in ("src", "href", "spec-url") and v is not None]
+
+
+async def test_docs_and_redoc_load_nothing_from_another_host() -> None:
+    """/docs and /redoc reference only the gateway's own paths (no CDN: blank without internet
+    otherwise), and every asset they reference is served."""
+    gateway = Gateway(GatewayConfig("127.0.0.1:1", port=0))
+    transport = httpx.ASGITransport(app=gateway.asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as http:
+        for page in ("/docs", "/redoc"):
+            response = await http.get(page)
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+            links = _Links()
+            links.feed(response.text)
+            assert len(links.urls) >= 2, links.urls  # the script, the stylesheet or icon
+            assert re.search(r"\b(https?:)?//", response.text) is None, f"{page} names another host"
+            for url in links.urls:
+                parts = urllib.parse.urlsplit(url)
+                assert not parts.scheme and not parts.netloc and url.startswith("/"), (page, url)
+                asset = await http.get(url)
+                assert asset.status_code == 200 and asset.content, (page, url)
+        openapi = (await http.get("/openapi.json")).json()
+    ids = {op["operationId"] for path in openapi["paths"].values() for op in path.values()}
+    assert {"submitInvocation", "getInvocation", "getState", "listOperators"} <= ids
+    assert all(re.fullmatch(r"[a-z]+[A-Za-z]*", i) for i in ids), ids
+    assert "──>" not in openapi["info"]["description"], "the internal diagram is not user documentation"
+    error_schema = openapi["components"]["schemas"]["ErrorDetail"]["properties"]["code"]
+    assert set(error_schema["enum"]) == {c.code for c in ERROR_CODES}
+    for code in ERROR_CODES:  # the table: every code with its status and meaning
+        assert f"| {code.status} | `{code.code}` | {code.meaning}" in error_schema["description"], code
+    docs = Path(__file__).parent.parent / "docs" / "http-api.md"
+    assert error_table() in docs.read_text(), "docs/http-api.md: paste codes.error_table() again"
+
+
+def test_every_error_the_gateway_answers_is_in_the_error_table() -> None:
+    """Each ``failure(STATUS, "code", ...)`` in the gateway's source names a code of the table, with the
+    table's status (the codes from Starlette's errors are mapped in app.py)."""
+    table = {c.code: c.status for c in ERROR_CODES}
+    package = Path(sys.modules[Gateway.__module__].__file__ or "").parent
+    source = "\n".join(p.read_text() for p in sorted(package.glob("*.py")))
+    used = re.findall(r'failure\(\s*(\d{3}),\s*"(\w+)"', source)
+    assert len(used) > 20
+    for status, code in used:
+        assert table.get(code) == int(status), (code, status)
+    mapped = re.findall(r'(\d{3}): "(\w+)"', source)
+    assert all(table.get(code) == int(status) for status, code in mapped), mapped
+    assert "http_error" in source and "internal" in source
+
+
+@services
+async def test_json_without_content_type_is_accepted_and_another_type_is_415(http: httpx.AsyncClient) -> None:
+    body = json.dumps(invocation(f"ct-{uuid.uuid4().hex[:8]}", "deposit", 4)).encode()
+    bare = await http.post("/v1/invocations", content=body)  # httpx sends no Content-Type with bytes
+    assert bare.status_code == 200 and bare.json()["result"] == 4, bare.text
+    # What `curl -d` sends: refused with the exact fix, before the body is parsed.
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    error = assert_error(
+        await http.post("/v1/invocations", content=body, headers=form), 415, "unsupported_media_type"
+    )
+    assert "Content-Type: application/json" in error["message"] and "curl --json" in error["message"]
+    typed = {"content-type": "application/json; charset=utf-8"}
+    assert (await http.post("/v1/invocations", content=body, headers=typed)).status_code == 200
+
+
+def _doc_commands(text: str) -> list[str]:
+    """The ``curl`` commands of the first ``sh`` block that sets ``GW=`` (continuation lines joined)."""
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "GW=" in b)
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line.split("  #", 1)[0].strip() for line in joined.splitlines() if line.startswith("curl ")]
+
+
+@services
+def test_http_api_doc_examples_do_what_the_doc_says(gateway: GatewayThread) -> None:
+    """docs/http-api.md's curl examples, run with curl against a gateway (on fresh names)."""
+    asyncio.run(_wait_ready_url(gateway.url, None))
+    text = (Path(__file__).parent.parent / "docs" / "http-api.md").read_text()
+    commands = _doc_commands(text)
+    assert len(commands) == 4 and all("--json" in c for c in commands if "POST" in c or "{" in c)
+    unique = uuid.uuid4().hex[:8]
+    outputs = []
+    for command in commands:
+        command = command.replace("alice", f"alice-{unique}").replace("pay-42", f"pay-{unique}")
+        out = subprocess.run(
+            ["bash", "-c", f"{command} -w '\n%{{http_code}}'"],
+            env={"GW": gateway.url, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        body, _, status = out.rpartition("\n")
+        outputs.append((int(status), json.loads(body)))
+    (s1, deposit), (s2, accepted), (s3, transfer), (s4, state) = outputs
+    assert (s1, deposit.get("status"), deposit.get("result")) == (200, "committed", 100), deposit
+    assert (s2, accepted["location"]) == (202, f"/v1/invocations/pay-{unique}")
+    assert (s3, transfer["request_id"], transfer["result"]) == (200, f"pay-{unique}", 70)
+    assert (s4, state["value"]) == (200, 70)
 
 
 # ---- fuzz / contract test from the OpenAPI schema ----------------------------------------------------------
@@ -781,7 +1020,7 @@ def test_openapi_contract_fuzz(cluster: LocalStack) -> None:
             call_functions()
 
 
-async def _wait_ready_url(url: str, token: str) -> None:
+async def _wait_ready_url(url: str, token: str | None) -> None:
     async with client_for(url, token) as http:
         await wait_ready(http)
 
@@ -870,3 +1109,169 @@ def test_reply_mapping_and_cluster_state() -> None:
     assert ClusterInfo.from_status({"graph": None, "operators": []}).state == "undeployed"
     with pytest.raises(ProtocolError):
         ClusterInfo.from_status({"graph": "g", "operators": [{"name": "x"}]})
+
+
+def _reply(rid: str, tid: int, epoch: int = 1, result: Any = None) -> Reply:
+    return Reply(rid, tid, epoch, 0, "committed", msgspec.Raw(encode_value(result)), None, None)
+
+
+def test_workers_answer_lookups_from_every_partition_within_a_byte_budget() -> None:
+    table = ReplyTable(cap_per_partition=2)
+    table.record(0, _reply("a", 1))
+    table.record(3, _reply("a", 7))  # the same id reused for a key in another partition
+    table.record(3, _reply("big", 8, result="x" * (MAX_LOOKUP_REPLY_BYTES // 2 + 1)))
+    table.record(0, _reply("big2", 9, result="y" * (MAX_LOOKUP_REPLY_BYTES // 2 + 1)))
+    table.record(0, _reply("c", 2))  # evicts "a" from partition 0 (cap 2): only partition 3 has it
+    ask = FindReplies(5, ["a", "big", "big2", "run", "gone"], 0)
+    found = find_replies(ask, "w1", table, {"run"}, complete=True)
+    assert found.lookup == 5 and found.node_id == "w1" and found.complete
+    assert sorted((r.request_id, r.tid) for r in found.replies) == [("a", 7), ("big2", 9)]
+    assert found.deferred == ["big"] and found.pending == ["run"]  # "gone" is unknown: not listed
+
+    # The gateway's pick among several replies is the latest in the serial order, on every replica.
+    assert Found((_reply("a", 1, epoch=4), _reply("a", 9, epoch=3))).reply == _reply("a", 1, epoch=4)
+
+
+async def test_lookups_are_coalesced_and_deferred_ids_asked_again() -> None:
+    sent: list[list[str]] = []
+    release = asyncio.Event()
+
+    async def source(ids: list[str]) -> Mapping[str, Any]:
+        sent.append(ids)
+        await release.wait()
+        late = len(sent) == 2  # the second answer defers "done-late" (a worker's byte budget)
+        found = [r for r in ids if r.startswith("done") and not (late and r == "done-late")]
+        replies = [msgspec.msgpack.encode(_reply(r, 1)) for r in found]
+        return {"replies": replies, "pending": ["running"], "deferred": ["done-late"] if late else [],
+                "complete": True}  # fmt: skip
+
+    finder = ClusterReplies(source)
+    async with asyncio.TaskGroup() as tg:
+        runner = tg.create_task(finder.run())
+        first = tg.create_task(finder.find("done-1"))
+        await wait_until(lambda: _true(len(sent) == 1))
+        # Asked while the first lookup is out: all three go into the second one.
+        rest = [tg.create_task(finder.find(r)) for r in ("done-late", "running", "nowhere")]
+        await wait_until(lambda: _true(len(finder) == 3))
+        release.set()
+        results = [await first] + [await t for t in rest]
+        runner.cancel()
+    assert sent == [["done-1"], ["done-late", "running", "nowhere"], ["done-late"]]
+    assert [r.reply is not None for r in results] == [True, True, False, False]
+    assert results[2].pending and not results[3].pending and results[3].complete
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_state_function_is_declared_or_the_only_argument_free_read_only_one() -> None:
+    op = Operator("acct")
+
+    @op.function(read_only=True)
+    async def balance(ctx: Any) -> int:
+        return 0
+
+    @op.function(read_only=True)
+    async def history(ctx: Any, since: int) -> list[int]:
+        return []
+
+    assert op.state_reader() == "balance"
+
+    @op.function(read_only=True)
+    async def owner(ctx: Any) -> str:
+        return ""
+
+    assert op.state_reader() is None, "two candidates: the graph must say which"
+
+    @op.function(state=True)
+    async def snapshot(ctx: Any) -> dict[str, Any]:
+        return {}
+
+    assert op.state_reader() == "snapshot" and "snapshot" in op.read_only
+    with pytest.raises(GraphError, match="state function"):
+
+        @op.function(state=True)
+        async def again(ctx: Any) -> None:
+            return None
+
+    info = ClusterInfo.from_status(
+        {"graph": "g", "operators": [{"name": "acct", "partitions": 2, "functions": ["snapshot"],
+                                      "state_function": "snapshot"}]}
+    )  # fmt: skip
+    assert info.state_functions == {"acct": "snapshot"}
+
+
+class _Outbox:
+    """A transport that keeps what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    def send(self, dst: str, msg: Any) -> None:
+        self.sent.append((dst, msg))
+
+    def to(self, dst: str) -> list[Any]:
+        return [m for d, m in self.sent if d == dst]
+
+
+class _ManualClock:
+    """Timers fire when the test says so."""
+
+    def __init__(self) -> None:
+        self.fire = asyncio.Event()
+
+    def now(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        await self.fire.wait()
+
+
+async def test_the_coordinator_asks_every_worker_and_says_when_the_answer_is_incomplete() -> None:
+    outbox, clock, tasks = _Outbox(), _ManualClock(), Tasks()
+    cluster = Cluster(Config(), outbox, None)  # type: ignore[arg-type]  # only send() is used
+    cluster.graph_path, cluster.state = "tests.apps.oracle:app", "running"
+    for node in ("w1", "w2"):
+        cluster.membership.register(node, "127.0.0.1", 1, 0.0)
+    lookups = ReplyLookups(cluster, clock, tasks)  # type: ignore[arg-type]
+
+    def asked(admin: str, ids: list[str]) -> int:
+        lookups.start(admin, ReplyLookup(ids))
+        finds = [outbox.to(w)[-1] for w in ("w1", "w2")]
+        assert all(isinstance(f, FindReplies) and f.request_ids == ids for f in finds)
+        return int(finds[0].lookup)
+
+    def answer(admin: str) -> dict[str, Any]:
+        (reply,) = outbox.to(admin)
+        assert isinstance(reply, AdminReply) and reply.ok, reply
+        return reply.body
+
+    async with asyncio.TaskGroup() as tg:
+        tasks.group = tg
+        first = asked("admin-1", ["a", "b"])
+        lookups.on_found(FoundReplies(first, "w1", [_reply("a", 3)], [], [], True))
+        assert outbox.to("admin-1") == [], "answered before every worker did"
+        lookups.on_found(FoundReplies(first, "w2", [], ["b"], [], True))
+        body = answer("admin-1")
+        assert [reply_decoder.decode(r).request_id for r in body["replies"]] == ["a"]
+        assert body["pending"] == ["b"] and body["complete"]
+
+        # A worker recovering (its tables lack replies): a miss is not final.
+        second = asked("admin-2", ["c"])
+        lookups.on_found(FoundReplies(second, "w1", [], [], [], False))
+        lookups.on_found(FoundReplies(second, "w2", [], [], [], True))
+        assert not answer("admin-2")["complete"]
+
+        # A worker that does not answer: incomplete after the timeout; its late answer is dropped.
+        third = asked("admin-3", ["d"])
+        lookups.on_found(FoundReplies(third, "w1", [], [], [], True))
+        clock.fire.set()
+        await wait_until(lambda: _true(bool(outbox.to("admin-3"))))
+        assert not answer("admin-3")["complete"]
+        lookups.on_found(FoundReplies(third, "w2", [_reply("d", 1)], [], [], True))
+        assert len(outbox.to("admin-3")) == 1 and not lookups.open
+
+        lookups.start("admin-4", ReplyLookup([f"r{i}" for i in range(MAX_LOOKUP_IDS + 1)]))
+        (refused,) = outbox.to("admin-4")
+        assert not refused.ok and "request ids in one lookup" in refused.error

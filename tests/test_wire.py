@@ -59,7 +59,7 @@ ALL_MESSAGES = [
         [WorkerInfo("w1", 1, "h1", 1), WorkerInfo("w2", 2, "h2", 2)],
         ["w1", "w2", "w1"],
         "tests.apps.oracle:app",
-        [OperatorSpec("acct", 8, ["deposit", "transfer"]), OperatorSpec("ledger", 3, ["record"])],
+        [OperatorSpec("acct", 8, ["balance", "deposit"], "balance"), OperatorSpec("ledger", 3, ["record"])],
         "localhost:9092",
         "in",
         "out",
@@ -91,6 +91,16 @@ ALL_MESSAGES = [
     wire.Halt("replay of epoch 7 diverged"),
     DeployRequest("tests.apps.oracle:app"),
     StatusRequest(),
+    wire.ReplyLookup(["r1", "r2"]),
+    wire.FindReplies(4, ["r1", "r2"], 3),
+    wire.FoundReplies(
+        4,
+        "w1",
+        [Reply("r1", 9, 12, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, RAW, None, None)],
+        ["r2"],
+        [],
+        True,
+    ),
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
 ]
 

@@ -27,6 +27,8 @@ from styx_py.core.wire import (
     BatchEntry,
     ClusterView,
     Fenced,
+    FindReplies,
+    FoundReplies,
     Halt,
     Heartbeat,
     Message,
@@ -43,6 +45,7 @@ from styx_py.core.wire import (
 from styx_py.worker import recovery
 from styx_py.worker.batch import BatchFormer
 from styx_py.worker.epoch import EPOCH_MESSAGES, EpochDriver, EpochMessage
+from styx_py.worker.lookup import find_replies
 from styx_py.worker.metrics import WorkerGauges, WorkerMetrics
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.routing import RoutingTable
@@ -232,6 +235,8 @@ class Worker:
                 pass  # the verdict on a snapshot of a generation that recovery ended
             case SnapshotResult():
                 self.snapshots.on_result(msg, self.driver.store, self.replies.answered)
+            case FindReplies():
+                self.transport.send(COORDINATOR, self._find_replies(msg))
             case Recover() if self.halted:
                 log.error("%s: the cluster is degraded; no recovery (%s)", self.node_id, self.halted)
             case Recover() if self.view is None or self.view.gen != msg.gen:
@@ -271,6 +276,17 @@ class Worker:
         for m in held:
             if m.gen == self.driver.gen:
                 self.driver.on_message(m)
+
+    def _find_replies(self, msg: FindReplies) -> FoundReplies:
+        """A gateway's reply lookup (see :mod:`.lookup`): whole tables only when not recovering, not
+        replaying, and of the generation the coordinator asked in."""
+        running = set(self.replies.waiting)
+        running.update(r.request.request_id for r in self.batch.rescheduled)
+        for es in self.driver.epochs.values():
+            running.update(root.request.request_id for root in es.roots.values())
+        recovering = self.recovering is not None and not self.recovering.done()
+        whole = not recovering and not self.batch.replay and msg.gen == self.driver.gen
+        return find_replies(msg, self.node_id, self.replies.answered, running, complete=whole)
 
     # ---- a replay that diverges stops the cluster --------------------------------------------------------
     def _reply_diverged(self, epoch: int, logged: Reply, replayed: Reply) -> None:

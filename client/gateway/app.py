@@ -7,7 +7,9 @@ The data path of one HTTP invocation::
          ──> the gateway's one StyxClient (one producer, ONE egress consumer for every waiter)
          ──> Kafka ──> cluster ──> reply ──> JSON body, cached under the request id
 
-Routes (JSON everywhere; OpenAPI at ``/openapi.json``, docs at ``/docs``):
+Routes (JSON everywhere; OpenAPI at ``/openapi.json``, Swagger UI at ``/docs``, Redoc at ``/redoc``,
+served offline by :mod:`.apidoc`; the user-facing description and the error table are there and in
+:mod:`.codes`):
 
 ==========================================  =================================================================
 ``POST /v1/invocations``                    run ``{operator, key, function, args}``; ``?wait=false`` → 202
@@ -75,6 +77,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
 
+from styx_py.client.gateway.apidoc import API_DESCRIPTION, add_doc_routes
 from styx_py.client.gateway.cluster import ClusterLink
 from styx_py.client.gateway.config import GatewayConfig
 from styx_py.client.gateway.invocations import Invocations
@@ -116,16 +119,19 @@ class Served(Protocol):
 def build_app(gateway: Served) -> FastAPI:
     """Routes and error handlers of ``gateway`` (limits in the schema come from its config).
 
-    The route functions' names make the OpenAPI operation ids (``post_invocation_v1_invocations_post``):
-    renaming one changes the schema clients are generated from.
+    Every route has an explicit ``operation_id`` (``submitInvocation``, ...): clients are generated from
+    them, so they never change with a function's name.
     """
     app = FastAPI(
         title="styx-py gateway",
         version="1",
         summary="Submit serializable transactions to a styx-py cluster over HTTP.",
-        description=(__doc__ or "").split("Routes")[0].strip(),
+        description=API_DESCRIPTION,
+        docs_url=None,  # served by add_doc_routes, from local assets
+        redoc_url=None,
     )
     app.router.route_class = StrictJsonRoute
+    add_doc_routes(app)
     bearer = HTTPBearer(auto_error=False, description="required when the gateway has a token")
     _add_error_handlers(app, gateway.metrics)
     _add_invocation_routes(app, gateway, bearer)
@@ -188,9 +194,10 @@ def _add_invocation_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) ->
         status_code=200,
         responses={
             202: {"model": InvocationAccepted, "description": "accepted (wait=false); fetch the reply later"},
-            **_errors(400, 404, 409, 413, 422, 503, 504, *_V1_ERRORS),
+            **_errors(400, 404, 409, 413, 415, 422, 503, 504, *_V1_ERRORS),
         },
         summary="Run one transaction",
+        operation_id="submitInvocation",
         tags=["invocations"],
     )
     async def post_invocation(
@@ -217,7 +224,8 @@ def _add_invocation_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) ->
             202: {"model": InvocationAccepted, "description": "still running"},
             **_errors(404, 409, 422, 503, 504, *_V1_ERRORS),
         },
-        summary="Fetch the reply of an earlier invocation",
+        summary="Fetch the reply of an earlier invocation (from any gateway replica)",
+        operation_id="getInvocation",
         tags=["invocations"],
     )
     async def get_invocation(
@@ -237,10 +245,13 @@ def _add_admin_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) -> None
         response_model=StateView,
         responses=_errors(404, 409, 422, 503, 504, *_V1_ERRORS),
         summary="Read one entity's state (debug/admin) through a read-only transaction",
+        operation_id="getState",
         description=(
-            "Runs the operator's configured state function (``--state-function OPERATOR=FUNCTION``, a "
-            "read-only function without arguments) as a transaction: the value is serializable with "
-            "every other transaction. Not for hot paths."
+            "Runs the operator's state function as a read-only transaction: the value is serializable "
+            "with every other transaction. The function is the one the deployed app declares "
+            "(`@op.function(state=True)`, or the operator's only read-only function without "
+            "arguments); the gateway's `--state-function OPERATOR=FUNCTION` overrides it. Not for hot "
+            "paths."
         ),
         tags=["admin"],
     )
@@ -261,6 +272,7 @@ def _add_admin_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) -> None
         response_model=ClusterSummary,
         responses=_errors(*_V1_ERRORS),
         summary="What is deployed and the cluster's state",
+        operation_id="listOperators",
         tags=["admin"],
     )
     async def get_operators(_auth: Annotated[Any, Depends(bearer)] = None) -> Response:
@@ -283,7 +295,13 @@ def _entity_key(key: str, key_type: str) -> Key | Outcome:
 def _add_probe_routes(app: FastAPI, gateway: Served) -> None:
     link, gateway_metrics = gateway.link, gateway.metrics
 
-    @app.get("/healthz", response_model=Health, summary="Liveness: the process answers", tags=["probes"])
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        summary="Liveness: the process answers",
+        operation_id="getHealth",
+        tags=["probes"],
+    )
     async def healthz() -> Response:
         return respond(ok(Health()), gateway_metrics)
 
@@ -292,6 +310,7 @@ def _add_probe_routes(app: FastAPI, gateway: Served) -> None:
         response_model=Readiness,
         responses={503: {"model": Readiness, "description": "not ready (see reason)"}},
         summary="Readiness: cluster running and the client connected",
+        operation_id="getReadiness",
         tags=["probes"],
     )
     async def readyz() -> Response:
@@ -303,6 +322,7 @@ def _add_probe_routes(app: FastAPI, gateway: Served) -> None:
         response_class=Response,
         responses={200: {"content": {"text/plain": {}}, "description": "Prometheus exposition"}},
         summary="Prometheus metrics",
+        operation_id="getMetrics",
         tags=["probes"],
     )
     async def metrics() -> Response:

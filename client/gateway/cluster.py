@@ -70,6 +70,8 @@ class ClusterInfo:
     operators: Mapping[str, int] = field(default_factory=dict)
     functions: Mapping[str, frozenset[str]] = field(default_factory=dict)
     reason: str = ""
+    state_functions: Mapping[str, str] = field(default_factory=dict)
+    """operator → the function the deployed graph says returns an entity's state (``/v1/state``)."""
 
     @classmethod
     def from_status(cls, body: Mapping[str, Any]) -> "ClusterInfo":
@@ -78,13 +80,14 @@ class ClusterInfo:
             ops = body.get("operators") or []
             operators = {str(op["name"]): int(op["partitions"]) for op in ops}
             functions = {str(op["name"]): frozenset(str(f) for f in op.get("functions") or []) for op in ops}
+            readers = {str(op["name"]): str(op["state_function"]) for op in ops if op.get("state_function")}
             graph = body.get("graph")
             state = str(body.get("state") or "running")
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed coordinator status: {exc!r}") from exc
         if not graph or not operators:
             return cls("undeployed", None, {}, {}, "nothing is deployed")
-        return cls(state, str(graph), operators, functions)
+        return cls(state, str(graph), operators, functions, state_functions=readers)
 
     @property
     def available(self) -> bool:
@@ -225,6 +228,11 @@ class ClusterLink:
             )
         return None
 
+    def state_function(self, operator: str) -> str | None:
+        """What ``/v1/state`` runs for ``operator``: the gateway's ``--state-function`` override, else
+        the function the deployed graph declares (or the only read-only one without arguments)."""
+        return self.config.state_functions.get(operator) or self.info.state_functions.get(operator)
+
     def summary(self) -> ClusterSummary:
         info = self.info
         return ClusterSummary(
@@ -236,7 +244,7 @@ class ClusterLink:
                     name=name,
                     partitions=partitions,
                     functions=sorted(info.functions.get(name, ())),
-                    state_function=self.config.state_functions.get(name),
+                    state_function=self.state_function(name),
                 )
                 for name, partitions in sorted(info.operators.items())
             ],

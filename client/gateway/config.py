@@ -41,6 +41,10 @@ class GatewayConfig:
     max_reply_timeout_s: float = 120.0
     """Upper bound of ``timeout_s``/``wait_s`` and how long a job waits for its reply."""
     retry_after_s: int = 1
+    lookup_interval_s: float = 0.05
+    """First wait between two cluster reply lookups of one long-poll; doubled each time."""
+    max_lookup_interval_s: float = 1.0
+    """Upper bound of that wait."""
     status_interval_s: float = 0.5
     connect_timeout_s: float = 10.0
     shutdown_grace_s: int = 5
@@ -77,6 +81,8 @@ class GatewayConfig:
             ("idempotency_ttl_s", self.idempotency_ttl_s > 0),
             ("reply_timeout_s", 0 < self.reply_timeout_s <= self.max_reply_timeout_s),
             ("retry_after_s", self.retry_after_s >= 1),
+            ("lookup_interval_s", self.lookup_interval_s > 0),
+            ("max_lookup_interval_s", self.max_lookup_interval_s >= self.lookup_interval_s),
             ("status_interval_s", self.status_interval_s > 0),
             ("connect_timeout_s", self.connect_timeout_s > 0),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0),

@@ -2,8 +2,14 @@
 
 Order: 429 when ``max_http_inflight`` requests are being handled (probes are exempt, so health checks
 stay answerable under overload), 401 for ``/v1/*`` without the token, 429 for a new invocation while
-``max_pending`` jobs are pending (before its body is read), 413 for a body above ``max_body_bytes`` (by
-Content-Length at once, else while reading it).
+``max_pending`` jobs are pending (before its body is read), 415 for a ``/v1`` body declared as something
+other than JSON, 413 for a body above ``max_body_bytes`` (by Content-Length at once, else while reading
+it).
+
+Why 415 and not a guess: a body without a Content-Type is taken as JSON (it is the only thing the API
+takes), but one declared as another type (``curl -d`` says ``application/x-www-form-urlencoded``) is
+refused with the exact fix, rather than parsed as JSON against its own label or answered with a schema
+error that does not say what was wrong.
 """
 
 import hmac
@@ -82,6 +88,10 @@ class Guard:
             self.in_flight += 1
         try:
             if scope["method"] in _BODY_METHODS:
+                if _content_type(scope) is None:
+                    # No Content-Type: the body is JSON (the only thing the API takes); said so here
+                    # because FastAPI would otherwise not parse it.
+                    scope = {**scope, "headers": [*scope["headers"], (b"content-type", b"application/json")]}
                 body = await _read_body(scope, receive, self.gateway.config.max_body_bytes)
                 if body is None:
                     return  # the client went away
@@ -107,6 +117,16 @@ class Guard:
                 "missing or wrong bearer token",
                 headers=(("WWW-Authenticate", 'Bearer realm="styx"'),),
             )
+        if path.startswith("/v1/") and scope["method"] in _BODY_METHODS:
+            declared = _content_type(scope)
+            if declared is not None and not _is_json(declared):
+                return failure(
+                    415,
+                    "unsupported_media_type",
+                    f"the body must be JSON: send Content-Type: application/json (curl --json '{{...}}') "
+                    f"or no Content-Type; got {declared!r}",
+                    headers=(("Accept-Post", "application/json"),),
+                )
         if path == _INVOCATIONS and scope["method"] == "POST" and self._full(scope):
             # The cheap shed: no body read, no parsing, no await before the 429 goes out, so a burst
             # far above capacity costs microseconds a request (a retry whose Idempotency-Key names a
@@ -139,6 +159,21 @@ class Guard:
     async def _send(self, outcome: Outcome, scope: Scope, receive: Receive, send: Send) -> None:
         response = respond(outcome, self.gateway.metrics)
         await response(scope, receive, send)
+
+
+def _content_type(scope: Scope) -> str | None:
+    """The request's media type (lower case, without parameters), or None without a Content-Type."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            media_type: str = value.decode("latin-1").split(";", 1)[0].strip().lower()
+            return media_type
+    return None
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
 
 
 def _route(scope: Scope) -> str:

@@ -5,6 +5,12 @@ else a fresh id, and is the request id the cluster sees (so server-side dedup ap
 client-chosen id is looked up first in the reply cache (a final reply: the identical body again), then
 among the pending jobs (join it); only then is a new job started. Reusing an id with a different payload
 is 422 ``idempotency_key_reused``.
+
+Replies any replica can serve: ``GET /v1/invocations/{id}`` for an id this process neither caches nor
+runs asks the cluster (:mod:`.lookups`), polling with a growing interval (``lookup_interval_s`` up to
+``max_lookup_interval_s``) until ``wait_s`` ends. A POST retried on another replica is simply sent
+again with the same request id: the cluster answers a resent id from its reply table without running
+it twice (or, while the first copy runs, with that copy's reply).
 """
 
 import asyncio
@@ -18,6 +24,7 @@ import msgspec
 from styx_py.client.gateway.cluster import ClusterLink
 from styx_py.client.gateway.config import GatewayConfig
 from styx_py.client.gateway.jobs import GatewayStats, Job, JobCall, Jobs
+from styx_py.client.gateway.lookups import ClusterReplies, Found
 from styx_py.client.gateway.models import (
     ID_RE,
     MAX_ID_CHARS,
@@ -25,7 +32,7 @@ from styx_py.client.gateway.models import (
     InvocationRequest,
     StateView,
 )
-from styx_py.client.gateway.outcomes import Outcome, failure, ok
+from styx_py.client.gateway.outcomes import Outcome, failure, ok, reply_outcome, retry_after
 from styx_py.client.gateway.replies import ReplyCache
 from styx_py.client.sdk import RequestIds
 from styx_py.core.errors import BadRequest
@@ -39,13 +46,20 @@ class Invocations:
     """Invocations by request id: cached replies first, then pending jobs, then a new job."""
 
     def __init__(
-        self, config: GatewayConfig, link: ClusterLink, jobs: Jobs, replies: ReplyCache, stats: GatewayStats
+        self,
+        config: GatewayConfig,
+        link: ClusterLink,
+        jobs: Jobs,
+        replies: ReplyCache,
+        stats: GatewayStats,
+        cluster_replies: ClusterReplies,
     ) -> None:
         self.config = config
         self.link = link
         self.jobs = jobs
         self.replies = replies
         self.stats = stats
+        self.cluster_replies = cluster_replies
         self._new_rid = RequestIds()  # for requests without a client-chosen id
 
     async def invoke(
@@ -112,27 +126,61 @@ class Invocations:
         return self.jobs.start(rid, fingerprint, call, backend, cache=cache)
 
     async def fetch(self, rid: str, wait_s: float) -> Outcome:
-        """``GET /v1/invocations/{rid}``: the cached reply, the job's once done (long-poll), or 202."""
+        """``GET /v1/invocations/{rid}``: the cached reply, the job's once done (long-poll), else the
+        cluster's (any replica's request), else 202 (running) / 404 (unknown) / 503 (cannot tell)."""
         cached = self.replies.get(rid)
         if cached is not None:
             return cached.outcome
         job = self.jobs.get(rid)
         if job is None:
-            return failure(
-                404,
-                "unknown_request",
-                f"no invocation {rid!r} is pending or remembered (replies are kept "
-                f"{self.config.idempotency_ttl_s:g} s)",
-                request_id=rid,
-            )
+            return await self._from_cluster(rid, wait_s)
         if wait_s > 0:
             with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(asyncio.shield(job.done), wait_s)
-        return ok(InvocationAccepted(request_id=rid, location=f"/v1/invocations/{rid}"), 202)
+        return _pending(rid)
+
+    async def _from_cluster(self, rid: str, wait_s: float) -> Outcome:
+        """The reply the cluster's reply tables hold for ``rid``, polled until ``wait_s`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        interval = self.config.lookup_interval_s
+        while True:
+            found = await self.cluster_replies.find(rid)
+            reply = found.reply
+            if reply is not None:
+                self.stats.cluster_hits += 1
+                return reply_outcome(reply)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return self._not_found(rid, found)
+            await asyncio.sleep(min(interval, remaining))
+            interval = min(2 * interval, self.config.max_lookup_interval_s)
+
+    def _not_found(self, rid: str, found: Found) -> Outcome:
+        """No reply anywhere: 202 while it runs, 503 when some worker could not say, else 404."""
+        if found.pending:
+            return _pending(rid)
+        if not found.complete:
+            why = found.error or "a worker is recovering or did not answer"
+            return failure(
+                503,
+                "unavailable",
+                f"cannot tell whether {rid!r} has a reply: {why}; retry shortly",
+                request_id=rid,
+                headers=retry_after(self.config.retry_after_s),
+            )
+        return failure(
+            404,
+            "unknown_request",
+            f"no invocation {rid!r} is pending here or has a reply in the cluster (each partition keeps "
+            "its latest replies); one sent moments ago may not have reached its worker yet: long-poll "
+            "with wait_s",
+            request_id=rid,
+        )
 
     async def state(self, operator: str, key: Key, timeout_s: float) -> Outcome:
         """``GET /v1/state/{operator}/{key}``: the operator's state function, run as a transaction."""
-        function = self.config.state_functions.get(operator)
+        function = self.link.state_function(operator)
         if function is None:
             problem = self.link.unavailable(None) or self.link.check_target(operator, None)
             return problem or _no_state(operator)
@@ -196,6 +244,10 @@ def _limits(rid: str, call: JobCall) -> Outcome | None:
     return None
 
 
+def _pending(rid: str) -> Outcome:
+    return ok(InvocationAccepted(request_id=rid, location=f"/v1/invocations/{rid}"), 202)
+
+
 def _accepted(rid: str) -> Outcome:
     location = f"/v1/invocations/{rid}"
     return ok(InvocationAccepted(request_id=rid, location=location), 202, (("Location", location),))
@@ -214,8 +266,8 @@ def _no_state(operator: str) -> Outcome:
     return failure(
         404,
         "no_state_function",
-        f"no state function is configured for operator {operator!r} "
-        "(gateway option --state-function OPERATOR=FUNCTION)",
+        f"operator {operator!r} declares no state function (@op.function(state=True), or a single "
+        "read-only function without arguments) and the gateway has no --state-function OPERATOR=FUNCTION",
     )
 
 

@@ -34,6 +34,8 @@ class GatewayStats:
     idempotent_hits: int = 0
     joined_in_flight: int = 0
     shed: int = 0
+    cluster_hits: int = 0
+    """``GET /v1/invocations/{id}`` answered from the cluster's reply tables (another replica's request)."""
 
 
 @dataclass(slots=True)

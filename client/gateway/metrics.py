@@ -61,11 +61,23 @@ class GatewayMetrics:
             "styx_gateway_pending_invocations", "invocations waiting for their reply", registry=r
         )
         self.cached = Gauge("styx_gateway_cached_replies", "replies held for idempotent retries", registry=r)
+        self.lookups = Counter(
+            "styx_gateway_reply_lookups",
+            "reply lookups sent to the cluster (each asks every worker, for up to 64 request ids)",
+            registry=r,
+        )
+        self.lookup_ids = Counter(
+            "styx_gateway_reply_lookup_ids", "request ids looked up in the cluster's reply tables", registry=r
+        )
 
     def track(self, pending: Callable[[], int], cached: Callable[[], int]) -> None:
         """Read the size gauges from the gateway's tables at scrape time (nothing to update per request)."""
         self.pending.set_function(lambda: float(pending()))
         self.cached.set_function(lambda: float(cached()))
+
+    def lookup(self, ids: int) -> None:
+        self.lookups.inc()
+        self.lookup_ids.inc(ids)
 
     def error(self, status: int, code: str) -> None:
         self.errors.labels(str(status), code).inc()

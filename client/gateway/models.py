@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from styx_py.client.gateway.codes import ERROR_CODES, error_table
 from styx_py.core.limits import (
     MAX_INT_KEY,
     MAX_KEY_CHARS,
@@ -62,7 +63,10 @@ class InvocationRequest(BaseModel):
 
 
 class InvocationReply(BaseModel):
-    """The transaction's reply (also embedded in 409/422 error bodies)."""
+    """The transaction's reply (also embedded in 409/422 error bodies).
+
+    A function of the cluster's reply alone, so every gateway replica and every retry returns the same
+    bytes; the gateway's own submit → reply time is in the ``Server-Timing`` header."""
 
     request_id: str
     status: Literal["committed", "aborted", "failed"]
@@ -72,7 +76,6 @@ class InvocationReply(BaseModel):
     tid: int = Field(description="transaction id")
     epoch: int
     phase: int = Field(description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)")
-    latency_ms: float = Field(description="from handing the request to Kafka to reading its reply")
 
 
 class InvocationAccepted(BaseModel):
@@ -89,7 +92,10 @@ class ValidationIssue(BaseModel):
 
 class ErrorDetail(BaseModel):
     status: int
-    code: str = Field(description="stable machine-readable error code (see the module documentation)")
+    code: str = Field(
+        description=f"Stable machine-readable error code:\n\n{error_table()}",
+        json_schema_extra={"enum": [e.code for e in sorted(ERROR_CODES, key=lambda e: e.code)]},
+    )
     message: str
     request_id: str | None = None
     reply: InvocationReply | None = Field(default=None, description="the transaction's reply (409/422)")

@@ -78,8 +78,11 @@ def overloaded(message: str, retry_after_s: int) -> Outcome:
     return failure(429, "overloaded", message, headers=retry_after(retry_after_s))
 
 
-def reply_outcome(reply: Reply, latency_ms: float) -> Outcome:
-    """Map the cluster's reply to the HTTP answer (see the status table in ``app.py``)."""
+def reply_outcome(reply: Reply, latency_ms: float | None = None) -> Outcome:
+    """Map the cluster's reply to the HTTP answer (see the status table in ``app.py``).
+
+    The body depends on ``reply`` alone (byte-identical on every replica, for every retry);
+    ``latency_ms``, when this gateway measured one, goes in a ``Server-Timing`` header."""
     try:
         result = decode_value(reply.result)
     except UNDECODABLE as exc:
@@ -97,15 +100,20 @@ def reply_outcome(reply: Reply, latency_ms: float) -> Outcome:
         tid=reply.tid,
         epoch=reply.epoch,
         phase=reply.phase,
-        latency_ms=round(latency_ms, 3),
     )
     rid, message = reply.request_id, reply.error or "transaction did not commit"
+    timing: Headers = () if latency_ms is None else (("Server-Timing", f"cluster;dur={latency_ms:.3f}"),)
     if reply.status == "committed":
-        return ok(body)
+        return ok(body, headers=timing)
     if reply.status == "aborted":
-        return failure(409, "aborted", message, request_id=rid, reply=body)
+        return failure(409, "aborted", message, request_id=rid, reply=body, headers=timing)
     if reply.error_type == "BadRequest":
-        return failure(422, "bad_request", message, request_id=rid, reply=body)
+        return failure(422, "bad_request", message, request_id=rid, reply=body, headers=timing)
     return failure(
-        422, "function_error", f"{reply.error_type or 'error'}: {message}", request_id=rid, reply=body
+        422,
+        "function_error",
+        f"{reply.error_type or 'error'}: {message}",
+        request_id=rid,
+        reply=body,
+        headers=timing,
     )

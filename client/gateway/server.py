@@ -1,8 +1,8 @@
 """The gateway process: :class:`Gateway` wires the parts together and serves them with uvicorn.
 
 :meth:`Gateway.run` serves the ASGI app and, in one task group, polls the coordinator's status (which
-also connects the SDK client once a graph is deployed) and runs the invocation jobs; shutdown cancels
-the group once uvicorn has finished the requests in flight.
+also connects the SDK client once a graph is deployed), sends the cluster reply lookups and runs the
+invocation jobs; shutdown cancels the group once uvicorn has finished the requests in flight.
 """
 
 import asyncio
@@ -29,6 +29,7 @@ from styx_py.client.gateway.config import GatewayConfig
 from styx_py.client.gateway.guard import Guard
 from styx_py.client.gateway.invocations import Invocations
 from styx_py.client.gateway.jobs import GatewayStats, Jobs
+from styx_py.client.gateway.lookups import ClusterReplies, LookupSource, coordinator_lookup
 from styx_py.client.gateway.metrics import GatewayMetrics
 from styx_py.client.gateway.replies import ReplyCache
 from styx_py.core.errors import StyxError
@@ -47,6 +48,7 @@ class Gateway:
         *,
         status_source: StatusSource | None = None,
         backend_factory: BackendFactory | None = None,
+        reply_lookup: LookupSource | None = None,
     ) -> None:
         self.config = config
         self.metrics = GatewayMetrics()
@@ -58,7 +60,13 @@ class Gateway:
         self.replies = ReplyCache(config.max_cached_replies, config.max_cache_bytes, config.idempotency_ttl_s)
         self.stats = GatewayStats()
         self.jobs = Jobs(config, self.replies, self.stats, self.metrics)
-        self.invocations = Invocations(config, self.link, self.jobs, self.replies, self.stats)
+        self.cluster_replies = ClusterReplies(
+            reply_lookup or coordinator_lookup(config.coordinator, cluster_secret=config.cluster_secret),
+            self.metrics.lookup,
+        )
+        self.invocations = Invocations(
+            config, self.link, self.jobs, self.replies, self.stats, self.cluster_replies
+        )
         self.metrics.track(lambda: len(self.jobs), lambda: len(self.replies))
         self.app = build_app(self)
         self.asgi: ASGIApp = Guard(self.app, self)
@@ -112,9 +120,11 @@ class Gateway:
             async with asyncio.TaskGroup() as tg:
                 self.jobs.group = tg
                 watcher = tg.create_task(self.link.run(), name="gateway-status")
+                lookups = tg.create_task(self.cluster_replies.run(), name="gateway-lookups")
                 await server.serve(sockets=[sock])
                 # No HTTP request is being handled any more: end the background work.
                 watcher.cancel()
+                lookups.cancel()
                 self.jobs.cancel()
         finally:
             self.jobs.group = None

@@ -17,6 +17,7 @@ class OperatorSpec(msgspec.Struct, frozen=True):
     name: str
     partitions: int
     functions: list[str]
+    state_function: str | None = None  # what ``GET /v1/state`` runs (see Operator.state_reader)
 
 
 class Graph:
@@ -70,7 +71,10 @@ class Graph:
         return None if op is None else op.functions.get(function)
 
     def specs(self) -> list[OperatorSpec]:
-        return [OperatorSpec(op.name, op.partitions, sorted(op.functions)) for op in self.operators.values()]
+        return [
+            OperatorSpec(op.name, op.partitions, sorted(op.functions), op.state_reader())
+            for op in self.operators.values()
+        ]
 
 
 def load_graph(import_path: str) -> Graph:

@@ -35,17 +35,25 @@ class Operator:
         self.partitions = partitions
         self.functions: dict[str, UserFunction] = {}
         self.read_only: set[str] = set()
-
-    @overload
-    def function(self, fn: F, *, name: str | None = None, read_only: bool = False) -> F: ...
+        self.state_function: str | None = None  # declared with ``@op.function(state=True)``
 
     @overload
     def function(
-        self, fn: None = None, *, name: str | None = None, read_only: bool = False
+        self, fn: F, *, name: str | None = None, read_only: bool = False, state: bool = False
+    ) -> F: ...
+
+    @overload
+    def function(
+        self, fn: None = None, *, name: str | None = None, read_only: bool = False, state: bool = False
     ) -> Callable[[F], F]: ...
 
-    def function(self, fn: F | None = None, *, name: str | None = None, read_only: bool = False) -> Any:
-        """Register ``fn`` as a function of this operator (usable bare or with arguments)."""
+    def function(
+        self, fn: F | None = None, *, name: str | None = None, read_only: bool = False, state: bool = False
+    ) -> Any:
+        """Register ``fn`` as a function of this operator (usable bare or with arguments).
+
+        ``state=True`` declares it the function that returns an entity's state (read-only, no
+        arguments): what the HTTP gateway's ``GET /v1/state/{operator}/{key}`` runs."""
 
         def register(f: F) -> F:
             fname = name or f.__name__
@@ -54,12 +62,26 @@ class Operator:
                 raise GraphError(f"{self.name}.{fname} must be an 'async def' function")
             if fname in self.functions:
                 raise GraphError(f"{self.name}.{fname} is registered twice")
+            if state and (self.state_function is not None or bind_error(f, []) is not None):
+                raise GraphError(
+                    f"{self.name}.{fname}: a state function takes no arguments, one per operator"
+                )
             self.functions[fname] = f
-            if read_only:
+            if read_only or state:
                 self.read_only.add(fname)
+            if state:
+                self.state_function = fname
             return f
 
         return register(fn) if fn is not None else register
+
+    def state_reader(self) -> str | None:
+        """The function that returns an entity's state: the declared one, else the only read-only
+        function that takes no arguments (None when there is no such function, or several)."""
+        if self.state_function is not None:
+            return self.state_function
+        readers = [f for f in sorted(self.read_only) if bind_error(self.functions[f], []) is None]
+        return readers[0] if len(readers) == 1 else None
 
     def __repr__(self) -> str:
         return f"Operator({self.name!r}, partitions={self.partitions})"

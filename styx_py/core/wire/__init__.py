@@ -8,6 +8,7 @@ Every message is a ``msgspec.Struct``, tagged, in one module per part of the pro
   recovery);
 * :mod:`.peer` — a transaction's messages between workers (Invoke, CallResult, Ack, Final);
 * :mod:`.admin` — the coordinator's admin API;
+* :mod:`.lookup` — finding a request's reply in the workers' reply tables (any gateway replica);
 * :mod:`.logs` — Kafka payloads: requests, replies, sequencer-log batches with typed entries
   (:class:`Run`, :class:`Answered`, :class:`Waiting`);
 * :mod:`.storage` — objects in S3: snapshot parts, manifests, the coordinator's state;
@@ -82,6 +83,13 @@ from styx_py.core.wire.logs import (
     value_decoder,
     value_encoder,
 )
+from styx_py.core.wire.lookup import (
+    MAX_LOOKUP_IDS,
+    MAX_LOOKUP_REPLY_BYTES,
+    FindReplies,
+    FoundReplies,
+    ReplyLookup,
+)
 from styx_py.core.wire.peer import Ack, CallResult, Final, Invoke
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
@@ -89,6 +97,8 @@ __all__ = [
     "COORDINATOR",
     "EPOCH_HEADER",
     "HEADER_BYTES",
+    "MAX_LOOKUP_IDS",
+    "MAX_LOOKUP_REPLY_BYTES",
     "NIL",
     "UNDECODABLE",
     "Ack",
@@ -106,6 +116,8 @@ __all__ = [
     "ExecDone",
     "Fenced",
     "Final",
+    "FindReplies",
+    "FoundReplies",
     "Halt",
     "Heartbeat",
     "Inbox",
@@ -124,6 +136,7 @@ __all__ = [
     "Register",
     "ReplayDiverged",
     "Reply",
+    "ReplyLookup",
     "ReplyStatus",
     "Request",
     "Revote",

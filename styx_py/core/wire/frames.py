@@ -39,6 +39,7 @@ from styx_py.core.wire.control import (
     Vote,
     WorkAvailable,
 )
+from styx_py.core.wire.lookup import FindReplies, FoundReplies, ReplyLookup
 from styx_py.core.wire.peer import Ack, CallResult, Final, Invoke
 
 ToCoordinator = (
@@ -55,8 +56,10 @@ ToCoordinator = (
     | ReplayDiverged
     | DeployRequest
     | StatusRequest
+    | ReplyLookup
+    | FoundReplies
 )
-ControlToWorker = ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt
+ControlToWorker = ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt | FindReplies
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).
 PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote
 ToWorker = ControlToWorker | PeerMessage
