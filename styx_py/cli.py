@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from styx_py.stack.local import LocalStack
 
 DEMO_APP = "styx_py.benchmarks.bank:app"
-DEMO_STATE_FUNCTION = "account=balance"  # the demo's read-only function behind GET /v1/state
 
 
 def _parse_arg(text: str) -> Any:
@@ -45,9 +44,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # aiokafka logs every refused connection while the broker starts; readiness is checked anyway.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="styx-"))
-    state_functions = list(args.state_function)
-    if (args.demo or args.app == DEMO_APP) and not state_functions:
-        state_functions = [DEMO_STATE_FUNCTION]
+    state_functions = list(args.state_function)  # overrides; by default the deployed graph names them
     gateway_args: list[str] = []
     for item in state_functions:
         gateway_args += ["--state-function", item]
