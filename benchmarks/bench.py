@@ -356,6 +356,7 @@ def write_results(out: Path, args: argparse.Namespace, workload: Workload, resul
         "started": stamp,
         "result": result.summary(),
         "series": result.series(),
+        "latency_curve_ms": result.latency_curve_ms(),
     }
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return path
