@@ -16,8 +16,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from pyspark.sql.datasource import InputPartition
+
 from styx_py.audit.analytics import with_run_time
 from styx_py.audit.failures import EXIT_COULD_NOT_RUN, last_error_line
+from styx_py.audit.kafka_source import KafkaRangeReader
 from styx_py.audit.report import write_report
 from styx_py.audit.rules import CHECKS, ERROR, SKIPPED, WARNING, Finding, skipped_checks, verdicts
 from styx_py.cli import main as styx_main
@@ -165,6 +168,15 @@ def test_passed_report_with_skips_does_not_say_all_passed(tmp_path: Path) -> Non
         in md.read_text()
     )
     assert "all 12 checks passed" not in page.read_text()
+
+
+def test_empty_topics_read_as_no_rows() -> None:
+    # With every range empty the source plans no partition, and PySpark calls read() once with a
+    # plain InputPartition: it must give no rows (it used to fail an assertion: the audit of empty
+    # topics could not run).
+    reader = KafkaRangeReader("127.0.0.1:1", ["t"], "ingress", [], 1000, 1.0)
+    assert reader.partitions() == []
+    assert list(reader.read(InputPartition(None))) == []
 
 
 def test_error_line_of_a_task_traceback() -> None:

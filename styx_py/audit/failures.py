@@ -91,9 +91,7 @@ def last_error_line(text: str) -> str:
     return (lines[-1] if lines else text)[:300]
 
 
-def could_not_run(exc: BaseException) -> AuditError:
+def could_not_run(exc: BaseException, verbose: bool = False) -> AuditError:
     """Any other exception of a run (Spark, a task's Python error): its error line, and where to look."""
-    return AuditError(
-        f"the audit could not run: {last_error_line(str(exc)) or type(exc).__name__} "
-        "(--verbose shows the traceback and Spark's log)"
-    )
+    hint = "" if verbose else " (--verbose shows the traceback and Spark's log)"
+    return AuditError(f"the audit could not run: {last_error_line(str(exc)) or type(exc).__name__}{hint}")

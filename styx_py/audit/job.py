@@ -623,7 +623,7 @@ def run_from_args(
     except Exception as exc:  # anything else stops the audit: one line (exit code 2), re-raised
         if cfg.verbose:
             traceback.print_exc()
-        raise could_not_run(exc) from exc
+        raise could_not_run(exc, cfg.verbose) from exc
     if on_result is not None:
         on_result(result)
     for line in summary_lines(result):

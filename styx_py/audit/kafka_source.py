@@ -260,6 +260,9 @@ class KafkaRangeReader(DataSourceReader):
         return [RangePartition(r) for r in split([r for r in ranges if r.end > r.start], self.split_records)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            # No records to read (every range empty): PySpark then calls read() once with a plain
+            # InputPartition of its own instead of none at all.
+            return
         for records in read_range(self.bootstrap, partition.range, self.timeout_s):
             yield decode_records(self.kind, records)
