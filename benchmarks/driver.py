@@ -203,6 +203,7 @@ class Second:
     failed: int = 0
     errors: int = 0
     completed_here: int = 0  # replies that *arrived* in this second (throughput as seen by the client)
+    committed_here: int = 0  # … of which committed
     hist: HdrHistogram = field(default_factory=new_histogram)
     raw: array[int] = field(default_factory=lambda: array("q"))  # µs, histogrammed after the run
 
@@ -254,6 +255,22 @@ class RunResult:
         out["mean"] = h.get_mean_value() / 1000
         return out
 
+    def latency_curve_ms(self) -> dict[str, list[tuple[float, float]]]:
+        """(percentile, ms) at ten points per decade of rarity (0, 20.6, 36.9 … 90 … 99 … 99.999),
+        then the maximum at 100·(1 - 1/n) where the largest of n samples sits, overall (``all``) and per
+        request kind: the data of the percentile plot."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        for label, h in [("all", self.hist), *sorted(self.by_label.items())]:
+            n = h.get_total_count()
+            if not n:
+                continue
+            # Up to the percentile where 1 in n samples lies beyond (rarer points repeat the max).
+            steps = min(50, int(10 * math.log10(n)))
+            pts = [100.0 * (1.0 - 10 ** (-i / 10)) for i in range(steps + 1)]
+            out[label] = [(round(p, 4), h.get_value_at_percentile(p) / 1000) for p in pts]
+            out[label].append((round(100.0 * (1.0 - 1.0 / n), 6), h.get_max_value() / 1000))
+        return out
+
     def sustainable(self, p99_limit_ms: float = 1000.0) -> bool:
         """Kept up: every request answered, ≥ 98 % of the rate served, p99 under the limit."""
         return (
@@ -302,6 +319,7 @@ class RunResult:
                     "failed": s.failed,
                     "errors": s.errors,
                     "replies_arrived": s.completed_here,
+                    "committed_arrived": s.committed_here,
                     "p50_ms": s.hist.get_value_at_percentile(50) / 1000 if n else None,
                     "p99_ms": s.hist.get_value_at_percentile(99) / 1000 if n else None,
                     "max_ms": s.hist.get_max_value() / 1000 if n else None,
@@ -409,7 +427,10 @@ async def _run_open_loop(
             result.last_reply_s = since
         arrived = int(since)
         if 0 <= arrived <= last_second:
-            result.seconds[arrived].completed_here += 1
+            here = result.seconds[arrived]
+            here.completed_here += 1
+            if status == "committed":
+                here.committed_here += 1
         if status == "committed":
             sec.committed += 1
         elif status == "aborted":

@@ -14,16 +14,23 @@ The workloads themselves import this module; the registry of them by name is
 
 from __future__ import annotations
 
+import asyncio
 import random
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 from styx_py.core.partitioning import Key
 
 if TYPE_CHECKING:
-    from styx_py.client import StyxClient
+    from styx_py.client import Reply, StyxClient
+
+CHECK_ID_PREFIX = "check-"
+"""The request ids of a check's own reads (:func:`submit_checks`) start with this, so the offline audit
+tells them from the workload's traffic (they would dominate its per-second throughput: every entity
+read once, right after the run)."""
 
 State = Mapping[tuple[str, Key], Any]
 """Entity state by (operator, key): what ``check_state`` verifies."""
@@ -87,14 +94,34 @@ class Workload(ABC):
         return self.check_state(await self.read_state(client))
 
 
+async def submit_checks(
+    client: StyxClient, calls: Iterable[tuple[str, Key, str, tuple[Any, ...]]], concurrency: int
+) -> list[Reply]:
+    """Submit a check's read-only calls ``(operator, key, function, args)``, at most ``concurrency`` in
+    flight, with request ids ``check-<uuid hex>``; replies in call order. Every call runs to its end
+    before the first failure (in call order) is raised, as in ``StyxClient.submit_many``."""
+    limit = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(operator: str, key: Key, function: str, args: tuple[Any, ...]) -> Reply:
+        async with limit:
+            rid = f"{CHECK_ID_PREFIX}{uuid.uuid4().hex}"
+            return await client.submit(operator, key, function, *args, request_id=rid)
+
+    outcomes = await asyncio.gather(*(one(*call) for call in calls), return_exceptions=True)
+    failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+    if failure is not None:
+        raise failure
+    return cast("list[Reply]", outcomes)
+
+
 async def read_many(
     client: StyxClient, reads: Iterable[tuple[str, Key, str]], concurrency: int = 2000
 ) -> dict[tuple[str, Key], Any]:
     """Run read-only calls ``(operator, key, function)`` and map (operator, key) to each result."""
     from styx_py.core.wire import decode_value
 
-    calls = [(op, key, fn, ()) for op, key, fn in reads]
-    replies = await client.submit_many(calls, concurrency=concurrency)
+    calls: list[tuple[str, Key, str, tuple[Any, ...]]] = [(op, key, fn, ()) for op, key, fn in reads]
+    replies = await submit_checks(client, calls, concurrency)
     out: dict[tuple[str, Key], Any] = {}
     for (op, key, fn, _), reply in zip(calls, replies, strict=True):
         if reply.status != "committed":

@@ -602,8 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="audit a run on Spark: exactly-once, ordering, invariants, latency; report + Parquet",
         description="Read the ingress, egress and sequencer-log topics (and a snapshot from S3) with "
         "PySpark and check exactly-once replies, the Mencius tid order, the workload's invariants and "
-        "the serial replay; write OUT/report.md, OUT/plots/*.png and OUT/tables/*.parquet. Exit code 1 "
-        "when a check fails. Needs the 'spark' extra.",
+        "the serial replay; write OUT/report.html (self-contained), OUT/report.md, OUT/plots/*.png and "
+        "OUT/tables/*.parquet. Exit code 0: every check passed (skipped checks are listed); 1: a check "
+        "failed; 2: the audit could not run (Kafka/S3 unreachable, refused credentials, bad arguments). "
+        "Needs the 'spark' extra.",
     )
     if au is not None:
         _audit_arguments(au)

@@ -1,21 +1,27 @@
 """The PySpark audit on a real cluster run: Tansu + SeaweedFS + coordinator + 2 workers, YCSB-T.
 
 One run per module (load 200 accounts, 1 500 transfers with a worker SIGKILLed and restarted in the
-middle, snapshots to S3), one Spark session per module. The clean run passes every check; each
-injected defect is caught with a precise message and nothing else fails:
+middle, snapshots to S3, then balance reads marked as a check's own traffic), one Spark session per
+module. The clean run passes every check and writes a self-contained HTML report; each injected
+defect is caught with a precise message and nothing else fails:
 
 * a duplicated reply — a copy of the egress topic with one reply record produced twice;
 * a lost reply — a copy of the egress topic with one reply record left out;
-* a tampered balance — a copy of the snapshot bucket with one account rewritten in one delta.
+* a tampered balance — a copy of the snapshot bucket with one account rewritten in one delta (audited
+  through ``styx audit``'s entry point: exit code 1, a progress line per stage).
+
+The lost-reply audit runs without S3: the state checks are reported skipped, never passed.
 
 Defects go into copies (topics, bucket) so the tests do not depend on each other's order.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import random
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -28,12 +34,13 @@ pytest.importorskip("pyspark")
 
 from aiokafka import AIOKafkaProducer
 
-from styx_py.audit.job import AuditResult, run_audit, spark_session
+from styx_py.audit.failures import EXIT_FAILED
+from styx_py.audit.job import AuditResult, run_audit, run_from_args, spark_session
 from styx_py.audit.kafka_source import iter_range, plan_ranges
-from styx_py.audit.options import AuditConfig, S3Options
+from styx_py.audit.options import AuditConfig, S3Options, add_arguments
 from styx_py.audit.rows import KafkaRecord
 from styx_py.audit.snapshot_source import list_names, load_manifest
-from styx_py.benchmarks.workload import Options
+from styx_py.benchmarks.workload import CHECK_ID_PREFIX, Options
 from styx_py.benchmarks.ycsbt import YcsbT
 from styx_py.client import StyxClient
 from styx_py.core.wire import PartitionSnapshot, Reply, StatusRequest, decode_value, encode_value
@@ -54,7 +61,7 @@ class Run:
     egress: str
     seqlog: str
     s3: S3Options
-    reads: list[str]  # request ids of read-only balance calls (their loss changes no state)
+    reads: list[str]  # request ids of read-only balance calls, a check's own (their loss changes no state)
     resent: list[str]  # request ids a client submitted twice (each submission gets the same reply)
 
 
@@ -102,7 +109,7 @@ async def drive(stack: LocalStack) -> tuple[list[str], list[str]]:
         last_transfer_epoch = (await admin(stack.coordinator, StatusRequest()))["epoch"]
 
         async def read(i: int) -> None:
-            rid = uuid.uuid4().hex
+            rid = f"{CHECK_ID_PREFIX}{uuid.uuid4().hex}"
             reads.append(rid)
             await client.submit("account", f"acct{i % ACCOUNTS}", "balance", request_id=rid)
 
@@ -192,8 +199,12 @@ def test_clean_run_passes_every_audit(spark: object, run: Run, tmp_path: Path) -
     assert stats["request_ids"] == stats["replies"] == stats["records"]["ingress"] - 2 * len(run.resent)
     assert stats["snapshot"]["entities"] == ACCOUNTS
     assert len(stats["workers_by_generation"]) >= 2, "the recovery should have started a generation"
+    assert stats["check_replies"] == len(run.reads)  # the reads are counted apart from the workload
+    assert {v.verdict for v in result.verdicts} == {"pass"}, result.verdicts
     report = result.report.read_text()
-    assert "**PASSED**" in report and "ordering.mencius" in report
+    assert f"**PASSED — all {len(result.verdicts)} checks passed**" in report and "ordering.mencius" in report
+    page = result.html.read_text()
+    assert page.count('src="data:image/png;base64,') >= 4 and not re.search(r"https?://|<link|<script", page)
     for plot in ("throughput", "latency", "latency_by_function", "epochs"):
         assert (tmp_path / "plots" / f"{plot}.png").stat().st_size > 0
     for table in ("latency_by_function", "per_second", "abort_causes", "epochs", "findings"):
@@ -232,9 +243,13 @@ def test_lost_reply_is_detected(spark: object, run: Run, tmp_path: Path) -> None
         return kept
 
     asyncio.run(copy_topic(run.kafka, run.egress, copy, drop_one))
-    result = run_audit(spark, config(run, tmp_path, egress_topic=copy))  # type: ignore[arg-type]
+    result = run_audit(spark, config(run, tmp_path, egress_topic=copy, s3=None))  # type: ignore[arg-type]
     assert not result.ok
     assert errors(result) == {"exactly_once.lost_reply": 1}, result.samples
+    for check in ("invariant.ycsbt", "serial.state"):  # no snapshot to check: skipped, not passed
+        verdict = result.verdict(check)
+        assert verdict.verdict == "skipped" and verdict.reason.startswith("no S3 endpoint given"), verdict
+    assert result.verdict("serial.outcome").verdict == "pass"
     [message] = result.messages("exactly_once.lost_reply")
     assert message.startswith(f"request {lost} (account.balance on 'acct")
     assert message.endswith("has no reply on the egress log")
@@ -264,8 +279,34 @@ def test_tampered_balance_is_detected(spark: object, run: Run, tmp_path: Path) -
     data = msgspec.msgpack.encode(part)
     client.put_object(bucket, name, io.BytesIO(data), len(data))
 
-    result = run_audit(spark, config(run, tmp_path, s3=replace(run.s3, bucket=bucket)))  # type: ignore[arg-type]
-    assert not result.ok
+    s3 = run.s3
+    argv = ["--kafka", run.kafka, "--ingress-topic", run.ingress, "--egress-topic", run.egress]
+    argv += ["--seqlog-topic", run.seqlog, "--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key]
+    argv += ["--s3-secret-key", s3.secret_key, "--bucket", bucket, "--workload", "ycsbt"]
+    argv += ["--keys", str(ACCOUNTS), "--out", str(tmp_path)]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    printed: list[str] = []
+    progress: list[str] = []
+    results: list[AuditResult] = []
+    code = run_from_args(parser.parse_args(argv), printed.append, progress.append, results.append)
+    assert code == EXIT_FAILED, printed
+    assert printed[0].startswith("audit FAILED — 10 of 12 checks passed, 2 failed ("), printed
+    assert "  invariant.ycsbt: FAIL (1 errors, 0 warnings)" in printed
+    assert "  ordering.mencius: pass" in printed
+    stages = [re.sub(r"^audit \[ *\d+\.\ds\] ", "", line) for line in progress]
+    for stage in (
+        "planning",
+        "checking S3",
+        "starting Spark",
+        "snapshots",
+        "reading ingress",
+        "reading the sequencer",
+    ):
+        assert any(line.startswith(stage) for line in stages), progress
+    assert any("checking exactly_once.*" in line for line in stages), progress
+    [result] = results
+    assert (tmp_path / "report.html").exists()
     assert errors(result) == {"invariant.ycsbt": 1, "serial.state": 1}, result.samples
     [money] = result.messages("invariant.ycsbt")
     assert money.startswith(f"money not conserved: sum of {ACCOUNTS} balances is") and money.endswith("(+7)")

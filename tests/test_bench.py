@@ -270,7 +270,7 @@ def test_styx_bench_runs_each_workload_end_to_end(
     assert r["latency_ms"]["p50"] > 0
     assert len(doc["series"]) == 2 and doc["config"]["workload"] == name
     assert doc["machine"]["cpus"] and "git_revision" in doc["machine"]
-    assert {p.name.rsplit("-", 1)[-1] for p in out.glob("*.png")} == {"cdf.png", "time.png"}
+    assert {p.name.rsplit("-", 1)[-1] for p in out.glob("*.png")} == {"latency.png", "time.png"}
 
 
 @pytest.mark.services

@@ -31,7 +31,7 @@ from styx_py.benchmarks.tpcc.population import (
     nurand,
 )
 from styx_py.benchmarks.tpcc.schema import CUSTOMER, DISTRICT, DISTRICTS, HISTORY, NEW_ORDER, ORDER, WAREHOUSE
-from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
+from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload, submit_checks
 from styx_py.core.partitioning import Key
 
 if TYPE_CHECKING:
@@ -172,8 +172,8 @@ async def _read(client: StyxClient, keys: list[tuple[str, str]], into: dict[tupl
     from styx_py.core.wire import decode_value
 
     ops = list(read_batches(keys))
-    replies = await client.submit_many(
-        ((op.operator, op.key, op.function, op.args) for op in ops), concurrency=READ_CONCURRENCY
+    replies = await submit_checks(
+        client, ((op.operator, op.key, op.function, op.args) for op in ops), READ_CONCURRENCY
     )
     for op, reply in zip(ops, replies, strict=True):
         if reply.status != "committed":

@@ -8,8 +8,9 @@
 * :mod:`.rules` — the audit rules, plain functions (unit-tested without Spark);
 * :mod:`.tasks` — the rules as Arrow batch functions, what Spark runs in its Python workers;
 * :mod:`.job` — the Spark job that distributes them (``styx audit``, ``spark-submit job.py``);
-* :mod:`.analytics` — latency, throughput, aborts and epoch tables;
-* :mod:`.report` — ``report.md`` and its PNG plots.
+* :mod:`.analytics` — latency, throughput, aborts and epoch tables (the checks' own reads apart);
+* :mod:`.report` — ``report.html`` (self-contained) and ``report.md`` with its PNG plots;
+* :mod:`.failures` — the exit codes, and one readable line for an audit that could not run.
 
 Importing this package imports nothing heavy; PySpark, pyarrow and pandas are needed by the sources,
 the tasks and the job (``pip install -e '.[spark]'``).

@@ -1,5 +1,10 @@
 """The analytics tables of an audit (small pandas frames for the report and Parquet): latency per
-function and per second, throughput, aborts and failures by cause, epoch sizes and durations."""
+function and per second, throughput, aborts and failures by cause, epoch sizes and durations.
+
+Requests whose id starts with :data:`~styx_py.benchmarks.workload.CHECK_ID_PREFIX` are a workload check's own
+reads (after a benchmark run, every balance read once): they are counted apart (``traffic`` =
+``check``) and left out of the per-second throughput and latency, which they would otherwise dwarf.
+Time is shown as seconds since the run's start (its first ingress record) and as ISO UTC time."""
 
 from __future__ import annotations
 
@@ -9,16 +14,39 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from styx_py.benchmarks.workload import CHECK_ID_PREFIX
+
 PERCENTILES = [0.5, 0.95, 0.99]
+WORKLOAD, CHECK = "workload", "check"
 
 
 def _pandas(df: DataFrame) -> pd.DataFrame:
     return cast(pd.DataFrame, df.toPandas())
 
 
+_LATENCY_COLUMNS = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms")
+_COUNT_COLUMNS = ("replies", "committed", "aborted", "failed", "fallback", "check_replies")
+
+
+def with_run_time(table: pd.DataFrame, start_ms: int | None) -> pd.DataFrame:
+    """``second`` (Unix seconds) replaced by ``t_s``, seconds since the run's start (``start_ms``, its
+    first ingress record; the table's first second without it), and ``time``, ISO UTC time."""
+    seconds = table["second"].astype("int64")
+    start_s = start_ms // 1000 if start_ms is not None else int(seconds.min()) if len(seconds) else 0
+    out = table.drop(columns="second")
+    out.insert(0, "time", pd.to_datetime(seconds, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    out.insert(0, "t_s", seconds - start_s)
+    return out
+
+
 def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
     """Small result tables (pandas): latency, throughput, aborts, epochs."""
-    answered = facts.where(F.col("request_id").isNotNull() & (F.col("replies") > 0))
+    traffic = F.when(F.col("request_id").startswith(CHECK_ID_PREFIX), F.lit(CHECK)).otherwise(F.lit(WORKLOAD))
+    everything = facts.where(F.col("request_id").isNotNull() & (F.col("replies") > 0)).withColumn(
+        "traffic", traffic
+    )
+    answered = everything.where(F.col("traffic") == WORKLOAD)
+    second = F.floor(F.col("reply_ms") / 1000).cast("long").alias("second")
     pct = PERCENTILES
 
     def percentiles(prefix: str = "") -> list[Column]:
@@ -35,7 +63,7 @@ def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
         return F.sum(F.when(F.col("status") == name, 1).otherwise(0)).alias(name)
 
     latency_by_function = _pandas(
-        answered.groupBy("operator", "function")
+        everything.groupBy("traffic", "operator", "function")
         .agg(
             F.count("*").alias("replies"),
             count_status("committed"),
@@ -43,11 +71,10 @@ def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
             count_status("failed"),
             *percentiles(),
         )
-        .orderBy("operator", "function")
+        .orderBy(F.desc("traffic"), "operator", "function")
     )
     per_second = _pandas(
-        answered.withColumn("second", F.floor(F.col("reply_ms") / 1000).cast("long"))
-        .groupBy("second")
+        answered.groupBy(second)
         .agg(
             F.count("*").alias("replies"),
             count_status("committed"),
@@ -58,9 +85,11 @@ def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
         )
         .orderBy("second")
     )
+    check_per_second = _pandas(
+        everything.where(F.col("traffic") == CHECK).groupBy(second).agg(F.count("*").alias("check_replies"))
+    )
     latency_per_second_by_function = _pandas(
-        answered.withColumn("second", F.floor(F.col("reply_ms") / 1000).cast("long"))
-        .groupBy("second", "operator", "function")
+        answered.groupBy(second, "operator", "function")
         .agg(F.count("*").alias("replies"), *percentiles())
         .orderBy("second", "operator", "function")
     )
@@ -73,7 +102,13 @@ def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
         .withColumn("share_of_all_replies", F.round(F.col("replies") / total, 6))
         .orderBy(F.desc("replies"))
     )
-    status = _pandas(answered.groupBy("status").agg(F.count("*").alias("replies")).orderBy("status"))
+    status = _pandas(
+        everything.groupBy("traffic", "status")
+        .agg(F.count("*").alias("replies"))
+        .orderBy(F.desc("traffic"), "status")
+    )
+    first = everything.agg(F.min("ingress_ms").alias("start")).first()
+    start_ms = first["start"] if first is not None else None
     epochs = _pandas(
         entries.groupBy("epoch", "gen")
         .agg(
@@ -86,7 +121,11 @@ def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
         )
         .orderBy("epoch")
     )
-    per_second.insert(1, "time", pd.to_datetime(per_second["second"], unit="s", utc=True))
+    per_second = per_second.merge(check_per_second, on="second", how="outer").sort_values("second")
+    per_second = per_second.fillna({c: 0 for c in per_second.columns if c not in _LATENCY_COLUMNS})
+    per_second = per_second.astype({c: "int64" for c in _COUNT_COLUMNS if c in per_second.columns})
+    per_second = with_run_time(per_second.reset_index(drop=True), start_ms)
+    latency_per_second_by_function = with_run_time(latency_per_second_by_function, start_ms)
     # An epoch lasts from its sequencer-log entries to the next epoch's (the log is written at its start).
     epochs["duration_ms"] = epochs["logged_ms"].shift(-1) - epochs["logged_ms"]
     return {

@@ -1,7 +1,10 @@
 """The audit job: read the logs (and a snapshot), distribute the rules of :mod:`.rules`, write a report.
 
 Run it as ``styx audit …`` or ``spark-submit styx_py/audit/job.py …`` (same arguments; see
-``--help``). The exit code is 0 when every check passes, 1 when any fails, 2 on a usage error.
+``--help``). The exit code is 0 when every check passes (skipped checks are listed; they fail the
+audit only with ``--strict``), 1 when any fails, 2 when the audit could not run
+(:mod:`.failures`). A line per stage goes to stderr while Spark runs; Spark's own output (the JVM's
+warnings, its log) goes to ``OUT/spark.log`` unless ``--verbose``.
 
 The plan, with the Spark step that distributes each rule (the functions of :mod:`.tasks`)::
 
@@ -22,13 +25,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
-import json
+import logging
 import os
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,21 +44,32 @@ from pyspark import SparkConf, StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from styx_py.audit.analytics import analytics
+from styx_py.audit.analytics import CHECK, analytics
 from styx_py.audit.arrow import spark_schema
+from styx_py.audit.failures import (
+    EXIT_COULD_NOT_RUN,
+    EXIT_FAILED,
+    EXIT_PASSED,
+    check_s3,
+    could_not_run,
+    kafka_failure,
+)
 from styx_py.audit.kafka_source import OffsetRange, StyxKafkaSource, plan_ranges, ranges_option
 from styx_py.audit.options import AuditConfig, S3Options, add_arguments, config_from
-from styx_py.audit.report import write_report
+from styx_py.audit.report import headline, write_report
 from styx_py.audit.rows import key_value
 from styx_py.audit.rules import (
-    CHECKS,
     ERROR,
-    WARNING,
+    SKIPPED,
     EntrySummary,
     Finding,
+    Verdict,
     check_epochs,
     check_invariants,
     check_undecodable,
+    checks_for,
+    skipped_checks,
+    verdicts,
 )
 from styx_py.audit.snapshot_source import StyxSnapshotSource, load_manifest, load_meta
 from styx_py.audit.tasks import (
@@ -71,6 +88,7 @@ from styx_py.audit.tasks import (
 )
 from styx_py.benchmarks.workload import Options as WorkloadOptions
 from styx_py.benchmarks.workloads import make_workload
+from styx_py.core.errors import StyxError
 from styx_py.core.wire import decode_value
 
 SAMPLE_PER_CHECK = 10  # findings per check spelled out in the report (all of them go to Parquet)
@@ -83,18 +101,44 @@ class AuditResult:
     samples: list[Finding]
     stats: dict[str, Any]
     timings_s: dict[str, float]
-    report: Path
+    report: Path  # report.md
+    html: Path  # report.html, self-contained
+    verdicts: list[Verdict]
 
     def messages(self, check_prefix: str = "") -> list[str]:
-        return [f.message for f in self.samples if f.check.startswith(check_prefix)]
+        return [f.message for f in self.samples if f.check.startswith(check_prefix) and f.severity != SKIPPED]
+
+    def verdict(self, check: str) -> Verdict:
+        return next(v for v in self.verdicts if v.check == check)
 
 
 # ---- Spark session ------------------------------------------------------------------------------------
 
 
-def spark_session(app_name: str = "styx-audit", driver_memory: str = "2g") -> SparkSession:
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 points at ``path`` inside the block: a JVM started here writes its stderr
+    (its warnings, its log, its Python workers' output) there for its whole life."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def spark_session(
+    app_name: str = "styx-audit", driver_memory: str = "2g", log: Path | None = None, verbose: bool = False
+) -> SparkSession:
     """``local[2]`` (unless spark-submit chose a master), UI off, two shuffle partitions, UTC; the
-    settings measured best on this 2-core machine (shared/PYSPARK.md)."""
+    settings measured best on this 2-core machine (shared/PYSPARK.md).
+
+    Quiet unless ``verbose``: log level ERROR, no console progress bars, and a JVM started here writes
+    its output to ``log`` (when given) instead of the terminal. ``verbose``: level WARN, progress bars."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     java_opts = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
@@ -103,7 +147,7 @@ def spark_session(app_name: str = "styx-audit", driver_memory: str = "2g") -> Sp
         builder = builder.master("local[2]")
     for key, value in {
         "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.showConsoleProgress": str(verbose).lower(),
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.driver.memory": driver_memory,
@@ -114,8 +158,9 @@ def spark_session(app_name: str = "styx-audit", driver_memory: str = "2g") -> Sp
         "spark.python.worker.reuse": "true",
     }.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    with _stderr_to(log) if log is not None and not verbose else contextlib.nullcontext():
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     register_sources(spark)
     return spark
 
@@ -128,15 +173,62 @@ def register_sources(spark: SparkSession) -> None:
 # ---- the steps ----------------------------------------------------------------------------------------
 
 
-class Timer:
-    def __init__(self) -> None:
+HEARTBEAT_S = 10.0  # a stage that runs longer than this gets a line with Spark's task count
+
+
+class Progress:
+    """Stage timings, and a line per stage for a person waiting (``echo``: stderr in ``styx audit``).
+
+    While a stage runs longer than :data:`HEARTBEAT_S`, a background thread adds a line with how many
+    of the running Spark stages' tasks are done, so a long shuffle does not look like a hang."""
+
+    def __init__(self, echo: Callable[[str], None] | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.echo = echo
         self.times: dict[str, float] = {}
-        self.t0 = time.monotonic()
+        self.started = self.t0 = time.monotonic()
+        self.stage_started = self.started
+        self.heartbeat_s = heartbeat_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._spark: SparkSession | None = None
+
+    def say(self, text: str) -> None:
+        if self.echo is not None:
+            self.echo(f"audit [{time.monotonic() - self.started:6.1f}s] {text}")
+
+    def stage(self, text: str) -> None:
+        """Stage ``text`` begins (the previous one, if any, ends)."""
+        self.stage_started = time.monotonic()
+        self.say(text)
 
     def lap(self, name: str) -> None:
+        """Stage ``name`` has ended: record how long since the previous lap."""
         now = time.monotonic()
         self.times[name] = round(now - self.t0, 2)
         self.t0 = now
+
+    def watch(self, spark: SparkSession) -> None:
+        """Start the heartbeat over ``spark``'s running stages (only with an echo)."""
+        if self.echo is None or self._thread is not None:
+            return
+        self._spark = spark
+        self._thread = threading.Thread(target=self._beat, name="audit-progress", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _beat(self) -> None:
+        assert self._spark is not None
+        tracker = self._spark.sparkContext.statusTracker()
+        while not self._stop.wait(self.heartbeat_s):
+            stages = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
+            done = sum(s.numCompletedTasks for s in stages if s is not None)
+            total = sum(s.numTasks for s in stages if s is not None)
+            spark = f"Spark: {done} of {total} tasks done" if total else "Spark: planning or starting tasks"
+            self.say(f"  … {time.monotonic() - self.stage_started:.0f}s into this stage ({spark})")
 
 
 def kafka_df(spark: SparkSession, cfg: AuditConfig, kind: str, ranges: list[OffsetRange]) -> DataFrame:
@@ -288,13 +380,37 @@ def _exploded(df: DataFrame) -> DataFrame:
 # ---- the audit ----------------------------------------------------------------------------------------
 
 
-def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
-    timer = Timer()
+def plan(cfg: AuditConfig) -> list[OffsetRange]:
+    """Every offset range the audit reads (to the fetch high watermarks now); :class:`AuditError` when
+    Kafka or a topic is not there."""
+    topics = [cfg.ingress_topic, cfg.egress_topic, cfg.seqlog_topic]
+    try:
+        return asyncio.run(plan_ranges(cfg.kafka, topics, cfg.timeout_s))
+    except (
+        OSError,
+        RuntimeError,
+        LookupError,
+        TimeoutError,
+    ) as exc:  # aiokafka's KafkaError is a RuntimeError
+        raise kafka_failure(cfg.kafka, exc) from exc
+
+
+def run_audit(
+    spark: SparkSession,
+    cfg: AuditConfig,
+    progress: Progress | None = None,
+    planned: list[OffsetRange] | None = None,
+) -> AuditResult:
+    """The whole audit on ``spark``: read, check, analyse, write the reports. ``planned``: the offset
+    ranges, when :func:`plan` already ran (else planned here)."""
+    timer = progress if progress is not None else Progress()
     out = cfg.out
     (out / "tables").mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     topics = {"ingress": cfg.ingress_topic, "egress": cfg.egress_topic, "seqlog": cfg.seqlog_topic}
-    planned = asyncio.run(plan_ranges(cfg.kafka, list(topics.values()), cfg.timeout_s))
+    if planned is None:
+        timer.stage(f"planning: the high watermarks of {', '.join(topics.values())} on {cfg.kafka}")
+        planned = plan(cfg)
     ranges = {kind: [r for r in planned if r.topic == topic] for kind, topic in topics.items()}
     stats: dict[str, Any] = {
         "kafka": cfg.kafka,
@@ -307,7 +423,9 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
     epoch_generations: list[tuple[int, int]] | None = None
     manifest = None
     snapshot_state: dict[tuple[str, Any], Any] | None = None
+    no_snapshot: str | None = "no S3 endpoint given (--s3-endpoint or STYX_S3_ENDPOINT)"
     if cfg.s3 is not None:
+        timer.stage(f"snapshots: the manifest and the cluster's generations in s3://{cfg.s3.bucket}")
         client = cfg.s3.client()
         meta = load_meta(client, cfg.s3.bucket)
         manifest = load_manifest(client, cfg.s3.bucket, cfg.snapshot)
@@ -315,11 +433,14 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
         if source is not None:
             epoch_generations = [(int(first), int(gen)) for first, gen in source.epoch_generations]
         if manifest is None:
-            message = f"no snapshot in bucket {cfg.s3.bucket!r}: the state checks were skipped"
-            extra.append(Finding("invariant", f"bucket {cfg.s3.bucket}", message, WARNING))
+            which = "no snapshot" if cfg.snapshot == "latest" else f"no snapshot {cfg.snapshot}"
+            no_snapshot = f"{which} in bucket {cfg.s3.bucket!r}"
+            timer.say(f"  {no_snapshot}: the state checks are skipped")
         else:
+            timer.stage(f"snapshots: reading snapshot {manifest.epoch} (the state at epoch {manifest.epoch})")
             snapshot_state = read_state(spark, cfg.s3, cfg.snapshot)
             stats["snapshot"] = {"epoch": manifest.epoch, "entities": len(snapshot_state)}
+            no_snapshot = None
     stats["generations"] = (
         f"from the cluster's epoch_generations {epoch_generations}"
         if epoch_generations is not None
@@ -329,10 +450,18 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
     if cfg.workload is not None:
         workload = make_workload(cfg.workload, WorkloadOptions(**cfg.workload_options))
         if manifest is not None and snapshot_state is not None:
+            timer.stage(f"checking invariant.{workload.name} on snapshot {manifest.epoch}")
             extra += check_invariants(workload.name, workload.check_state(snapshot_state), manifest.epoch)
+    app = cfg.app or (workload.app if workload is not None else None)
+    extra += skipped_checks(cfg.workload, app, cfg.serial, no_snapshot)
     timer.lap("plan, snapshot, invariants")
 
     # ---- exactly once: the facts table (ingress and egress read once here)
+    records = stats["records"]
+    timer.stage(
+        f"reading ingress ({records['ingress']} records) and egress ({records['egress']} records), "
+        "checking exactly_once.*"
+    )
     ingress = kafka_df(spark, cfg, "ingress", ranges["ingress"])
     egress = kafka_df(spark, cfg, "egress", ranges["egress"])
     facts = exactly_once(ingress, egress).persist(StorageLevel.MEMORY_AND_DISK)
@@ -340,7 +469,6 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
     timer.lap("read ingress+egress, exactly-once")
 
     # ---- the serial replay runs in one task: start it now, beside the rest (2 cores)
-    app = cfg.app or (workload.app if workload is not None else None)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serial-replay")
     serial_future: Future[tuple[list[Finding], float]] | None = None
     if cfg.serial and app is not None:
@@ -352,11 +480,10 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
             return _findings(serial_df), time.monotonic() - started
 
         serial_future = pool.submit(replay)
-    elif cfg.serial:
-        message = "no workload or --app given: the serial replay was skipped"
-        extra.append(Finding("serial.outcome", "audit", message, WARNING))
+        timer.say("  serial replay started (one Spark task, beside the next stages)")
 
     # ---- the sequencer log and the tid order
+    timer.stage(f"reading the sequencer log ({records['seqlog']} records), checking ordering.*")
     seqlog = kafka_df(spark, cfg, "seqlog", ranges["seqlog"]).persist(StorageLevel.MEMORY_AND_DISK)
     bad = seqlog.where(F.col("decode_error").isNotNull())
     n_bad = bad.count()
@@ -386,15 +513,18 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
     staged = out / "tables" / "rule_findings.parquet"
     rule_findings.write.mode("overwrite").parquet(str(staged))
     timer.lap("sequencer log, ordering")
+    timer.stage("analytics: latency, throughput, aborts, epochs")
     tables = analytics(facts, entries)
     timer.lap("analytics")
 
     # ---- all findings: written in full, counted and sampled for the report
     if serial_future is not None:
+        timer.stage("waiting for the serial replay: serial.state, serial.outcome")
         serial, serial_s = serial_future.result()
         extra += serial
         timer.times["serial replay (beside the above)"] = round(serial_s, 2)
     pool.shutdown()
+    timer.stage("counting the findings, writing the report")
     extra_df = spark.createDataFrame(
         [(f.check, f.subject, f.message, f.severity) for f in extra], spark_schema(FINDINGS_SCHEMA)
     )
@@ -415,48 +545,101 @@ def run_audit(spark: SparkSession, cfg: AuditConfig) -> AuditResult:
         facts.drop("findings").write.mode("overwrite").parquet(str(out / "tables" / "requests.parquet"))
     for name, table in tables.items():
         table.to_parquet(out / "tables" / f"{name}.parquet", index=False)
-    stats["replies"] = int(tables["status"]["replies"].sum()) if len(tables["status"]) else 0
+    status = tables["status"]
+    stats["replies"] = int(status["replies"].sum()) if len(status) else 0
+    stats["check_replies"] = int(status[status["traffic"] == CHECK]["replies"].sum()) if len(status) else 0
+    starts = tables["per_second"]
+    if len(starts):
+        stats["run_start"] = str(starts["time"].iloc[0])
     timer.lap("findings")
 
-    ok = not any(c.get(ERROR, 0) for c in counts.values())
-    report = write_report(out, ok, counts, samples, stats, tables, timer.times, CHECKS)
+    checks = checks_for(cfg.workload)
+    judged = verdicts(checks, counts, samples)
+    ok = not any(v.verdict == "FAIL" or (cfg.strict and v.verdict == "skipped") for v in judged)
+    report, page = write_report(out, ok, counts, samples, stats, tables, timer.times, checks)
     for df in (facts, seqlog, effective, entries):
         df.unpersist()
-    return AuditResult(ok, counts, samples, stats, timer.times, report)
+    return AuditResult(ok, counts, samples, stats, timer.times, report, page, judged)
 
 
 # ---- command line ----------------------------------------------------------------------------------
 
 
 def summary_lines(result: AuditResult) -> list[str]:
-    lines = [f"audit {'PASSED' if result.ok else 'FAILED'}: {result.stats.get('request_ids', 0)} request ids"]
-    for check, by in sorted(result.counts.items()):
-        lines.append(f"  {check}: {by.get(ERROR, 0)} errors, {by.get(WARNING, 0)} warnings")
+    ids = result.stats.get("request_ids", 0)
+    lines = [f"audit {headline(result.ok, result.verdicts)} ({ids} request ids)"]
+    for v in result.verdicts:
+        if v.verdict == "skipped":
+            detail = f": {v.reason}"
+        elif v.errors or v.warnings:
+            detail = f" ({v.errors} errors, {v.warnings} warnings)"
+        else:
+            detail = ""
+        lines.append(f"  {v.check}: {v.verdict}{detail}")
     for f in result.samples:
         if f.severity == ERROR:
             lines.append(f"  [{f.check}] {f.message}")
-    lines.append(f"report: {result.report}  (stages, s: {json.dumps(result.timings_s)})")
+    lines.append(f"report: {result.html} (and {result.report.name}, plots/, tables/)")
     return lines
 
 
-def run_from_args(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_from_args(
+    args: argparse.Namespace,
+    echo: Callable[[str], None] = print,
+    err: Callable[[str], None] = _stderr,
+    on_result: Callable[[AuditResult], None] | None = None,
+) -> int:
+    """``styx audit``: the exit code (0 passed, 1 a check failed); :class:`AuditError` (exit code 2)
+    when the audit could not run. ``echo`` gets the summary, ``err`` the progress lines, ``on_result``
+    the result."""
     cfg = config_from(args)
-    started = time.monotonic()
-    spark = spark_session(driver_memory=cfg.driver_memory)
+    progress = Progress(err)
+    if not cfg.verbose:  # aiokafka logs each failed connection; the error line below says it once
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
-        result = run_audit(spark, cfg)
-    finally:
-        spark.stop()
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        progress.stage(f"planning: the high watermarks of the topics on Kafka {cfg.kafka}")
+        planned = plan(cfg)
+        if cfg.s3 is not None:
+            progress.stage(f"checking S3 at {cfg.s3.endpoint} (bucket {cfg.s3.bucket!r})")
+            check_s3(cfg.s3)
+        log = cfg.out / "spark.log"
+        progress.stage("starting Spark (local[2])" + ("" if cfg.verbose else f"; its own log: {log}"))
+        ours = SparkSession.getActiveSession() is None  # a caller's session is left running
+        spark = spark_session(driver_memory=cfg.driver_memory, log=log, verbose=cfg.verbose)
+        try:
+            progress.watch(spark)
+            result = run_audit(spark, cfg, progress, planned)
+        finally:
+            progress.close()
+            if ours:
+                spark.stop()
+    except StyxError:
+        raise
+    except Exception as exc:  # anything else stops the audit: one line (exit code 2), re-raised
+        if cfg.verbose:
+            traceback.print_exc()
+        raise could_not_run(exc, cfg.verbose) from exc
+    if on_result is not None:
+        on_result(result)
     for line in summary_lines(result):
         echo(line)
-    echo(f"audit took {time.monotonic() - started:.1f}s")
-    return 0 if result.ok else 1
+    echo(f"audit took {time.monotonic() - progress.started:.1f}s")
+    return EXIT_PASSED if result.ok else EXIT_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="styx-audit", description=__doc__.split("\n\n")[0] if __doc__ else None)
     add_arguments(p)
-    return run_from_args(p.parse_args(argv))
+    try:
+        return run_from_args(p.parse_args(argv))
+    except StyxError as exc:
+        print(f"styx-audit: error: {exc}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
 
 
 if __name__ == "__main__":

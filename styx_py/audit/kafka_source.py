@@ -70,21 +70,27 @@ def _consumer(bootstrap: str) -> AIOKafkaConsumer:
     )
 
 
+TOPIC_WAIT_S = 10.0  # a topic whose metadata shows no partitions for this long does not exist
+
+
 async def plan_ranges(
     bootstrap: str, topics: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> list[OffsetRange]:
     """Every partition of ``topics`` from its log start to its current fetch high watermark."""
     consumer = _consumer(bootstrap)
-    await consumer.start()
     try:
+        await consumer.start()  # inside: a consumer that failed to bootstrap is stopped too
         deadline = time.monotonic() + timeout_s
+        topic_deadline = time.monotonic() + min(timeout_s, TOPIC_WAIT_S)
         tps: list[TopicPartition] = []
         for topic in topics:
             parts = consumer.partitions_for_topic(topic)
             while not parts:
-                if time.monotonic() > deadline:
+                if time.monotonic() > topic_deadline:
                     raise LookupError(f"topic {topic!r} does not exist on {bootstrap} (no partitions)")
-                await consumer.force_metadata_update()
+                # AIOKafkaConsumer has no force_metadata_update(); topics() fetches the cluster's metadata.
+                if topic not in await consumer.topics():
+                    await asyncio.sleep(0.2)  # a topic just created shows up within a few metadata rounds
                 parts = consumer.partitions_for_topic(topic)
             tps += [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
@@ -254,6 +260,9 @@ class KafkaRangeReader(DataSourceReader):
         return [RangePartition(r) for r in split([r for r in ranges if r.end > r.start], self.split_records)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            # No records to read (every range empty): PySpark then calls read() once with a plain
+            # InputPartition of its own instead of none at all.
+            return
         for records in read_range(self.bootstrap, partition.range, self.timeout_s):
             yield decode_records(self.kind, records)

@@ -81,6 +81,8 @@ class AuditConfig:
     split_records: int = DEFAULT_SPLIT_RECORDS
     timeout_s: float = DEFAULT_TIMEOUT_S
     driver_memory: str = "2g"
+    verbose: bool = False  # Spark's own output on the terminal, tracebacks
+    strict: bool = False  # a skipped check fails the audit
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -110,7 +112,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds without progress on a Kafka read"
     )
     p.add_argument("--driver-memory", default="2g", help="Spark driver memory (default 2g)")
-    p.add_argument("--out", required=True, help="directory for report.md, plots/ and tables/")
+    p.add_argument("--strict", action="store_true", help="a check that had to be skipped fails the audit")
+    p.add_argument(
+        "--verbose", action="store_true", help="show Spark's log and progress bars, and tracebacks of errors"
+    )
+    p.add_argument("--out", required=True, help="directory for report.html, report.md, plots/ and tables/")
 
 
 def config_from(args: argparse.Namespace) -> AuditConfig:
@@ -148,4 +154,6 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
         split_records=args.split_records,
         timeout_s=args.timeout,
         driver_memory=args.driver_memory,
+        verbose=args.verbose,
+        strict=args.strict,
     )

@@ -37,6 +37,7 @@ from styx_py.core.wire import UNDECODABLE, Reply, Request, decode_value
 
 ERROR = "error"
 WARNING = "warning"
+SKIPPED = "skipped"  # a check that could not be made; the finding's message says why. Never a pass.
 
 CHECKS: dict[str, str] = {
     "exactly_once.lost_reply": "every ingress request has a reply",
@@ -62,6 +63,75 @@ class Finding:
     subject: str  # what it is about: a request id, "tid 17", "epoch 4", an entity
     message: str
     severity: str = ERROR
+
+
+def skipped_checks(
+    workload: str | None, replay_app: str | None, serial: bool, no_snapshot: str | None
+) -> list[Finding]:
+    """The state checks this audit cannot make, each with the reason (severity :data:`SKIPPED`).
+
+    ``replay_app``: the graph the serial replay would run (None: none known); ``serial``: whether the
+    replay was asked for; ``no_snapshot``: why no snapshot was read (None: one was read).
+    """
+    out: list[Finding] = []
+    if workload is None:
+        out.append(Finding("invariant", "audit", "no --workload given: no invariants to check", SKIPPED))
+    elif no_snapshot is not None:
+        out.append(Finding(f"invariant.{workload}", "snapshot", f"{no_snapshot}: no state to check", SKIPPED))
+    if not serial:
+        why = "--no-serial: the log was not replayed"
+        out += [Finding(c, "audit", why, SKIPPED) for c in ("serial.state", "serial.outcome")]
+    elif replay_app is None:
+        why = "no --workload or --app given: no graph to replay the log with"
+        out += [Finding(c, "audit", why, SKIPPED) for c in ("serial.state", "serial.outcome")]
+    elif no_snapshot is not None:
+        why = f"{no_snapshot}: no state to compare the serial replay with"
+        out.append(Finding("serial.state", "snapshot", why, SKIPPED))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    check: str
+    what: str  # what the check verifies
+    errors: int
+    warnings: int
+    verdict: str  # FAIL | skipped | pass (warnings) | pass
+    reason: str = ""  # why it was skipped
+
+
+def checks_for(workload: str | None) -> dict[str, str]:
+    """:data:`CHECKS` with ``invariant`` named after the workload whose invariants are checked."""
+    if workload is None:
+        return dict(CHECKS)
+    return {(f"invariant.{workload}" if k == "invariant" else k): v for k, v in CHECKS.items()}
+
+
+def verdicts(
+    checks: Mapping[str, str], counts: Mapping[str, Mapping[str, int]], samples: Sequence[Finding]
+) -> list[Verdict]:
+    """One verdict per check: FAIL with any error, else ``skipped`` when it could not be made (never
+    ``pass``), else pass. A check counted under a suffixed name (``invariant.ycsbt``) replaces its
+    generic entry in ``checks`` (``invariant``)."""
+    names = set(counts) | {c for c in checks if not any(n.startswith(c + ".") for n in counts)}
+    reasons = {f.check: f.message for f in samples if f.severity == SKIPPED}
+    out = []
+    for name in sorted(names):
+        by = counts.get(name, {})
+        errors, warnings = by.get(ERROR, 0), by.get(WARNING, 0)
+        if errors:
+            verdict = "FAIL"
+        elif by.get(SKIPPED):
+            verdict = "skipped"
+        else:
+            verdict = "pass (warnings)" if warnings else "pass"
+        what = checks.get(name) or checks.get(name.split(".")[0], "")
+        out.append(
+            Verdict(
+                name, what, errors, warnings, verdict, reasons.get(name, "") if verdict == "skipped" else ""
+            )
+        )
+    return out
 
 
 def _listed(items: Sequence[object], limit: int = MAX_LISTED) -> str:

@@ -136,7 +136,8 @@ class SnapshotReader(DataSourceReader):
         return [ObjectPartition(o) for o in plan_objects(self.s3.client(), self.s3.bucket, self.which)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, ObjectPartition)
+        if not isinstance(partition, ObjectPartition):
+            return  # no objects: PySpark calls read() once with a plain InputPartition of its own
         obj = partition.obj
         data = get_object(self.s3.client(), self.s3.bucket, obj.name)
         if data is None:
