@@ -15,56 +15,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from styx_py.client.gateway import Gateway, GatewayConfig
 from styx_py.core.errors import StyxError
+from styx_py.stack.screenshot import find_browser, screenshot
 
-__all__ = ["CHROMIUM_FLAGS", "chromium_screenshot", "gateway_docs", "main"]
+__all__ = ["gateway_docs", "main"]
 
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",  # runs as root in containers; the page is our own
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--virtual-time-budget=15000",  # ms of page time for its scripts (Swagger UI fetches the schema)
-)
 WINDOW = (1280, 1600)
-TIMEOUT_S = 120.0  # a first Chromium start on a busy 2-core machine takes several seconds
 UNUSED_COORDINATOR = "127.0.0.1:9"  # discard port: nothing answers, the docs do not need it
-
-
-def chromium_screenshot(url: str, png: Path, browser: str, window: tuple[int, int] = WINDOW) -> Path:
-    """Render ``url`` to ``png`` with a headless Chromium and a throw-away profile."""
-    png = png.resolve()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    png.unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="styx-chromium-") as profile:
-        args = [
-            browser,
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={profile}",
-            f"--window-size={window[0]},{window[1]}",
-            f"--screenshot={png}",
-            url,
-        ]
-        try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise StyxError(f"Chromium took more than {TIMEOUT_S:g} s to render {url}") from exc
-    if done.returncode != 0 or not png.exists() or png.stat().st_size == 0:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        raise StyxError(f"Chromium wrote no screenshot of {url} (exit {done.returncode}): {tail}")
-    return png
 
 
 async def gateway_docs(out: Path, browser: str) -> Path:
@@ -76,7 +37,7 @@ async def gateway_docs(out: Path, browser: str) -> Path:
         serving = tg.create_task(gateway.run(sock))
         try:
             url = f"{gateway.url}/docs"
-            return await asyncio.to_thread(chromium_screenshot, url, out / "gateway-docs.png", browser)
+            return await asyncio.to_thread(screenshot, url, out / "gateway-docs.png", WINDOW, browser)
         finally:
             gateway.stop()
             await serving
@@ -87,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("docs/img"), help="folder of the PNGs (docs/img)")
     p.add_argument("--browser", help="the Chromium binary (default: chromium on the PATH)")
     args = p.parse_args(argv)
-    browser = args.browser or shutil.which("chromium") or shutil.which("chromium-browser")
+    browser = args.browser or find_browser()
     if browser is None:
         print("screenshots: error: no Chromium on the PATH (apt-get install chromium)")
         return 2

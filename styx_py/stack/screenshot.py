@@ -33,6 +33,7 @@ FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--hide-scrollbars",
+    "--virtual-time-budget=15000",  # ms of page time for its scripts (Swagger UI fetches the schema)
 )
 DEFAULT_WINDOW = (1280, 2400)
 TIMEOUT_S = 120.0  # a first start of Chromium on a busy 2-core machine takes a few seconds
