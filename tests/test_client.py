@@ -615,7 +615,11 @@ async def test_reply_partition_defaults_to_a_stable_hash_of_the_client_id(cluste
         async with cluster.client(reply_partition=EGRESS_PARTITIONS):
             pass
     with pytest.raises(ConfigError, match="reply_partition must be >= 0"):
-        cluster.client(reply_partition=-1)
+        cluster.client(reply_partition=-2)
+    # -1: no routing, every partition read (what Tansu with S3 storage needs).
+    async with cluster.client(reply_partition=-1) as spread:
+        assert await spread.call("acct", "k", "echo") == {"key": "k", "fn": "echo", "args": []}
+        assert spread.reply_partition == -1 and cluster.echo.received[-1].reply_partition == -1
 
 
 async def test_close_fails_pending_requests(cluster: Cluster) -> None:
@@ -719,3 +723,18 @@ async def test_sync_client_round_trip(cluster: Cluster) -> None:
     assert [decode_value(r.result) for r in replies] == [
         {"key": i, "fn": "echo", "args": [i]} for i in range(10)
     ]
+
+
+def test_a_cluster_without_reply_routing_makes_connected_clients_read_every_partition() -> None:
+    from styx_py.client.sdk.deployment import client_arguments
+
+    body = {"operators": [{"name": "acct", "partitions": 4}], "kafka_bootstrap": "k:9092"}
+    kw: dict[str, Any] = {}
+    client_arguments("c:1", {**body, "reply_routing": False}, kw)
+    assert kw["reply_partition"] == -1
+    routed: dict[str, Any] = {}
+    client_arguments("c:1", {**body, "reply_routing": True}, routed)
+    assert "reply_partition" not in routed
+    chosen: dict[str, Any] = {"reply_partition": 2}
+    client_arguments("c:1", {**body, "reply_routing": False}, chosen)
+    assert chosen["reply_partition"] == 2, "an explicit choice wins"

@@ -49,7 +49,12 @@ class StyxClient:
     ``reply_partition`` is the egress partition the cluster sends this client's replies to, the only
     one it reads; by default a stable hash of ``client_id``. Clients sharing a partition each skip
     the others' replies (counted in ``stats.foreign_ignored``), so give clients that run together
-    distinct partitions (the egress topic has one per entity partition).
+    distinct partitions (the egress topic has one per entity partition). ``reply_partition=-1``
+    reads every egress partition instead and lets each reply go to its request's ingress partition
+    (the behaviour before routing): use it on Tansu with S3 storage (``styx up --durable``), whose
+    fetch lists every stored batch of a partition and answers empty once that takes longer than the
+    fetch wait, so one client's replies concentrated on one partition starve its reader (measured in
+    the durable chaos test: 6x the resends of the spread layout, and runs that never finish).
 
     ``timeout_s`` is the default reply deadline of :meth:`submit` and also bounds :meth:`start`
     (metadata and positioning). ``fetch_wait_ms`` is the consumer's ``fetch_max_wait_ms``: a broker
@@ -87,10 +92,10 @@ class StyxClient:
         self.linger_ms = linger_ms
         self.fetch_wait_ms = fetch_wait_ms
         self.client_id = client_id if client_id is not None else f"styx-client-{uuid.uuid4().hex[:8]}"
-        if reply_partition is not None and reply_partition < 0:
-            raise ConfigError(f"reply_partition must be >= 0, not {reply_partition!r}")
+        if reply_partition is not None and reply_partition < -1:
+            raise ConfigError(f"reply_partition must be >= 0, or -1 for all, not {reply_partition!r}")
         self._wanted_partition = reply_partition
-        self.reply_partition = -1  # the egress partition read, known once started
+        self.reply_partition = -1  # the egress partition read (-1: all), known once started
         self.stats = ClientStats()
         self._pending = PendingTable(max_pending, self.stats)
         self._new_rid = RequestIds()
@@ -151,7 +156,9 @@ class StyxClient:
         self._reader = loop.create_task(reader, name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)
         self._started = True
-        log.debug("%s: started; reading replies from egress partition %d", client_id, self.reply_partition)
+        log.debug(
+            "%s: started; reading replies from egress partition %d (-1: all)", client_id, self.reply_partition
+        )
 
     # ---- shutdown ----------------------------------------------------------------------------------
 

@@ -4,6 +4,10 @@ client's reply partition, so that every reply to a request sent afterwards lies 
 The reply partition is one egress partition, named in every request the client sends (the workers send
 the reply there): the one asked for, else a stable hash of the client id (:func:`reply_partition_of`).
 Clients on different partitions never read each other's replies; clients sharing one ignore the others'.
+``reply_partition=-1`` opts out: requests name no partition (each reply goes to its request's ingress
+partition) and the client reads every egress partition, skipping the other clients' replies. That
+spreads one client's replies over all partitions, which Tansu with S3 storage needs (see
+:class:`~styx_py.client.sdk.StyxClient`).
 
 The end of a partition is taken from the fetch **high watermark** (``consumer.highwater``), not from
 ``end_offsets()``/``seek_to_end()``: the latter are wrong on the Tansu broker used locally (see
@@ -58,11 +62,11 @@ class KafkaSettings(Protocol):
 
 
 def reply_partition_of(client_id: str, wanted: int | None, egress_partitions: int) -> int:
-    """The egress partition a client reads its replies from: ``wanted`` if given (it must exist),
-    else a stable hash of ``client_id`` (the same id always reads the same partition)."""
+    """The egress partition a client reads its replies from: ``wanted`` if given (it must exist;
+    -1: every partition), else a stable hash of ``client_id`` (the same id always reads the same one)."""
     if wanted is None:
         return partition_of(client_id, egress_partitions)
-    if not 0 <= wanted < egress_partitions:
+    if not -1 <= wanted < egress_partitions:
         raise ConfigError(
             f"reply_partition={wanted} but the egress topic has partitions 0..{egress_partitions - 1}"
         )
@@ -81,7 +85,8 @@ async def open_kafka(
     try:
         egress_partitions = await _start(producer, consumer, settings, deadline)
         chosen = reply_partition_of(client_id, reply_partition, egress_partitions)
-        tps = [TopicPartition(settings.egress_topic, chosen)]
+        read = range(egress_partitions) if chosen == -1 else [chosen]
+        tps = [TopicPartition(settings.egress_topic, p) for p in read]
         consumer.assign(tps)
         await _position_at_end(consumer, tps, deadline, settings)
     except BaseException:
