@@ -8,7 +8,7 @@ import time
 
 from styx_py.benchmarks.workload import submit_checks
 from styx_py.client import StyxClient
-from styx_py.core.wire import Reply, decode_value
+from styx_py.core.wire import Reply
 
 ACCOUNTS = 1000
 INITIAL = 100
@@ -69,7 +69,7 @@ async def run_demo(coordinator: str, seconds: float = 5.0, rate: float = 500.0, 
         # The check's own reads: request ids "check-…", which the audit counts apart from the workload.
         reads = [("account", f"acct{i}", "balance", ()) for i in range(ACCOUNTS)]
         balances = await submit_checks(client, reads, concurrency=ACCOUNTS)
-        total = sum(decode_value(r.result) for r in balances if r.status == "committed")
+        total = sum(r.value for r in balances if r.status == "committed")
         ok = total == ACCOUNTS * INITIAL and len(replies) == n
         print(f"money conserved: {total} == {ACCOUNTS * INITIAL}: {'yes' if ok else 'NO'}", flush=True)
         return ok

@@ -3,8 +3,9 @@
     python -m styx_py.benchmarks.echo BOOTSTRAP [--ingress styx-ingress] [--egress styx-egress]
 
 One process consumes every ingress partition and produces, for each request, a ``committed``
-:class:`~styx_py.core.wire.Reply` (result nil, tid and epoch 0) to the egress partition of the same
-number (modulo the egress partition count). No state, no epochs, no workers: used by
+:class:`~styx_py.core.wire.Reply` (result nil, tid and epoch 0) to the egress partition the request
+names (as the workers do), else the one of the same number as its ingress partition (modulo the
+count). No state, no epochs, no workers: used by
 ``cpu_cost --cluster echo`` so that the client's CPU per request can be measured at rates the real
 cluster on a small machine cannot sustain (where its replies would stop and skew the client's work).
 """
@@ -71,10 +72,11 @@ async def _answer(consumer: Any, lanes: BatchLanes, egress: str, outs: int) -> N
             out = tp.partition % outs
             for record in records:
                 req = request_decoder.decode(record.value)  # a bad record fails here, loudly
+                wanted = req.reply_partition
                 reply = Reply(
                     req.request_id, 0, 0, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, NIL, None, None, req.ts_ms
                 )
-                lanes.add(egress, out, None, encoder.encode(reply), None)
+                lanes.add(egress, wanted if 0 <= wanted < outs else out, None, encoder.encode(reply), None)
 
 
 def main() -> int:

@@ -49,12 +49,14 @@ class RawResult:
 
 async def run_raw(settings: RawSettings, rate: float, seconds: float, drain_s: float = 60.0) -> RawResult:
     """Send ``rate * seconds`` requests at ``rate``/s and wait for as many replies (or ``drain_s``)."""
-    producer, consumer, _ = await open_kafka(settings, "styx-raw-load")
+    producer, consumer, reply_partition = await open_kafka(settings, "styx-raw-load", None)
     partitions = max(settings.operators.values())
     records = [
         (
             f"{i:032x}".encode(),
-            encode_request(f"{i:032x}", "account", "transfer", f"acct{i}", (f"acct{i + 1}", 5)),
+            encode_request(
+                f"{i:032x}", "account", "transfer", f"acct{i}", (f"acct{i + 1}", 5), 0, reply_partition
+            ),
         )
         for i in range(_POOL)
     ]

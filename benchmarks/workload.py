@@ -118,13 +118,11 @@ async def read_many(
     client: StyxClient, reads: Iterable[tuple[str, Key, str]], concurrency: int = 2000
 ) -> dict[tuple[str, Key], Any]:
     """Run read-only calls ``(operator, key, function)`` and map (operator, key) to each result."""
-    from styx_py.core.wire import decode_value
-
     calls: list[tuple[str, Key, str, tuple[Any, ...]]] = [(op, key, fn, ()) for op, key, fn in reads]
     replies = await submit_checks(client, calls, concurrency)
     out: dict[tuple[str, Key], Any] = {}
     for (op, key, fn, _), reply in zip(calls, replies, strict=True):
         if reply.status != "committed":
             raise RuntimeError(f"reading {op}.{fn}({key!r}) failed: {reply.status} {reply.error}")
-        out[(op, key)] = decode_value(reply.result)
+        out[(op, key)] = reply.value
     return out

@@ -5,12 +5,26 @@
     from styx_py.client import StyxClient
 
     async with await StyxClient.connect("127.0.0.1:7000") as styx:   # or StyxClient(bootstrap, operators)
-        balance = await styx.call("account", "alice", "deposit", 10)
+        balance = await styx.call("account", "alice", "deposit", 10)    # the decoded result
+        reply = await styx.submit("account", "alice", "deposit", 10)    # the Reply, whatever its status
+        print(reply.status, reply.value, reply.tid)
 
-:class:`SyncStyxClient` offers the same calls for blocking code. Errors are the ``styx_py`` ones:
-:class:`BadRequest`, :class:`TransactionAborted` and :class:`TransactionFailed` for transactions that
-did not commit, :class:`RequestTimeout` and :class:`Overloaded` for the client side, and
-:class:`Unavailable` when the cluster cannot take requests (recovering, unreachable).
+:class:`SyncStyxClient` offers the same calls for blocking code. :class:`Reply` is the server's answer:
+``value`` (the decoded result), ``status``, ``error``, ``error_type``, ``request_id``, ``tid``,
+``epoch``. Errors are the ``styx_py`` ones (tree in :mod:`styx_py.core.errors`)::
+
+    StyxError
+    ├── TransactionFailed      did not commit: an exception in a function (``exception_type`` names it)
+    │   ├── TransactionAborted     the function raised ``Abort``
+    │   └── BadRequest             unknown operator/function, bad key or arguments, a limit
+    ├── RequestTimeout         no reply in time (``request_id``: resend it to get the reply)
+    ├── Overloaded             ``max_pending`` requests in flight in this client
+    ├── Unavailable            the cluster cannot take requests (unreachable, recovering)
+    └── ConfigError            a bad argument (e.g. ``reply_partition`` the egress topic lacks)
+
+A :class:`TransactionFailed` carries the ``reply`` and its ``request_id``, ``tid``, ``epoch``,
+``error`` and ``error_type``. Each client reads only its reply partition of the egress topic
+(``reply_partition=``, default a stable hash of ``client_id=``): see :class:`StyxClient`.
 
 The HTTP gateway (``styx gateway``, started by ``styx up``) is :class:`Gateway` with its
 :class:`GatewayConfig`; see ``styx_py.client.gateway`` (its ``app`` module) for the routes and status
@@ -22,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from styx_py.client.sdk import Call, ClientStats, StyxClient, SyncStyxClient, result_of
 from styx_py.core.errors import (
     BadRequest,
+    ConfigError,
     Overloaded,
     RequestTimeout,
     StyxError,
@@ -29,16 +44,18 @@ from styx_py.core.errors import (
     TransactionFailed,
     Unavailable,
 )
-from styx_py.core.wire import Reply
+from styx_py.core.wire import Reply, ReplyStatus
 
 __all__ = [
     "BadRequest",
     "Call",
     "ClientStats",
+    "ConfigError",
     "Gateway",
     "GatewayConfig",
     "Overloaded",
     "Reply",
+    "ReplyStatus",
     "RequestTimeout",
     "StyxClient",
     "StyxError",

@@ -246,6 +246,7 @@ class Coordinator:
             "kafka_bootstrap": c.kafka_bootstrap,
             "ingress_topic": c.config.ingress_topic,
             "egress_topic": c.config.egress_topic,
+            "reply_routing": c.config.reply_routing,
         }
 
     # ---- read by tests, metrics and the simulation ------------------------------------------------

@@ -334,11 +334,9 @@ def cmd_call(args: argparse.Namespace) -> int:
             )
         finally:
             await client.close()
-        from styx_py.core.wire import decode_value
-
         out = {"request_id": reply.request_id, "status": reply.status, "tid": reply.tid, "epoch": reply.epoch}
         if reply.status == "committed":
-            out["result"] = decode_value(reply.result)
+            out["result"] = reply.value
         else:
             out["error"] = reply.error
             out["error_type"] = reply.error_type

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from styx_py.core.wire import (
+    NIL,
     Answered,
     IngressRecord,
     Manifest,
@@ -153,3 +154,32 @@ def test_replay_plan_keeps_the_generation_that_ran_each_epoch(snapshot_epoch: in
         assert entry.gen == (1 if e >= 5 else 0)
         assert {x.partition for x in entry.entries} == ({0, 2} if e >= 5 else {0})
         assert entry.node_id == "w9"
+
+
+def test_replies_go_to_the_partition_each_copy_of_the_request_names() -> None:
+    f = _Fixture()
+    f.log.create(EGRESS, 4)  # four egress partitions, as many as the cluster's entity partitions
+    f.replies.egress_partitions = 4
+    sent = f.log.topics[EGRESS]
+
+    def arrive(partition: int, rid: str, reply_partition: int) -> None:
+        f.log.append(
+            INGRESS, partition, msgspec.structs.replace(_request(rid), reply_partition=reply_partition)
+        )
+
+    # Named partitions; -1 (none) and one the topic lacks fall back to the ingress partition.
+    for partition, rid, to in [(0, "a", 3), (1, "b", -1), (1, "c", 9), (0, "a", 2)]:
+        arrive(partition, rid, to)
+    roots, _, resends = f.batch.form(epoch=0, gen=0)
+    assert resends == [] and [r.request.request_id for r in roots] == ["a", "b", "c"]
+    f.replies.send(
+        0, [(r, Reply(r.request.request_id, r.tid, 0, 0, "committed", NIL, None, None)) for r in roots]
+    )
+    where = {(q, r.request_id) for q, part in enumerate(sent) for r in part}
+    # "a" ran once; its copy that arrived while it ran is answered on the copy's own partition.
+    assert where == {(3, "a"), (2, "a"), (1, "b"), (1, "c")}
+
+    # A resend after the reply is answered from the table, on the partition the resend names.
+    arrive(0, "a", 1)
+    _, _, resends = f.batch.form(epoch=1, gen=0)
+    assert [(q, r.request_id) for q, r in resends] == [(1, "a")]

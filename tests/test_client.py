@@ -3,7 +3,8 @@
 The echo server stands in for the cluster: it reads requests from the ingress topic and produces
 replies to the egress topic the way the real server does, with knobs for the error paths (abort,
 failure, no reply, duplicate reply). It also checks that each request arrived in the partition that
-owns its key. Every test uses its own topics because the broker is shared by the session.
+owns its key, and answers on the egress partition the request names, as the workers do. Every test
+uses its own topics because the broker is shared by the session.
 
 Run with ``-p tests.service_fixtures`` until ``tests/conftest.py`` loads the plugin.
 """
@@ -72,8 +73,11 @@ def _reply(
     return Reply(req.request_id, 1, 1, 0, status, raw, error, error_type, req.ts_ms)
 
 
-def _egress_partition(request_id: str) -> int:
-    return zlib.crc32(request_id.encode()) % EGRESS_PARTITIONS
+def _egress_partition(req: Request) -> int:
+    """Where the workers send the reply: the partition the request names, if the topic has it."""
+    if 0 <= req.reply_partition < EGRESS_PARTITIONS:
+        return req.reply_partition
+    return zlib.crc32(req.request_id.encode()) % EGRESS_PARTITIONS
 
 
 async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -157,7 +161,7 @@ class EchoServer:
                                 self.egress,
                                 encode_value(reply),
                                 key=req.request_id.encode(),
-                                partition=_egress_partition(req.request_id),
+                                partition=_egress_partition(req),
                             )
                         )
             if deliveries:
@@ -238,17 +242,33 @@ async def test_aborted_failed_and_bad_replies_raise_the_matching_error(client: S
         await client.call("acct", "alice", "fail", 100)
     assert isinstance(aborted.value.reply, Reply)
     assert aborted.value.reply.status == "aborted"
+    exc = aborted.value
+    assert (exc.request_id, exc.tid, exc.epoch) == (exc.reply.request_id, 1, 1)
+    assert (exc.status, exc.error_type, exc.exception_type) == ("aborted", "Abort", None)
 
     with pytest.raises(TransactionFailed, match="UserError: ZeroDivisionError") as failed:
-        await client.call("acct", "bob", "crash")
+        await client.call("acct", "bob", "crash", request_id="crash-1")
     assert not isinstance(failed.value, TransactionAborted | BadRequest)
+    # The user's own exception class is named on the exception.
+    assert (failed.value.request_id, failed.value.error_type) == ("crash-1", "UserError")
+    assert failed.value.exception_type == "ZeroDivisionError"
 
-    with pytest.raises(BadRequest, match="unknown function"):
+    with pytest.raises(BadRequest, match="unknown function") as bad:
         await client.call("acct", "carol", "bad")
+    assert bad.value.error_type == "BadRequest" and bad.value.request_id is not None
+    with pytest.raises(BadRequest) as local:
+        await client.call("nope", "k", "echo")
+    assert local.value.reply is None and local.value.request_id is None  # nothing was sent
 
     # submit() hands back the reply whatever its status, without raising.
     reply = await client.submit("acct", "alice", "fail", 1)
-    assert (reply.status, reply.error_type) == ("aborted", "Abort")
+    assert (reply.status, reply.error_type, reply.value, reply.committed) == ("aborted", "Abort", None, False)
+    ok = await client.submit("acct", "alice", "echo", 1)
+    assert ok.committed and ok.value == {"key": "alice", "fn": "echo", "args": [1]}  # decoded
+
+    with pytest.raises(RequestTimeout) as timeout:
+        await client.call("acct", "dave", "drop", request_id="dropped-1", timeout_s=0.2)
+    assert timeout.value.request_id == "dropped-1"
 
 
 async def test_unknown_operator_and_bad_key_are_rejected_without_sending(
@@ -545,14 +565,61 @@ async def test_replies_already_in_the_topic_are_never_delivered(cluster: Cluster
 
 async def test_foreign_and_undecodable_replies_are_skipped(client: StyxClient, cluster: Cluster) -> None:
     foreign = Reply("someone-else", 1, 1, 0, "committed", msgspec.Raw(encode_value(1)), None, None)
+    # Only the client's reply partition is read: what lands on the others never reaches it.
     await _produce_raw(
         cluster.bootstrap,
         cluster.egress,
-        [(p, b"garbage") for p in range(EGRESS_PARTITIONS)] + [(0, encode_value(foreign))],
+        [(p, b"garbage") for p in range(EGRESS_PARTITIONS)]
+        + [(p, encode_value(foreign)) for p in range(EGRESS_PARTITIONS)],
     )
     stats = client.stats
-    await _until(lambda: stats.undecodable == EGRESS_PARTITIONS and stats.unmatched_ignored == 1)
+    await _until(lambda: stats.undecodable == 1 and stats.foreign_ignored == 1)
     assert await client.call("acct", "k", "echo") == {"key": "k", "fn": "echo", "args": []}
+    assert (stats.undecodable, stats.unmatched_ignored, stats.foreign_ignored) == (1, 1, 1)
+
+
+async def test_clients_with_distinct_reply_partitions_never_see_each_others_replies(
+    cluster: Cluster,
+) -> None:
+    clients = [cluster.client(timeout_s=20.0, reply_partition=p) for p in range(EGRESS_PARTITIONS)]
+    for c in clients:
+        await c.start()
+    try:
+        assert [c.reply_partition for c in clients] == list(range(EGRESS_PARTITIONS))
+        calls = [c.call("acct", f"k{i}", "echo", i) for c in clients for i in range(50)]
+        results = await asyncio.gather(*calls)
+        assert [r["args"] for r in results] == [[i] for _ in clients for i in range(50)]
+        for c in clients:
+            assert (c.stats.replied, c.stats.unmatched_ignored, c.stats.foreign_ignored) == (50, 0, 0)
+        # Every request named its client's partition (what the workers route by).
+        named = {r.request_id: r.reply_partition for r in cluster.echo.received}
+        assert sorted(set(named.values())) == list(range(EGRESS_PARTITIONS))
+    finally:
+        for c in clients:
+            await c.close()
+    # Two clients sharing a partition each skip the other's replies, counted as foreign.
+    async with cluster.client(reply_partition=0) as a, cluster.client(reply_partition=0) as b:
+        await asyncio.gather(*(a.call("acct", i, "echo") for i in range(20)))
+        await _until(lambda: b.stats.foreign_ignored == 20)
+        assert a.stats.foreign_ignored == 0 and b.stats.replied == 0
+
+
+async def test_reply_partition_defaults_to_a_stable_hash_of_the_client_id(cluster: Cluster) -> None:
+    async with (
+        cluster.client(client_id="orders-service") as a,
+        cluster.client(client_id="orders-service") as b,
+    ):
+        assert a.reply_partition == b.reply_partition == partition_of("orders-service", EGRESS_PARTITIONS)
+        assert await a.call("acct", "k", "echo") == {"key": "k", "fn": "echo", "args": []}
+    with pytest.raises(ConfigError, match="reply_partition=3"):
+        async with cluster.client(reply_partition=EGRESS_PARTITIONS):
+            pass
+    with pytest.raises(ConfigError, match="reply_partition must be >= 0"):
+        cluster.client(reply_partition=-2)
+    # -1: no routing, every partition read (what Tansu with S3 storage needs).
+    async with cluster.client(reply_partition=-1) as spread:
+        assert await spread.call("acct", "k", "echo") == {"key": "k", "fn": "echo", "args": []}
+        assert spread.reply_partition == -1 and cluster.echo.received[-1].reply_partition == -1
 
 
 async def test_close_fails_pending_requests(cluster: Cluster) -> None:
@@ -656,3 +723,18 @@ async def test_sync_client_round_trip(cluster: Cluster) -> None:
     assert [decode_value(r.result) for r in replies] == [
         {"key": i, "fn": "echo", "args": [i]} for i in range(10)
     ]
+
+
+def test_a_cluster_without_reply_routing_makes_connected_clients_read_every_partition() -> None:
+    from styx_py.client.sdk.deployment import client_arguments
+
+    body = {"operators": [{"name": "acct", "partitions": 4}], "kafka_bootstrap": "k:9092"}
+    kw: dict[str, Any] = {}
+    client_arguments("c:1", {**body, "reply_routing": False}, kw)
+    assert kw["reply_partition"] == -1
+    routed: dict[str, Any] = {}
+    client_arguments("c:1", {**body, "reply_routing": True}, routed)
+    assert "reply_partition" not in routed
+    chosen: dict[str, Any] = {"reply_partition": 2}
+    client_arguments("c:1", {**body, "reply_routing": False}, chosen)
+    assert chosen["reply_partition"] == 2, "an explicit choice wins"

@@ -121,3 +121,23 @@ async def test_a_reused_id_is_compared_without_its_timestamp() -> None:
     with pytest.raises(BadRequest, match="'held' was recently sent with a different request"):
         _listen(table, "held", 5.0, (2,))
     _listen(table, "held", 5.0, (1,)).cancel()  # the same request again is fine
+
+
+def test_a_resend_naming_another_reply_partition_is_the_same_request() -> None:
+    first = encode_request("id", "acct", "f", "k", (1,), 0)
+    assert same_request(first, encode_request("id", "acct", "f", "k", (1,), 3))
+    assert not same_request(first, encode_request("id", "acct", "f", "k", (2,), 0))
+    assert not same_request(first, encode_request("id", "acct", "f", 7, (1,), 0))
+
+
+def test_failed_transactions_name_the_users_exception_and_carry_the_reply() -> None:
+    from styx_py.client import TransactionFailed
+    from styx_py.core.wire import ReplyStatus
+
+    reply = Reply("rid", 12, 3, 1, ReplyStatus.FAILED, NIL, "InsufficientFunds: only 5 left", "UserError")
+    exc = TransactionFailed("failed", reply)
+    assert (exc.request_id, exc.tid, exc.epoch, exc.status) == ("rid", 12, 3, "failed")
+    assert (exc.error_type, exc.exception_type) == ("UserError", "InsufficientFunds")
+    odd = Reply("rid", 12, 3, 1, ReplyStatus.FAILED, NIL, "no type prefix here", "UserError")
+    assert TransactionFailed("failed", odd).exception_type is None
+    assert TransactionFailed("local").request_id is None

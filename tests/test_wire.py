@@ -399,15 +399,35 @@ _ARG = st.recursive(
     args=st.lists(_ARG, max_size=4),
     key=st.text(max_size=8) | st.integers(-(2**63), 2**63 - 1),
     ts_ms=st.integers(0, 2**63 - 1),
+    reply_partition=st.integers(-1, 1000),
 )
 def test_request_records_are_encoded_in_one_call_as_the_struct_would_be(
-    args: list[object], key: str | int, ts_ms: int
+    args: list[object], key: str | int, ts_ms: int, reply_partition: int
 ) -> None:
     """encode_request encodes a tuple (one encoder call): the very bytes of the Request struct."""
     from styx_py.core.requests import encode_request
 
+    raw_args = msgspec.Raw(wire.encode_value(args))
     expected = wire.request_encoder.encode(
-        wire.Request("rid", "op", "fn", key, msgspec.Raw(wire.encode_value(args)), ts_ms)
+        wire.Request("rid", "op", "fn", key, raw_args, ts_ms, reply_partition)
     )
-    assert encode_request("rid", "op", "fn", key, tuple(args), ts_ms) == expected
-    assert encode_request("rid", "op", "fn", key, args, ts_ms) == expected
+    assert encode_request("rid", "op", "fn", key, tuple(args), ts_ms, reply_partition) == expected
+    assert encode_request("rid", "op", "fn", key, args, ts_ms, reply_partition) == expected
+    if reply_partition == -1:
+        assert encode_request("rid", "op", "fn", key, args, ts_ms) == expected
+
+
+def test_requests_without_a_reply_partition_still_decode() -> None:
+    """Records of clients from before reply routing (six fields) decode with no reply partition."""
+    old = wire.request_encoder.encode(("rid", "op", "fn", "k", [1], 5))
+    req = wire.request_decoder.decode(old)
+    assert (req.request_id, req.ts_ms, req.reply_partition) == ("rid", 5, -1)
+    routed = wire.request_decoder.decode(wire.request_encoder.encode(("rid", "op", "fn", "k", [1], 5, 3)))
+    assert routed.reply_partition == 3
+
+
+def test_a_reply_decodes_its_result_on_demand() -> None:
+    reply = wire.Reply("r", 1, 2, 0, "committed", msgspec.Raw(wire.encode_value({"a": [1, 2]})), None, None)
+    assert reply.value == {"a": [1, 2]} and reply.committed
+    failed = wire.Reply("r", 1, 2, 0, "failed", wire.NIL, "ValueError: no", "UserError")
+    assert failed.value is None and not failed.committed

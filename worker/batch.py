@@ -22,7 +22,7 @@ from styx_py.worker.replies import ReplyOut
 from styx_py.worker.sequencer import Sequencer
 from styx_py.worker.txn import RootTxn
 
-Resend = tuple[int, Reply]  # (ingress partition, the earlier reply to give again)
+Resend = tuple[int, Reply]  # (egress partition the resend names, the earlier reply to give again)
 
 
 def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[RootTxn]]:
@@ -152,7 +152,7 @@ class BatchFormer:
         rid = rec.request.request_id
         earlier = self.replies.answered.get(rec.partition, rid)
         if earlier is not None:
-            resends.append((rec.partition, earlier))
+            resends.append((self.replies.route(rec.partition, rec.request), earlier))
             return Answered
         if rid in running:
             self.replies.waiting.setdefault(rid, []).append(rec)

@@ -14,20 +14,22 @@ from styx_py.worker.txn import EpochState, RootTxn
 _ERROR_TYPES = {Status.ABORT: "Abort", Status.BAD: "BadRequest"}
 
 
-def commit_lock_free(es: EpochState, fallback: frozenset[int], store: StateStore) -> list[tuple[int, Reply]]:
+def commit_lock_free(
+    es: EpochState, fallback: frozenset[int], store: StateStore
+) -> list[tuple[RootTxn, Reply]]:
     """Apply the writes of every transaction that neither conflicted nor aborted, in tid order, and
-    return the replies of this worker's roots outside ``fallback`` (as ``(ingress partition, reply)``),
-    in tid order. The epoch's tally counts them."""
+    return the replies of this worker's roots outside ``fallback`` (as ``(root, reply)``), in tid
+    order. The epoch's tally counts them."""
     aborted = es.aborted or frozenset()
     for tid in sorted(es.opt_buffers):
         if tid not in fallback and tid not in aborted:
             store.apply(es.opt_buffers[tid])
-    replies: list[tuple[int, Reply]] = []
+    replies: list[tuple[RootTxn, Reply]] = []
     for tid in sorted(es.roots):
         if tid in fallback:
             continue
         root = es.roots[tid]
-        replies.append((root.partition, reply_for(root, es.epoch, Phase.OPTIMISTIC)))
+        replies.append((root, reply_for(root, es.epoch, Phase.OPTIMISTIC)))
         es.tally.finished(root)
     return replies
 

@@ -375,7 +375,7 @@ class EpochDriver:
             es.tally.rescheduled += 1
         else:
             es.tally.finished(root)
-            self.replies.send(es.epoch, [(root.partition, reply_for(root, es.epoch, phase))])
+            self.replies.send(es.epoch, [(root, reply_for(root, es.epoch, phase))])
         self.on_final(final)
 
     def on_final(self, msg: Final) -> None:

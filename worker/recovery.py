@@ -27,7 +27,8 @@ class Restored:
     answered: ReplyTable
     waiting: dict[str, list[IngressRecord]]
     positions: dict[int, int]  # ingress partition -> next offset to take
-    egress_offsets: dict[int, int]  # egress partition -> offset below which replies are the snapshot's
+    # Egress partition -> where to read back replies from: below it, none of a replayed epoch's.
+    egress_offsets: dict[int, int]
     replay: dict[int, SeqLogEntry]  # epoch -> this worker's logged batch
 
 
@@ -43,7 +44,10 @@ async def restore(
     m = msg.manifest
     store = StateStore()
     positions = {p: 0 for p in owned}
-    egress_offsets = {p: 0 for p in owned}
+    # A replayed epoch's replies may be on any egress partition (each goes where its client reads):
+    # read every partition, from the lowest bound any owned partition's snapshot gives (0 without one).
+    egress_offsets = {q: 0 for q in range(m.n_partitions)} if owned else {}
+    bounds: list[dict[int, int]] = []
     seqlog_from = 0
     first = True
     rescheduled: list[RootTxn] = []
@@ -64,11 +68,15 @@ async def restore(
             seqlog_from = last.seqlog_offset if first else min(seqlog_from, last.seqlog_offset)
             first = False
             positions[p] = last.position
-            egress_offsets[p] = last.egress_offset
+            bounds.append(last.egress_offsets or {p: last.egress_offset})
             for tid, offset, ts_ms, request in last.rescheduled:
                 rescheduled.append(RootTxn(tid, IngressRecord(p, offset, request, ts_ms)))
             for offset, ts_ms, request in last.waiting:
                 waiting.setdefault(request.request_id, []).append(IngressRecord(p, offset, request, ts_ms))
+        else:
+            bounds.append({})
+    for q in egress_offsets:
+        egress_offsets[q] = min(b.get(q, 0) for b in bounds)
     entries = await logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
     replay = plan_replay(entries, m, msg.replay_until, set(owned), node_id)
     return Restored(store, rescheduled, answered, waiting, positions, egress_offsets, replay)

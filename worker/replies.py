@@ -4,10 +4,20 @@ Every reply a transaction rooted here produces goes through :meth:`ReplyOut.send
 the reply table (a resent request id is answered from it, see :mod:`styx_py.worker.dedup`), sent to
 the egress log, and also sent for every copy of the request that arrived while it ran (``waiting``).
 
+Where a reply goes: the egress partition its request names (``Request.reply_partition``, set by the
+SDK so that a client reads only its own partition), else the request's ingress partition
+(:meth:`ReplyOut.route`). A resent request is answered on the partition *it* names, which may differ
+from the first copy's; the reply table itself stays keyed by ingress partition.
+
 After a recovery, replayed epochs produce their replies a second time. Those already on the egress
 log (read back by recovery into ``on_log``) are not sent again; determinism makes the replayed reply
 identical to the logged one. When it is not (a nondeterministic function), the replayed one is not
 sent and ``on_diverged`` is told: the worker stops the cluster (see :mod:`styx_py.worker.service`).
+Every worker reads back every egress partition (any worker may have sent to any of them) and pairs
+logged and replayed replies by request id and tid, whatever partition they are on: a reply with a
+given tid is only ever sent by its transaction's root worker (this one, or the one whose partitions
+it took over), and a replay sends it to the same partition as the first run (``route`` reads the
+logged request).
 """
 
 from __future__ import annotations
@@ -15,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from styx_py.core.ports import Egress
-from styx_py.core.wire import IngressRecord, Reply
+from styx_py.core.wire import IngressRecord, Reply, Request
 from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.txn import RootTxn
 
 Diverged = Callable[[int, Reply, Reply], None]  # (epoch, the reply on the log, the replayed one)
 
@@ -40,16 +51,24 @@ class ReplyOut:
         self.answered = ReplyTable(replies_per_partition)
         self.waiting: dict[str, list[IngressRecord]] = {}  # resent ids whose first copy still runs
         self.on_log: dict[str, list[Reply]] = {}  # replies already on the egress log (recovery)
+        self.egress_partitions = 0  # of the egress topic: one per entity partition (the cluster view)
 
-    def send(self, epoch: int, replies: list[tuple[int, Reply]]) -> None:
+    def route(self, partition: int, request: Request) -> int:
+        """The egress partition of the reply to ``request``, taken from ingress ``partition``: the one
+        it names if the topic has it, else ``partition``. A pure function of the logged request, so a
+        replayed epoch sends every reply where the first run did."""
+        wanted = request.reply_partition
+        return wanted if 0 <= wanted < self.egress_partitions else partition
+
+    def send(self, epoch: int, replies: list[tuple[RootTxn, Reply]]) -> None:
         """Early commit replies of ``epoch``: recorded (a resent id gets the same one), then sent, also
         to any copies of the request that arrived while it ran."""
         self.before_send()
-        for partition, reply in replies:
-            self.answered.record(partition, reply)
-            self.emit(epoch, partition, reply)
+        for root, reply in replies:
+            self.answered.record(root.partition, reply)
+            self.emit(epoch, self.route(root.partition, root.request), reply)
             for rec in self.waiting.pop(reply.request_id, ()):
-                self.emit(epoch, rec.partition, reply)
+                self.emit(epoch, self.route(rec.partition, rec.request), reply)
 
     def emit(self, epoch: int, partition: int, reply: Reply) -> None:
         """Send ``reply`` unless a replayed epoch finds it already on the egress log."""

@@ -266,6 +266,7 @@ class Worker:
         self.driver.fence = max(self.driver.fence, view.gen)
         self.transport.send(COORDINATOR, Fenced(self.node_id, view.gen))
         self.table.update(view)
+        self.replies.egress_partitions = len(view.placement)  # the egress topic has one per partition
         me = next(w for w in view.workers if w.node_id == self.node_id)
         self.batch.sequencer = Sequencer(me.sid, len(view.workers), self.batch.sequencer.lc)
         if view.graph_path is not None and view.graph_path != self.graph_path:

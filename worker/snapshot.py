@@ -85,6 +85,7 @@ def capture(
             seqlog_offset,
             replies.get(p, []),
             sorted(held[p], key=lambda w: w[0]),
+            dict(sorted(egress_offsets.items())),
         )
         for p in sorted(owned)
     ]

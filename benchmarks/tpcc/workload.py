@@ -169,8 +169,6 @@ class Tpcc(Workload):
 
 async def _read(client: StyxClient, keys: list[tuple[str, str]], into: dict[tuple[str, Key], Any]) -> None:
     """Read ``(operator, key)`` pairs through ``get_many``; absent entities are left out of ``into``."""
-    from styx_py.core.wire import decode_value
-
     ops = list(read_batches(keys))
     replies = await submit_checks(
         client, ((op.operator, op.key, op.function, op.args) for op in ops), READ_CONCURRENCY
@@ -178,6 +176,6 @@ async def _read(client: StyxClient, keys: list[tuple[str, str]], into: dict[tupl
     for op, reply in zip(ops, replies, strict=True):
         if reply.status != "committed":
             raise RuntimeError(f"tpcc: reading {op.operator} failed: {reply.status} {reply.error}")
-        for key, value in zip(op.args[0], decode_value(reply.result), strict=True):
+        for key, value in zip(op.args[0], reply.value, strict=True):
             if value is not None:
                 into[(op.operator, key)] = value

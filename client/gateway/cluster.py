@@ -124,6 +124,7 @@ async def connect_client(status: Mapping[str, Any], config: GatewayConfig) -> Ba
         max_pending=config.max_pending,
         timeout_s=config.connect_timeout_s,
         functions=info.functions,
+        reply_partition=None if status.get("reply_routing", True) else -1,  # Config.reply_routing
     )
     await client.start()
     return client

@@ -1,10 +1,11 @@
 """The asynchronous client: one producer for requests, one reader task routing every reply.
 
 A request is produced to the ingress partition that owns its key, so the worker that owns the entity
-sequences it; its reply comes back on the egress topic, in any partition, where the client's one reader
-routes it to the future registered for its request id (see ``pending.py``). The reply future is
-registered before the request is produced, and :meth:`StyxClient.start` returns only once the reader is
-positioned at the end of every egress partition (see ``kafka.py``), so no reply can be missed.
+sequences it; it names the client's reply partition, and its reply comes back on that egress partition,
+where the client's one reader routes it to the future registered for its request id (see
+``pending.py``). The reply future is registered before the request is produced, and
+:meth:`StyxClient.start` returns only once the reader is positioned at the end of the reply partition
+(see ``kafka.py``), so no reply can be missed.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ class StyxClient:
     them directly. ``operators`` maps each operator name to its partition count: the client needs it
     to produce a request to the partition that owns the key.
 
+    ``client_id`` names the client to Kafka (default: ``styx-client-`` and random hex).
+    ``reply_partition`` is the egress partition the cluster sends this client's replies to, the only
+    one it reads; by default a stable hash of ``client_id``. Clients sharing a partition each skip
+    the others' replies (counted in ``stats.foreign_ignored``), so give clients that run together
+    distinct partitions (the egress topic has one per entity partition). ``reply_partition=-1``
+    reads every egress partition instead and lets each reply go to its request's ingress partition
+    (the behaviour before routing): use it on Tansu with S3 storage (``styx up --durable``), whose
+    fetch lists every stored batch of a partition and answers empty once that takes longer than the
+    fetch wait, so one client's replies concentrated on one partition starve its reader (measured in
+    the durable chaos test: 6x the resends of the spread layout, and runs that never finish).
+
     ``timeout_s`` is the default reply deadline of :meth:`submit` and also bounds :meth:`start`
     (metadata and positioning). ``fetch_wait_ms`` is the consumer's ``fetch_max_wait_ms``: a broker
     like Tansu answers a waiting fetch only at its deadline, so it is a floor on reply latency; keep
@@ -63,6 +75,8 @@ class StyxClient:
         linger_ms: int = 0,
         fetch_wait_ms: int = 5,
         functions: Mapping[str, Collection[str]] | None = None,
+        client_id: str | None = None,
+        reply_partition: int | None = None,
     ) -> None:
         """Store the configuration; nothing connects before :meth:`start`.
 
@@ -78,6 +92,11 @@ class StyxClient:
         self.timeout_s = timeout_s
         self.linger_ms = linger_ms
         self.fetch_wait_ms = fetch_wait_ms
+        self.client_id = client_id if client_id is not None else f"styx-client-{uuid.uuid4().hex[:8]}"
+        if reply_partition is not None and reply_partition < -1:
+            raise ConfigError(f"reply_partition must be >= 0, or -1 for all, not {reply_partition!r}")
+        self._wanted_partition = reply_partition
+        self.reply_partition = -1  # the egress partition read (-1: all), known once started
         self.stats = ClientStats()
         self._pending = PendingTable(max_pending, self.stats)
         self._new_rid = RequestIds()
@@ -131,7 +150,7 @@ class StyxClient:
         return client
 
     async def start(self) -> None:
-        """Connect, discover the egress partitions and position the reader at their current end.
+        """Connect, choose the reply partition and position the reader at its current end.
 
         Returns only once positioned: from then on every reply to a request sent by this client lies
         ahead of the reader, so none can be missed; replies already in the topic are never seen.
@@ -140,8 +159,10 @@ class StyxClient:
             raise StyxError("StyxClient is closed; create a new one")
         if self._started:
             return
-        client_id = f"styx-client-{uuid.uuid4().hex[:8]}"
-        self._producer, self._consumer, tps = await open_kafka(self, client_id)
+        client_id = self.client_id
+        self._producer, self._consumer, self.reply_partition = await open_kafka(
+            self, client_id, self._wanted_partition
+        )
         loop = self._loop = asyncio.get_running_loop()
         self._lanes = BatchLanes(self._producer)
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
@@ -149,7 +170,9 @@ class StyxClient:
         self._reader = loop.create_task(reader, name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)
         self._started = True
-        log.debug("%s: started; %d egress partitions positioned at their end", client_id, len(tps))
+        log.debug(
+            "%s: started; reading replies from egress partition %d (-1: all)", client_id, self.reply_partition
+        )
 
     # ---- shutdown ----------------------------------------------------------------------------------
 
@@ -223,6 +246,11 @@ class StyxClient:
     ) -> Reply:
         """Send one request and return the server's :class:`~styx_py.core.wire.Reply`, whatever its status.
 
+        ``reply.value`` is the decoded result (decoded when read; ``reply.result`` holds its msgpack
+        bytes), ``reply.status`` is ``"committed"``, ``"aborted"`` or ``"failed"`` (then ``error`` and
+        ``error_type`` say why), and ``request_id``, ``tid``, ``epoch``, ``phase`` place it in the
+        serial order. :meth:`call` returns the value or raises instead.
+
         Raises :class:`BadRequest` locally (nothing sent) for an unknown operator, a bad key,
         unencodable arguments, a request above a limit of :mod:`styx_py.core.limits` (id, name and key
         lengths, 1 MiB, argument nesting) or a ``request_id`` recently used for a different request;
@@ -276,7 +304,7 @@ class StyxClient:
         self._check_usable()
         partition = self._targets.partition(operator, key, function)
         rid = request_id if request_id is not None else self._new_rid()
-        payload = encode_request(rid, operator, function, key, args)
+        payload = encode_request(rid, operator, function, key, args, self.reply_partition)
         self._pending.check_reuse(rid, payload)
         entry = self._pending.get(rid)
         if entry is not None:
@@ -322,8 +350,12 @@ class StyxClient:
         """Run a function and return its decoded result, raising if the transaction did not commit.
 
         ``aborted`` raises :class:`TransactionAborted` (the user's ``Abort`` message), a ``failed``
-        reply of type ``BadRequest`` raises :class:`BadRequest`, any other failure
-        :class:`TransactionFailed`; the exception's ``reply`` holds the server's reply.
+        reply of type ``BadRequest`` raises :class:`BadRequest`, any other failure (an exception in
+        a function) :class:`TransactionFailed`, whose ``exception_type`` names the exception's class.
+        The exception's ``reply`` holds the server's reply; ``request_id``, ``tid``, ``epoch``,
+        ``error`` and ``error_type`` repeat its fields. Raises like :meth:`submit` otherwise
+        (:class:`RequestTimeout`, :class:`Overloaded`, :class:`Unavailable`, a local
+        :class:`BadRequest`).
         """
         reply = await self.submit(operator, key, function, *args, request_id=request_id, timeout_s=timeout_s)
         return result_of(reply)
@@ -397,7 +429,8 @@ class Prepared:
         else:  # the message of a bad key, as on the normal path
             partition = client._targets.partition(operator, key, function)
         rid = client._new_rid()
-        record = checked_request(rid, operator, function, key, args, time.time_ns() // 1_000_000)
+        ts_ms = time.time_ns() // 1_000_000
+        record = checked_request(rid, operator, function, key, args, ts_ms, client.reply_partition)
         table = client._pending
         table.check_reuse(rid, record)
         table.check_room()

@@ -51,4 +51,6 @@ def client_arguments(
         if topic not in kw and body.get(topic):
             kw[topic] = str(body[topic])
     kw.setdefault("functions", functions)
+    if body.get("reply_routing") is False:  # the cluster's broker needs replies spread (Config.reply_routing)
+        kw.setdefault("reply_partition", -1)
     return str(bootstrap), operators

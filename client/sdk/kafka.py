@@ -1,5 +1,13 @@
-"""The client's Kafka ends: a producer for requests and one consumer positioned at the end of every
-egress partition, so that every reply to a request sent afterwards lies ahead of it.
+"""The client's Kafka ends: a producer for requests and one consumer positioned at the end of the
+client's reply partition, so that every reply to a request sent afterwards lies ahead of it.
+
+The reply partition is one egress partition, named in every request the client sends (the workers send
+the reply there): the one asked for, else a stable hash of the client id (:func:`reply_partition_of`).
+Clients on different partitions never read each other's replies; clients sharing one ignore the others'.
+``reply_partition=-1`` opts out: requests name no partition (each reply goes to its request's ingress
+partition) and the client reads every egress partition, skipping the other clients' replies. That
+spreads one client's replies over all partitions, which Tansu with S3 storage needs (see
+:class:`~styx_py.client.sdk.StyxClient`).
 
 The end of a partition is taken from the fetch **high watermark** (``consumer.highwater``), not from
 ``end_offsets()``/``seek_to_end()``: the latter are wrong on the Tansu broker used locally (see
@@ -23,9 +31,10 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
+from styx_py.core.partitioning import partition_of
 from styx_py.io.batching import MAX_BATCH_BYTES
 
-__all__ = ["KafkaError", "KafkaSettings", "open_kafka", "stop_quietly"]
+__all__ = ["KafkaError", "KafkaSettings", "open_kafka", "reply_partition_of", "stop_quietly"]
 
 log = logging.getLogger("styx.client")
 
@@ -52,22 +61,39 @@ class KafkaSettings(Protocol):
     def fetch_wait_ms(self) -> int: ...
 
 
-async def open_kafka(settings: KafkaSettings, client_id: str) -> tuple[Any, Any, list[TopicPartition]]:
-    """A started producer, and a started consumer assigned every egress partition and positioned at
-    its end; within ``timeout_s``. Both are stopped again if anything fails."""
+def reply_partition_of(client_id: str, wanted: int | None, egress_partitions: int) -> int:
+    """The egress partition a client reads its replies from: ``wanted`` if given (it must exist;
+    -1: every partition), else a stable hash of ``client_id`` (the same id always reads the same one)."""
+    if wanted is None:
+        return partition_of(client_id, egress_partitions)
+    if not -1 <= wanted < egress_partitions:
+        raise ConfigError(
+            f"reply_partition={wanted} but the egress topic has partitions 0..{egress_partitions - 1}"
+        )
+    return wanted
+
+
+async def open_kafka(
+    settings: KafkaSettings, client_id: str, reply_partition: int | None
+) -> tuple[Any, Any, int]:
+    """A started producer, and a started consumer assigned the client's reply partition (chosen by
+    :func:`reply_partition_of`) and positioned at its end; within ``timeout_s``. Both are stopped
+    again if anything fails. Returns the two and the reply partition."""
     producer = _producer(settings, client_id)
     consumer = _consumer(settings, client_id)
     deadline = asyncio.get_running_loop().time() + settings.timeout_s
     try:
         egress_partitions = await _start(producer, consumer, settings, deadline)
-        tps = [TopicPartition(settings.egress_topic, p) for p in range(egress_partitions)]
+        chosen = reply_partition_of(client_id, reply_partition, egress_partitions)
+        read = range(egress_partitions) if chosen == -1 else [chosen]
+        tps = [TopicPartition(settings.egress_topic, p) for p in read]
         consumer.assign(tps)
         await _position_at_end(consumer, tps, deadline, settings)
     except BaseException:
         await stop_quietly(consumer, "consumer")
         await stop_quietly(producer, "producer")
         raise
-    return producer, consumer, tps
+    return producer, consumer, chosen
 
 
 def _producer(settings: KafkaSettings, client_id: str) -> Any:
@@ -84,9 +110,10 @@ def _producer(settings: KafkaSettings, client_id: str) -> Any:
 
 
 def _consumer(settings: KafkaSettings, client_id: str) -> Any:
-    # No group and manual assignment: a group join takes seconds on Tansu and the client must read
-    # every partition anyway. "earliest" only matters if a position is ever lost (retention on a
-    # real broker): re-reading old replies is harmless, skipping new ones would lose answers.
+    # No group and manual assignment: a group join takes seconds on Tansu, and the client reads the
+    # one partition it named in its requests. "earliest" only matters if a position is ever lost
+    # (retention on a real broker): re-reading old replies is harmless, skipping new ones would lose
+    # answers.
     return AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap,
         client_id=client_id,
@@ -156,7 +183,7 @@ async def _partitions(producer: Any, topic: str, bootstrap: str) -> int:
 async def _position_at_end(
     consumer: Any, tps: list[TopicPartition], deadline: float, settings: KafkaSettings
 ) -> None:
-    """Seek every partition to its current high watermark.
+    """Seek each partition to its current high watermark.
 
     ``end_offsets``/``seek_to_end`` are wrong on Tansu, but every fetch response carries the
     correct high watermark. So: fetch from the beginning (records fetched now are old replies
@@ -172,8 +199,9 @@ async def _position_at_end(
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise StyxError(
-                f"no high watermark for {len(unknown)} egress partitions of {settings.egress_topic!r} "
-                f"within {settings.timeout_s} s (is the broker at {settings.bootstrap} serving fetches?)"
+                f"no high watermark for egress partitions {[tp.partition for tp in unknown]} of "
+                f"{settings.egress_topic!r} within {settings.timeout_s} s "
+                f"(is the broker at {settings.bootstrap} serving fetches?)"
             )
         await consumer.getmany(*tps, timeout_ms=max(1, min(int(remaining * 1000), _POSITION_POLL_MS)))
     for tp in tps:

@@ -66,6 +66,9 @@ class ClientStats:
     """Replies for a request id that had just been answered (server or broker redelivery)."""
     unmatched_ignored: int = 0
     """Replies for an id nobody waits for (another client's, or one whose caller gave up)."""
+    foreign_ignored: int = 0
+    """Of ``unmatched_ignored``, replies for an id this client did not send recently: another client's
+    that shares its reply partition (or an answer this client gave up on long ago)."""
     undecodable: int = 0
     """Egress records that are not a valid :class:`~styx_py.core.wire.Reply` (logged and skipped)."""
 
@@ -278,7 +281,7 @@ class PendingTable:
                 return await asyncio.shield(entry.future)
         except TimeoutError:
             self.stats.timeouts += 1
-            raise RequestTimeout(_timeout_message(named, wait_s)) from None
+            raise _timeout(named, wait_s) from None
         finally:
             self.leave(rid, entry)
 
@@ -343,7 +346,7 @@ class PendingTable:
             entry = listener.entry
             entry.listeners.remove(listener)
             self.stats.timeouts += 1
-            listener.done(None, RequestTimeout(_timeout_message(listener.named, listener.wait_s)))
+            listener.done(None, _timeout(listener.named, listener.wait_s))
             self.leave(entry.rid, entry)
             return
         assert type(listener) is Listener
@@ -353,7 +356,7 @@ class PendingTable:
         entry.listeners.remove(listener)
         if not mine.done():
             self.stats.timeouts += 1
-            mine.set_exception(RequestTimeout(_timeout_message(listener.named, listener.wait_s)))
+            mine.set_exception(_timeout(listener.named, listener.wait_s))
         self.leave(entry.rid, entry)
 
     def _settle(self, entry: Pending, reply: Reply | None, error: StyxError | None) -> None:
@@ -403,6 +406,8 @@ class PendingTable:
                 self.stats.duplicates_ignored += 1
             else:
                 self.stats.unmatched_ignored += 1
+                if rid not in self._recent:
+                    self.stats.foreign_ignored += 1
             return
         del self._entries[rid]
         self._remember(rid, entry)
@@ -429,9 +434,11 @@ class PendingTable:
         self._deadlines.stop()
 
 
-def _timeout_message(named: Named, wait_s: float) -> str:
+def _timeout(named: Named, wait_s: float) -> RequestTimeout:
     operator, function, key, rid = named
-    return f"no reply to {operator}.{function}(key={key!r}) request {rid} within {wait_s} s"
+    return RequestTimeout(
+        f"no reply to {operator}.{function}(key={key!r}) request {rid} within {wait_s} s", rid
+    )
 
 
 def fail(future: asyncio.Future[Reply], error: StyxError, cause: BaseException | None) -> None:

@@ -10,7 +10,7 @@ import msgspec
 
 from styx_py.client.sdk.pending import ClientStats
 from styx_py.core.errors import BadRequest, ProtocolError, TransactionAborted, TransactionFailed
-from styx_py.core.wire import Reply, decode_value, reply_decoder
+from styx_py.core.wire import Reply, reply_decoder
 from styx_py.io.fetching import FetchWait
 
 __all__ = ["decode_reply", "read_replies", "result_of"]
@@ -23,7 +23,7 @@ _READ_POLL_MS = 1000
 
 
 def decode_reply(data: bytes) -> Reply:
-    """Decode one egress record into a :class:`~styx_py.core.wire.Reply` (``result`` is msgpack, nil if none).
+    """Decode one egress record into a :class:`~styx_py.core.wire.Reply` (its ``value`` decodes the result).
 
     Raises ``msgspec.DecodeError``/``msgspec.ValidationError`` for bytes that are not a reply.
     """
@@ -59,10 +59,11 @@ async def read_replies(
 
 
 def result_of(reply: Reply) -> Any:
-    """Decoded result of a committed reply; the matching exception otherwise (see :meth:`StyxClient.call`)."""
+    """The decoded result of a committed reply; the matching exception, carrying the reply, otherwise
+    (see :meth:`StyxClient.call`)."""
     match reply.status:
         case "committed":
-            return decode_value(reply.result)
+            return reply.value
         case "aborted":
             raise TransactionAborted(reply.error or "transaction aborted", reply)
         case "failed" if reply.error_type == "BadRequest":

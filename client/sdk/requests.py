@@ -16,7 +16,7 @@ from typing import Any
 from styx_py.core.errors import BadRequest, ConfigError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
-from styx_py.core.wire import Key, encode_value, request_decoder
+from styx_py.core.wire import Key, request_decoder
 
 __all__ = ["Targets", "encode_request", "same_request"]
 
@@ -61,21 +61,24 @@ class Targets:
         return partition_of(key, partitions)
 
 
-def encode_request(rid: str, operator: str, function: str, key: Key, args: tuple[Any, ...]) -> bytes:
-    """The ingress record of one request, stamped with the wall-clock time in ms."""
-    return checked_request(rid, operator, function, key, args, time.time_ns() // 1_000_000)
+def encode_request(
+    rid: str, operator: str, function: str, key: Key, args: tuple[Any, ...], reply_partition: int = -1
+) -> bytes:
+    """The ingress record of one request, stamped with the wall-clock time in ms; its reply goes to
+    egress partition ``reply_partition``."""
+    return checked_request(rid, operator, function, key, args, time.time_ns() // 1_000_000, reply_partition)
 
 
 def same_request(sent: bytes, record: bytes) -> bool:
-    """Whether two records of :func:`encode_request` carry the same request (all but the timestamp).
+    """Whether two records of :func:`encode_request` carry the same request: all but the timestamp and
+    the reply partition (the cluster answers a resent id on the partition of the copy it just read).
 
     Only called when a request id is reused, so the decoding is no cost per request."""
     if sent == record:
         return True
-    return _without_timestamp(sent) == _without_timestamp(record)
+    return _request_part(sent) == _request_part(record)
 
 
-def _without_timestamp(record: bytes) -> bytes:
-    # The timestamp is the record's last field; msgpack encodes the same int the same way.
-    ts_ms = request_decoder.decode(record).ts_ms
-    return record[: len(record) - len(encode_value(ts_ms))]
+def _request_part(record: bytes) -> tuple[Any, ...]:
+    req = request_decoder.decode(record)
+    return (req.request_id, req.operator, req.function, req.key, bytes(req.args))

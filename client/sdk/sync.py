@@ -108,6 +108,11 @@ class SyncStyxClient:
     def pending_count(self) -> int:
         return self._client.pending_count
 
+    @property
+    def reply_partition(self) -> int:
+        """The egress partition this client reads its replies from (see :class:`StyxClient`)."""
+        return self._client.reply_partition
+
     def _run(self, awaitable: Awaitable[_T]) -> _T:
         async def wrapper() -> _T:
             return await awaitable

@@ -115,6 +115,14 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         "styx-ingress"
     )
     egress_topic: Annotated[str, Setting("Kafka topic of replies")] = "styx-egress"
+    reply_routing: Annotated[
+        bool,
+        Setting(
+            "SDK clients that connect through the coordinator read only their own egress partition; "
+            "off (each reads every partition) for brokers that list a partition on every fetch "
+            "(Tansu on S3: `styx up --durable` turns it off)"
+        ),
+    ] = True
     seqlog_topic: Annotated[str, Setting("Kafka topic of the sequencer log (one partition)")] = "styx-seqlog"
     kafka_fetch_wait_ms: Annotated[
         int,

@@ -7,21 +7,46 @@
     ├── ConfigError                a configuration value is missing or invalid (names the key)
     ├── ProtocolError              bytes on the wire that are not a valid frame/message
     ├── MissingExtra               a command needs an extra that is not installed (``styx_py.extras``)
-    ├── TransactionFailed          a transaction did not commit; raised by the SDK
-    │   ├── TransactionAborted     user logic aborted it (``Abort`` or an exception in a function)
-    │   └── BadRequest             unknown operator/function, undecodable arguments…
-    ├── RequestTimeout             no reply within the deadline
+    ├── TransactionFailed          a transaction did not commit; raised by the SDK (an exception
+    │   │                          in a function: ``error_type`` "UserError", ``exception_type`` its class)
+    │   ├── TransactionAborted     user logic aborted it with ``Abort``
+    │   └── BadRequest             unknown operator/function, undecodable arguments, a limit…
+    ├── RequestTimeout             no reply within the deadline (``request_id`` names the request)
     ├── Overloaded                 too many pending requests in the client
     └── Unavailable                the cluster cannot take requests now (unreachable, recovering)
 
     Abort(Exception)               raised by user code to abort the whole transaction;
                                    its message reaches the client
 
+A :class:`TransactionFailed` carries the server's reply (``reply``) and repeats what a handler looks
+at: ``request_id``, ``tid``, ``epoch``, ``status``, ``error`` and ``error_type`` (``"Abort"``,
+``"BadRequest"`` or ``"UserError"``). Raised locally by the SDK (a :class:`BadRequest` before
+anything is sent), it has no reply and those are ``None``.
+
 Internal control signals derive from ``BaseException`` so that a user's ``except Exception`` cannot
 swallow them (``worker.executor`` defines them).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
+
+
+class ReplyFields(Protocol):
+    """What an error reads of a :class:`~styx_py.core.wire.Reply` (the wire module imports this one)."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def tid(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def error_type(self) -> str | None: ...
 
 
 class StyxError(Exception):
@@ -41,23 +66,66 @@ class ProtocolError(StyxError):
 
 
 class TransactionFailed(StyxError):
-    """A transaction did not commit. ``reply`` holds the server's reply."""
+    """A transaction did not commit. ``reply`` holds the server's reply (``None`` for an error the SDK
+    raised before sending); its fields are repeated as attributes (module docstring)."""
 
-    def __init__(self, message: str, reply: object = None) -> None:
+    def __init__(self, message: str, reply: ReplyFields | None = None) -> None:
         super().__init__(message)
         self.reply = reply
 
+    @property
+    def request_id(self) -> str | None:
+        return None if self.reply is None else self.reply.request_id
+
+    @property
+    def tid(self) -> int | None:
+        """The transaction id the cluster gave the request (its place in the serial order)."""
+        return None if self.reply is None else self.reply.tid
+
+    @property
+    def epoch(self) -> int | None:
+        return None if self.reply is None else self.reply.epoch
+
+    @property
+    def status(self) -> str | None:
+        """``"aborted"`` or ``"failed"``."""
+        return None if self.reply is None else str(self.reply.status)
+
+    @property
+    def error(self) -> str | None:
+        """The server's message: the ``Abort`` message, ``"ValueError: …"`` for a user exception."""
+        return None if self.reply is None else self.reply.error
+
+    @property
+    def error_type(self) -> str | None:
+        """``"Abort"``, ``"BadRequest"`` or ``"UserError"`` (an exception raised by a function)."""
+        return None if self.reply is None else self.reply.error_type
+
+    @property
+    def exception_type(self) -> str | None:
+        """For a ``"UserError"``: the name of the exception class the function raised (``"KeyError"``,
+        or a user's own class), as the server's message starts with it; otherwise ``None``."""
+        if self.error_type != "UserError" or not self.error:
+            return None
+        name, sep, _ = self.error.partition(": ")
+        return name if sep and name.isidentifier() else None
+
 
 class TransactionAborted(TransactionFailed):
-    """User logic aborted the transaction (``Abort`` or an exception in a function)."""
+    """User logic aborted the transaction with ``Abort``; ``str(exc)`` is its message."""
 
 
 class BadRequest(TransactionFailed):
-    """The request cannot run: unknown operator or function, undecodable arguments."""
+    """The request cannot run: unknown operator or function, undecodable arguments, a limit."""
 
 
 class RequestTimeout(StyxError):
-    """No reply arrived before the deadline."""
+    """No reply arrived before the deadline. The request may still run: resend it with the same
+    ``request_id`` to get its reply (the cluster answers a resent id with its first reply)."""
+
+    def __init__(self, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
 
 
 class Overloaded(StyxError):

@@ -149,19 +149,26 @@ def _record_problem(record: bytes) -> str | None:
 
 
 def encode_request(
-    request_id: str, operator: str, function: str, key: Any, args: Sequence[Any], ts_ms: int = 0
+    request_id: str,
+    operator: str,
+    function: str,
+    key: Any,
+    args: Sequence[Any],
+    ts_ms: int = 0,
+    reply_partition: int = -1,
 ) -> bytes:
-    """The ingress record of one request, checked as the worker will check it.
+    """The ingress record of one request, checked as the worker will check it; its reply goes to egress
+    partition ``reply_partition`` (-1: the request's ingress partition).
 
     Raises :class:`~styx_py.core.errors.BadRequest` naming the limit it breaks, or saying why the
     arguments cannot be encoded; never a RecursionError, however deep they nest.
     """
     try:
         # A Request is array-like, so this tuple encodes to the very bytes of
-        # Request(request_id, …, Raw(encode_value(list(args))), ts_ms), in one encoder call instead
-        # of two and without building the Struct (tests/test_wire.py checks the equality).
+        # Request(request_id, …, Raw(encode_value(list(args))), ts_ms, reply_partition), in one encoder
+        # call instead of two and without building the Struct (tests/test_wire.py checks the equality).
         args = args if type(args) is tuple or type(args) is list else list(args)
-        record = request_encoder.encode((request_id, operator, function, key, args, ts_ms))
+        record = request_encoder.encode((request_id, operator, function, key, args, ts_ms, reply_partition))
     except RecursionError:
         raise BadRequest(TOO_DEEP) from None
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
@@ -192,7 +199,7 @@ def read_request(record: bytes, record_key: bytes | None = None) -> Request | st
     request_id = _leading_id(record) or _key_id(record_key)
     if request_id is None:
         return f"{problem}; and it names no usable request id to answer"
-    return BadRecord(request_id, "", "", "", NIL, 0, problem)
+    return BadRecord(request_id, "", "", "", NIL, problem=problem)
 
 
 _AT_FIELD = re.compile(r"`\$\[(\d)\]`")

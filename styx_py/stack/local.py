@@ -148,6 +148,8 @@ class LocalStack:
             if self.s3.s3_port_taken:
                 self._note("s3", self.ports.s3, self.s3.config.endpoint)
             storage: S3Config | Literal["memory"] = self.s3.config if self.durable else "memory"
+            if self.durable:  # Tansu on S3 starves a reader of one busy partition (Config.reply_routing)
+                self.env.setdefault("STYX_REPLY_ROUTING", "false")
             self.broker = TansuBroker(
                 storage, bucket="tansu", log_path=self.log_dir / "tansu.log", port=self.ports.kafka
             ).start()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import random
 from collections import Counter
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -88,6 +89,10 @@ class SimCluster:
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
         self.submissions: Counter[str] = Counter()
+        # Each submission names a seeded reply partition, as SDK clients do (-1: none, the reply goes
+        # to the ingress partition); the partitions each request id may be answered on.
+        self._reply_routes = random.Random(seed)
+        self.routes: dict[str, set[int]] = {}
         self.replies: list[Reply] = []
         self._reply_event = asyncio.Event()
         self.network.on_error = self._reply_event.set
@@ -210,18 +215,33 @@ class SimCluster:
                 rid, operator, function, key, msgspec.Raw(encode_value(list(args))), len(self.requests)
             )
             self.requests[rid] = req
-        self.submissions[rid] += 1
-        self.log.append(self.config.ingress_topic, partition, req)
+        self._append(req, partition)
         return rid
 
     def resubmit(self, request_id: str) -> None:
-        """A client resending a request id it already sent (same request, again on the log)."""
+        """A client resending a request id it already sent (same request, again on the log; it may name
+        another reply partition, as a resend by another client would)."""
         req = self.requests[request_id]
-        self.submissions[request_id] += 1
         partitions = (
             self.graph.operators[req.operator].partitions if req.operator in self.graph.operators else 1
         )
-        self.log.append(self.config.ingress_topic, partition_of(req.key, partitions), req)
+        self._append(req, partition_of(req.key, partitions))
+
+    def _append(self, req: Request, partition: int) -> None:
+        reply_partition = self._reply_routes.randrange(-1, self.graph.n_partitions)
+        self.routes.setdefault(req.request_id, set()).add(
+            partition if reply_partition < 0 else reply_partition
+        )
+        self.submissions[req.request_id] += 1
+        routed = msgspec.structs.replace(req, reply_partition=reply_partition)
+        self.log.append(self.config.ingress_topic, partition, routed)
+
+    def misrouted_replies(self) -> list[tuple[int, Reply]]:
+        """Replies on an egress partition that no submission of their request id named."""
+        parts = self.log.topics[self.config.egress_topic]
+        return [
+            (q, r) for q, part in enumerate(parts) for r in part if q not in self.routes.get(r.request_id, ())
+        ]
 
     async def wait(self, timeout_s: float = 60.0) -> list[Reply]:
         """Until every submitted request has a reply (fails loudly on a timeout or a crashed task)."""
@@ -282,6 +302,7 @@ async def check_against_serial(cluster: SimCluster) -> None:
     final state equal to the serial execution in commit order."""
     c = cluster
     assert not c.duplicate_replies(), "a request was answered twice, or differently"
+    assert not c.misrouted_replies(), "a reply went to an egress partition its request did not name"
     assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
     serial_state, serial_outcomes = await serial_replay(c.graph, c.requests, c.unique_replies())
     for reply in c.replies:

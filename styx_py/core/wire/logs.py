@@ -21,6 +21,10 @@ class Request(msgspec.Struct, array_like=True):
     key: Key
     args: msgspec.Raw  # msgpack-encoded list of arguments
     ts_ms: int = 0  # client send time (for latency); not used by the engine
+    # Egress partition the reply goes to (the sending client reads only that one); -1, or a partition
+    # the egress topic does not have: the request's ingress partition. Last, with a default, so records
+    # of clients that do not set it still decode.
+    reply_partition: int = -1
 
 
 # Kafka header on every egress record: the epoch that sent it (decimal). A resent request's reply is
@@ -41,6 +45,16 @@ class Reply(msgspec.Struct, array_like=True):
     error: str | None
     error_type: str | None
     request_ts_ms: int = 0
+
+    @property
+    def value(self) -> Any:
+        """The decoded result (``None`` when there is none). ``result`` holds its msgpack bytes; it is
+        decoded on each access, so a reply nobody looks into costs no decoding."""
+        return value_decoder.decode(self.result)
+
+    @property
+    def committed(self) -> bool:
+        return self.status == ReplyStatus.COMMITTED
 
 
 NIL = msgspec.Raw(b"\xc0")  # msgpack nil: msgspec cannot decode ``Raw | None``, so absence is nil

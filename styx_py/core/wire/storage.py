@@ -22,6 +22,10 @@ class PartitionSnapshot(msgspec.Struct, array_like=True):
     seqlog_offset: int  # every sequencer-log entry of an epoch > ``epoch`` lies at or above it
     replies: list[Reply] = []  # replies given since the previous snapshot (resent ids are answered)
     waiting: list[tuple[int, int, Request]] = []  # (offset, ts_ms, request): resent while running
+    # Egress partition -> offset at or above which lies every reply the capturing worker sends after
+    # the snapshot (replies go to the partition their client reads, so a worker sends to all of them).
+    # Empty in snapshots written before reply routing: ``{partition: egress_offset}`` then.
+    egress_offsets: dict[int, int] = {}
 
 
 class Manifest(msgspec.Struct, array_like=True):
