@@ -182,16 +182,18 @@ def test_the_quickstart_by_hand_and_the_http_examples(tmp_path: Path) -> None:
     long_poll = next(out for c, out in by_command.items() if "wait_s=" in c)
     rid = re.search(r"/v1/invocations/([\w-]+)\?wait_s", http).group(1)  # type: ignore[union-attr]
     assert json.loads(long_poll)["request_id"] == rid and json.loads(long_poll)["status"] == "committed"
-    assert "committed" in sdk_output, sdk_output
+    # The snippet's transfer commits; its second, of a million, aborts as its comment says.
+    assert "sdk example done: committed" in sdk_output and "insufficient credit in alice" in sdk_output, (
+        sdk_output
+    )
 
 
 def run_sdk_example(cwd: Path) -> str:
     """The README's SDK snippet, inside a coroutine, against the running cluster."""
     snippet = next(b for b in python_blocks() if "StyxClient" in b)
     body = textwrap.indent(snippet, "    ")
-    program = (
-        f"import asyncio\n\nasync def main():\n{body}\n    print(reply.status, cash)\n\nasyncio.run(main())\n"
-    )
+    done = "    print('sdk example done:', reply.status)\n"
+    program = f"import asyncio\n\nasync def main():\n{body}{done}\nasyncio.run(main())\n"
     out = subprocess.run(
         [sys.executable, "-c", program],
         cwd=cwd,
