@@ -1275,3 +1275,23 @@ async def test_the_coordinator_asks_every_worker_and_says_when_the_answer_is_inc
         lookups.start("admin-4", ReplyLookup([f"r{i}" for i in range(MAX_LOOKUP_IDS + 1)]))
         (refused,) = outbox.to("admin-4")
         assert not refused.ok and "request ids in one lookup" in refused.error
+
+
+def test_docs_screenshot_shows_a_rendered_swagger_ui(tmp_path: Path) -> None:
+    """`make screenshots`: the gateway's /docs in headless Chromium, offline. A page whose scripts did
+    not load (a CDN out of reach) renders blank: a handful of colours. Swagger UI's coloured method
+    badges and text give hundreds."""
+    from PIL import Image
+
+    from styx_py.benchmarks.screenshots import gateway_docs
+    from styx_py.stack.screenshot import find_browser
+
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no Chromium installed (Debian: apt-get install chromium)")
+    png = asyncio.run(gateway_docs(tmp_path, browser))
+    with Image.open(png) as image:
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20) or []
+    assert len(colours) > 200, len(colours)
+    green = sum(n for n, (r, g, b) in colours if g > 150 and r < 120 and b < 150)  # the POST badge
+    assert green > 1000, green
