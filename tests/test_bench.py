@@ -395,3 +395,63 @@ async def _list_topics(bootstrap: str) -> set[str]:
         return set(await admin.list_topics())
     finally:
         await admin.close()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc: parent ids)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while we looked
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.services
+def test_a_terminated_bench_stops_the_cluster_it_started(tmp_path: Path) -> None:
+    """SIGTERM (a supervisor, `timeout`) stops `styx bench` like Ctrl-C: its broker, S3, coordinator and
+    workers end with it instead of running on."""
+    import subprocess
+    import sys
+    import time
+
+    args = ["bench", "ycsbt", "--rate", "50", "--duration", "600", "--keys", "100", "--no-plots", "--quiet"]
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "styx_py.cli", *args, "--out", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert bench.stdout is not None
+        for line in bench.stdout:  # ends when the bench does: then the assertion below fails
+            if line.startswith("deployed "):
+                break
+        cluster = _descendants(bench.pid)
+        assert len(cluster) >= 5, cluster  # weed, tansu, coordinator, 2 workers
+        bench.terminate()
+        bench.wait(timeout=120)
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in cluster) and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the processes' exit, bounded by the deadline
+        assert not [pid for pid in cluster if _alive(pid)], "processes left running after SIGTERM"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
