@@ -20,7 +20,7 @@ from pathlib import Path
 
 from styx_py.client.gateway import Gateway, GatewayConfig
 from styx_py.core.errors import StyxError
-from styx_py.stack.screenshot import find_browser, screenshot
+from styx_py.stack.screenshot import screenshot
 
 __all__ = ["gateway_docs", "main"]
 
@@ -28,7 +28,7 @@ WINDOW = (1280, 1600)
 UNUSED_COORDINATOR = "127.0.0.1:9"  # discard port: nothing answers, the docs do not need it
 
 
-async def gateway_docs(out: Path, browser: str) -> Path:
+async def gateway_docs(out: Path, browser: str | None = None) -> Path:
     """Start a gateway, screenshot its ``/docs`` to ``out/gateway-docs.png``, stop the gateway."""
     gateway = Gateway(GatewayConfig(UNUSED_COORDINATOR, port=0, status_interval_s=60))
     sock = gateway.bind()
@@ -48,12 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("docs/img"), help="folder of the PNGs (docs/img)")
     p.add_argument("--browser", help="the Chromium binary (default: chromium on the PATH)")
     args = p.parse_args(argv)
-    browser = args.browser or find_browser()
-    if browser is None:
-        print("screenshots: error: no Chromium on the PATH (apt-get install chromium)")
-        return 2
-    try:
-        print(asyncio.run(gateway_docs(args.out, browser)))
+    try:  # without --browser, screenshot() finds one or says how to install it
+        print(asyncio.run(gateway_docs(args.out, args.browser)))
     except StyxError as exc:
         print(f"screenshots: error: {exc}")
         return 2
