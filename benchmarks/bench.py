@@ -20,6 +20,7 @@ import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -124,12 +125,57 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+# Stopped by a supervisor or `timeout` (SIGTERM), `styx bench` stops the cluster it started, as Ctrl-C
+# does (the default action ends the process at once and leaves broker, S3 and cluster running). Set
+# once SIGTERM came: a KeyboardInterrupt raised by a signal handler is lost when it lands in a weakref
+# callback or a __del__ ("Exception ignored in ..."), so every boundary checks this too.
+_terminated = threading.Event()
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    _terminated.set()
+    raise KeyboardInterrupt
+
+
+def _check_terminated() -> None:
+    if _terminated.is_set():
+        raise KeyboardInterrupt
+
+
 def _run_fast(main: Coroutine[Any, Any, T]) -> T:
-    """The load generator runs on uvloop: the stock loop's per-request overhead would be measured too."""
+    """The load generator runs on uvloop: the stock loop's per-request overhead would be measured too.
+
+    While it runs, SIGTERM cancels the main task from inside the loop (cleanup runs as coroutines
+    unwind) instead of raising wherever the signal lands; the caller then sees KeyboardInterrupt."""
     import uvloop
 
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main)
+    async def cancelled_by_sigterm() -> T:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        assert task is not None
+
+        def terminate() -> None:
+            _terminated.set()
+            task.cancel()
+
+        if threading.current_thread() is not threading.main_thread():
+            return await main  # signals reach the main thread only
+        previous = signal.getsignal(signal.SIGTERM)
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            return await main
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)  # leaves SIG_DFL behind: put the handler back
+            signal.signal(signal.SIGTERM, previous)
+
+    _check_terminated()
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            result = runner.run(cancelled_by_sigterm())
+    except asyncio.CancelledError:
+        _check_terminated()
+        raise
+    _check_terminated()
+    return result
 
 
 @contextlib.contextmanager
@@ -144,15 +190,26 @@ def _supervised(stack: LocalStack) -> Iterator[None]:
                 print(f"  {name} died or was declared failed: restarted (the cluster recovers)", flush=True)
 
     watcher = threading.Thread(target=watch, name="bench-supervisor", daemon=True)
-    watcher.start()
     try:
+        watcher.start()  # inside: an interrupt while it starts must still stop it (it restarts workers)
         yield
     finally:
         stop.set()
-        watcher.join()
+        if watcher.is_alive():
+            watcher.join()
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    try:
+        return _cmd_bench(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.rate]
     workload = make_workload(args.workload, options_from(args))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
 import os
@@ -462,14 +463,9 @@ def use_cluster_file(args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from styx_py.benchmarks.bench import cmd_bench as run_bench
 
-    # Stopped by a supervisor or `timeout` (SIGTERM): stop the cluster it started, as Ctrl-C does. The
-    # default action ends the process at once and leaves the broker, S3 and the cluster running.
-    signal.signal(signal.SIGTERM, _interrupted)
+    # `kill -USR1 PID` prints every thread's stack: what a long or stuck run is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     return run_bench(args)
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

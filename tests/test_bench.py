@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
+import signal
 from array import array
 from collections.abc import Callable
 from pathlib import Path
@@ -447,7 +449,14 @@ def test_a_terminated_bench_stops_the_cluster_it_started(tmp_path: Path) -> None
         cluster = _descendants(bench.pid)
         assert len(cluster) >= 5, cluster  # weed, tansu, coordinator, 2 workers
         bench.terminate()
-        bench.wait(timeout=120)
+        try:
+            bench.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            bench.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack, for the failure below
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                bench.wait(timeout=5)
+            bench.kill()
+            pytest.fail(f"styx bench did not stop within 120 s of SIGTERM:\n{bench.stdout.read()[-6000:]}")
         deadline = time.monotonic() + 60
         while any(_alive(pid) for pid in cluster) and time.monotonic() < deadline:
             time.sleep(0.1)  # polling the processes' exit, bounded by the deadline
