@@ -31,6 +31,9 @@ class Cluster:
         self.graph_path: str | None = None
         self.operators: list[OperatorSpec] = []
         self.placement: list[str] = []  # partition index -> owning worker
+        # Sequencer-id space (tid = sid + lc * n_seq): the most workers the cluster ever had, so that
+        # tids issued after workers leave stay above every earlier one.
+        self.n_seq = 0
         self.gen = 0
         self.view_version = 0
         self.state: State = "starting"
@@ -59,6 +62,7 @@ class Cluster:
             cfg.egress_topic,
             cfg.seqlog_topic,
             self.gen,
+            max(self.n_seq, len(self.membership.workers)),
         )
 
     def broadcast_view(self) -> None:

@@ -75,6 +75,7 @@ class Deployer:
         for warning in warnings:
             log.warning("%s", warning)
         c.placement = place(n, c.workers)
+        c.n_seq = len(c.workers)
         self.snapshots.manifest = empty_manifest(n)
         await self.store.save(c, self.snapshots.manifest)
         c.broadcast_view()

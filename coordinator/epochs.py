@@ -79,6 +79,22 @@ class EpochLoop:
         self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
         self.throughput = Throughput()
         self.task: asyncio.Task[None] | None = None
+        # A barrier asked for (a planned shape change): no epoch starts early; once no snapshot is in
+        # progress, the next epoch snapshots and is the last; resolved with that epoch once its
+        # snapshot is complete (-1: it could not be taken, or a recovery came first).
+        self.barrier: asyncio.Future[int] | None = None
+
+    def request_barrier(self) -> asyncio.Future[int]:
+        """Stop after an epoch whose snapshot is complete (see ``barrier``); resolved with its number."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self.task is None or self.task.done() or self.cluster.state != "running":
+            fut.set_result(-1)  # no epoch loop runs (a recovery does): nothing to stop at
+            return fut
+        if self.barrier is not None and not self.barrier.done():
+            return self.barrier
+        self.barrier = fut
+        self.work.set()  # an idle loop runs the barrier epoch now
+        return fut
 
     def start(self, replay_until: int = -1, on_replayed: Callable[[], None] | None = None) -> None:
         self.task = self.tasks.start(self._run(replay_until, on_replayed))
@@ -88,6 +104,12 @@ class EpochLoop:
         if self.task is not None:
             self.task.cancel()
         self.stages = {}
+        self._resolve_barrier(-1)
+
+    def _resolve_barrier(self, epoch: int) -> None:
+        barrier, self.barrier = self.barrier, None
+        if barrier is not None and not barrier.done():
+            barrier.set_result(epoch)
 
     def on_report(self, msg: ExecDone | Vote | Revote | EpochDone) -> None:
         if msg.gen != self.cluster.gen:
@@ -111,6 +133,7 @@ class EpochLoop:
                 return  # a recovery began: this loop belongs to a generation that is over
             e = self.epoch
             self.idle.clear()
+            at_barrier = False
             if started is None:
                 self.work.clear()
                 if interval_s > 0 and e > replay_until:
@@ -119,14 +142,21 @@ class EpochLoop:
                         await self.clock.sleep(wait)
                     if gen != self.cluster.gen:
                         return
+                if self.barrier is not None and e > replay_until:
+                    await self.snapshots.settled.wait()  # one snapshot at a time
+                    if gen != self.cluster.gen:
+                        return
+                    at_barrier = True
                 last_start = self.clock.now()
-                started = self._start(e, e <= replay_until)
+                started = self._start(e, e <= replay_until, force_snapshot=at_barrier)
 
             def early(executed: list[ExecDone], e: int = e) -> EpochRun | None:
                 """Start the next epoch now that this one is decided, if work waits and no replay or
                 pacing stands in the way."""
                 nonlocal last_start
                 if e + 1 <= replay_until or self.clock.now() < last_start + interval_s:
+                    return None
+                if self.barrier is not None:
                     return None
                 if not self.work.is_set() and sum(x.pending for x in executed) == 0:
                     return None
@@ -137,6 +167,13 @@ class EpochLoop:
 
             done, started = await self._epoch(started, early)
             self.epoch = e + 1
+            if at_barrier:
+                ok = await self.snapshots.outcome(e)
+                if gen != self.cluster.gen:
+                    return
+                self._resolve_barrier(e if ok else -1)
+                if ok:
+                    await asyncio.Future()  # stopped here: the shape change's recovery ends this loop
             if e == replay_until and on_replayed is not None:
                 on_replayed()
             waiting = sum(d.pending for d in done) > 0 or self.work.is_set()
@@ -144,9 +181,9 @@ class EpochLoop:
                 self.idle.set()
                 await self.work.wait()
 
-    def _start(self, e: int, replay: bool) -> EpochRun:
+    def _start(self, e: int, replay: bool, *, force_snapshot: bool = False) -> EpochRun:
         """Open every stage of epoch ``e``, then broadcast its start."""
-        snapshot = not replay and self.snapshots.begin(e)
+        snapshot = not replay and self.snapshots.begin(e, force=force_snapshot)
         run = EpochRun(
             e,
             replay,

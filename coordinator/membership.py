@@ -21,6 +21,16 @@ class Membership:
         for sid, node_id in enumerate(sorted(self.workers), start=1):
             self.workers[node_id].sid = sid
 
+    def remove(self, node_id: str) -> None:
+        """No longer a member (drained, or lost for good): the others' sequencer ids are renumbered."""
+        self.workers.pop(node_id, None)
+        self.last_seen.pop(node_id, None)
+        self._assign_sids()
+
+    def silent_for(self, node_id: str, now: float) -> float:
+        """Seconds since ``node_id``'s last heartbeat (or registration)."""
+        return now - self.last_seen.get(node_id, now)
+
     def heartbeat(self, node_id: str, now: float) -> None:
         if node_id in self.workers:
             self.last_seen[node_id] = now

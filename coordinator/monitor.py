@@ -1,12 +1,14 @@
 """Failure detection: a worker that sent no heartbeat for ``failure_timeout_ms`` is reported failed.
 
 Heartbeats are sent from the worker's event loop, so a hung loop is detected too. The verdict is
-reported by ``styx status`` (``failed_workers``) and the metrics.
+reported by ``styx status`` (``failed_workers``) and the metrics; one silent beyond
+``takeover_after_ms`` is lost for good (:mod:`~styx_py.coordinator.reshape`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from styx_py.coordinator.membership import Membership
 from styx_py.core.config import Config
@@ -18,10 +20,17 @@ log = logging.getLogger("styx.coordinator")
 
 
 class FailureMonitor:
-    def __init__(self, membership: Membership, config: Config, clock: Clock) -> None:
+    def __init__(
+        self,
+        membership: Membership,
+        config: Config,
+        clock: Clock,
+        on_checked: Callable[[], None] = lambda: None,
+    ) -> None:
         self.membership = membership
         self.config = config
         self.clock = clock
+        self.on_checked = on_checked  # after every check (the takeover of workers lost for good)
         self.failed: list[str] = []  # sorted node ids
 
     async def run(self) -> None:
@@ -29,6 +38,7 @@ class FailureMonitor:
         while True:
             await self.clock.sleep(interval_s)
             self.check()
+            self.on_checked()
 
     def check(self) -> None:
         failed = self.membership.failed(self.clock.now())

@@ -76,14 +76,23 @@ class Recovery:
         self.last: dict[str, Any] | None = None  # the last recovery, as ``styx status`` shows it
         self.resuming = False  # taking over from a dead coordinator: waiting for ``expected`` to register
         self.expected: set[str] = set()
+        self.resume_started = 0.0
+        # Workers that left the cluster (drained or lost) -> until when their lease may still run: the
+        # log is read only once each answered Retire with Fenced or its lease ran out (coordinator/reshape).
+        self.retiring: dict[str, float] = {}
+        self.keep = False  # this recovery is a shape change at a barrier (see start)
 
-    def start(self) -> None:
-        """(Re)start recovery (a failure during recovery simply starts it again)."""
+    def start(self, *, keep: bool = False) -> None:
+        """(Re)start recovery (a failure during recovery simply starts it again). ``keep``: a shape
+        change at a barrier (coordinator/reshape): the last complete snapshot is of the last epoch
+        that ran, and workers keep the partitions they still own."""
         if self.cluster.degraded:
             log.error("not recovering: the cluster is degraded (%s)", self.cluster.degraded)
             return
         if self.task is not None and not self.task.done():
             self.task.cancel()
+            keep = False  # the recovery under way may have rolled some worker back already
+        self.keep = keep
         self._new_generation()
         self.task = self.tasks.start(self._run())
 
@@ -144,8 +153,17 @@ class Recovery:
         if missing := sorted(set(c.workers) - self.fenced):
             self.unanswered_attempts += 1
             return f"no Fenced from {missing}: they did not see generation {c.gen}'s view"
+        for node, until in sorted(self.retiring.items()):
+            # One timeout per worker that left (never a loop over float remainders, see _wait_for_answers).
+            if node not in self.fenced and until - self.clock.now() > 0.001:
+                with contextlib.suppress(TimeoutError):
+                    async with self.clock.timeout(until - self.clock.now()):
+                        while node not in self.fenced:
+                            self.answered.clear()
+                            await self.answered.wait()
         try:
-            logged = await self._last_logged(snapshots.manifest)
+            # At a barrier no epoch started after the snapshot's: nothing was logged after it.
+            logged = -1 if self.keep else await self._last_logged(snapshots.manifest)
         except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
             return f"reading the sequencer log failed: {type(exc).__name__}: {exc}"
         self.replay_until = replay_until = max(self.replay_until, self.epochs.last_decided, logged)
@@ -161,7 +179,7 @@ class Recovery:
         started = self.started_at = self.clock.now()
         self.answers = {}
         self.answered.clear()
-        c.broadcast(Recover(m, replay_until, c.gen))
+        c.broadcast(Recover(m, replay_until, c.gen, self.keep and replay_until == m.epoch))
         timeout_s = self.timeout_s()
         await self._wait_for_answers(timeout_s)
         missing = sorted(set(c.workers) - set(self.answers))
@@ -191,6 +209,7 @@ class Recovery:
         )
         self.epochs.epoch = m.epoch + 1
         self.epochs.lc = m.lc
+        self.retiring.clear()
         c.state = "running"
         return None
 
@@ -244,6 +263,7 @@ class Recovery:
         c.operators = graph.specs()
         c.placement = meta.placement
         c.gen = meta.gen
+        c.n_seq = meta.n_seq or len(meta.workers)
         self.expected = set(meta.workers)
         if self.logs is not None:
             entries = await self.logs.seqlog(m.seqlog_offset if m.epoch >= 0 else 0)
@@ -252,6 +272,7 @@ class Recovery:
             epochs.last_decided = m.epoch
         self.replay_until = epochs.last_decided
         self.resuming = True
+        self.resume_started = self.clock.now()
         c.state = "recovering"
         c.deployed.set()
         log.warning(

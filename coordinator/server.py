@@ -11,6 +11,7 @@ module:
 | snapshots: decide, collect, manifest, compaction | :mod:`~styx_py.coordinator.snapshotter` |
 | recovery, and resuming from S3 after a restart | :mod:`~styx_py.coordinator.recovery` |
 | failure detection by heartbeats | :mod:`~styx_py.coordinator.monitor` |
+| shape changes: join, drain, scale, takeover of lost workers | :mod:`~styx_py.coordinator.reshape` |
 | ``styx status`` | :mod:`~styx_py.coordinator.status` |
 | reply lookups for the gateway (any replica) | :mod:`~styx_py.coordinator.lookups` |
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from styx_py.coordinator.cluster import Cluster, State
@@ -33,6 +34,7 @@ from styx_py.coordinator.meta import MetaStore
 from styx_py.coordinator.metrics import CoordinatorMetrics
 from styx_py.coordinator.monitor import FailureMonitor
 from styx_py.coordinator.recovery import Recovery
+from styx_py.coordinator.reshape import Reshaper
 from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.status import operator_rows, worker_rows
 from styx_py.coordinator.tasks import Tasks
@@ -44,6 +46,7 @@ from styx_py.core.wire import (
     COORDINATOR,
     AdminReply,
     DeployRequest,
+    DrainRequest,
     EpochDone,
     ExecDone,
     Fenced,
@@ -56,7 +59,9 @@ from styx_py.core.wire import (
     Register,
     ReplayDiverged,
     ReplyLookup,
+    Retire,
     Revote,
+    ScaleRequest,
     SnapshotDone,
     StatusRequest,
     Vote,
@@ -87,13 +92,14 @@ class Coordinator:
         self.cluster = cluster = Cluster(config, transport, kafka_bootstrap)
         self.tasks = Tasks()
         self.metrics = CoordinatorMetrics(self)  # read at scrape time; per epoch: a few observations
-        self.monitor = FailureMonitor(cluster.membership, config, self.clock)
+        self.monitor = FailureMonitor(cluster.membership, config, self.clock, on_checked=self._on_checked)
         self.snapshots = Snapshotter(cluster, self.clock, self.tasks, blobs, self.metrics)
         self.epochs = EpochLoop(
             cluster, self.clock, self.tasks, self.snapshots, self.metrics, on_stall=self.start_recovery
         )
         self.meta = store = MetaStore(blobs)
         self.recovery = Recovery(cluster, self.clock, self.tasks, self.epochs, self.snapshots, store, logs)
+        self.reshaper = Reshaper(cluster, self.recovery, self.epochs, self.tasks, self.clock)
         self.lookups = ReplyLookups(cluster, self.clock, self.tasks)
         self.deployer = Deployer(
             cluster,
@@ -147,6 +153,36 @@ class Coordinator:
     def start_recovery(self) -> None:
         self.recovery.start()
 
+    def _on_checked(self) -> None:
+        self.reshaper.check()
+
+    def _admin(self, src: str, change: Callable[[], dict[str, Any]]) -> None:
+        """An admin request that changes the cluster: its body, or its error as the reply."""
+        try:
+            body = change()
+        except StyxError as exc:
+            self.transport.send(src, AdminReply(False, str(exc), {}))
+        else:
+            self.transport.send(src, AdminReply(True, "", {**body, **self.status()}))
+
+    def scale(self, workers: int) -> dict[str, Any]:
+        self._can_reshape()
+        return self.reshaper.scale(workers)
+
+    def drain(self, node_id: str) -> dict[str, Any]:
+        self._can_reshape()
+        self.reshaper.drain([node_id], "drained")
+        return {"draining": [node_id]}
+
+    def _can_reshape(self) -> None:
+        c = self.cluster
+        if c.degraded:
+            raise StyxError(f"the cluster is degraded: {c.degraded}")
+        if c.graph_path is None:
+            raise StyxError("nothing is deployed yet: start the workers you want, then deploy")
+        if self.recovery.resuming:
+            raise StyxError("the coordinator is resuming the cluster: try again once it runs")
+
     async def deploy(self, import_path: str, timeout_s: float = 30.0) -> dict[str, Any]:
         await self.deployer.deploy(import_path, timeout_s)
         return self.status()
@@ -177,6 +213,10 @@ class Coordinator:
                 self.tasks.spawn(self._deploy_and_reply(src, msg.import_path))
             case StatusRequest():
                 self.transport.send(src, AdminReply(True, "", self.status()))
+            case ScaleRequest():
+                self._admin(src, lambda: self.scale(msg.workers))
+            case DrainRequest():
+                self._admin(src, lambda: self.drain(msg.node_id))
             case ReplyLookup():
                 self.lookups.start(src, msg)
             case FoundReplies():
@@ -217,8 +257,15 @@ class Coordinator:
             self.recovery.start()
             return
         if c.graph_path is not None:
-            # Joining a running cluster means moving partitions: not supported yet (see README).
-            log.warning("worker %s registered after deploy; it gets no partitions", msg.node_id)
+            desired = self.reshaper.desired
+            if desired is not None and len(c.workers) >= desired:
+                # Scaled in on purpose (`styx scale`): a drained worker's supervisor may restart it.
+                why = f"the cluster runs {desired} workers (styx scale --workers {desired})"
+                log.warning("worker %s registered; not joining: %s", msg.node_id, why)
+                self.transport.send(msg.node_id, Retire(why, c.gen))
+                return
+            log.warning("worker %s joined the running cluster: moving partitions to it", msg.node_id)
+            self.reshaper.join(msg.node_id, msg.host, msg.port)
             return
         c.membership.register(msg.node_id, msg.host, msg.port, now)
         log.info("worker %s registered (%d workers)", msg.node_id, len(c.membership.workers))
@@ -247,6 +294,8 @@ class Coordinator:
             "ingress_topic": c.config.ingress_topic,
             "egress_topic": c.config.egress_topic,
             "reply_routing": c.config.reply_routing,
+            "desired_workers": self.reshaper.desired,
+            "shape_changes": list(self.reshaper.events),
         }
 
     # ---- read by tests, metrics and the simulation ------------------------------------------------

@@ -86,10 +86,12 @@ def last_complete_epoch(entries: list[SeqLogEntry], manifest: Manifest, n_worker
     """The last epoch after the snapshot whose composition every worker logged (it may have been
     decided and replied to, so it must be replayed; one not complete was never decided)."""
     nodes: dict[int, set[str]] = {}
+    needed: dict[int, int] = {}  # the workers of the generation that ran it (entries say; else n_workers)
     for entry in entries:
         if entry.epoch > manifest.epoch and entry.gen == manifest.generation_of(entry.epoch):
             nodes.setdefault(entry.epoch, set()).add(entry.node_id)
+            needed[entry.epoch] = max(needed.get(entry.epoch, 0), entry.nodes or n_workers)
     last = manifest.epoch
-    while len(nodes.get(last + 1, ())) >= n_workers:
+    while last + 1 in nodes and len(nodes[last + 1]) >= needed[last + 1]:
         last += 1
     return last

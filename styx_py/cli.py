@@ -180,6 +180,24 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scale(args: argparse.Namespace) -> int:
+    from styx_py.core.wire import DrainRequest, ScaleRequest
+    from styx_py.stack.local import admin, coordinator_address
+
+    msg = DrainRequest(args.drain) if args.drain else ScaleRequest(args.workers)
+    body = asyncio.run(admin(coordinator_address(args.coordinator), msg))
+    workers = [w["node_id"] for w in body["workers"]]
+    if body.get("draining"):
+        print(f"draining {', '.join(body['draining'])}: their partitions move, then they stop")
+    if body.get("waiting_for"):
+        print(
+            f"waiting for {body['waiting_for']} more workers to register (start them: 'styx up' does, "
+            "a Kubernetes StatefulSet does when its replicas are raised)"
+        )
+    print(f"workers now: {', '.join(workers)} ({body['state']}, generation {body['generation']})")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from styx_py.core.wire import StatusRequest
     from styx_py.stack.local import admin, coordinator_address
@@ -237,6 +255,13 @@ def format_status(body: dict[str, Any]) -> str:
             f"replay {rec['replay_epochs']} epochs {replay}"
         )
     lines.append(recoveries)
+    changes = body.get("shape_changes") or []
+    if changes or body.get("desired_workers") is not None:
+        last = changes[-1] if changes else None
+        shape = f"shape         {len(changes)} changes" + (f"; last: {last['change']}" if last else "")
+        if body.get("desired_workers") is not None:
+            shape += f"; desired workers {body['desired_workers']}"
+        lines.append(shape)
     totals = body["totals"]
     lines += ["", "transactions since start (rejected: bad requests, not in the abort rate)"]
     names = ["committed", "aborted", "rejected", "fallback", "rescheduled"]
@@ -616,6 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("deploy", cmd_deploy, "deploy a graph by import path"),
         ("status", cmd_status, "show workers, partitions, epoch rate, aborts"),
         ("call", cmd_call, "run one transaction and print its reply"),
+        ("scale", cmd_scale, "change the number of workers (partitions move at an epoch barrier)"),
     ):
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument(
@@ -626,6 +652,16 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("import_path", help="package.module:graph")
         elif name == "status":
             sp.add_argument("--json", action="store_true", help="machine-readable output")
+        elif name == "scale":
+            how = sp.add_mutually_exclusive_group(required=True)
+            how.add_argument(
+                "--workers",
+                type=int,
+                help="run on N workers: fewer drains the highest-named ones, more waits for them to register",
+            )
+            how.add_argument(
+                "--drain", metavar="NODE", help="move every partition off worker NODE and stop it"
+            )
         else:
             sp.add_argument(
                 "--kafka",

@@ -89,8 +89,11 @@ ALL_MESSAGES = [
     wire.RecoverDone("w2", False, "FileNotFoundError: x", 3),
     wire.ReplayDiverged("w2", 7, "r9", "acct.deposit", "committed 1 (tid 4)", "committed 2 (tid 4)", 3),
     wire.Halt("replay of epoch 7 diverged"),
+    wire.Retire("drained", 4),
     DeployRequest("tests.apps.oracle:app"),
     StatusRequest(),
+    wire.ScaleRequest(3),
+    wire.DrainRequest("w2"),
     wire.ReplyLookup(["r1", "r2"]),
     wire.FindReplies(4, ["r1", "r2"], 3),
     wire.FoundReplies(

@@ -76,6 +76,7 @@ class BatchFormer:
         self.ingress = ingress
         self.replies = replies
         self.sequencer = Sequencer(1, 1)
+        self.nodes = 1  # workers in the current generation (logged: recovery needs every one's entry)
         self.rescheduled: list[RootTxn] = []  # rescheduled transactions waiting for a batch
         self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
 
@@ -108,7 +109,10 @@ class BatchFormer:
         # Logged even when empty: a complete set of entries (one per worker) marks an epoch that may
         # have been decided, which is how a restarted coordinator finds where replay must end.
         entries: list[BatchEntry] = [Run(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
-        entry = SeqLogEntry(epoch, self.node_id, lc_start, entries + answered, gen, self.sequencer.lc)
+        seq = self.sequencer
+        entry = SeqLogEntry(
+            epoch, self.node_id, lc_start, entries + answered, gen, seq.lc, self.nodes, seq.n_seq
+        )
         return roots, entry, resends
 
     async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:

@@ -58,8 +58,14 @@ class KafkaIngress:
         self.listener = on_available
 
     def assign(self, partitions: list[int]) -> None:
+        """Read exactly ``partitions``: what was buffered from one that moved away is dropped (its new
+        owner reads it from its own position)."""
         tps = [TopicPartition(self.topic, p) for p in partitions]
         self.consumer.assign(tps)
+        for p in set(self.buffers) - set(partitions):
+            self.count -= len(self.buffers.pop(p))
+            self.next_take.pop(p, None)
+            self.expect.pop(p, None)
         self.buffers = {p: self.buffers.get(p, deque()) for p in partitions}
         self.seek({p: self.next_take.get(p, 0) for p in partitions})
         self.assigned.set()

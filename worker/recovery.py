@@ -77,8 +77,10 @@ async def restore(
             bounds.append({})
     for q in egress_offsets:
         egress_offsets[q] = min(b.get(q, 0) for b in bounds)
-    entries = await logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
-    replay = plan_replay(entries, m, msg.replay_until, set(owned), node_id)
+    replay: dict[int, SeqLogEntry] = {}
+    if msg.replay_until > m.epoch:  # else nothing to replay: no need to read the log
+        entries = await logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
+        replay = plan_replay(entries, m, msg.replay_until, set(owned), node_id)
     return Restored(store, rescheduled, answered, waiting, positions, egress_offsets, replay)
 
 

@@ -48,6 +48,10 @@ class ReplyOut:
         self.before_send = before_send  # fencing: a worker that may have been replaced must not reply
         self.on_diverged = on_diverged
         self.stopped = False  # a replay diverged: nothing more leaves this worker
+        # A newer generation was announced: replies of the old one are held back (its replay sends
+        # them again), so that once this worker's egress is flushed nothing more of it can reach the
+        # log while another worker — a partition's new owner — reads the log back.
+        self.held = False
         self.answered = ReplyTable(replies_per_partition)
         self.waiting: dict[str, list[IngressRecord]] = {}  # resent ids whose first copy still runs
         self.on_log: dict[str, list[Reply]] = {}  # replies already on the egress log (recovery)
@@ -72,7 +76,7 @@ class ReplyOut:
 
     def emit(self, epoch: int, partition: int, reply: Reply) -> None:
         """Send ``reply`` unless a replayed epoch finds it already on the egress log."""
-        if self.stopped:
+        if self.stopped or self.held:
             return
         if self.on_log:
             # Paired by tid: a request id reused for another request (another partition, another

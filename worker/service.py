@@ -20,6 +20,7 @@ from typing import Any
 from styx_py.core.blobs import BlobStore
 from styx_py.core.config import Config
 from styx_py.core.graph import load_graph
+from styx_py.core.partitioning import partition_of
 from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, SequencerLog, Transport
 from styx_py.core.wire import (
     COORDINATOR,
@@ -38,6 +39,7 @@ from styx_py.core.wire import (
     ReplayDiverged,
     Reply,
     ReplyStatus,
+    Retire,
     SnapshotResult,
     WorkAvailable,
     decode_value,
@@ -71,6 +73,10 @@ def shown(reply: Reply) -> str:
     else:
         value = repr(reply.error)
     return f"{reply.status!s} {value[:200]} (tid {reply.tid})"
+
+
+class _Left(Exception):
+    """The worker was told to leave the cluster (Retire): its tasks stop."""
 
 
 def fence_off() -> None:
@@ -119,6 +125,8 @@ class Worker:
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.table = RoutingTable(node_id)
         self.halted = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
+        self.retired = asyncio.Event()  # no longer part of the cluster (Retire): run() returns
+        self.consistent = True  # no restore left the state half-done (a shape change may keep it)
         self.replies = ReplyOut(
             egress, config.dedup_replies_per_partition, self._check_lease, self._reply_diverged
         )
@@ -143,17 +151,22 @@ class Worker:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> None:
-        """Serve until cancelled. Every invocation task is a child of this task group."""
-        async with asyncio.TaskGroup() as tg:
-            self.tasks = tg
-            try:
-                self.coordinator_seen = self.clock.now()
-                self._register()
-                if self.heartbeats:
-                    tg.create_task(self._heartbeat_loop())
-                await asyncio.Future()  # run until cancelled
-            finally:
-                self.driver.runs.close()  # queued invocations are cancelled with the tasks
+        """Serve until cancelled, or until told to leave the cluster (then it returns). Every
+        invocation task is a child of this task group."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self.tasks = tg
+                try:
+                    self.coordinator_seen = self.clock.now()
+                    self._register()
+                    if self.heartbeats:
+                        tg.create_task(self._heartbeat_loop())
+                    await self.retired.wait()
+                    raise _Left  # cancels every task of the group
+                finally:
+                    self.driver.runs.close()  # queued invocations are cancelled with the tasks
+        except* _Left:
+            log.warning("%s: left the cluster", self.node_id)
 
     async def _heartbeat_loop(self) -> None:
         # Sent from the worker's own event loop: a hung loop stops heartbeats and counts as failed.
@@ -231,6 +244,8 @@ class Worker:
                 pass  # the coordinator's echo: renews the lease (coordinator_seen, above)
             case Halt():
                 self._halt(msg.reason)
+            case Retire():
+                self._retire(msg)
             case SnapshotResult() if msg.gen != self.driver.gen:
                 pass  # the verdict on a snapshot of a generation that recovery ended
             case SnapshotResult():
@@ -257,6 +272,9 @@ class Worker:
     def on_view(self, view: ClusterView) -> None:
         if self.view is not None and view.gen < self.view.gen:
             return  # an older view overtaken by a newer one
+        if not any(w.node_id == self.node_id for w in view.workers):
+            log.warning("%s: not in the view of generation %d (leaving the cluster)", self.node_id, view.gen)
+            return
         self.view = view
         if self.driver.gen < 0:
             # A (re)started worker joins the current generation; a running one changes generation
@@ -264,19 +282,29 @@ class Worker:
             self.driver.gen = view.gen
         # Until then it decides no epoch of an older generation (recovery reads the log after this).
         self.driver.fence = max(self.driver.fence, view.gen)
-        self.transport.send(COORDINATOR, Fenced(self.node_id, view.gen))
-        self.table.update(view)
-        self.replies.egress_partitions = len(view.placement)  # the egress topic has one per partition
-        me = next(w for w in view.workers if w.node_id == self.node_id)
-        self.batch.sequencer = Sequencer(me.sid, len(view.workers), self.batch.sequencer.lc)
-        if view.graph_path is not None and view.graph_path != self.graph_path:
-            self.driver.current_graph = load_graph(view.graph_path)
-            self.graph_path = view.graph_path
-        self.ingress.assign(self.table.owned())
+        if view.gen == self.driver.gen:
+            self._apply(view)
+        else:
+            self.replies.held = True
+        self._report_fenced(view.gen)
+        # else: the epochs of the running generation still finish on its placement (their snapshot, their
+        # replies); the new view takes effect with its Recover.
         held, self.before_view = self.before_view, []
         for m in held:
             if m.gen == self.driver.gen:
                 self.driver.on_message(m)
+
+    def _apply(self, view: ClusterView) -> None:
+        """Route, sequence, read the ingress and run code as ``view`` says."""
+        me = next(w for w in view.workers if w.node_id == self.node_id)
+        self.table.update(view)
+        self.replies.egress_partitions = len(view.placement)  # the egress topic has one per partition
+        self.batch.sequencer = Sequencer(me.sid, view.n_seq or len(view.workers), self.batch.sequencer.lc)
+        self.batch.nodes = len(view.workers)
+        if view.graph_path is not None and view.graph_path != self.graph_path:
+            self.driver.current_graph = load_graph(view.graph_path)
+            self.graph_path = view.graph_path
+        self.ingress.assign(self.table.owned())
 
     def _find_replies(self, msg: FindReplies) -> FoundReplies:
         """A gateway's reply lookup (see :mod:`.lookup`): whole tables only when not recovering, not
@@ -307,10 +335,36 @@ class Worker:
         self.transport.send(COORDINATOR, msg)
         self._halt(msg.describe())
 
-    def _halt(self, reason: str) -> None:
+    def _retire(self, msg: Retire) -> None:
+        """Drained or replaced: decide nothing more of any generation before ``msg.gen``, say so (the
+        coordinator reads the logs only after that), send no more replies, and stop."""
+        if self.retired.is_set():
+            return
+        log.warning("%s: leaving the cluster: %s", self.node_id, msg.reason)
+        self.driver.fence = max(self.driver.fence, msg.gen)
+        self._halt(f"retired: {msg.reason}", level=logging.WARNING)
+        self._report_fenced(msg.gen, then=self.retired.set)
+
+    def _report_fenced(self, gen: int, then: Callable[[], None] = lambda: None) -> None:
+        """Tell the coordinator this worker decides nothing of a generation before ``gen`` any more —
+        once every reply it queued is on the log: the recovery that follows reads the log back (a
+        partition's new owner among others) and must find them there."""
+
+        async def flushed() -> None:
+            await self.egress.flush()
+            self.transport.send(COORDINATOR, Fenced(self.node_id, gen))
+            then()
+
+        if self.tasks is None:
+            self.transport.send(COORDINATOR, Fenced(self.node_id, gen))
+            then()
+        else:
+            self.tasks.create_task(flushed())
+
+    def _halt(self, reason: str, level: int = logging.CRITICAL) -> None:
         """Run nothing more and say why (``/readyz``); the coordinator keeps the cluster stopped."""
         if not self.halted:
-            log.critical("%s: %s", self.node_id, reason)
+            log.log(level, "%s: %s", self.node_id, reason)
         self.halted = reason
         self.replies.stopped = True
         self.driver.runs.clear()
@@ -325,14 +379,26 @@ class Worker:
         arrival from now on. The coordinator then re-runs epochs ``manifest.epoch+1 .. replay_until``
         with their logged composition, and continues live.
         """
+        if self.view is None or self.view.gen != msg.gen:
+            return  # a newer generation's view came since the Recover: its own Recover follows
         for task in list(self.inflight):
             task.cancel()
         self.inflight.clear()
         self.driver.reset(msg.gen)
+        # A shape change at a barrier: this worker's state is exactly the snapshot's (it finished the
+        # snapshot's epoch, the last one, and no restore touched it since): it keeps what it still owns.
+        keep = msg.keep and self.consistent and self.driver.completed_epoch == msg.manifest.epoch
+        self.consistent = False
+        owned_before = set(self.table.owned())
+        self._apply(self.view)
+        self.replies.held = False  # the replayed epochs send what is not on the log yet
         self.snapshots.unconfirmed.clear()
         started = time.perf_counter()
         try:
-            await self._restore(msg)
+            if keep:
+                await self._move_partitions(msg, owned_before)
+            else:
+                await self._restore(msg)
         except Exception as exc:  # noqa: BLE001 - reported: the coordinator retries the recovery
             log.error("%s: recovery to generation %d failed: %s", self.node_id, msg.gen, exc)
             self.metrics.recovery(False, time.perf_counter() - started)
@@ -340,8 +406,54 @@ class Worker:
                 COORDINATOR, RecoverDone(self.node_id, False, f"{type(exc).__name__}: {exc}", msg.gen)
             )
             return
+        self.consistent = True
         self.metrics.recovery(True, time.perf_counter() - started)
         self.transport.send(COORDINATOR, RecoverDone(self.node_id, True, "", msg.gen))
+
+    async def _move_partitions(self, msg: Recover, owned_before: set[int]) -> None:
+        """Keep the partitions still owned as they are; drop the ones moved away; load the ones gained
+        from the snapshot (nothing is replayed: the snapshot is of the last epoch that ran)."""
+        assert self.logs is not None, "recovery needs a log reader"
+        owned = set(self.table.owned())
+        gone, gained = owned_before - owned, sorted(owned - owned_before)
+        if gone:
+            self._drop_partitions(gone)
+        r = await recovery.restore(
+            msg, gained, self.node_id, self.blobs, self.logs, self.config.dedup_replies_per_partition
+        )
+        self.driver.store.load(r.store.items())
+        self.batch.rescheduled = sorted([*self.batch.rescheduled, *r.rescheduled], key=lambda t: t.tid)
+        self.batch.replay = {}
+        self.batch.sequencer.lc = max(self.batch.sequencer.lc, msg.manifest.lc)
+        self.replies.answered.replies.update(r.answered.replies)
+        for rid, recs in r.waiting.items():
+            self.replies.waiting.setdefault(rid, []).extend(recs)
+        self.replies.on_log = {}
+        self.ingress.seek(r.positions)
+        self.egress.reset_offsets(r.egress_offsets)
+        log.warning(
+            "%s: partitions moved: kept %s, gave %s, took %s",
+            self.node_id,
+            sorted(owned & owned_before),
+            sorted(gone),
+            gained,
+        )
+
+    def _drop_partitions(self, parts: set[int]) -> None:
+        """Forget every partition of ``parts`` (they run elsewhere now): state, replies, waiting work."""
+        n = self.table.op_partitions
+        store = self.driver.store
+        for key in [k for k in store.data if partition_of(k[1], n[k[0]]) in parts]:
+            del store.data[key]
+            store.delta.pop(key, None)
+        for p in parts:
+            self.replies.answered.replies.pop(p, None)
+            self.replies.answered.delta.pop(p, None)
+        waiting = {
+            rid: [r for r in recs if r.partition not in parts] for rid, recs in self.replies.waiting.items()
+        }
+        self.replies.waiting = {rid: recs for rid, recs in waiting.items() if recs}
+        self.batch.rescheduled = [t for t in self.batch.rescheduled if t.partition not in parts]
 
     async def _restore(self, msg: Recover) -> None:
         assert self.logs is not None, "recovery needs a log reader"
@@ -364,7 +476,10 @@ class Worker:
         # Replies the previous generation queued may still be on their way to the log: wait for them,
         # or replay would not find them there and would send them a second time.
         await self.egress.flush()
-        self.replies.on_log = await recovery.replies_on_log(self.logs, r.egress_offsets, msg.manifest.epoch)
+        if msg.replay_until > msg.manifest.epoch:  # replies of epochs to replay may be on the log
+            self.replies.on_log = await recovery.replies_on_log(
+                self.logs, r.egress_offsets, msg.manifest.epoch
+            )
 
     # ---- what the metrics read ------------------------------------------------------------------------
     def gauges(self) -> WorkerGauges:

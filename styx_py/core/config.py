@@ -68,6 +68,16 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             ge=1,
         ),
     ] = 1000
+    takeover_after_ms: Annotated[
+        int,
+        Setting(
+            "a worker silent this long is lost for good: its partitions move to the others (restored "
+            "from the last snapshot and the logs) and the cluster runs on without it; 0: never (wait for "
+            "it to come back). At least 2 * failure_timeout_ms + 1 000 (its lease must have run out)",
+            "ms",
+            ge=0,
+        ),
+    ] = 30_000
     epoch_timeout_ms: Annotated[
         int, Setting("an epoch stage or a recovery stuck this long triggers a recovery", "ms", ge=1)
     ] = 30_000
@@ -232,6 +242,12 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
                 "failure_timeout_ms",
                 self.failure_timeout_ms > self.heartbeat_interval_ms,
                 "must exceed heartbeat_interval_ms",
+            ),
+            (
+                "takeover_after_ms",
+                self.takeover_after_ms == 0 or self.takeover_after_ms >= 2 * self.failure_timeout_ms + 1000,
+                "must be 0 or at least 2 * failure_timeout_ms + 1000 (a lost worker fences itself off "
+                "after failure_timeout_ms without the coordinator: only then may others take over)",
             ),
             (
                 "max_pending_requests",

@@ -22,6 +22,10 @@ __all__ = ["cluster_transport", "run_until_failure", "start_metrics"]
 log = logging.getLogger("styx.io")
 
 
+class _Ended(Exception):
+    """One of run_until_failure's tasks returned: the others stop."""
+
+
 def cluster_transport(
     node_id: str,
     handle: Callable[[str, Message], None],
@@ -67,18 +71,27 @@ async def run_until_failure(
 ) -> None:
     """Run the transport and ``tasks`` until one ends; then ``closing`` in order, and the transport.
 
-    A message handler that raised ends the process with :data:`~styx_py.io.tcp.EXIT_HANDLER_FAILED`
-    (the transport logged it CRITICAL with its traceback): its state can no longer be trusted, and the
-    supervisor's restart is the recovery.
+    A task that returns (a worker that left the cluster) ends the run cleanly, once what the transport
+    buffered was sent. A message handler that raised ends the process with
+    :data:`~styx_py.io.tcp.EXIT_HANDLER_FAILED` (the transport logged it CRITICAL with its traceback):
+    its state can no longer be trusted, and the supervisor's restart is the recovery.
     """
     handler_failed = False
+
+    async def until_it_ends(task: Coroutine[Any, Any, object]) -> None:
+        await task
+        await transport.drain()
+        raise _Ended
+
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(transport.run())  # raises HandlerFailed when a message handler raised
             for task in tasks:
-                tg.create_task(task)
+                tg.create_task(until_it_ends(task))
     except* HandlerFailed:
         handler_failed = True
+    except* _Ended:
+        pass
     finally:
         for close in closing:
             await close()

@@ -21,6 +21,7 @@ delivering and :meth:`TcpTransport.run` raises :class:`HandlerFailed`, which end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
@@ -122,6 +123,14 @@ class TcpTransport:
         for link in list(self.links.values()):
             link.writer.close()
         self.writers.clear()
+
+    async def drain(self) -> None:
+        """Send what is buffered now and wait until the connections took it (before a clean exit)."""
+        self._flush()
+        for link in list(self.writers.values()):
+            if not link.writer.is_closing():
+                with contextlib.suppress(ConnectionError):
+                    await link.writer.drain()
 
     def set_address(self, node_id: str, host: str, port: int) -> None:
         self.addresses[node_id] = (host, port)

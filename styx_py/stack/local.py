@@ -18,6 +18,7 @@ per stack unless ``STYX_S3_ACCESS_KEY``/``STYX_S3_SECRET_KEY`` are set.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
 import signal
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from styx_py.core.errors import StyxError
-from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest
+from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordinator
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
@@ -68,7 +69,7 @@ def cluster_secret(address: str) -> str:
 
 
 async def admin(
-    address: str, msg: DeployRequest | StatusRequest, timeout_s: float = 60.0, secret: str | None = None
+    address: str, msg: ToCoordinator, timeout_s: float = 60.0, secret: str | None = None
 ) -> dict[str, Any]:
     """One admin request; ``secret`` defaults to :func:`cluster_secret`."""
     secret = cluster_secret(address) if secret is None else secret
@@ -119,6 +120,7 @@ class LocalStack:
         self.broker: TansuBroker | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarted_at: dict[str, float] = {}  # when supervise() last restarted each process
+        self.left: list[str] = []  # workers that left the cluster (drained) and were not restarted
         self.coordinator = ""
         self.kafka = ""
         self.with_gateway = gateway
@@ -264,10 +266,16 @@ class LocalStack:
 
     def supervise(self) -> list[str]:
         """Restart what died (as Kubernetes would), and kill-and-restart workers the coordinator
-        declared failed (a hung event loop). Returns what was restarted; the cluster recovers."""
+        declared failed (a hung event loop); a worker that left the cluster (drained: exit code 0) is
+        not restarted, and new workers are started while ``styx scale`` asked for more. Returns what
+        was (re)started; the cluster recovers or reshapes."""
         restarted: list[str] = []
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
+                continue
+            if name.startswith("w") and proc.returncode == 0:
+                del self.procs[name]  # it left the cluster when told to (styx scale)
+                self.left.append(name)
                 continue
             if name == "coordinator":
                 self.start_coordinator()
@@ -278,9 +286,17 @@ class LocalStack:
                 self.check_alive()  # the gateway has no state to recover: report it
             restarted.append(name)
         try:
-            failed = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))["failed_workers"]
+            status = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))
         except StyxError:
-            failed = []  # the coordinator is restarting
+            status = {}  # the coordinator is restarting
+        failed = status.get("failed_workers", [])
+        desired = status.get("desired_workers")
+        running = [n for n in self.procs if n.startswith("w")]
+        for _ in range(max(0, (desired or 0) - len(running))):
+            name = next(f"w{i}" for i in itertools.count(1) if f"w{i}" not in self.procs)
+            self.start_worker(name)  # it registers and joins: partitions move to it
+            self.restarted_at[name] = time.monotonic()
+            restarted.append(name)
         for name in failed:
             # A worker started moments ago is still booting and registering: the coordinator lists it
             # as failed until it does. Killing it again would restart it forever.

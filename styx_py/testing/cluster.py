@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import random
@@ -103,6 +104,7 @@ class SimCluster:
         self._closing = False
         self.blobs = MemoryBlobStore()
         self.crashes = 0
+        self.retired: list[str] = []  # workers that left the cluster when told to (Retire)
         self.coordinator = self._new_coordinator()
         self._clock = contextlib.ExitStack()
 
@@ -169,12 +171,35 @@ class SimCluster:
         self.workers = [x for x in self.workers if x.node_id != node] + [w]
         self.workers.sort(key=lambda x: x.node_id)
         self.worker_tasks[node] = task = asyncio.create_task(w.run())
-        task.add_done_callback(lambda _: self._reply_event.set())  # wake wait() to report a crash
+        task.add_done_callback(functools.partial(self._worker_ended, w))
         return w
 
-    def crash(self, node: str) -> None:
+    def _worker_ended(self, w: Worker, task: asyncio.Task[None]) -> None:
+        """A worker told to leave (Retire) returns from run(): it is gone, like its process."""
+        if not task.cancelled() and task.exception() is None and w.retired.is_set():
+            self.retired.append(w.node_id)
+            self.network.unregister(w.node_id)
+            self.workers = [x for x in self.workers if x is not w]
+            if self.worker_tasks.get(w.node_id) is task:
+                del self.worker_tasks[w.node_id]
+            self._dead.append(task)
+        self._reply_event.set()  # wake wait() to report a crash
+
+    def add_worker(self, node: str) -> None:
+        """Start a new worker process: it registers with the running cluster and gets partitions."""
+        assert node not in self.worker_tasks, f"{node} runs already"
+        self._start_worker(node)
+
+    def lose(self, node: str) -> None:
+        """Kill a worker for good (no restart): the others take over once ``takeover_after_ms`` passed."""
+        if node in self.worker_tasks:
+            self.crash(node, restart=False)
+
+    def crash(self, node: str, *, restart: bool = True) -> None:
         """Kill a worker at this very point (state, in-flight work and undelivered messages are lost)
         and start a fresh process with the same id, which re-registers and triggers recovery."""
+        if node not in self.worker_tasks:
+            return  # it left the cluster (or was lost) already
         self.crashes += 1
         self.network.unregister(node)
         old = next(w for w in self.workers if w.node_id == node)
@@ -184,8 +209,10 @@ class SimCluster:
         dead = self.worker_tasks.pop(node)
         dead.cancel()
         self._dead.append(dead)  # awaited at exit: never left for the garbage collector to close
-        if not self._closing:
+        if not self._closing and restart:
             self._start_worker(node)
+        elif not restart:
+            self.workers = [x for x in self.workers if x is not old]
 
     async def __aexit__(self, *exc: object) -> None:
         with self._clock:
@@ -251,7 +278,9 @@ class SimCluster:
                 self._reply_event.clear()
                 if self.network.errors:
                     raise self.network.errors[0]
-                for t in [self.coordinator_task, *self.worker_tasks.values()]:
+                leaving = {w.node_id for w in self.workers if w.retired.is_set()}
+                live = [t for n, t in self.worker_tasks.items() if n not in leaving]
+                for t in [self.coordinator_task, *live]:
                     if t.done():
                         t.result()
                         raise AssertionError("a cluster task ended")

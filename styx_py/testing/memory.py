@@ -182,6 +182,10 @@ class MemoryIngress:
             self.listener()
 
     def assign(self, partitions: list[int]) -> None:
+        """Read exactly ``partitions`` (a partition that moved away is dropped, as on Kafka)."""
+        for p in set(self._pos) - set(partitions):
+            del self._pos[p]
+            self.log.listeners[(self.topic, p)].remove(self._notify)
         for p in partitions:
             if p not in self._pos:
                 self._pos[p] = 0

@@ -19,7 +19,7 @@ Nothing is ever pickled; bytes that do not decode on a channel raise
 :class:`~styx_py.core.errors.ProtocolError`.
 """
 
-from styx_py.core.wire.admin import AdminReply, DeployRequest, StatusRequest
+from styx_py.core.wire.admin import AdminReply, DeployRequest, DrainRequest, ScaleRequest, StatusRequest
 from styx_py.core.wire.codes import (
     COORDINATOR,
     UNDECODABLE,
@@ -42,6 +42,7 @@ from styx_py.core.wire.control import (
     RecoverDone,
     Register,
     ReplayDiverged,
+    Retire,
     Revote,
     SnapshotDone,
     SnapshotResult,
@@ -111,6 +112,7 @@ __all__ = [
     "ClusterView",
     "ControlToWorker",
     "DeployRequest",
+    "DrainRequest",
     "EpochDone",
     "EpochStart",
     "ExecDone",
@@ -139,8 +141,10 @@ __all__ = [
     "ReplyLookup",
     "ReplyStatus",
     "Request",
+    "Retire",
     "Revote",
     "Run",
+    "ScaleRequest",
     "SeqLogEntry",
     "SnapshotDone",
     "SnapshotResult",

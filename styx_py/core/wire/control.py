@@ -143,6 +143,9 @@ class ClusterView(Msg, tag="view"):
     egress_topic: str
     seqlog_topic: str
     gen: int
+    # Sequencer-id space: tid = sid + lc * n_seq. Never shrinks when workers leave, so tids issued after
+    # a scale-in stay above every earlier one (0 in views of older coordinators: len(workers)).
+    n_seq: int = 0
 
 
 class EpochStart(Msg, tag="es"):
@@ -165,9 +168,20 @@ class Recover(Msg, tag="recover"):
     manifest: Manifest
     replay_until: int  # last decided epoch: epochs manifest.epoch+1 .. replay_until are replayed
     gen: int
+    # A planned shape change at a barrier: the snapshot is of the last epoch that ran, so a worker that
+    # finished it keeps the partitions it still owns as they are and loads only the ones it gains.
+    keep: bool = False
 
 
 class Halt(Msg, tag="halt"):
     """The cluster is degraded (a replay diverged): run no more epochs, report not ready."""
 
     reason: str
+
+
+class Retire(Msg, tag="retire"):
+    """This worker is no longer part of the cluster (drained, or replaced after it was lost): its
+    partitions run elsewhere from generation ``gen`` on. It stops and its process exits (0)."""
+
+    reason: str
+    gen: int

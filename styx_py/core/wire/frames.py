@@ -19,7 +19,7 @@ import msgspec
 
 from styx_py.core.errors import ProtocolError
 from styx_py.core.limits import MAX_FRAME_BYTES
-from styx_py.core.wire.admin import AdminReply, DeployRequest, StatusRequest
+from styx_py.core.wire.admin import AdminReply, DeployRequest, DrainRequest, ScaleRequest, StatusRequest
 from styx_py.core.wire.codes import UNDECODABLE
 from styx_py.core.wire.control import (
     ClusterView,
@@ -33,6 +33,7 @@ from styx_py.core.wire.control import (
     RecoverDone,
     Register,
     ReplayDiverged,
+    Retire,
     Revote,
     SnapshotDone,
     SnapshotResult,
@@ -56,10 +57,14 @@ ToCoordinator = (
     | ReplayDiverged
     | DeployRequest
     | StatusRequest
+    | ScaleRequest
+    | DrainRequest
     | ReplyLookup
     | FoundReplies
 )
-ControlToWorker = ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt | FindReplies
+ControlToWorker = (
+    ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt | Retire | FindReplies
+)
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).
 PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote
 ToWorker = ControlToWorker | PeerMessage

@@ -107,6 +107,10 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     entries: list[BatchEntry]
     gen: int
     lc_end: int
+    # How many workers the generation that ran this epoch had (recovery replays an epoch only when
+    # every one of them logged it) and its sequencer-id space; 0 in entries of older versions.
+    nodes: int = 0
+    n_seq: int = 0
 
 
 class IngressRecord(msgspec.Struct, array_like=True):

@@ -57,3 +57,4 @@ class ClusterMeta(msgspec.Struct, array_like=True):
     gen: int
     epoch_generations: list[tuple[int, int]]
     degraded: str = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
+    n_seq: int = 0  # sequencer-id space (see ClusterView.n_seq); 0: len(workers)

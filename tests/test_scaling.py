@@ -1,0 +1,123 @@
+"""Changing the cluster's shape on real processes (issue 18): YCSB-T-style transfers run while the
+cluster goes 2 → 4 → 3 workers and then loses one for good; nothing is lost or answered twice and
+money is conserved. (The simulation covers many more interleavings: tests/test_reshape.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from styx_py.client import StyxClient
+from styx_py.core.wire import ScaleRequest, StatusRequest
+from styx_py.stack.local import LocalStack, admin
+from tests.test_integration import read_topic
+
+pytestmark = pytest.mark.services
+
+ACCOUNTS = 100
+INITIAL = 1000
+
+
+async def until(
+    stack: LocalStack, ok: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 180
+) -> None:
+    """Poll ``styx status`` (supervising, as ``styx up`` does) until ``ok`` holds, bounded by a deadline."""
+    deadline = time.monotonic() + timeout_s
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        await asyncio.to_thread(stack.supervise)
+        status = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
+        if ok(status):
+            return
+        await asyncio.sleep(0.2)  # polling the cluster's status, bounded by the deadline above
+    raise AssertionError(f"not {what} after {timeout_s}s: {status.get('state')}, {status.get('workers')}")
+
+
+def running_on(names: list[str]) -> Callable[[dict[str, Any]], bool]:
+    def ok(status: dict[str, Any]) -> bool:
+        workers = sorted(w["node_id"] for w in status["workers"])
+        return status["state"] == "running" and workers == names and not status["failed_workers"]
+
+    return ok
+
+
+async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None:
+    env = {
+        "STYX_LOG_LEVEL": "WARNING",
+        "STYX_SNAPSHOT_INTERVAL_S": "0.5",
+        "STYX_FAILURE_TIMEOUT_MS": "1000",
+        "STYX_TAKEOVER_AFTER_MS": "4000",
+    }
+    stack = LocalStack(tmp_path, workers=2, env=env)
+    await asyncio.to_thread(stack.start)
+    sent: list[str] = []
+    try:
+        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
+        async with await StyxClient.connect(stack.coordinator, timeout_s=180) as client:
+            await asyncio.gather(
+                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
+            )
+            stop = asyncio.Event()
+
+            async def load() -> None:
+                rng = random.Random(18)
+                window = asyncio.Semaphore(100)
+                pending: set[asyncio.Task[Any]] = set()
+
+                async def one(rid: str, a: int, b: int, amount: int) -> None:
+                    async with window:
+                        await client.submit("account", f"a{a}", "transfer", f"a{b}", amount, request_id=rid)
+
+                while not stop.is_set():
+                    a, b = rng.sample(range(ACCOUNTS), 2)
+                    rid = uuid.uuid4().hex
+                    sent.append(rid)
+                    task = asyncio.create_task(one(rid, a, b, rng.randint(1, 50)))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    await asyncio.sleep(0.005)  # the load's pace: ~200 transfers/s
+                await asyncio.gather(*pending)
+
+            load_task = asyncio.create_task(load())
+            await admin(stack.coordinator, ScaleRequest(4), secret=stack.secret)
+            await until(stack, running_on(["w1", "w2", "w3", "w4"]), "running on 4 workers")
+            await admin(stack.coordinator, ScaleRequest(3), secret=stack.secret)
+            await until(stack, running_on(["w1", "w2", "w3"]), "running on 3 workers (w4 drained)")
+            assert "w4" in stack.left  # it exited 0 and was not restarted
+            # w2 is lost for good: killed and never restarted (supervise would restart it, so drop it).
+            stack.procs.pop("w2").kill()
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                status = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
+                if running_on(["w1", "w3"])(status):
+                    break
+                await asyncio.sleep(0.2)  # polling the cluster's status, bounded by the deadline
+            else:
+                raise AssertionError("the survivors did not take over w2's partitions")
+            stop.set()
+            await load_task
+            total = sum(
+                await asyncio.gather(*(client.call("account", f"a{i}", "balance") for i in range(ACCOUNTS)))
+            )
+        assert total == ACCOUNTS * INITIAL
+        status = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
+        changes = [e["change"] for e in status["shape_changes"]]
+        assert len(changes) == 4, changes  # w3 joined, w4 joined, w4 drained, w2 lost
+        logged = await read_topic(stack.kafka, "styx-egress")
+        counts = Counter(r.request_id for r in logged)
+        twice = [rid for rid in sent if counts[rid] != 1]
+        assert not twice, (
+            f"{len(twice)} of {len(sent)} transfers answered {Counter(counts[r] for r in twice)} times"
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(stack.stop)
