@@ -18,7 +18,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,9 @@ class EpochLoop:
         self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
         self.throughput = Throughput()
         self.task: asyncio.Task[None] | None = None
+        # A code update waiting for its barrier: called with the next epoch to start, once every
+        # earlier epoch is over and before that one starts (no epoch is started early meanwhile).
+        self.before_start: Callable[[int], Awaitable[None]] | None = None
 
     def start(self, replay_until: int = -1, on_replayed: Callable[[], None] | None = None) -> None:
         self.task = self.tasks.start(self._run(replay_until, on_replayed))
@@ -119,6 +122,11 @@ class EpochLoop:
                         await self.clock.sleep(wait)
                     if gen != self.cluster.gen:
                         return
+                if self.before_start is not None and e > replay_until:
+                    barrier, self.before_start = self.before_start, None
+                    await barrier(e)
+                    if gen != self.cluster.gen:
+                        return
                 last_start = self.clock.now()
                 started = self._start(e, e <= replay_until)
 
@@ -128,6 +136,8 @@ class EpochLoop:
                 nonlocal last_start
                 if e + 1 <= replay_until or self.clock.now() < last_start + interval_s:
                     return None
+                if self.before_start is not None:
+                    return None  # a code update takes its barrier first
                 if not self.work.is_set() and sum(x.pending for x in executed) == 0:
                     return None
                 last_start = self.clock.now()
@@ -156,7 +166,8 @@ class EpochLoop:
             self._open(e, EpochDone),
             time.perf_counter(),
         )
-        self.cluster.broadcast(EpochStart(e, self.lc, replay, snapshot, self.cluster.gen))
+        c = self.cluster
+        c.broadcast(EpochStart(e, self.lc, replay, snapshot, c.gen, c.version_of(e)))
         return run
 
     async def _epoch(

@@ -27,6 +27,7 @@ class MetaStore:
             cluster.gen,
             list(manifest.epoch_generations),
             cluster.degraded,
+            list(cluster.versions),
         )
         await self.blobs.put(META_KEY, meta_encoder.encode(meta))
 

@@ -34,7 +34,7 @@ from styx_py.coordinator.metrics import CoordinatorMetrics
 from styx_py.coordinator.monitor import FailureMonitor
 from styx_py.coordinator.recovery import Recovery
 from styx_py.coordinator.snapshotter import Snapshotter
-from styx_py.coordinator.status import operator_rows, worker_rows
+from styx_py.coordinator.status import operator_rows, version_rows, worker_rows
 from styx_py.coordinator.tasks import Tasks
 from styx_py.core.blobs import BlobStore
 from styx_py.core.config import Config
@@ -48,6 +48,7 @@ from styx_py.core.wire import (
     ExecDone,
     Fenced,
     FoundReplies,
+    GraphPrepared,
     Halt,
     Heartbeat,
     Manifest,
@@ -100,6 +101,7 @@ class Coordinator:
             self.clock,
             self.snapshots,
             store,
+            self.epochs,
             min_workers=min_workers,
             create_topics=create_topics,
         )
@@ -185,6 +187,8 @@ class Coordinator:
                 self.snapshots.on_done(msg)
             case RecoverDone():
                 self.recovery.on_done(msg)
+            case GraphPrepared():
+                self.deployer.on_prepared(msg)
             case Fenced():
                 self.recovery.on_fenced(msg)
             case ReplayDiverged():
@@ -230,6 +234,9 @@ class Coordinator:
         c = self.cluster
         return {
             "graph": c.graph_path,
+            "version": c.versions[-1].number if c.versions else None,
+            "versions": version_rows(c),  # every committed version: number, graph, first epoch
+            "refused_updates": self.deployer.refused,
             "epoch": self.epoch,
             "workers": worker_rows(c, now),
             "operators": operator_rows(c),

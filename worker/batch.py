@@ -83,8 +83,9 @@ class BatchFormer:
         """Transactions waiting to run: rescheduled ones and requests buffered from the ingress."""
         return len(self.rescheduled) + self.ingress.pending()
 
-    def form(self, epoch: int, gen: int) -> tuple[list[RootTxn], SeqLogEntry, list[Resend]]:
-        """The live batch of ``epoch``: its roots, its sequencer-log entry and the resent ids it answers."""
+    def form(self, epoch: int, gen: int, version: int) -> tuple[list[RootTxn], SeqLogEntry, list[Resend]]:
+        """The live batch of ``epoch`` (run by graph ``version``): its roots, its sequencer-log entry and
+        the resent ids it answers."""
         lc_start = self.sequencer.lc
         resched, self.rescheduled = take_rescheduled(self.rescheduled)
         room = max(0, self.epoch_size_max - len(resched))
@@ -108,16 +109,23 @@ class BatchFormer:
         # Logged even when empty: a complete set of entries (one per worker) marks an epoch that may
         # have been decided, which is how a restarted coordinator finds where replay must end.
         entries: list[BatchEntry] = [Run(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
-        entry = SeqLogEntry(epoch, self.node_id, lc_start, entries + answered, gen, self.sequencer.lc)
+        entry = SeqLogEntry(
+            epoch, self.node_id, lc_start, entries + answered, gen, self.sequencer.lc, version
+        )
         return roots, entry, resends
 
-    async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:
-        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids."""
+    async def replayed(self, epoch: int, version: int) -> tuple[list[RootTxn], list[Resend]]:
+        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids (run by graph
+        ``version``, which must be the version the log says ran it)."""
         entry = self.replay.pop(epoch, None)
         roots: list[RootTxn] = []
         resends: list[Resend] = []
         if entry is None:
             return roots, resends
+        # The coordinator names every epoch's version from its durable list of versions, which a
+        # version joins before its first epoch starts: a difference is a bug, never an operating error.
+        logged = entry.version or 1
+        assert logged == version, f"replay of epoch {epoch} with graph version {version}; it ran {logged}"
         waiting = {r.tid: r for r in self.rescheduled}
         running = {r.request.request_id for r in self.rescheduled} | set(self.replies.waiting)
         # The entries list the runs first and the resent ids after them, so their order is not the

@@ -97,7 +97,9 @@ class EpochDriver:
         # Invocations run without a task of their own unless they wait (runner.py).
         self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn)
         self.store = StateStore()
-        self.current_graph: Graph | None = None
+        # Graph versions this worker loaded (prepared for a code update, or named by a view): an
+        # epoch runs the one its EpochStart names, so transactions never mix versions.
+        self.graphs: dict[int, Graph] = {}
         self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
         self.fence = -1  # the newest generation in a view: no epoch of an older one is decided here
         self.epochs: dict[int, EpochState] = {}
@@ -106,11 +108,6 @@ class EpochDriver:
         self.totals = Tally()  # since the start; read by the metrics
 
     # ---- InvocationHost (what the executor sees) -------------------------------------------------
-    @property
-    def graph(self) -> Graph:
-        assert self.current_graph is not None, "no graph deployed"
-        return self.current_graph
-
     def read(self, key: EntityKey) -> bytes | None:
         return self.store.get(key)
 
@@ -168,6 +165,10 @@ class EpochDriver:
         es = self.epoch_state(inv.epoch)
         if es is None:
             return  # a repeat of an invocation of a finished epoch
+        if not es.has_graph:
+            # A peer started the epoch first: which code runs is known at this worker's EpochStart.
+            es.before_start.append(inv)
+            return
         if self._held(es, inv):
             return
         key = (inv.phase, inv.tid, tuple(inv.path))
@@ -225,17 +226,26 @@ class EpochDriver:
             return  # a repeat
         es.started = True
         es.snapshot = msg.snapshot
+        version = msg.version or 1
+        graph = self.graphs.get(version)
+        assert graph is not None, (
+            f"{self.node_id}: epoch {msg.epoch} runs graph version {version}, not loaded"
+        )
+        es.graph, es.version = graph, version
+        held, es.before_start = es.before_start, []
+        for m in held:
+            self.on_message(m)
         self.batch.sequencer.rebalance(msg.lc)
         if msg.replay:
             self.spawn(self._start_replayed(es))
             return
         self.replies.live()
-        roots, entry, es.resends = self.batch.form(msg.epoch, es.gen)
+        roots, entry, es.resends = self.batch.form(msg.epoch, es.gen, version)
         es.seqlog_written = self.seqlog.append(entry)
         self._run_roots(es, roots)
 
     async def _start_replayed(self, es: EpochState) -> None:
-        roots, es.resends = await self.batch.replayed(es.epoch)
+        roots, es.resends = await self.batch.replayed(es.epoch, es.version)
         self._run_roots(es, roots)
 
     def _run_roots(self, es: EpochState, roots: list[RootTxn]) -> None:
@@ -247,7 +257,7 @@ class EpochDriver:
             self._send_exec_done(es)
             return
         for root in roots:
-            bad = self.table.misrouted(root.request, root.partition)
+            bad = self.table.misrouted(root.request, root.partition, es.graph)
             if bad is not None:
                 root.record(Status.BAD, bad, [])
                 es.cache.setdefault(root.tid, [])

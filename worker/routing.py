@@ -14,6 +14,7 @@ from typing import Protocol
 
 import msgspec
 
+from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.ports import Transport
 from styx_py.core.requests import request_problem
@@ -53,16 +54,18 @@ class RoutingTable:
         """The partitions this worker owns."""
         return [p for p, owner in enumerate(self.placement) if owner == self.node_id]
 
-    def misrouted(self, request: Request, partition: int) -> str | None:
+    def misrouted(self, request: Request, partition: int, graph: Graph) -> str | None:
         """Why ``request`` (taken from ingress ``partition``) cannot run here, or None: a limit it
         breaks (:func:`~styx_py.core.requests.request_problem`, whatever produced the record), an
-        unknown operator, a key of another partition. A pure function of the request and the view."""
+        operator the epoch's ``graph`` lacks, a key of another partition. A pure function of the
+        request, the graph version and the view (a replay answers as the original run did)."""
         problem = request_problem(request)
         if problem is not None:
             return problem
-        partitions = self.op_partitions.get(request.operator)
-        if partitions is None:
+        op = graph.operators.get(request.operator)
+        if op is None:
             return f"unknown operator {request.operator!r}"
+        partitions = op.partitions
         if partition_of(request.key, partitions) != partition:
             return f"request for key {request.key!r} arrived on ingress partition {partition}, not its own"
         return None

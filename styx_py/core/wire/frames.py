@@ -27,8 +27,10 @@ from styx_py.core.wire.control import (
     EpochStart,
     ExecDone,
     Fenced,
+    GraphPrepared,
     Halt,
     Heartbeat,
+    PrepareGraph,
     Recover,
     RecoverDone,
     Register,
@@ -53,13 +55,16 @@ ToCoordinator = (
     | SnapshotDone
     | Fenced
     | RecoverDone
+    | GraphPrepared
     | ReplayDiverged
     | DeployRequest
     | StatusRequest
     | ReplyLookup
     | FoundReplies
 )
-ControlToWorker = ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt | FindReplies
+ControlToWorker = (
+    ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt | FindReplies | PrepareGraph
+)
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).
 PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote
 ToWorker = ControlToWorker | PeerMessage

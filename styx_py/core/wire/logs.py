@@ -107,6 +107,9 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     entries: list[BatchEntry]
     gen: int
     lc_end: int
+    # The graph version that ran the epoch (replay checks it runs the same). Last, with a default:
+    # 0 in records written before code updates, when the first version ran every epoch.
+    version: int = 0
 
 
 class IngressRecord(msgspec.Struct, array_like=True):

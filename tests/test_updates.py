@@ -1,0 +1,234 @@
+"""Code updates: ``styx deploy`` of a new version takes effect at an epoch barrier on every worker.
+
+Transactions of epochs before the barrier ran the old version, those of the barrier epoch and after
+run the new one: over seeds, with workers and the coordinator crashing around the update, every reply
+and the final state equal the serial execution in commit order where each transaction runs the
+version of its epoch. A version that cannot be loaded or would move keys is refused and changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import msgspec
+import pytest
+
+from styx_py.cli import format_status
+from styx_py.core.errors import GraphError
+from styx_py.core.graph import GraphVersion, version_at
+from styx_py.core.wire import ClusterMeta, ClusterView, EpochStart, Reply, SeqLogEntry, seqlog_decoder
+from styx_py.testing.cluster import SimCluster, check_against_serial
+
+V1 = "tests.apps.versioned:v1"
+V2 = "tests.apps.versioned:v2"
+RETRY_S = 0.25  # virtual time between deploy attempts (an operator retrying a refused update)
+MAX_ATTEMPTS = 200
+
+
+def submit_mix(c: SimCluster, rng: random.Random, n: int, *, new_functions: bool) -> None:
+    """Transfers on hot keys (conflicts, fallback, rescheduling), chains of synchronous calls across
+    workers, deposits; ``acct.bonus`` exists only from v2 on (before: an unknown function)."""
+
+    def key() -> str:
+        return f"k{rng.randrange(3)}" if rng.random() < 0.5 else f"k{rng.randrange(12)}"
+
+    for _ in range(n):
+        kind = rng.random()
+        a, b = key(), key()
+        if kind < 0.45 and a != b:
+            c.submit("acct", "transfer", a, b, rng.randint(1, 40))
+        elif kind < 0.6:
+            c.submit("acct", "chain", a, [f"k{rng.randrange(12)}" for _ in range(rng.randint(0, 3))], 2)
+        elif kind < 0.7 or not new_functions:
+            c.submit("acct", "deposit", a, rng.randint(1, 9))
+        elif kind < 0.85:
+            c.submit("acct", "bonus", a)
+        else:
+            c.submit("fees", "collect", "total", 1)  # a new operator: only once v2 is committed
+
+
+async def deploy_until_committed(c: SimCluster, import_path: str) -> dict[str, Any]:
+    """Deploy, retrying what a crash refused (a recovery in between, a coordinator that died)."""
+    for _ in range(MAX_ATTEMPTS):
+        try:
+            return await c.deploy(import_path, timeout_s=5.0)
+        except GraphError as exc:
+            assert "did not" in str(exc) or "recover" in str(exc) or "in progress" in str(exc), exc
+            await asyncio.sleep(RETRY_S)
+    raise AssertionError(f"{import_path} was never committed")
+
+
+def version_of(reply: Reply) -> str | None:
+    value = reply.value if reply.committed else None
+    return value[0] if isinstance(value, list) and value and isinstance(value[0], str) else None
+
+
+async def run_update(seed: int, *, crashes: int, coordinator_crashes: int) -> SimCluster:
+    rng = random.Random(seed)
+    async with SimCluster(
+        V1,
+        workers=3,
+        seed=seed,
+        epoch_size_max=rng.choice([5, 20]),
+        snapshot_interval_epochs=1 + seed % 3,
+        epoch_timeout_ms=300,
+        egress_ack_lag=rng.choice([0, 4]),
+        seqlog_ack_lag=(seed % 3) * 10,
+    ) as c:
+        for i in range(12):
+            c.submit("acct", "deposit", f"k{i}", 100)
+        await c.wait()
+        base = c.network.delivered
+        for _ in range(crashes):
+            node = rng.choice(["w1", "w2", "w3"])
+            c.network.fault_at(base + rng.randint(10, 600), lambda node=node: c.crash(node))
+        for _ in range(coordinator_crashes):
+            c.network.fault_at(base + rng.randint(10, 600), c.crash_coordinator)
+        c.submit("acct", "bonus", "k1")  # before the barrier: v1 has no such function
+        submit_mix(c, rng, 120, new_functions=False)
+        await c.wait_for_replies(len(c.replies) + 30)
+        await deploy_until_committed(c, V2)  # under load: most requests above are still to run
+        submit_mix(c, rng, 80, new_functions=True)
+        await c.wait(timeout_s=120)
+        await check_against_serial(c)
+        return c
+
+
+def barrier_of(c: SimCluster) -> int:
+    versions = c.coordinator.cluster.versions
+    assert [(v.number, v.import_path) for v in versions] == [(1, V1), (2, V2)], versions
+    return versions[1].first_epoch
+
+
+def assert_versions_by_epoch(c: SimCluster) -> tuple[int, int]:
+    """Every committed reply names the version of its epoch; returns (v1 replies, v2 replies)."""
+    barrier = barrier_of(c)
+    counts = {"v1": 0, "v2": 0}
+    for reply in c.unique_replies():
+        tag = version_of(reply)
+        if tag is None:
+            continue
+        assert tag == ("v1" if reply.epoch < barrier else "v2"), (c.seed, barrier, reply)
+        counts[tag] += 1
+    # Every worker's sequencer-log entry records the version its epoch ran.
+    for entry in seqlog_entries(c):
+        if entry.gen == c.coordinator.manifest.generation_of(entry.epoch):  # type: ignore[union-attr]
+            assert (entry.version or 1) == (1 if entry.epoch < barrier else 2), entry
+    return counts["v1"], counts["v2"]
+
+
+def seqlog_entries(c: SimCluster) -> list[SeqLogEntry]:
+    entries = c.log.topics[c.config.seqlog_topic][0]
+    assert entries and all(isinstance(e, SeqLogEntry) for e in entries)
+    return list(entries)
+
+
+async def test_an_update_under_load_answers_v1_before_the_barrier_and_v2_after() -> None:
+    c = await run_update(1, crashes=0, coordinator_crashes=0)
+    v1, v2 = assert_versions_by_epoch(c)
+    assert v1 > 0 and v2 > 0, (v1, v2)
+    bonus = [r for r in c.unique_replies() if c.requests[r.request_id].function == "bonus"]
+    before = [r for r in bonus if r.epoch < barrier_of(c)]
+    assert before and all(r.status == "failed" and "unknown function" in (r.error or "") for r in before)
+    assert any(r.committed for r in bonus), "no bonus ran on v2"
+    status = c.coordinator.status()
+    assert status["version"] == 2 and status["graph"] == V2
+    assert [v["version"] for v in status["versions"]] == [1, 2]
+    shown = format_status(status)
+    assert f"{V2}, version 2 from epoch {barrier_of(c)} (before: 1 {V1} from 0)" in shown, shown
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_updates_with_crashes_run_every_epoch_with_its_version(seed: int) -> None:
+    c = await run_update(100 + seed, crashes=1 + seed % 2, coordinator_crashes=1 if seed % 3 == 0 else 0)
+    assert c.crashes >= 1
+    assert_versions_by_epoch(c)
+
+
+@pytest.mark.parametrize(
+    ("import_path", "error"),
+    [
+        ("tests.apps.no_such_module:app", "cannot import"),
+        ("tests.apps.versioned:nothing", "has no attribute"),
+        ("tests.apps.versioned:repartitioned", "moves its keys between partitions"),
+        ("tests.apps.versioned:too_wide", "cannot add partitions"),
+        ("tests.apps.versioned:dropped", "removes operator 'ledger'"),
+    ],
+)
+async def test_a_refused_update_leaves_the_old_version_running(import_path: str, error: str) -> None:
+    async with SimCluster(V1, workers=2, seed=3, epoch_size_max=10) as c:
+        for i in range(8):
+            c.submit("acct", "deposit", f"k{i}", 10)
+        with pytest.raises(GraphError, match=error):
+            await c.coordinator.deploy(import_path, timeout_s=5.0)
+        c.submit("acct", "bonus", "k1")
+        for i in range(8):
+            c.submit("acct", "deposit", f"k{i}", 1)
+        await c.wait()
+        await check_against_serial(c)
+        assert c.coordinator.cluster.versions == [GraphVersion(1, V1, 0)]
+        assert {version_of(r) for r in c.unique_replies() if r.committed} == {"v1"}
+        assert c.coordinator.status()["refused_updates"] == 1
+
+
+async def test_a_worker_that_cannot_load_the_new_version_refuses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's Python path may differ from the coordinator's: its failure refuses the update."""
+    import styx_py.worker.service as service
+
+    real = service.load_graph
+
+    def workers_lack_v2(path: str) -> Any:  # the workers' Python path, without v2 on it
+        if path == V2:
+            raise GraphError("cannot import 'tests.apps.versioned': not on this worker's path")
+        return real(path)
+
+    async with SimCluster(V1, workers=3, seed=5, epoch_size_max=10) as c:
+        monkeypatch.setattr(service, "load_graph", workers_lack_v2)
+        with pytest.raises(GraphError, match=r"worker w1 cannot load .*not on this worker's path"):
+            await c.coordinator.deploy(V2, timeout_s=5.0)
+        monkeypatch.undo()
+        c.submit("acct", "deposit", "k1", 1)
+        await c.wait()
+        await check_against_serial(c)
+        assert version_of(c.replies[-1]) == "v1"
+        assert c.coordinator.graph_path == V1
+
+
+async def test_two_updates_in_a_row_and_a_replay_across_both() -> None:
+    """v1 -> v2 -> v3, then a worker crash: the replay runs each epoch with the version it ran with."""
+    async with SimCluster(V1, workers=3, seed=8, epoch_size_max=5, snapshot_interval_epochs=0) as c:
+        rng = random.Random(8)
+        submit_mix(c, rng, 30, new_functions=False)
+        await c.deploy(V2)
+        submit_mix(c, rng, 30, new_functions=True)
+        await c.deploy("tests.apps.versioned:v3")
+        submit_mix(c, rng, 30, new_functions=True)
+        await c.wait()
+        c.crash("w2")  # no snapshot: recovery replays every epoch, across all three versions
+        submit_mix(c, rng, 30, new_functions=True)
+        await c.wait(timeout_s=60)
+        await check_against_serial(c)
+        assert c.coordinator.recoveries >= 1
+        assert [v.number for v in c.coordinator.cluster.versions] == [1, 2, 3]
+        tags = {version_of(r) for r in c.unique_replies()} - {None}
+        assert tags == {"v1", "v2", "v3"}
+
+
+def test_records_written_before_code_updates_still_decode() -> None:
+    """The version fields are last, with defaults: a sequencer-log entry, a saved cluster state, a view
+    or an EpochStart written before them decode (as the first version)."""
+    old_entry = msgspec.msgpack.encode([3, "w1", 40, [], 2, 42])
+    assert seqlog_decoder.decode(old_entry).version == 0
+    old_meta = msgspec.msgpack.encode(["m:app", ["w1"], ["w1"], 2, [[0, 0]], ""])
+    meta = msgspec.msgpack.decode(old_meta, type=ClusterMeta)
+    assert meta.versions == [] and meta.graph_path == "m:app"
+    view = ClusterView(1, [], [], "m:app", [], None, "in", "out", "seq", 0)
+    encoded = msgspec.msgpack.encode(view)
+    assert msgspec.msgpack.decode(encoded, type=ClusterView).versions == []
+    start = msgspec.msgpack.decode(msgspec.msgpack.encode(["es", 5, 0, False, False, 1]), type=EpochStart)
+    assert start.version == 0
+    assert version_at([GraphVersion(1, "a", 0), GraphVersion(2, "b", 7)], 6).number == 1
+    assert version_at([GraphVersion(1, "a", 0), GraphVersion(2, "b", 7)], 7).number == 2
