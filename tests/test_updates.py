@@ -258,3 +258,35 @@ async def test_the_audit_replays_each_epoch_with_its_version() -> None:
 
     assert await findings(versions) == 0
     assert await findings(V2) > 0
+
+
+async def test_the_gateway_client_learns_the_new_functions_of_an_update() -> None:
+    """The SDK checks calls against the deployed graph: after a code update the gateway's client must
+    accept the new operators and functions (it learns them from the coordinator's status)."""
+    from styx_py.client.gateway.cluster import Backend, ClusterLink
+    from styx_py.client.gateway.config import GatewayConfig
+    from styx_py.client.sdk import StyxClient
+    from styx_py.core.errors import BadRequest
+    from styx_py.core.graph import load_graph
+
+    def status(path: str) -> dict[str, Any]:
+        ops = load_graph(path).specs()
+        return {"graph": path, "state": "running", "operators": [msgspec.structs.asdict(o) for o in ops]}
+
+    statuses = [status(V1), status(V2)]
+    client = StyxClient("127.0.0.1:1", {"acct": 4, "ledger": 2}, functions={"acct": ["deposit"]})
+
+    async def source() -> dict[str, Any]:
+        return statuses[0]
+
+    async def factory(body: Any, cfg: GatewayConfig) -> Backend:
+        return client
+
+    link = ClusterLink(GatewayConfig("127.0.0.1:1"), source, factory)
+    await link._poll(0)
+    with pytest.raises(BadRequest, match="bonus"):
+        client.prepare("acct", "bonus")
+    statuses.pop(0)
+    await link._poll(0)
+    client.prepare("acct", "bonus")
+    client.prepare("fees", "collect")
