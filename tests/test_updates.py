@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -290,3 +292,73 @@ async def test_the_gateway_client_learns_the_new_functions_of_an_update() -> Non
     await link._poll(0)
     client.prepare("acct", "bonus")
     client.prepare("fees", "collect")
+
+
+@pytest.mark.services
+async def test_a_code_update_under_load_on_real_processes(kafka: Any, s3: Any, tmp_path: Path) -> None:
+    """The same on a real cluster (coordinator and 2 worker processes, Tansu, SeaweedFS): transfers
+    run while v2 is deployed; a refused update changes nothing; a worker killed after the update
+    recovers (replaying epochs of both versions when its snapshot is older than the barrier). Every
+    reply is v1 before the barrier and v2 from it, each request answered once, money conserved."""
+    from styx_py.client import StyxClient
+    from styx_py.core.errors import StyxError
+    from styx_py.core.wire import StatusRequest
+    from styx_py.stack.local import LocalStack, admin
+    from tests.service_fixtures import cluster_env
+    from tests.test_integration import read_topic
+
+    env = cluster_env(snapshot_interval_s="0.5")
+    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)
+    await asyncio.to_thread(stack.start)
+    replies: list[Reply] = []
+    rng = random.Random(7)
+    accounts = [f"a{i}" for i in range(20)]
+
+    async def transfers(client: StyxClient, n: int) -> None:
+        window = asyncio.Semaphore(50)
+
+        async def one() -> None:
+            a, b = rng.sample(accounts, 2)
+            async with window:
+                replies.append(await client.submit("acct", a, "transfer", b, rng.randint(1, 30)))
+
+        await asyncio.gather(*(one() for _ in range(n)))
+
+    try:
+        await asyncio.to_thread(stack.deploy, V1)
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            replies += await asyncio.gather(*(client.submit("acct", a, "deposit", 100) for a in accounts))
+            load = asyncio.ensure_future(transfers(client, 600))
+            body = await asyncio.to_thread(stack.deploy, V2)  # under load
+            with pytest.raises(StyxError, match="moves its keys"):
+                await asyncio.to_thread(stack.deploy, "tests.apps.versioned:repartitioned")
+            await load
+            client.set_deployment(
+                {o["name"]: o["partitions"] for o in body["operators"]},
+                {o["name"]: o["functions"] for o in body["operators"]},
+            )
+            bonus = await asyncio.gather(*(client.submit("acct", a, "bonus") for a in accounts[:5]))
+            replies += bonus
+            stack.kill("w1")
+            stack.start_worker("w1")
+            await transfers(client, 300)
+            balances = [await client.call("acct", a, "peek") for a in accounts]
+            fees = await client.call("fees", "total", "collect", 0)
+        status = await admin(stack.coordinator, StatusRequest())
+        logged = await read_topic(kafka.bootstrap, env["STYX_EGRESS_TOPIC"])
+    finally:
+        await asyncio.to_thread(stack.stop)
+    assert [v["version"] for v in status["versions"]] == [1, 2] and status["refused_updates"] == 1
+    assert status["recoveries"] >= 1
+    barrier = status["versions"][1]["first_epoch"]
+    tags = {"v1": 0, "v2": 0}
+    for reply in replies:
+        tag = version_of(reply)
+        if tag is not None:
+            assert tag == ("v1" if reply.epoch < barrier else "v2"), (barrier, reply)
+            tags[tag] += 1
+    assert tags["v1"] > 0 and tags["v2"] > 0, tags
+    counts = Counter(r.request_id for r in logged)
+    assert all(counts[r.request_id] == 1 for r in replies), "a request was answered twice or not at all"
+    assert all(r.committed for r in bonus), bonus
+    assert sum(b[1] for b in balances) + fees[1] == 100 * len(accounts) + 5 * len(bonus)
