@@ -234,7 +234,7 @@ class Coordinator:
         c = self.cluster
         return {
             "graph": c.graph_path,
-            "version": c.versions[-1].number if c.versions else None,
+            "version": self.graph_version or None,
             "versions": version_rows(c),  # every committed version: number, graph, first epoch
             "refused_updates": self.deployer.refused,
             "epoch": self.epoch,
@@ -282,6 +282,11 @@ class Coordinator:
     @property
     def graph_path(self) -> str | None:
         return self.cluster.graph_path
+
+    @property
+    def graph_version(self) -> int:
+        """The running version of the graph (0 before the first deploy)."""
+        return self.cluster.versions[-1].number if self.cluster.versions else 0
 
     @property
     def workers(self) -> list[str]:

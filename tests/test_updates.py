@@ -68,7 +68,9 @@ def version_of(reply: Reply) -> str | None:
     return value[0] if isinstance(value, list) and value and isinstance(value[0], str) else None
 
 
-async def run_update(seed: int, *, crashes: int, coordinator_crashes: int) -> SimCluster:
+async def run_update(
+    seed: int, *, crashes: int, coordinator_crashes: int, drops: int = 0, duplicates: int = 0
+) -> SimCluster:
     rng = random.Random(seed)
     async with SimCluster(
         V1,
@@ -89,6 +91,10 @@ async def run_update(seed: int, *, crashes: int, coordinator_crashes: int) -> Si
             c.network.fault_at(base + rng.randint(10, 600), lambda node=node: c.crash(node))
         for _ in range(coordinator_crashes):
             c.network.fault_at(base + rng.randint(10, 600), c.crash_coordinator)
+        for _ in range(drops):
+            c.network.drops.add(base + rng.randint(10, 600))  # e.g. a PrepareGraph, a view, a vote
+        for _ in range(duplicates):
+            c.network.duplicates.add(base + rng.randint(10, 600))
         c.submit("acct", "bonus", "k1")  # before the barrier: v1 has no such function
         submit_mix(c, rng, 120, new_functions=False)
         await c.wait_for_replies(len(c.replies) + 30)
@@ -139,6 +145,7 @@ async def test_an_update_under_load_answers_v1_before_the_barrier_and_v2_after()
     status = c.coordinator.status()
     assert status["version"] == 2 and status["graph"] == V2
     assert [v["version"] for v in status["versions"]] == [1, 2]
+    assert c.coordinator.metrics.registry.get_sample_value("styx_coordinator_graph_version") == 2
     shown = format_status(status)
     assert f"{V2}, version 2 from epoch {barrier_of(c)} (before: 1 {V1} from 0)" in shown, shown
 
@@ -147,6 +154,17 @@ async def test_an_update_under_load_answers_v1_before_the_barrier_and_v2_after()
 async def test_updates_with_crashes_run_every_epoch_with_its_version(seed: int) -> None:
     c = await run_update(100 + seed, crashes=1 + seed % 2, coordinator_crashes=1 if seed % 3 == 0 else 0)
     assert c.crashes >= 1
+    assert_versions_by_epoch(c)
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_updates_with_lost_and_duplicated_messages(seed: int) -> None:
+    """A lost PrepareGraph, GraphPrepared, view or vote stalls the update or an epoch (the deploy is
+    retried, recovery repairs the epoch); duplicates change nothing."""
+    c = await run_update(
+        200 + seed, crashes=seed % 2, coordinator_crashes=seed % 2, drops=1 + seed % 2, duplicates=20
+    )
+    assert c.network.dropped >= 1
     assert_versions_by_epoch(c)
 
 
