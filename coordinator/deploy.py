@@ -15,7 +15,7 @@ barrier epoch ran the old version, those of the barrier epoch and after run the 
    version joins the versions list with first epoch ``E``, the cluster's durable state is saved, the
    view (with the versions) goes out, and ``EpochStart(E)`` names the new version. The version of
    every epoch is thus durable before the epoch runs, and every worker's sequencer-log entry records
-   it too: a replay runs each epoch with the code it ran with.
+   it too: a replay runs each epoch with the code its log entries say it ran with.
 """
 
 from __future__ import annotations
@@ -190,6 +190,14 @@ class Deployer:
         if u.gen != c.gen:
             raise GraphError("a recovery began while the workers prepared the update; deploy again")
 
+    async def _restore_saved_state(self) -> None:
+        """After a failed save of a committed version: save the state without it, in case the failed
+        write landed anyway (best effort: a replay follows the sequencer log's versions regardless)."""
+        try:
+            await self.store.save(self.cluster, self.snapshots.manifest)
+        except Exception as exc:  # noqa: BLE001 - the next save (recovery, update) writes it again
+            log.warning("could not save the cluster state back without the refused version: %s", exc)
+
     def on_prepared(self, msg: GraphPrepared) -> None:
         u = self.update
         if u is not None and msg.version == u.number:
@@ -215,6 +223,7 @@ class Deployer:
             await self.store.save(c, self.snapshots.manifest)
         except Exception as exc:  # noqa: BLE001 - the update is refused; the old version runs on
             c.graph_path, c.versions, c.operators, c.warnings = before
+            await self._restore_saved_state()
             u.committed.set_exception(
                 GraphError(f"saving the cluster state failed ({type(exc).__name__}: {exc}); nothing changed")
             )

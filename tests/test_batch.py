@@ -98,7 +98,7 @@ async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
     replay.batch = BatchFormer("w1", 100, replay.ingress, replay.replies)
     replay.batch.rescheduled = [_root(101, "x", partition=1)]
     replay.batch.replay = {0: entry}
-    again, _ = await replay.batch.replayed(0, 1)
+    again, _ = await replay.batch.replayed(0)
     assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
     assert replay.batch.sequencer.lc == entry.lc_end
     assert list(replay.replies.waiting) == ["r1"]
@@ -129,7 +129,7 @@ async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_l
     replay.batch = BatchFormer("w1", 100, MemoryIngress(live.log, INGRESS), replay.replies)
     replay.batch.ingress.assign([0, 1])
     replay.batch.replay = {0: entry}
-    again, again_resends = await replay.batch.replayed(0, 1)
+    again, again_resends = await replay.batch.replayed(0)
     assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
     assert again_resends == resends == [(0, done)]
     assert [rec.offset for rec in replay.replies.waiting["x"]] == [2]

@@ -157,12 +157,14 @@ async def test_updates_with_crashes_run_every_epoch_with_its_version(seed: int) 
     assert_versions_by_epoch(c)
 
 
-@pytest.mark.parametrize("seed", range(4))
+# 4069 (found by a sweep): the view listing v2's new operator was lost; the worker ran epoch E with v2
+# (prepared) and could not route its call to that operator. Workers now route to the epoch's graph.
+@pytest.mark.parametrize("seed", [200, 201, 202, 203, 4069])
 async def test_updates_with_lost_and_duplicated_messages(seed: int) -> None:
     """A lost PrepareGraph, GraphPrepared, view or vote stalls the update or an epoch (the deploy is
     retried, recovery repairs the epoch); duplicates change nothing."""
     c = await run_update(
-        200 + seed, crashes=seed % 2, coordinator_crashes=seed % 2, drops=1 + seed % 2, duplicates=20
+        seed, crashes=seed % 3, coordinator_crashes=seed % 2, drops=1 + seed % 2, duplicates=20
     )
     assert c.network.dropped >= 1
     assert_versions_by_epoch(c)
@@ -192,6 +194,26 @@ async def test_a_refused_update_leaves_the_old_version_running(import_path: str,
         assert c.coordinator.cluster.versions == [GraphVersion(1, V1, 0)]
         assert {version_of(r) for r in c.unique_replies() if r.committed} == {"v1"}
         assert c.coordinator.status()["refused_updates"] == 1
+
+
+async def test_an_update_whose_state_cannot_be_saved_is_refused() -> None:
+    """The version of an epoch must be durable before the epoch runs: when saving the cluster's state
+    fails at the barrier, the update is refused and v1 runs on (and a later deploy succeeds)."""
+    async with SimCluster(V1, workers=2, seed=4, epoch_size_max=10) as c:
+        c.submit("acct", "deposit", "k1", 10)
+        await c.wait()
+        c.blobs.fail(1, "cluster/")
+        with pytest.raises(GraphError, match="saving the cluster state failed"):
+            await c.deploy(V2, timeout_s=5.0)
+        c.submit("acct", "deposit", "k1", 1)
+        await c.wait()
+        assert version_of(c.replies[-1]) == "v1"
+        assert c.coordinator.cluster.versions == [GraphVersion(1, V1, 0)]
+        await c.deploy(V2, timeout_s=5.0)
+        c.submit("acct", "bonus", "k1")
+        await c.wait()
+        assert version_of(c.replies[-1]) == "v2"
+        await check_against_serial(c)
 
 
 async def test_a_worker_that_cannot_load_the_new_version_refuses_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -380,3 +402,41 @@ async def test_a_code_update_under_load_on_real_processes(kafka: Any, s3: Any, t
     assert all(counts[r.request_id] == 1 for r in replies), "a request was answered twice or not at all"
     assert all(r.committed for r in bonus), bonus
     assert sum(b[1] for b in balances) + fees[1] == 100 * len(accounts) + 5 * len(bonus)
+
+
+async def test_a_replay_that_needs_a_version_it_cannot_import_fails_by_name(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """All versions stay importable (docs/operations.md#code-updates): a restarted worker that must
+    replay v1 epochs but cannot import v1 fails its recovery with an error naming the epoch, the
+    version and the path; the recovery is retried and succeeds once v1 is importable again."""
+    import styx_py.worker.service as service
+
+    real = service.load_graph
+
+    def v1_gone(path: str) -> Any:
+        if path == V1:
+            raise GraphError("cannot import 'tests.apps.versioned': v1 was uninstalled")
+        return real(path)
+
+    async with SimCluster(V1, workers=2, seed=6, epoch_size_max=5, snapshot_interval_epochs=0) as c:
+        rng = random.Random(6)
+        submit_mix(c, rng, 20, new_functions=False)
+        await c.wait()
+        await c.deploy(V2)
+        monkeypatch.setattr(service, "load_graph", v1_gone)
+        c.crash("w2")  # no snapshot: its replay starts with v1's epochs
+        for _ in range(MAX_ATTEMPTS):  # poll (virtual time) until an attempt failed
+            if c.coordinator.recovery.failed_attempts:
+                break
+            await asyncio.sleep(RETRY_S)
+        assert c.coordinator.recovery.failed_attempts >= 1
+        monkeypatch.undo()
+        submit_mix(c, rng, 20, new_functions=True)
+        await c.wait(timeout_s=60)
+        await check_against_serial(c)
+    failures = [r.getMessage() for r in caplog.records if "recovery to generation" in r.getMessage()]
+    assert any(
+        "replaying epoch 0 needs graph version 1 (tests.apps.versioned:v1)" in m and "uninstalled" in m
+        for m in failures
+    ), failures

@@ -114,18 +114,18 @@ class BatchFormer:
         )
         return roots, entry, resends
 
-    async def replayed(self, epoch: int, version: int) -> tuple[list[RootTxn], list[Resend]]:
-        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids (run by graph
-        ``version``, which must be the version the log says ran it)."""
+    def logged_version(self, epoch: int) -> int | None:
+        """The graph version a logged epoch to replay ran with (None: no entry of it here)."""
+        entry = self.replay.get(epoch)
+        return None if entry is None else entry.version or 1  # 0: logged before code updates
+
+    async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:
+        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids."""
         entry = self.replay.pop(epoch, None)
         roots: list[RootTxn] = []
         resends: list[Resend] = []
         if entry is None:
             return roots, resends
-        # The coordinator names every epoch's version from its durable list of versions, which a
-        # version joins before its first epoch starts: a difference is a bug, never an operating error.
-        logged = entry.version or 1
-        assert logged == version, f"replay of epoch {epoch} with graph version {version}; it ran {logged}"
         waiting = {r.tid: r for r in self.rescheduled}
         running = {r.request.request_id for r in self.rescheduled} | set(self.replies.waiting)
         # The entries list the runs first and the resent ids after them, so their order is not the

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -65,6 +66,8 @@ from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, Tally, roo
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
+log = logging.getLogger("styx.worker")
+
 EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, ExecDone, Vote, Revote)
 """What :meth:`EpochDriver.on_message` takes: every message that belongs to an epoch."""
 EpochMessage = Invoke | Ack | CallResult | Final | EpochStart | ExecDone | Vote | Revote
@@ -97,8 +100,9 @@ class EpochDriver:
         # Invocations run without a task of their own unless they wait (runner.py).
         self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn)
         self.store = StateStore()
-        # Graph versions this worker loaded (prepared for a code update, or named by a view): an
-        # epoch runs the one its EpochStart names, so transactions never mix versions.
+        # Graph versions this worker loaded (prepared for a code update, or named by a view): a live
+        # epoch runs the one its EpochStart names, a replayed one the one its log entry names, so the
+        # transactions of an epoch never mix versions.
         self.graphs: dict[int, Graph] = {}
         self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
         self.fence = -1  # the newest generation in a view: no epoch of an older one is decided here
@@ -226,12 +230,26 @@ class EpochDriver:
             return  # a repeat
         es.started = True
         es.snapshot = msg.snapshot
-        version = msg.version or 1
+        version = msg.version or 1  # 0: from a coordinator that predates code updates
+        logged = self.batch.logged_version(msg.epoch) if msg.replay else None
+        if logged is not None and logged != version:
+            # The sequencer log records the code each epoch ran with: a replay follows it. (The
+            # coordinator's list agrees unless saving it failed ambiguously during an update.)
+            log.warning(
+                "%s: epoch %d ran graph version %d (log), the coordinator says %d: replaying with %d",
+                self.node_id,
+                msg.epoch,
+                logged,
+                version,
+                logged,
+            )
+            version = logged
         graph = self.graphs.get(version)
         assert graph is not None, (
             f"{self.node_id}: epoch {msg.epoch} runs graph version {version}, not loaded"
         )
-        es.graph, es.version = graph, version
+        es.graph = graph
+        self.table.know(graph)
         held, es.before_start = es.before_start, []
         for m in held:
             self.on_message(m)
@@ -245,7 +263,7 @@ class EpochDriver:
         self._run_roots(es, roots)
 
     async def _start_replayed(self, es: EpochState) -> None:
-        roots, es.resends = await self.batch.replayed(es.epoch, es.version)
+        roots, es.resends = await self.batch.replayed(es.epoch)
         self._run_roots(es, roots)
 
     def _run_roots(self, es: EpochState, roots: list[RootTxn]) -> None:

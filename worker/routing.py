@@ -47,6 +47,14 @@ class RoutingTable:
         self.op_partitions = {spec.name: spec.partitions for spec in view.operators}
         self.peers = sorted(w.node_id for w in view.workers)
 
+    def know(self, graph: Graph) -> None:
+        """Route to every operator of ``graph`` too: an epoch running a new graph version may call an
+        operator it added before this worker saw the view that lists it (that view may have been lost;
+        the update committed once every worker had prepared the version). An update never changes an
+        existing operator's partition count nor removes one, so adding is all it takes."""
+        for name, op in graph.operators.items():
+            self.op_partitions.setdefault(name, op.partitions)
+
     def owner_of(self, operator: str, key: Key) -> str:
         return self.placement[partition_of(key, self.op_partitions[operator])]
 

@@ -20,7 +20,7 @@ from typing import Any
 from styx_py.core.blobs import BlobStore
 from styx_py.core.config import Config
 from styx_py.core.errors import GraphError
-from styx_py.core.graph import GraphVersion, load_graph, version_at
+from styx_py.core.graph import GraphVersion, load_graph
 from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, SequencerLog, Transport
 from styx_py.core.wire import (
     COORDINATOR,
@@ -41,6 +41,7 @@ from styx_py.core.wire import (
     ReplayDiverged,
     Reply,
     ReplyStatus,
+    SeqLogEntry,
     SnapshotResult,
     WorkAvailable,
     decode_value,
@@ -305,18 +306,22 @@ class Worker:
             return GraphPrepared(self.node_id, msg.version, False, str(exc), [])
         return GraphPrepared(self.node_id, msg.version, True, "", self.driver.graphs[msg.version].specs())
 
-    def _load_for_replay(self, msg: Recover) -> None:
-        """Every graph version the epochs to replay ran (each epoch replays with its own code)."""
-        first, last = msg.manifest.epoch + 1, max(msg.replay_until, msg.manifest.epoch + 1)
-        for v in self.versions:
-            if version_at(self.versions, first).number <= v.number <= version_at(self.versions, last).number:
-                try:
-                    self._load(v.number, v.import_path)
-                except GraphError as exc:
-                    raise GraphError(
-                        f"replaying epochs {first}..{msg.replay_until} needs graph version {v.number} "
-                        f"({v.import_path}), which ran epochs from {v.first_epoch}: {exc}"
-                    ) from exc
+    def _load_for_replay(self, replay: dict[int, SeqLogEntry]) -> None:
+        """Every graph version the epochs to replay ran with, as their log entries say (each epoch
+        replays with its own code); the import paths come from the view's list of versions."""
+        paths = {v.number: v.import_path for v in self.versions}
+        for epoch, version in sorted({(e.epoch, e.version or 1) for e in replay.values()}):
+            path = paths.get(version)
+            if path is None:
+                raise GraphError(
+                    f"epoch {epoch} ran graph version {version}, which the cluster does not list"
+                )
+            try:
+                self._load(version, path)
+            except GraphError as exc:
+                raise GraphError(
+                    f"replaying epoch {epoch} needs graph version {version} ({path}): {exc}"
+                ) from exc
 
     def _find_replies(self, msg: FindReplies) -> FoundReplies:
         """A gateway's reply lookup (see :mod:`.lookup`): whole tables only when not recovering, not
@@ -385,7 +390,6 @@ class Worker:
 
     async def _restore(self, msg: Recover) -> None:
         assert self.logs is not None, "recovery needs a log reader"
-        self._load_for_replay(msg)
         r = await recovery.restore(
             msg,
             self.table.owned(),
@@ -394,6 +398,7 @@ class Worker:
             self.logs,
             self.config.dedup_replies_per_partition,
         )
+        self._load_for_replay(r.replay)
         self.driver.store = r.store
         self.driver.completed_epoch = msg.manifest.epoch
         self.batch.rescheduled = r.rescheduled

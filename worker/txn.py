@@ -145,7 +145,6 @@ class EpochState:
         # The graph version this epoch runs, set by its EpochStart: invocations that arrive before it
         # wait in ``before_start`` (a code update may have begun with this very epoch).
         self._graph: Graph | None = None
-        self.version = 0
         self.before_start: list[Message] = []
         self.roots: dict[int, RootTxn] = {}
         self.roots_open = 0
