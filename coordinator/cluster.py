@@ -13,7 +13,7 @@ from typing import Literal
 
 from styx_py.coordinator.membership import Membership
 from styx_py.core.config import Config
-from styx_py.core.graph import OperatorSpec
+from styx_py.core.graph import GraphVersion, OperatorSpec, version_at
 from styx_py.core.ports import Transport
 from styx_py.core.wire import ClusterView, Message
 
@@ -28,7 +28,8 @@ class Cluster:
         self.transport = transport
         self.kafka_bootstrap = kafka_bootstrap
         self.membership = Membership(config.failure_timeout_ms)
-        self.graph_path: str | None = None
+        self.graph_path: str | None = None  # the running version's import path
+        self.versions: list[GraphVersion] = []  # every committed version, in deploy order
         self.operators: list[OperatorSpec] = []
         self.placement: list[str] = []  # partition index -> owning worker
         # Sequencer-id space (tid = sid + lc * n_seq): the most workers the cluster ever had, so that
@@ -63,7 +64,12 @@ class Cluster:
             cfg.seqlog_topic,
             self.gen,
             max(self.n_seq, len(self.membership.workers)),
+            list(self.versions),
         )
+
+    def version_of(self, epoch: int) -> int:
+        """The graph version that runs ``epoch`` (what its EpochStart says)."""
+        return version_at(self.versions, epoch).number
 
     def broadcast_view(self) -> None:
         self.view_version += 1

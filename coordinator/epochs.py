@@ -18,7 +18,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,9 @@ class EpochLoop:
         # progress, the next epoch snapshots and is the last; resolved with that epoch once its
         # snapshot is complete (-1: it could not be taken, or a recovery came first).
         self.barrier: asyncio.Future[int] | None = None
+        # A code update waiting for its barrier: called with the next epoch to start, once every
+        # earlier epoch is over and before that one starts (no epoch is started early meanwhile).
+        self.before_start: Callable[[int], Awaitable[None]] | None = None
 
     def request_barrier(self) -> asyncio.Future[int]:
         """Stop after an epoch whose snapshot is complete (see ``barrier``); resolved with its number."""
@@ -147,6 +150,11 @@ class EpochLoop:
                     if gen != self.cluster.gen:
                         return
                     at_barrier = True
+                if self.before_start is not None and e > replay_until:
+                    barrier, self.before_start = self.before_start, None
+                    await barrier(e)
+                    if gen != self.cluster.gen:
+                        return
                 last_start = self.clock.now()
                 started = self._start(e, e <= replay_until, force_snapshot=at_barrier)
 
@@ -156,8 +164,8 @@ class EpochLoop:
                 nonlocal last_start
                 if e + 1 <= replay_until or self.clock.now() < last_start + interval_s:
                     return None
-                if self.barrier is not None:
-                    return None
+                if self.barrier is not None or self.before_start is not None:
+                    return None  # a shape change or a code update takes its barrier first
                 if not self.work.is_set() and sum(x.pending for x in executed) == 0:
                     return None
                 last_start = self.clock.now()
@@ -193,7 +201,8 @@ class EpochLoop:
             self._open(e, EpochDone),
             time.perf_counter(),
         )
-        self.cluster.broadcast(EpochStart(e, self.lc, replay, snapshot, self.cluster.gen))
+        c = self.cluster
+        c.broadcast(EpochStart(e, self.lc, replay, snapshot, c.gen, c.version_of(e)))
         return run
 
     async def _epoch(

@@ -28,6 +28,7 @@ class MetaStore:
             list(manifest.epoch_generations),
             cluster.degraded,
             cluster.n_seq,
+            list(cluster.versions),
         )
         await self.blobs.put(META_KEY, meta_encoder.encode(meta))
 

@@ -39,6 +39,8 @@ class CoordinatorReadout(Protocol):
     @property
     def graph_path(self) -> str | None: ...
     @property
+    def graph_version(self) -> int: ...
+    @property
     def epoch(self) -> int: ...
     @property
     def workers(self) -> Sequence[str]: ...
@@ -162,6 +164,11 @@ class _Collector(Collector):
         )
         yield GaugeMetricFamily("styx_coordinator_epoch", "the current epoch number", value=c.epoch)
         yield GaugeMetricFamily("styx_coordinator_generation", "the current generation", value=c.gen)
+        yield GaugeMetricFamily(
+            "styx_coordinator_graph_version",
+            "the running version of the graph (1: the first deploy; each code update adds one)",
+            value=c.graph_version,
+        )
         yield GaugeMetricFamily(
             "styx_coordinator_pending_requests",
             "requests waiting on the workers (ingress buffers + rescheduled) after the last epoch",

@@ -29,7 +29,7 @@ from styx_py.coordinator.meta import MetaStore
 from styx_py.coordinator.snapshots import empty_manifest, last_complete_epoch, with_generation
 from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.tasks import Tasks
-from styx_py.core.graph import load_graph
+from styx_py.core.graph import GraphVersion, load_graph
 from styx_py.core.ports import Clock, LogReader
 from styx_py.core.wire import Fenced, Manifest, Recover, RecoverDone
 
@@ -260,6 +260,8 @@ class Recovery:
         m = msgspec.structs.replace(manifest, epoch_generations=meta.epoch_generations)
         self.snapshots.manifest = m
         c.graph_path = meta.graph_path
+        c.versions = list(meta.versions) or [GraphVersion(1, meta.graph_path, 0)]
+        assert c.versions[-1].import_path == meta.graph_path, "saved state: the last version is not the graph"
         c.operators = graph.specs()
         c.placement = meta.placement
         c.gen = meta.gen

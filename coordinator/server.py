@@ -36,7 +36,7 @@ from styx_py.coordinator.monitor import FailureMonitor
 from styx_py.coordinator.recovery import Recovery
 from styx_py.coordinator.reshape import Reshaper
 from styx_py.coordinator.snapshotter import Snapshotter
-from styx_py.coordinator.status import operator_rows, worker_rows
+from styx_py.coordinator.status import operator_rows, version_rows, worker_rows
 from styx_py.coordinator.tasks import Tasks
 from styx_py.core.blobs import BlobStore
 from styx_py.core.config import Config
@@ -51,6 +51,7 @@ from styx_py.core.wire import (
     ExecDone,
     Fenced,
     FoundReplies,
+    GraphPrepared,
     Halt,
     Heartbeat,
     Manifest,
@@ -106,6 +107,7 @@ class Coordinator:
             self.clock,
             self.snapshots,
             store,
+            self.epochs,
             min_workers=min_workers,
             create_topics=create_topics,
         )
@@ -225,6 +227,8 @@ class Coordinator:
                 self.snapshots.on_done(msg)
             case RecoverDone():
                 self.recovery.on_done(msg)
+            case GraphPrepared():
+                self.deployer.on_prepared(msg)
             case Fenced():
                 self.recovery.on_fenced(msg)
             case ReplayDiverged():
@@ -277,6 +281,9 @@ class Coordinator:
         c = self.cluster
         return {
             "graph": c.graph_path,
+            "version": self.graph_version or None,
+            "versions": version_rows(c),  # every committed version: number, graph, first epoch
+            "refused_updates": self.deployer.refused,
             "epoch": self.epoch,
             "workers": worker_rows(c, now),
             "operators": operator_rows(c),
@@ -324,6 +331,11 @@ class Coordinator:
     @property
     def graph_path(self) -> str | None:
         return self.cluster.graph_path
+
+    @property
+    def graph_version(self) -> int:
+        """The running version of the graph (0 before the first deploy)."""
+        return self.cluster.versions[-1].number if self.cluster.versions else 0
 
     @property
     def workers(self) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 from styx_py.coordinator.cluster import Cluster
 from styx_py.core.wire import EpochDone
 
-__all__ = ["WINDOW_S", "Throughput", "operator_rows", "worker_rows"]
+__all__ = ["WINDOW_S", "Throughput", "operator_rows", "version_rows", "worker_rows"]
 
 WINDOW_S = 10  # rates are averaged over this many seconds
 
@@ -94,4 +94,11 @@ def operator_rows(cluster: Cluster) -> list[dict[str, Any]]:
             "state_function": o.state_function,
         }
         for o in cluster.operators
+    ]
+
+
+def version_rows(cluster: Cluster) -> list[dict[str, Any]]:
+    """Every committed graph version: the last one runs; each ran from its first epoch until the next."""
+    return [
+        {"version": v.number, "graph": v.import_path, "first_epoch": v.first_epoch} for v in cluster.versions
     ]

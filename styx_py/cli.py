@@ -172,7 +172,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from styx_py.stack.local import admin, coordinator_address
 
     body = asyncio.run(admin(coordinator_address(args.coordinator), DeployRequest(args.import_path)))
-    print(f"deployed {body['graph']} on {len(body['workers'])} workers")
+    versions = body.get("versions") or []
+    running = (
+        f" (version {versions[-1]['version']}, from epoch {versions[-1]['first_epoch']})" if versions else ""
+    )
+    print(f"deployed {body['graph']}{running} on {len(body['workers'])} workers")
     for op in body["operators"]:
         print(f"  {op['name']}: {op['partitions']} partitions, functions {', '.join(op['functions'])}")
     for warning in body.get("warnings") or []:
@@ -224,12 +228,26 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [line(headers), *(line(r) for r in rows)]
 
 
+def _version_line(body: dict[str, Any]) -> str:
+    """``, version 2 from epoch 130 (before: 1 tests.apps.v1:app from 0)``: the running version and its
+    history (code updates take effect at an epoch boundary)."""
+    versions = body.get("versions") or []
+    if not versions:
+        return ""
+    last = versions[-1]
+    line = f", version {last['version']} from epoch {last['first_epoch']}"
+    if len(versions) > 1:
+        history = "; ".join(f"{v['version']} {v['graph']} from {v['first_epoch']}" for v in versions[:-1])
+        line += f" (before: {history})"
+    return line
+
+
 def format_status(body: dict[str, Any]) -> str:
     """``styx status`` for a person: the cluster line, rates, totals, snapshot, recoveries, tables."""
     from styx_py.coordinator.status import WINDOW_S
 
     lines = [
-        f"graph         {body['graph'] or '(nothing deployed)'}",
+        f"graph         {body['graph'] or '(nothing deployed)'}{_version_line(body)}",
         f"state         {body.get('state', '?')}, generation {body.get('generation', '?')}, "
         f"epoch {body['epoch']}",
         f"rates         {body['epochs_per_s']:,} epochs/s, {body['txn_per_s']:,} txn/s, "

@@ -75,7 +75,7 @@ def test_live_batch_classifies_resends_and_assigns_mencius_tids() -> None:
     f.replies.answered.record(1, done)
     for partition, rid in [(0, "a"), (1, "old"), (0, "b"), (0, "a")]:
         f.arrive(partition, rid)
-    roots, entry, resends = f.batch.form(epoch=4, gen=1)
+    roots, entry, resends = f.batch.form(epoch=4, gen=1, version=1)
     assert [(r.request.request_id, r.tid) for r in roots] == [("a", 2), ("b", 5)]
     assert resends == [(1, done)], "a request resent after its reply is answered from the table"
     assert [rec.offset for rec in f.replies.waiting["a"]] == [2], "a copy of a running request waits"
@@ -89,7 +89,7 @@ async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
         live.arrive(partition, f"r{i}")
     live.arrive(0, "r1")  # a copy of a request of this batch
     live.batch.rescheduled = [_root(101, "x", partition=1)]
-    roots, entry, _ = live.batch.form(epoch=0, gen=0)
+    roots, entry, _ = live.batch.form(epoch=0, gen=0, version=1)
 
     replay = _Fixture()
     replay.log = live.log
@@ -115,7 +115,7 @@ async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_l
     live.arrive(0, "x")  # a copy of x, which runs in this batch: waits for its reply
     live.arrive(0, "a")
     live.arrive(1, "b")
-    roots, entry, resends = live.batch.form(epoch=0, gen=0)
+    roots, entry, resends = live.batch.form(epoch=0, gen=0, version=1)
     assert entry.entries == [
         Run(1, 0, 0, "x"),
         Run(3, 1, 0, "b"),
@@ -170,7 +170,7 @@ def test_replies_go_to_the_partition_each_copy_of_the_request_names() -> None:
     # Named partitions; -1 (none) and one the topic lacks fall back to the ingress partition.
     for partition, rid, to in [(0, "a", 3), (1, "b", -1), (1, "c", 9), (0, "a", 2)]:
         arrive(partition, rid, to)
-    roots, _, resends = f.batch.form(epoch=0, gen=0)
+    roots, _, resends = f.batch.form(epoch=0, gen=0, version=1)
     assert resends == [] and [r.request.request_id for r in roots] == ["a", "b", "c"]
     f.replies.send(
         0, [(r, Reply(r.request.request_id, r.tid, 0, 0, "committed", NIL, None, None)) for r in roots]
@@ -181,5 +181,5 @@ def test_replies_go_to_the_partition_each_copy_of_the_request_names() -> None:
 
     # A resend after the reply is answered from the table, on the partition the resend names.
     arrive(0, "a", 1)
-    _, _, resends = f.batch.form(epoch=1, gen=0)
+    _, _, resends = f.batch.form(epoch=1, gen=0, version=1)
     assert [(q, r.request_id) for q, r in resends] == [(1, "a")]

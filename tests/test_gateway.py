@@ -171,6 +171,11 @@ class GatedBackend:
     async def close(self) -> None:
         await self.inner.close()
 
+    def set_deployment(
+        self, operators: Mapping[str, int], functions: Mapping[str, Any] | None = None
+    ) -> None:
+        self.inner.set_deployment(operators, functions)
+
 
 async def gated_factory(status: Mapping[str, Any], cfg: GatewayConfig) -> Backend:
     return GatedBackend(await connect_client(status, cfg))

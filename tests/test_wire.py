@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from styx_py.core import wire
 from styx_py.core.errors import ProtocolError
-from styx_py.core.graph import OperatorSpec
+from styx_py.core.graph import GraphVersion, OperatorSpec
 from styx_py.core.limits import MAX_FRAME_BYTES
 from styx_py.core.wire import (
     Ack,
@@ -67,10 +67,28 @@ ALL_MESSAGES = [
         2,
     ),
     ClusterView(0, [], [], None, [], None, "in", "out", "seq", 0),
+    ClusterView(
+        3,
+        [],
+        [],
+        "m:v2",
+        [],
+        None,
+        "in",
+        "out",
+        "seq",
+        1,
+        3,
+        [GraphVersion(1, "m:v1", 0), GraphVersion(2, "m:v2", 7)],
+    ),
     Heartbeat("w1", -1),
     WorkAvailable("w2"),
     EpochStart(12, 99, False, True, 0),
     EpochStart(12, 99, True, False, 4),
+    EpochStart(12, 99, False, False, 4, 3),
+    wire.PrepareGraph(2, "tests.apps.versioned:v2"),
+    wire.GraphPrepared("w1", 2, True, "", [OperatorSpec("fees", 3, ["collect"])]),
+    wire.GraphPrepared("w2", 2, False, "cannot import 'x'", []),
     ExecDone(12, "w1", [4, 7], 101, 3, 0),
     Vote(12, "w2", [9], [11], 0),
     wire.Revote(12, "w2", [9], 0),
@@ -85,6 +103,7 @@ ALL_MESSAGES = [
     wire.SnapshotDone(12, "w1", True, "", 4, 1234, 17, 2),
     wire.SnapshotResult(12, False, 2),
     wire.Recover(wire.Manifest(11, 40, 4, {0: ["a", "b"], 3: ["c"]}, [(0, 0), (9, 3)]), 15, 3),
+    wire.Recover(wire.Manifest(11, 40, 4, {0: ["a"]}, [(0, 0)]), 11, 4, True),
     wire.Fenced("w2", 3),
     wire.RecoverDone("w2", False, "FileNotFoundError: x", 3),
     wire.ReplayDiverged("w2", 7, "r9", "acct.deposit", "committed 1 (tid 4)", "committed 2 (tid 4)", 3),

@@ -84,8 +84,9 @@ class BatchFormer:
         """Transactions waiting to run: rescheduled ones and requests buffered from the ingress."""
         return len(self.rescheduled) + self.ingress.pending()
 
-    def form(self, epoch: int, gen: int) -> tuple[list[RootTxn], SeqLogEntry, list[Resend]]:
-        """The live batch of ``epoch``: its roots, its sequencer-log entry and the resent ids it answers."""
+    def form(self, epoch: int, gen: int, version: int) -> tuple[list[RootTxn], SeqLogEntry, list[Resend]]:
+        """The live batch of ``epoch`` (run by graph ``version``): its roots, its sequencer-log entry and
+        the resent ids it answers."""
         lc_start = self.sequencer.lc
         resched, self.rescheduled = take_rescheduled(self.rescheduled)
         room = max(0, self.epoch_size_max - len(resched))
@@ -111,9 +112,14 @@ class BatchFormer:
         entries: list[BatchEntry] = [Run(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
         seq = self.sequencer
         entry = SeqLogEntry(
-            epoch, self.node_id, lc_start, entries + answered, gen, seq.lc, self.nodes, seq.n_seq
+            epoch, self.node_id, lc_start, entries + answered, gen, seq.lc, self.nodes, seq.n_seq, version
         )
         return roots, entry, resends
+
+    def logged_version(self, epoch: int) -> int | None:
+        """The graph version a logged epoch to replay ran with (None: no entry of it here)."""
+        entry = self.replay.get(epoch)
+        return None if entry is None else entry.version or 1  # 0: logged before code updates
 
     async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:
         """Re-form this worker's batch of a logged epoch exactly: same requests, same tids."""

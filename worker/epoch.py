@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -65,6 +66,8 @@ from styx_py.worker.txn import CachedInvocation, EpochState, RootTxn, Tally, roo
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
+log = logging.getLogger("styx.worker")
+
 EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, ExecDone, Vote, Revote)
 """What :meth:`EpochDriver.on_message` takes: every message that belongs to an epoch."""
 EpochMessage = Invoke | Ack | CallResult | Final | EpochStart | ExecDone | Vote | Revote
@@ -97,7 +100,10 @@ class EpochDriver:
         # Invocations run without a task of their own unless they wait (runner.py).
         self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn)
         self.store = StateStore()
-        self.current_graph: Graph | None = None
+        # Graph versions this worker loaded (prepared for a code update, or named by a view): a live
+        # epoch runs the one its EpochStart names, a replayed one the one its log entry names, so the
+        # transactions of an epoch never mix versions.
+        self.graphs: dict[int, Graph] = {}
         self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
         self.fence = -1  # the newest generation in a view: no epoch of an older one is decided here
         self.epochs: dict[int, EpochState] = {}
@@ -106,11 +112,6 @@ class EpochDriver:
         self.totals = Tally()  # since the start; read by the metrics
 
     # ---- InvocationHost (what the executor sees) -------------------------------------------------
-    @property
-    def graph(self) -> Graph:
-        assert self.current_graph is not None, "no graph deployed"
-        return self.current_graph
-
     def read(self, key: EntityKey) -> bytes | None:
         return self.store.get(key)
 
@@ -168,6 +169,10 @@ class EpochDriver:
         es = self.epoch_state(inv.epoch)
         if es is None:
             return  # a repeat of an invocation of a finished epoch
+        if not es.has_graph:
+            # A peer started the epoch first: which code runs is known at this worker's EpochStart.
+            es.before_start.append(inv)
+            return
         if self._held(es, inv):
             return
         key = (inv.phase, inv.tid, tuple(inv.path))
@@ -225,12 +230,35 @@ class EpochDriver:
             return  # a repeat
         es.started = True
         es.snapshot = msg.snapshot
+        version = msg.version or 1  # 0: from a coordinator that predates code updates
+        logged = self.batch.logged_version(msg.epoch) if msg.replay else None
+        if logged is not None and logged != version:
+            # The sequencer log records the code each epoch ran with: a replay follows it. (The
+            # coordinator's list agrees unless saving it failed ambiguously during an update.)
+            log.warning(
+                "%s: epoch %d ran graph version %d (log), the coordinator says %d: replaying with %d",
+                self.node_id,
+                msg.epoch,
+                logged,
+                version,
+                logged,
+            )
+            version = logged
+        graph = self.graphs.get(version)
+        assert graph is not None, (
+            f"{self.node_id}: epoch {msg.epoch} runs graph version {version}, not loaded"
+        )
+        es.graph = graph
+        self.table.know(graph)
+        held, es.before_start = es.before_start, []
+        for m in held:
+            self.on_message(m)
         self.batch.sequencer.rebalance(msg.lc)
         if msg.replay:
             self.spawn(self._start_replayed(es))
             return
         self.replies.live()
-        roots, entry, es.resends = self.batch.form(msg.epoch, es.gen)
+        roots, entry, es.resends = self.batch.form(msg.epoch, es.gen, version)
         es.seqlog_written = self.seqlog.append(entry)
         self._run_roots(es, roots)
 
@@ -247,7 +275,7 @@ class EpochDriver:
             self._send_exec_done(es)
             return
         for root in roots:
-            bad = self.table.misrouted(root.request, root.partition)
+            bad = self.table.misrouted(root.request, root.partition, es.graph)
             if bad is not None:
                 root.record(Status.BAD, bad, [])
                 es.cache.setdefault(root.tid, [])

@@ -15,8 +15,9 @@ Three modes:
   outgoing calls are only compared with the cached ones (a difference => ``Status.CHANGED``, the
   transaction is rescheduled) and synchronous results arrive from the callee's own re-invocation.
 
-The runner sees the worker only through :class:`InvocationHost`: committed state, the deployed
-graph and where its messages go.
+The runner sees the worker only through :class:`InvocationHost`: committed state and where its
+messages go. The code it runs is the epoch's graph (``EpochState.graph``): every invocation of an
+epoch runs the graph version of that epoch, whichever version is the newest.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import msgspec
 
 from styx_py.core.context import Context, invocation_rng
 from styx_py.core.errors import Abort
-from styx_py.core.graph import Graph
 from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key, key_bytes
@@ -52,9 +52,6 @@ class InvocationHost(Protocol):
 
     @property
     def node_id(self) -> str: ...
-
-    @property
-    def graph(self) -> Graph: ...
 
     def read(self, key: EntityKey) -> bytes | None:
         """Committed state (as of the start of the epoch's phase)."""
@@ -155,7 +152,7 @@ class RuntimeContext(Context):
         self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool
     ) -> CallRecord:
         op = operator_name(target)
-        if self._host.graph.function(op, function) is None:
+        if self._es.graph.function(op, function) is None:
             raise _BadCall(f"unknown function {op}.{function}")
         try:
             key_bytes(key)
@@ -233,7 +230,7 @@ async def run_invocation(
             status = Status.CHANGED
         else:
             await es.locks.acquire(ctx._ekey, inv.tid)
-    fn = host.graph.function(inv.operator, inv.function) if status == Status.OK else None
+    fn = es.graph.function(inv.operator, inv.function) if status == Status.OK else None
     if status != Status.OK:
         pass
     elif fn is None:

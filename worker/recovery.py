@@ -110,7 +110,17 @@ def plan_replay(
         mine = [x for x in entry.entries if x.partition in owned]
         current = plan.get(e)
         if current is None:
-            plan[e] = SeqLogEntry(e, node_id, entry.lc_start, mine, entry.gen, entry.lc_end)
+            plan[e] = SeqLogEntry(
+                e,
+                node_id,
+                entry.lc_start,
+                mine,
+                entry.gen,
+                entry.lc_end,
+                entry.nodes,
+                entry.n_seq,
+                entry.version,
+            )
         else:
             current.entries.extend(mine)
             current.lc_end = max(current.lc_end, entry.lc_end)

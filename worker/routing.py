@@ -14,6 +14,7 @@ from typing import Protocol
 
 import msgspec
 
+from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.ports import Transport
 from styx_py.core.requests import request_problem
@@ -46,6 +47,14 @@ class RoutingTable:
         self.op_partitions = {spec.name: spec.partitions for spec in view.operators}
         self.peers = sorted(w.node_id for w in view.workers)
 
+    def know(self, graph: Graph) -> None:
+        """Route to every operator of ``graph`` too: an epoch running a new graph version may call an
+        operator it added before this worker saw the view that lists it (that view may have been lost;
+        the update committed once every worker had prepared the version). An update never changes an
+        existing operator's partition count nor removes one, so adding is all it takes."""
+        for name, op in graph.operators.items():
+            self.op_partitions.setdefault(name, op.partitions)
+
     def owner_of(self, operator: str, key: Key) -> str:
         return self.placement[partition_of(key, self.op_partitions[operator])]
 
@@ -53,16 +62,18 @@ class RoutingTable:
         """The partitions this worker owns."""
         return [p for p, owner in enumerate(self.placement) if owner == self.node_id]
 
-    def misrouted(self, request: Request, partition: int) -> str | None:
+    def misrouted(self, request: Request, partition: int, graph: Graph) -> str | None:
         """Why ``request`` (taken from ingress ``partition``) cannot run here, or None: a limit it
         breaks (:func:`~styx_py.core.requests.request_problem`, whatever produced the record), an
-        unknown operator, a key of another partition. A pure function of the request and the view."""
+        operator the epoch's ``graph`` lacks, a key of another partition. A pure function of the
+        request, the graph version and the view (a replay answers as the original run did)."""
         problem = request_problem(request)
         if problem is not None:
             return problem
-        partitions = self.op_partitions.get(request.operator)
-        if partitions is None:
+        op = graph.operators.get(request.operator)
+        if op is None:
             return f"unknown operator {request.operator!r}"
+        partitions = op.partitions
         if partition_of(request.key, partitions) != partition:
             return f"request for key {request.key!r} arrived on ingress partition {partition}, not its own"
         return None

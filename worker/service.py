@@ -19,7 +19,8 @@ from typing import Any
 
 from styx_py.core.blobs import BlobStore
 from styx_py.core.config import Config
-from styx_py.core.graph import load_graph
+from styx_py.core.errors import GraphError
+from styx_py.core.graph import GraphVersion, load_graph
 from styx_py.core.partitioning import partition_of
 from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, SequencerLog, Transport
 from styx_py.core.wire import (
@@ -30,9 +31,11 @@ from styx_py.core.wire import (
     Fenced,
     FindReplies,
     FoundReplies,
+    GraphPrepared,
     Halt,
     Heartbeat,
     Message,
+    PrepareGraph,
     Recover,
     RecoverDone,
     Register,
@@ -40,6 +43,7 @@ from styx_py.core.wire import (
     Reply,
     ReplyStatus,
     Retire,
+    SeqLogEntry,
     SnapshotResult,
     WorkAvailable,
     decode_value,
@@ -119,7 +123,8 @@ class Worker:
         self.recovering: asyncio.Task[None] | None = None
         self.view: ClusterView | None = None
         self.before_view: list[EpochMessage] = []  # peers' epoch messages that arrived before the first view
-        self.graph_path: str | None = None
+        self.versions: list[GraphVersion] = []  # every committed graph version (from the view)
+        self.graph_paths: dict[int, str] = {}  # version -> import path, of those loaded in driver.graphs
         self.coordinator_seen = -1.0  # clock time of the last word from the coordinator (set in run)
         self.registered_at = -1.0  # clock time of the last Register sent
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
@@ -252,6 +257,8 @@ class Worker:
                 self.snapshots.on_result(msg, self.driver.store, self.replies.answered)
             case FindReplies():
                 self.transport.send(COORDINATOR, self._find_replies(msg))
+            case PrepareGraph():
+                self.transport.send(COORDINATOR, self._prepare(msg))
             case Recover() if self.halted:
                 log.error("%s: the cluster is degraded; no recovery (%s)", self.node_id, self.halted)
             case Recover() if self.view is None or self.view.gen != msg.gen:
@@ -301,10 +308,48 @@ class Worker:
         self.replies.egress_partitions = len(view.placement)  # the egress topic has one per partition
         self.batch.sequencer = Sequencer(me.sid, view.n_seq or len(view.workers), self.batch.sequencer.lc)
         self.batch.nodes = len(view.workers)
-        if view.graph_path is not None and view.graph_path != self.graph_path:
-            self.driver.current_graph = load_graph(view.graph_path)
-            self.graph_path = view.graph_path
+        self.versions = view.versions or (
+            [GraphVersion(1, view.graph_path, 0)] if view.graph_path is not None else []
+        )
+        if self.versions:
+            # The running version (older ones are loaded by a recovery that replays their epochs).
+            self._load(self.versions[-1].number, self.versions[-1].import_path)
         self.ingress.assign(self.table.owned())
+
+    # ---- code updates ------------------------------------------------------------------------------
+    def _load(self, version: int, import_path: str) -> None:
+        """Load graph ``version`` unless it is loaded already (raises GraphError)."""
+        if self.graph_paths.get(version) == import_path:
+            return
+        self.driver.graphs[version] = load_graph(import_path)
+        self.graph_paths[version] = import_path
+
+    def _prepare(self, msg: PrepareGraph) -> GraphPrepared:
+        """A code update's first phase: load the new version here (this worker's Python path may differ
+        from the coordinator's) and say what it declares; it runs only once committed."""
+        try:
+            self._load(msg.version, msg.import_path)
+        except GraphError as exc:
+            log.error("%s: cannot prepare graph version %d: %s", self.node_id, msg.version, exc)
+            return GraphPrepared(self.node_id, msg.version, False, str(exc), [])
+        return GraphPrepared(self.node_id, msg.version, True, "", self.driver.graphs[msg.version].specs())
+
+    def _load_for_replay(self, replay: dict[int, SeqLogEntry]) -> None:
+        """Every graph version the epochs to replay ran with, as their log entries say (each epoch
+        replays with its own code); the import paths come from the view's list of versions."""
+        paths = {v.number: v.import_path for v in self.versions}
+        for epoch, version in sorted({(e.epoch, e.version or 1) for e in replay.values()}):
+            path = paths.get(version)
+            if path is None:
+                raise GraphError(
+                    f"epoch {epoch} ran graph version {version}, which the cluster does not list"
+                )
+            try:
+                self._load(version, path)
+            except GraphError as exc:
+                raise GraphError(
+                    f"replaying epoch {epoch} needs graph version {version} ({path}): {exc}"
+                ) from exc
 
     def _find_replies(self, msg: FindReplies) -> FoundReplies:
         """A gateway's reply lookup (see :mod:`.lookup`): whole tables only when not recovering, not
@@ -465,6 +510,7 @@ class Worker:
             self.logs,
             self.config.dedup_replies_per_partition,
         )
+        self._load_for_replay(r.replay)
         self.driver.store = r.store
         self.driver.completed_epoch = msg.manifest.epoch
         self.batch.rescheduled = r.rescheduled

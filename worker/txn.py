@@ -13,6 +13,7 @@ from collections.abc import Awaitable
 
 import msgspec
 
+from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import (
     ExecDone,
@@ -141,6 +142,10 @@ class EpochState:
         self.epoch = epoch
         self.gen = gen  # the cluster generation running it: every message of the epoch carries it
         self.started = False
+        # The graph version this epoch runs, set by its EpochStart: invocations that arrive before it
+        # wait in ``before_start`` (a code update may have begun with this very epoch).
+        self._graph: Graph | None = None
+        self.before_start: list[Message] = []
         self.roots: dict[int, RootTxn] = {}
         self.roots_open = 0
         self.local_failed: list[int] = []
@@ -171,6 +176,19 @@ class EpochState:
         self.invoked: set[tuple[int, int, Path]] = set()
         self.resends: list[tuple[int, Reply]] = []  # resent request ids answered from earlier replies
         self.tally = Tally()
+
+    @property
+    def graph(self) -> Graph:
+        assert self._graph is not None, f"epoch {self.epoch} runs code before its EpochStart"
+        return self._graph
+
+    @graph.setter
+    def graph(self, graph: Graph) -> None:
+        self._graph = graph
+
+    @property
+    def has_graph(self) -> bool:
+        return self._graph is not None
 
     def buffer(self, phase: Phase, tid: int) -> Writes:
         table = self.opt_buffers if phase == Phase.OPTIMISTIC else self.fb_buffers

@@ -8,7 +8,7 @@ can be taken (else 503) and whether its operator and function are deployed (else
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -55,6 +55,10 @@ class Backend(Protocol):
     ) -> Reply: ...
 
     async def close(self) -> None: ...
+
+    def set_deployment(
+        self, operators: Mapping[str, int], functions: Mapping[str, Collection[str]] | None = None
+    ) -> None: ...
 
 
 BackendFactory = Callable[[Mapping[str, Any], GatewayConfig], Awaitable[Backend]]
@@ -164,6 +168,18 @@ class ClusterLink:
             return failures
         if info.state != self.info.state:
             log.info("cluster state: %s", info.state)
+        if (
+            self.backend is not None
+            and info.operators
+            and (info.operators, info.functions)
+            != (
+                self.info.operators,
+                self.info.functions,
+            )
+        ):
+            # A code update added operators or functions: the client checks calls against them now.
+            log.info("deployed graph changed to %s", info.graph)
+            self.backend.set_deployment(info.operators, info.functions)
         self.info = info
         if self.backend is None and info.state != "undeployed":
             await self._connect(status)

@@ -114,6 +114,14 @@ class StyxClient:
     def operators(self) -> dict[str, int]:
         return self._targets.operators
 
+    def set_deployment(
+        self, operators: Mapping[str, int], functions: Mapping[str, Collection[str]] | None = None
+    ) -> None:
+        """The cluster runs another version of its graph (a code update): check calls against its
+        operators and functions from now on. Partition counts of existing operators never change in an
+        update, so requests already sent stay where they are."""
+        self._targets = Targets(operators, functions)
+
     @property
     def functions(self) -> dict[str, frozenset[str]] | None:
         return self._targets.functions

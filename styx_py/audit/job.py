@@ -80,6 +80,7 @@ from styx_py.audit.tasks import (
     INGRESS,
     LOGGED_SCHEMA,
     REQUEST_ROW,
+    AppVersions,
     entry_checks,
     explode_entries,
     request_facts,
@@ -334,7 +335,10 @@ def ordering(effective: DataFrame, facts: DataFrame) -> DataFrame:
 
 
 def serial_replay(
-    facts: DataFrame, app: str, snapshot_epoch: int | None, state: dict[tuple[str, Any], Any] | None
+    facts: DataFrame,
+    app: AppVersions,
+    snapshot_epoch: int | None,
+    state: dict[tuple[str, Any], Any] | None,
 ) -> DataFrame:
     """SerialCheck's findings: every answered request, in commit order, in one task."""
     answered = facts.where(
@@ -422,12 +426,16 @@ def run_audit(
     # ---- the snapshot, the workload's invariants, the cluster's record of generations (S3)
     epoch_generations: list[tuple[int, int]] | None = None
     manifest = None
+    versions: list[tuple[int, int, str]] = []  # the cluster's code updates: each epoch replays its version
     snapshot_state: dict[tuple[str, Any], Any] | None = None
     no_snapshot: str | None = "no S3 endpoint given (--s3-endpoint or STYX_S3_ENDPOINT)"
     if cfg.s3 is not None:
         timer.stage(f"snapshots: the manifest and the cluster's generations in s3://{cfg.s3.bucket}")
         client = cfg.s3.client()
         meta = load_meta(client, cfg.s3.bucket)
+        if meta is not None and len(meta.versions) > 1:
+            versions = [(v.number, v.first_epoch, v.import_path) for v in meta.versions]
+            stats["versions"] = versions
         manifest = load_manifest(client, cfg.s3.bucket, cfg.snapshot)
         source = meta if meta is not None else manifest
         if source is not None:
@@ -473,7 +481,7 @@ def run_audit(
     serial_future: Future[tuple[list[Finding], float]] | None = None
     if cfg.serial and app is not None:
         snapshot_epoch = manifest.epoch if manifest is not None else None
-        serial_df = serial_replay(facts, app, snapshot_epoch, snapshot_state)
+        serial_df = serial_replay(facts, versions or app, snapshot_epoch, snapshot_state)
 
         def replay() -> tuple[list[Finding], float]:
             started = time.monotonic()

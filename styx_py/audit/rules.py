@@ -32,7 +32,7 @@ from typing import Any
 
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
-from styx_py.core.serial import apply_serially
+from styx_py.core.serial import GraphAt, apply_serially
 from styx_py.core.wire import UNDECODABLE, Reply, Request, decode_value
 
 ERROR = "error"
@@ -544,11 +544,12 @@ class SerialCheck:
     """The serial replay of the log, fed one (request, reply) pair at a time in commit order.
 
     It compares every reply with its serial outcome and, once past ``snapshot_epoch``, the serial
-    state with the snapshot's. Memory: the state only (the log streams through)."""
+    state with the snapshot's. Memory: the state only (the log streams through). ``graph`` is the
+    app, or a function of the epoch giving the graph version that ran it (after code updates)."""
 
     def __init__(
         self,
-        graph: Graph,
+        graph: Graph | GraphAt,
         snapshot_epoch: int | None,
         snapshot_state: Mapping[EntityKey, Any] | None,
         max_findings: int = 20,
@@ -572,7 +573,8 @@ class SerialCheck:
         self.last = order
         if not self.compared and self.snapshot_epoch is not None and reply.epoch > self.snapshot_epoch:
             self._compare_state()
-        outcome = await apply_serially(self.graph, self.state, request, reply.tid)
+        graph = self.graph if isinstance(self.graph, Graph) else self.graph(reply.epoch)
+        outcome = await apply_serially(graph, self.state, request, reply.tid)
         self.replayed += 1
         if not _same_outcome(reply, outcome):
             self.mismatched += 1

@@ -25,7 +25,8 @@ from styx_py.audit.rules import (
     check_tid,
     check_undecodable,
 )
-from styx_py.core.graph import load_graph
+from styx_py.core.graph import Graph, GraphVersion, load_graph, version_at
+from styx_py.core.serial import GraphAt
 from styx_py.core.wire import NIL, Reply, Request
 
 FINDING = pa.struct(
@@ -316,14 +317,26 @@ def _raw(data: bytes | None) -> msgspec.Raw:
     return NIL if data is None else msgspec.Raw(data)
 
 
+AppVersions = str | list[tuple[int, int, str]]  # one import path, or (version, first epoch, path) each
+
+
+def graphs_of(app: AppVersions) -> Graph | GraphAt:
+    """The graph to replay with: one app, or the version of each epoch (a cluster's code updates)."""
+    if isinstance(app, str):
+        return load_graph(app)
+    versions = [GraphVersion(number, path, first) for number, first, path in app]
+    graphs = {v.number: load_graph(v.import_path) for v in versions}
+    return lambda epoch: graphs[version_at(versions, epoch).number]
+
+
 def serial_findings(
-    app: str,
+    app: AppVersions,
     snapshot_epoch: int | None,
     snapshot_state: dict[tuple[str, Any], Any] | None,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """All answered requests, in commit order, in one task → SerialCheck's findings."""
-    check = SerialCheck(load_graph(app), snapshot_epoch, snapshot_state)
+    check = SerialCheck(graphs_of(app), snapshot_epoch, snapshot_state)
 
     async def replay() -> None:
         # In an event loop: user functions may await asyncio.gather(ctx.call(…), …).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -18,6 +18,26 @@ class OperatorSpec(msgspec.Struct, frozen=True):
     partitions: int
     functions: list[str]
     state_function: str | None = None  # what ``GET /v1/state`` runs (see Operator.state_reader)
+
+
+class GraphVersion(msgspec.Struct, array_like=True, frozen=True):
+    """One deployed version of a cluster's graph: version ``number`` (1 for the first deploy) runs
+    every epoch from ``first_epoch`` until the next version's first epoch (a code update takes effect
+    at an epoch boundary on every worker at once)."""
+
+    number: int
+    import_path: str
+    first_epoch: int
+
+
+def version_at(versions: Sequence[GraphVersion], epoch: int) -> GraphVersion:
+    """The version that runs (or ran) ``epoch``; ``versions`` in deploy order, never empty."""
+    assert versions, "no graph deployed"
+    current = versions[0]
+    for v in versions:
+        if v.first_epoch <= epoch:
+            current = v
+    return current
 
 
 class Graph:
@@ -97,3 +117,32 @@ def load_graph(import_path: str) -> Graph:
     if not isinstance(graph, Graph):
         raise GraphError(f"{import_path!r} is not a styx_py.Graph (got {type(graph).__name__})")
     return graph
+
+
+def check_update(running: Sequence[OperatorSpec], new: Graph, n_partitions: int) -> None:
+    """Raise :class:`GraphError` unless ``new`` can replace the running graph at an epoch barrier.
+
+    Keys live on the partition their operator's partition count sends them to, so an update keeps
+    every partition count: moving keys between partitions is a migration, not a code update. A new
+    operator may have at most ``n_partitions`` (what the topics have). Removing an operator is
+    refused: its state would stay in the store, unreachable, and come back if a later version added
+    the operator again (an operator without state may simply keep its functions).
+    """
+    for spec in running:
+        op = new.operators.get(spec.name)
+        if op is None:
+            raise GraphError(
+                f"graph {new.name!r} removes operator {spec.name!r}: an update cannot drop an "
+                "operator and its state (keep the operator; its functions may change)"
+            )
+        if op.partitions != spec.partitions:
+            raise GraphError(
+                f"operator {spec.name!r} has {spec.partitions} partitions and graph {new.name!r} gives it "
+                f"{op.partitions}: changing an operator's partition count moves its keys between "
+                "partitions, which is not a code update"
+            )
+    if new.n_partitions > n_partitions:
+        raise GraphError(
+            f"graph {new.name!r} needs {new.n_partitions} partitions and the cluster's topics have "
+            f"{n_partitions}: a code update cannot add partitions"
+        )

@@ -2,7 +2,9 @@
 
 The commit order of the cluster is ``(epoch, phase, tid)`` (lock-free commits of an epoch in tid
 order, then its fallback commits in tid order); every reply carries those three numbers. Replaying
-the requests serially in that order must give the same final state and the same replies.
+the requests serially in that order must give the same final state and the same replies. After code
+updates each transaction runs the graph version of its epoch (``graph`` is then a function of the
+epoch).
 
 Calls follow the engine's semantics: ``await ctx.call`` runs the callee inline; ``call_async``
 callees run after the caller returns, in call order, depth first. A failure anywhere undoes the
@@ -12,7 +14,7 @@ whole transaction.
 from __future__ import annotations
 
 import random as _random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from styx_py.core.context import Context, invocation_rng
@@ -102,15 +104,20 @@ class _SerialRun:
         return result
 
 
+GraphAt = Callable[[int], Graph]  # epoch -> the graph version that ran it
+
+
 async def serial_replay(
-    graph: Graph, requests: dict[str, Request], replies: Iterable[Reply]
+    graph: Graph | GraphAt, requests: dict[str, Request], replies: Iterable[Reply]
 ) -> tuple[dict[EntityKey, Any], dict[str, tuple[str, Any]]]:
-    """Final state and ``request_id -> (status, result or error)`` of the serial execution."""
+    """Final state and ``request_id -> (status, result or error)`` of the serial execution; each
+    transaction runs ``graph``, or ``graph(epoch)`` of its epoch when the cluster's code changed."""
     state: dict[EntityKey, bytes] = {}
     outcomes: dict[str, tuple[str, Any]] = {}
     for reply in sorted(replies, key=lambda r: (r.epoch, r.phase, r.tid)):
         req = requests[reply.request_id]
-        outcomes[req.request_id] = await apply_serially(graph, state, req, reply.tid)
+        g = graph if isinstance(graph, Graph) else graph(reply.epoch)
+        outcomes[req.request_id] = await apply_serially(g, state, req, reply.tid)
     return {k: decode_value(v) for k, v in state.items()}, outcomes
 
 
@@ -119,6 +126,8 @@ async def apply_serially(
 ) -> tuple[str, Any]:
     """Run ``req`` as the next transaction of the serial order: its writes go into ``state`` (encoded
     values) when it commits. Returns ``(status, result or error)``."""
+    if req.operator not in graph.operators:
+        return ("failed", f"unknown operator {req.operator!r}")  # as the engine rejects it at the root
     run = _SerialRun(graph, state, tid, req.ts_ms)
     try:
         result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])

@@ -24,7 +24,7 @@ import msgspec
 
 from styx_py.coordinator.server import Coordinator
 from styx_py.core.config import Config, load_config
-from styx_py.core.graph import Graph, load_graph
+from styx_py.core.graph import Graph, load_graph, version_at
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import COORDINATOR, Reply, Request, decode_value, encode_value
@@ -270,6 +270,32 @@ class SimCluster:
             (q, r) for q, part in enumerate(parts) for r in part if q not in self.routes.get(r.request_id, ())
         ]
 
+    async def deploy(self, import_path: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Deploy ``import_path`` to the running cluster (a code update; raises GraphError when it is
+        refused); requests submitted after it use its partition counts."""
+        coordinator = self.coordinator
+        # A coordinator started after a crash answers admin requests once it resumed (as its server
+        # does: it listens only then).
+        await asyncio.wait_for(coordinator.cluster.deployed.wait(), timeout_s)
+        body = await coordinator.deploy(import_path, timeout_s)
+        self.graph = load_graph(import_path)
+        return body
+
+    def graph_at(self, epoch: int) -> Graph:
+        """The graph version that ran ``epoch`` (from the coordinator's committed versions)."""
+        versions = self.coordinator.cluster.versions
+        return load_graph(version_at(versions, epoch).import_path) if versions else self.graph
+
+    async def wait_for_replies(self, n: int, timeout_s: float = 60.0) -> None:
+        """Until at least ``n`` replies arrived (e.g. to act while the rest still runs)."""
+
+        async def until() -> None:
+            while len(self.replies) < n:
+                self._reply_event.clear()
+                await self._reply_event.wait()
+
+        await asyncio.wait_for(until(), timeout_s)
+
     async def wait(self, timeout_s: float = 60.0) -> list[Reply]:
         """Until every submitted request has a reply (fails loudly on a timeout or a crashed task)."""
 
@@ -328,12 +354,13 @@ class SimCluster:
 
 async def check_against_serial(cluster: SimCluster) -> None:
     """Every request answered (resends identically), nothing answered twice, and every reply and the
-    final state equal to the serial execution in commit order."""
+    final state equal to the serial execution in commit order, each transaction running the graph
+    version of its epoch."""
     c = cluster
     assert not c.duplicate_replies(), "a request was answered twice, or differently"
     assert not c.misrouted_replies(), "a reply went to an egress partition its request did not name"
     assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
-    serial_state, serial_outcomes = await serial_replay(c.graph, c.requests, c.unique_replies())
+    serial_state, serial_outcomes = await serial_replay(c.graph_at, c.requests, c.unique_replies())
     for reply in c.replies:
         assert reply_outcome(reply) == serial_outcomes[reply.request_id], (c.seed, reply)
     assert c.state() == serial_state, f"seed {c.seed}: final state differs from the serial execution"

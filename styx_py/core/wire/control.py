@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from styx_py.core.graph import OperatorSpec
+from styx_py.core.graph import GraphVersion, OperatorSpec
 from styx_py.core.wire.codes import Msg
 from styx_py.core.wire.storage import Manifest
 
@@ -91,6 +91,17 @@ class Fenced(Msg, tag="fenced"):
     gen: int
 
 
+class GraphPrepared(Msg, tag="prepared"):
+    """A worker's answer to :class:`PrepareGraph`: the graph loaded (and what it declares, which the
+    coordinator compares with its own load of it), or why not."""
+
+    node_id: str
+    version: int
+    ok: bool
+    error: str
+    operators: list[OperatorSpec]
+
+
 class RecoverDone(Msg, tag="recovered"):
     node_id: str
     ok: bool
@@ -146,6 +157,9 @@ class ClusterView(Msg, tag="view"):
     # Sequencer-id space: tid = sid + lc * n_seq. Never shrinks when workers leave, so tids issued after
     # a scale-in stay above every earlier one (0 in views of older coordinators: len(workers)).
     n_seq: int = 0
+    # Every committed version of the graph, in deploy order (``graph_path`` is the last one's). Last,
+    # with a default: empty from a coordinator that predates code updates (the one version then).
+    versions: list[GraphVersion] = msgspec.field(default_factory=list)
 
 
 class EpochStart(Msg, tag="es"):
@@ -154,6 +168,15 @@ class EpochStart(Msg, tag="es"):
     replay: bool  # re-run the logged composition of this epoch (recovery)
     snapshot: bool  # take a snapshot at the end of this epoch
     gen: int
+    version: int = 0  # the graph version that runs this epoch (0: the first, from an older coordinator)
+
+
+class PrepareGraph(Msg, tag="prepare"):
+    """A code update, phase one: load and validate version ``version`` of the graph and keep it ready
+    (it runs only from the epoch a later view's ``versions`` and ``EpochStart.version`` name)."""
+
+    version: int
+    import_path: str
 
 
 class SnapshotResult(Msg, tag="snapres"):

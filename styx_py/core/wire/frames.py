@@ -27,8 +27,10 @@ from styx_py.core.wire.control import (
     EpochStart,
     ExecDone,
     Fenced,
+    GraphPrepared,
     Halt,
     Heartbeat,
+    PrepareGraph,
     Recover,
     RecoverDone,
     Register,
@@ -54,6 +56,7 @@ ToCoordinator = (
     | SnapshotDone
     | Fenced
     | RecoverDone
+    | GraphPrepared
     | ReplayDiverged
     | DeployRequest
     | StatusRequest
@@ -63,7 +66,15 @@ ToCoordinator = (
     | FoundReplies
 )
 ControlToWorker = (
-    ClusterView | Heartbeat | EpochStart | SnapshotResult | Recover | Halt | Retire | FindReplies
+    ClusterView
+    | Heartbeat
+    | EpochStart
+    | SnapshotResult
+    | Recover
+    | Halt
+    | Retire
+    | FindReplies
+    | PrepareGraph
 )
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).
 PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote

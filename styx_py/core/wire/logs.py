@@ -111,6 +111,9 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     # every one of them logged it) and its sequencer-id space; 0 in entries of older versions.
     nodes: int = 0
     n_seq: int = 0
+    # The graph version that ran the epoch (replay checks it runs the same). Last, with a default:
+    # 0 in records written before code updates, when the first version ran every epoch.
+    version: int = 0
 
 
 class IngressRecord(msgspec.Struct, array_like=True):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from styx_py.core.graph import GraphVersion
 from styx_py.core.wire.codes import Key
 from styx_py.core.wire.logs import Reply, Request
 
@@ -58,3 +59,6 @@ class ClusterMeta(msgspec.Struct, array_like=True):
     epoch_generations: list[tuple[int, int]]
     degraded: str = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
     n_seq: int = 0  # sequencer-id space (see ClusterView.n_seq); 0: len(workers)
+    # Every committed graph version, in deploy order (``graph_path`` is the last one's); empty in
+    # state saved before code updates: ``graph_path`` ran every epoch then.
+    versions: list[GraphVersion] = []
