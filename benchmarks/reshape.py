@@ -36,11 +36,15 @@ from styx_py.stack.local import LocalStack, admin
 RESULTS = Path(__file__).parent / "results"
 
 
-async def wait_for(stack: LocalStack, workers: int, timeout_s: float = 300) -> dict[str, Any]:
-    """Until the cluster runs on ``workers`` workers (supervising as ``styx up`` does)."""
+async def wait_for(
+    stack: LocalStack, workers: int, timeout_s: float = 300, *, supervise: bool = True
+) -> dict[str, Any]:
+    """Until the cluster runs on ``workers`` workers (supervising as ``styx up`` does, unless a worker
+    was lost on purpose: a supervisor would start a replacement for it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        await asyncio.to_thread(stack.supervise)
+        if supervise:
+            await asyncio.to_thread(stack.supervise)
         st = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
         if st["state"] == "running" and len(st["workers"]) == workers and not st["failed_workers"]:
             return st
@@ -59,7 +63,7 @@ async def changes(stack: LocalStack, at_s: list[float], t0: float) -> list[dict[
             stack.procs.pop("w2").kill()
         else:
             await admin(stack.coordinator, ScaleRequest(workers), secret=stack.secret)
-        st = await wait_for(stack, workers)
+        st = await wait_for(stack, workers, supervise=not what.startswith("lose"))
         done = time.perf_counter() - t0
         out.append(
             {

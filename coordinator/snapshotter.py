@@ -92,6 +92,9 @@ class Snapshotter:
         self.pending.pop(epoch, None)
         if not self.pending:
             self.settled.set()
+        self._resolve(epoch, ok)
+
+    def _resolve(self, epoch: int, ok: bool) -> None:
         fut = self.outcomes.pop(epoch, None)
         if fut is not None and not fut.done():
             fut.set_result(ok)
@@ -147,6 +150,10 @@ class Snapshotter:
                         "objects": sum(p.objects for p in parts.values()),
                         "bytes": sum(p.bytes for p in parts.values()),
                     }
+                    # Usable now: a barrier waiting for it need not wait for the compaction (a
+                    # recovery that starts meanwhile makes it skip pruning and keep its manifest).
+                    self.cluster.broadcast(SnapshotResult(epoch, True, gen))
+                    self._resolve(epoch, True)
                 await self._compact(manifest, gen)
         else:
             self.failed += 1
@@ -156,7 +163,8 @@ class Snapshotter:
             log.warning("snapshot %d failed: %s", epoch, errors)
         self.metrics.snapshot(ok, self.clock.now() - self.last_at)
         if gen == self.cluster.gen:
-            self.cluster.broadcast(SnapshotResult(epoch, ok, gen))
+            if not ok:
+                self.cluster.broadcast(SnapshotResult(epoch, ok, gen))
             self._settle(epoch, ok)
 
     async def _compact(self, manifest: Manifest, gen: int) -> None:

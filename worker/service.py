@@ -403,8 +403,12 @@ class Worker:
         if self.tasks is None:
             self.transport.send(COORDINATOR, Fenced(self.node_id, gen))
             then()
-        else:
-            self.tasks.create_task(flushed())
+            return
+        coro = flushed()
+        try:
+            self.tasks.create_task(coro)
+        except RuntimeError:  # the worker is shutting down (its process ends): nothing to report
+            coro.close()
 
     def _halt(self, reason: str, level: int = logging.CRITICAL) -> None:
         """Run nothing more and say why (``/readyz``); the coordinator keeps the cluster stopped."""
