@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import faulthandler
+import io
 import json
 import logging
 import os
@@ -506,8 +508,10 @@ def use_cluster_file(args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from styx_py.benchmarks.bench import cmd_bench as run_bench
 
-    # `kill -USR1 PID` prints every thread's stack: what a long or stuck run is doing.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # `kill -USR1 PID` prints every thread's stack: what a long or stuck run is doing (not when stderr
+    # is no file, as under pytest's capture).
+    with contextlib.suppress(io.UnsupportedOperation, ValueError, AttributeError):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     return run_bench(args)
 
 
