@@ -186,8 +186,8 @@ def _supervised(stack: LocalStack) -> Iterator[None]:
 
     def watch() -> None:
         while not stop.wait(0.5):
-            for name in stack.supervise():
-                print(f"  {name} died or was declared failed: restarted (the cluster recovers)", flush=True)
+            for line in stack.supervise():
+                print(f"  {line}", flush=True)
 
     watcher = threading.Thread(target=watch, name="bench-supervisor", daemon=True)
     try:

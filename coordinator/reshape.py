@@ -109,9 +109,11 @@ class Reshaper:
     def check(self) -> None:
         """Called by the failure monitor: take over from workers silent beyond ``takeover_after_ms``."""
         c, r = self.cluster, self.recovery
-        after_s = c.config.takeover_after_ms / 1000
-        if not after_s or c.degraded or c.graph_path is None:
+        cfg = c.config
+        if not cfg.takeover_after_ms or c.degraded or c.graph_path is None:
             return
+        # Never before the lost worker's lease ran out (it fences itself off after failure_timeout_ms).
+        after_s = max(cfg.takeover_after_ms, 2 * cfg.failure_timeout_ms + 1000) / 1000
         now = self.clock.now()
         if r.resuming:
             # A restarted coordinator waits for the workers the cluster had; one that stays away is

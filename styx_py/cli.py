@@ -86,8 +86,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"deployed {args.app}", flush=True)
         print("cluster is up; Ctrl-C stops it", flush=True)
         while not stopping.wait(0.5):
-            for name in stack.supervise():
-                print(f"{name} died or hung: restarted (the cluster recovers)", flush=True)
+            for line in stack.supervise():
+                print(line, flush=True)
         return 0
     except KeyboardInterrupt:
         return 0

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -17,7 +20,7 @@ from typing import Any
 import pytest
 
 from styx_py.client import StyxClient
-from styx_py.core.wire import ScaleRequest, StatusRequest
+from styx_py.core.wire import StatusRequest
 from styx_py.stack.local import LocalStack, admin
 from tests.test_integration import read_topic
 
@@ -40,6 +43,21 @@ async def until(
             return
         await asyncio.sleep(0.2)  # polling the cluster's status, bounded by the deadline above
     raise AssertionError(f"not {what} after {timeout_s}s: {status.get('state')}, {status.get('workers')}")
+
+
+async def styx_scale(stack: LocalStack, *args: str) -> str:
+    """``styx scale ARGS`` against ``stack``; its output (it must succeed)."""
+    env = {**os.environ, "STYX_CLUSTER_SECRET": stack.secret}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "styx_py.cli", "scale", "--coordinator", stack.coordinator, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def running_on(names: list[str]) -> Callable[[dict[str, Any]], bool]:
@@ -88,9 +106,11 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
                 await asyncio.gather(*pending)
 
             load_task = asyncio.create_task(load())
-            await admin(stack.coordinator, ScaleRequest(4), secret=stack.secret)
+            out = await styx_scale(stack, "--workers", "4")  # the CLI, as an operator would
+            assert "waiting for 2 more workers to register" in out, out
             await until(stack, running_on(["w1", "w2", "w3", "w4"]), "running on 4 workers")
-            await admin(stack.coordinator, ScaleRequest(3), secret=stack.secret)
+            out = await styx_scale(stack, "--workers", "3")
+            assert "draining w4" in out, out
             on_3 = running_on(["w1", "w2", "w3"])
             # w4 exits with code 0 once it handed over, and is not restarted.
             await until(stack, lambda st: on_3(st) and "w4" in stack.left, "on 3 workers, w4 gone")

@@ -267,8 +267,9 @@ class LocalStack:
     def supervise(self) -> list[str]:
         """Restart what died (as Kubernetes would), and kill-and-restart workers the coordinator
         declared failed (a hung event loop); a worker that left the cluster (drained: exit code 0) is
-        not restarted, and new workers are started while ``styx scale`` asked for more. Returns what
-        was (re)started; the cluster recovers or reshapes."""
+        not restarted, and new workers are started while ``styx scale`` asked for more. Returns a line
+        per change for the operator's terminal; the cluster recovers or reshapes."""
+        said: list[str] = []
         restarted: list[str] = []
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
@@ -276,6 +277,7 @@ class LocalStack:
             if name.startswith("w") and proc.returncode == 0:
                 del self.procs[name]  # it left the cluster when told to (styx scale)
                 self.left.append(name)
+                said.append(f"{name} left the cluster (drained): not restarted")
                 continue
             if name == "coordinator":
                 self.start_coordinator()
@@ -285,6 +287,7 @@ class LocalStack:
             else:
                 self.check_alive()  # the gateway has no state to recover: report it
             restarted.append(name)
+            said.append(f"{name} died: restarted (the cluster recovers)")
         try:
             status = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))
         except StyxError:
@@ -297,6 +300,7 @@ class LocalStack:
             self.start_worker(name)  # it registers and joins: partitions move to it
             self.restarted_at[name] = time.monotonic()
             restarted.append(name)
+            said.append(f"{name} started: {desired} workers asked for (partitions move to it)")
         for name in failed:
             # A worker started moments ago is still booting and registering: the coordinator lists it
             # as failed until it does. Killing it again would restart it forever.
@@ -306,7 +310,8 @@ class LocalStack:
                 self.start_worker(name)
                 self.restarted_at[name] = time.monotonic()
                 restarted.append(name)
-        return restarted
+                said.append(f"{name} hung (declared failed): restarted (the cluster recovers)")
+        return said
 
     def deploy(self, import_path: str) -> dict[str, Any]:
         return asyncio.run(admin(self.coordinator, DeployRequest(import_path), secret=self.secret))
