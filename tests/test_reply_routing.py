@@ -29,7 +29,7 @@ PARTITIONS = 4  # the bank app's: the egress topic has as many
 
 @pytest.fixture
 def stack(local_cluster: ClusterFactory) -> LocalStack:
-    return local_cluster(app="styx_py.benchmarks.bank:app")
+    return local_cluster(app="styx_py.benchmarks.bank:app", settings={"reply_routing": "true"})
 
 
 async def _transfers(client: StyxClient, first: int) -> list[str]:
