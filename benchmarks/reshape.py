@@ -19,6 +19,7 @@ import json
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,27 +30,16 @@ from styx_py.benchmarks.driver import SdkSender, new_histogram, run_open_loop
 from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
-from styx_py.core.wire import ScaleRequest, StatusRequest, reply_decoder
+from styx_py.core.wire import ScaleRequest, reply_decoder
 from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack, admin
 
 RESULTS = Path(__file__).parent / "results"
 
 
-async def wait_for(
-    stack: LocalStack, workers: int, timeout_s: float = 300, *, supervise: bool = True
-) -> dict[str, Any]:
-    """Until the cluster runs on ``workers`` workers (supervising as ``styx up`` does, unless a worker
-    was lost on purpose: a supervisor would start a replacement for it)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if supervise:
-            await asyncio.to_thread(stack.supervise)
-        st = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
-        if st["state"] == "running" and len(st["workers"]) == workers and not st["failed_workers"]:
-            return st
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"the cluster did not reach {workers} workers in {timeout_s}s")
+def on(workers: int) -> Callable[[dict[str, Any]], bool]:
+    """The status of a cluster running on ``workers`` workers, none failed."""
+    return lambda st: st["state"] == "running" and len(st["workers"]) == workers and not st["failed_workers"]
 
 
 async def changes(stack: LocalStack, at_s: list[float], t0: float) -> list[dict[str, Any]]:
@@ -63,7 +53,9 @@ async def changes(stack: LocalStack, at_s: list[float], t0: float) -> list[dict[
             stack.procs.pop("w2").kill()
         else:
             await admin(stack.coordinator, ScaleRequest(workers), secret=stack.secret)
-        st = await wait_for(stack, workers, supervise=not what.startswith("lose"))
+        # Not supervising after the loss: a supervisor would start a replacement for w2.
+        lost = what.startswith("lose")
+        st = await asyncio.to_thread(stack.wait_for, on(workers), f"on {workers}", 300, supervise=not lost)
         done = time.perf_counter() - t0
         out.append(
             {

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -145,22 +146,14 @@ class Recovery:
         # it: epochs decided before are still replayed.
         # Only once no worker decides an epoch of an older generation any more (each said so when it
         # saw this generation's view) is the log read: nothing decided after the read can be missed.
-        with contextlib.suppress(TimeoutError):
-            async with self.clock.timeout(self.timeout_s()):  # one timeout: no float-sized remainders
-                while set(c.workers) - self.fenced:
-                    self.answered.clear()
-                    await self.answered.wait()
+        await self._until(lambda: set(c.workers) <= self.fenced, self.timeout_s())
         if missing := sorted(set(c.workers) - self.fenced):
             self.unanswered_attempts += 1
             return f"no Fenced from {missing}: they did not see generation {c.gen}'s view"
-        for node, until in sorted(self.retiring.items()):
-            # One timeout per worker that left (never a loop over float remainders, see _wait_for_answers).
-            if node not in self.fenced and until - self.clock.now() > 0.001:
-                with contextlib.suppress(TimeoutError):
-                    async with self.clock.timeout(until - self.clock.now()):
-                        while node not in self.fenced:
-                            self.answered.clear()
-                            await self.answered.wait()
+        if self.retiring:  # workers that left: until each answered Fenced or its lease ran out
+            left_s = max(self.retiring.values()) - self.clock.now()
+            if left_s > 0.001:
+                await self._until(lambda: set(self.retiring) <= self.fenced, left_s)
         try:
             # At a barrier no epoch started after the snapshot's: nothing was logged after it.
             logged = -1 if self.keep else await self._last_logged(snapshots.manifest)
@@ -181,7 +174,7 @@ class Recovery:
         self.answered.clear()
         c.broadcast(Recover(m, replay_until, c.gen, self.keep and replay_until == m.epoch))
         timeout_s = self.timeout_s()
-        await self._wait_for_answers(timeout_s)
+        await self._until(lambda: len(self.answers) >= len(c.workers), timeout_s)
         missing = sorted(set(c.workers) - set(self.answers))
         if missing:
             self.unanswered_attempts += 1
@@ -226,12 +219,13 @@ class Recovery:
         wait: float = max(base, RESTORE_TIMEOUT_FACTOR * self.last_restore_s) * 2.0**self.unanswered_attempts
         return min(wait, MAX_TIMEOUT_FACTOR * base)
 
-    async def _wait_for_answers(self, timeout_s: float) -> None:
-        """Until every worker answered the Recover, or ``timeout_s`` passed (one timeout, not a loop
-        over remainders: on a clock of finite resolution a remainder can be too small to ever fire)."""
+    async def _until(self, done: Callable[[], bool], timeout_s: float) -> None:
+        """Until ``done()`` holds (checked whenever a worker answers), or ``timeout_s`` passed (one
+        timeout, not a loop over remainders: on a clock of finite resolution a remainder can be too
+        small to ever fire)."""
         with contextlib.suppress(TimeoutError):
             async with self.clock.timeout(timeout_s):
-                while len(self.answers) < len(self.cluster.workers):
+                while not done():
                     self.answered.clear()
                     await self.answered.wait()
 

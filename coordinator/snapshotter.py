@@ -80,7 +80,8 @@ class Snapshotter:
         return True
 
     def outcome(self, epoch: int) -> asyncio.Future[bool]:
-        """Resolved once the snapshot of ``epoch`` (begun) is complete and compacted, or failed."""
+        """Resolved once the snapshot of ``epoch`` (begun) is usable (its manifest written; compaction
+        may still run) or failed."""
         fut = self.outcomes.get(epoch)
         if fut is None:
             fut = self.outcomes[epoch] = asyncio.get_running_loop().create_future()

@@ -80,48 +80,75 @@ async def test_join_drain_and_loss_under_load_equal_the_serial_execution() -> No
         ], events
 
 
-async def run_with_reshapes(seed: int, *, steps: int = 4, n: int = 240) -> SimCluster:
-    """Random joins, drains, permanent losses and crashes (workers and coordinator), each fired at a
-    random message during load; the result must equal the serial execution."""
-    rng = random.Random(seed)
-    async with SimCluster(
-        APP,
+def seeded_cluster(graph: str, seed: int, rng: random.Random) -> SimCluster:
+    """2 or 3 workers with seeded epoch sizes, snapshot intervals and log acknowledgement lags; a lost
+    worker is taken over after 3 s (virtual)."""
+    return SimCluster(
+        graph,
         workers=rng.choice([2, 3]),
         seed=seed,
         epoch_size_max=rng.choice([5, 20, 100]),
-        snapshot_interval_epochs=rng.choice([2, 4, 8]),
+        snapshot_interval_epochs=rng.choice([1, 2, 4, 8]),
         snapshot_compact_after=4,
         epoch_timeout_ms=300,
         takeover_after_ms=3000,
         egress_ack_lag=rng.choice([0, 2, 8]),
         seqlog_ack_lag=(seed % 3) * 20,
-    ) as c:
-        for i in range(20):
-            c.submit("acct", "deposit", f"k{i}", 100)
-        await c.wait()
-        names = (f"w{i}" for i in range(4, 100))
+    )
 
-        def change(kind: str) -> None:
-            members = staying(c)
-            if kind == "join" or len(members) < 2:
-                c.add_worker(next(names))
-            elif kind == "drain":
-                with contextlib.suppress(StyxError):
-                    c.coordinator.drain(rng.choice(members))
-            elif kind == "lose":
-                c.lose(rng.choice(members))
-            elif kind == "crash":
-                c.crash(rng.choice(sorted(c.worker_tasks)))
-            else:
-                c.crash_coordinator()
 
+async def funded(c: SimCluster, accounts: int) -> None:
+    for i in range(accounts):
+        c.submit("acct", "deposit", f"k{i}", 100)
+    await c.wait()
+
+
+class Changes:
+    """Shape changes and crashes, each fired at a random message of the seeded simulation."""
+
+    def __init__(self, c: SimCluster, rng: random.Random) -> None:
+        self.c, self.rng = c, rng
+        self.names = (f"w{i}" for i in range(4, 100))
+
+    def at_random(self, kind: str, within: int) -> None:
+        """Fire ``kind`` within the next ``within`` message deliveries."""
+        self.c.network.fault_at(
+            self.c.network.delivered + self.rng.randint(10, within), lambda: self.fire(kind)
+        )
+
+    def fire(self, kind: str) -> None:
+        c, members = self.c, staying(self.c)
+        if kind == "join" or (kind in ("drain", "lose") and len(members) < 2):
+            c.add_worker(next(self.names))
+        elif kind == "drain":
+            with contextlib.suppress(StyxError):
+                c.coordinator.drain(self.rng.choice(members))
+        elif kind == "lose":
+            c.lose(self.rng.choice(members))
+        elif kind == "crash":
+            c.crash(self.rng.choice(sorted(c.worker_tasks)))
+        else:
+            c.crash_coordinator()
+
+
+def staying(c: SimCluster) -> list[str]:
+    """The workers that stay once the changes asked for are applied (losing the last one would stall
+    the cluster until it comes back: a scenario of its own, not these tests')."""
+    alive = set(c.worker_tasks)  # a lost worker stays a member until the others take over
+    return sorted((set(c.coordinator.workers) - set(c.coordinator.reshaper.pending.leaves)) & alive)
+
+
+async def run_with_reshapes(seed: int, *, steps: int = 4, n: int = 240) -> SimCluster:
+    """Random joins, drains, permanent losses and crashes (workers and coordinator), each fired at a
+    random message during load; the result must equal the serial execution."""
+    rng = random.Random(seed)
+    async with seeded_cluster(APP, seed, rng) as c:
+        await funded(c, 20)
+        changes = Changes(c, rng)
         for _ in range(steps):
-            base = c.network.delivered
-            kind = rng.choice(["join", "join", "drain", "lose"])
-            c.network.fault_at(base + rng.randint(10, 400), lambda kind=kind: change(kind))
+            changes.at_random(rng.choice(["join", "join", "drain", "lose"]), 400)
             if rng.random() < 0.6:  # a crash around the change: before, during or after its recovery
-                other = rng.choice(["crash", "crash", "coordinator"])
-                c.network.fault_at(base + rng.randint(10, 800), lambda other=other: change(other))
+                changes.at_random(rng.choice(["crash", "crash", "coordinator"]), 800)
             submit_random_mix(c, rng, n // steps, n_keys=20, hot=rng.choice([0.2, 0.6]))
             await c.wait(timeout_s=600)
         await check_against_serial(c)
@@ -140,35 +167,14 @@ async def run_reshapes_and_an_update(seed: int) -> SimCluster:
     from tests.test_updates import V1, V2, deploy_until_committed, submit_mix
 
     rng = random.Random(seed)
-    async with SimCluster(
-        V1,
-        workers=rng.choice([2, 3]),
-        seed=seed,
-        epoch_size_max=rng.choice([5, 20]),
-        snapshot_interval_epochs=rng.choice([1, 3]),
-        epoch_timeout_ms=300,
-        takeover_after_ms=3000,
-        egress_ack_lag=rng.choice([0, 4]),
-        seqlog_ack_lag=(seed % 3) * 10,
-    ) as c:
-        for i in range(12):
-            c.submit("acct", "deposit", f"k{i}", 100)
-        await c.wait()
-        names = (f"w{i}" for i in range(4, 100))
+    async with seeded_cluster(V1, seed, rng) as c:
+        await funded(c, 12)
+        changes = Changes(c, rng)
         update_at = rng.randrange(3)
         for step in range(3):
-            base = c.network.delivered
-            kind = rng.choice(["join", "drain", "lose"])
-            if kind == "join" or len(staying(c)) < 2:
-                c.network.fault_at(base + rng.randint(10, 300), lambda: c.add_worker(next(names)))
-            elif kind == "drain":
-                c.network.fault_at(base + rng.randint(10, 300), lambda: _drain(c, rng))
-            else:
-                c.network.fault_at(base + rng.randint(10, 300), lambda: _lose(c, rng))
+            changes.at_random(rng.choice(["join", "drain", "lose"]), 300)
             if rng.random() < 0.5:
-                c.network.fault_at(
-                    base + rng.randint(10, 600), lambda: c.crash(rng.choice(sorted(c.worker_tasks)))
-                )
+                changes.at_random("crash", 600)
             submit_mix(c, rng, 60, new_functions=step > update_at)
             if step == update_at:
                 await c.wait_for_replies(len(c.replies) + 10)
@@ -177,26 +183,6 @@ async def run_reshapes_and_an_update(seed: int) -> SimCluster:
         await check_against_serial(c)
         assert not c.duplicate_replies()
         return c
-
-
-def staying(c: SimCluster) -> list[str]:
-    """The workers that stay once the changes asked for are applied (losing the last one would stall
-    the cluster until it comes back: a scenario of its own, not this test's)."""
-    alive = set(c.worker_tasks)  # a lost worker stays a member until the others take over
-    return sorted((set(c.coordinator.workers) - set(c.coordinator.reshaper.pending.leaves)) & alive)
-
-
-def _drain(c: SimCluster, rng: random.Random) -> None:
-    members = staying(c)
-    if len(members) > 1:
-        with contextlib.suppress(StyxError):
-            c.coordinator.drain(rng.choice(members))
-
-
-def _lose(c: SimCluster, rng: random.Random) -> None:
-    members = staying(c)
-    if len(members) > 1:
-        c.lose(rng.choice(members))
 
 
 @pytest.mark.parametrize("seed", range(4))

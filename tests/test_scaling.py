@@ -10,7 +10,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -28,21 +27,6 @@ pytestmark = pytest.mark.services
 
 ACCOUNTS = 100
 INITIAL = 1000
-
-
-async def until(
-    stack: LocalStack, ok: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 180
-) -> None:
-    """Poll ``styx status`` (supervising, as ``styx up`` does) until ``ok`` holds, bounded by a deadline."""
-    deadline = time.monotonic() + timeout_s
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        await asyncio.to_thread(stack.supervise)
-        status = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
-        if ok(status):
-            return
-        await asyncio.sleep(0.2)  # polling the cluster's status, bounded by the deadline above
-    raise AssertionError(f"not {what} after {timeout_s}s: {status.get('state')}, {status.get('workers')}")
 
 
 async def styx_scale(stack: LocalStack, *args: str) -> str:
@@ -108,22 +92,16 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
             load_task = asyncio.create_task(load())
             out = await styx_scale(stack, "--workers", "4")  # the CLI, as an operator would
             assert "waiting for 2 more workers to register" in out, out
-            await until(stack, running_on(["w1", "w2", "w3", "w4"]), "running on 4 workers")
+            await asyncio.to_thread(stack.wait_for, running_on(["w1", "w2", "w3", "w4"]), "on 4 workers")
             out = await styx_scale(stack, "--workers", "3")
             assert "draining w4" in out, out
             on_3 = running_on(["w1", "w2", "w3"])
             # w4 exits with code 0 once it handed over, and is not restarted.
-            await until(stack, lambda st: on_3(st) and "w4" in stack.left, "on 3 workers, w4 gone")
-            # w2 is lost for good: killed and never restarted (supervise would restart it, so drop it).
+            await asyncio.to_thread(stack.wait_for, lambda st: on_3(st) and "w4" in stack.left, "w4 gone")
+            # w2 is lost for good: killed and never restarted (no supervising: it would start a new one).
             stack.procs.pop("w2").kill()
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                status = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
-                if running_on(["w1", "w3"])(status):
-                    break
-                await asyncio.sleep(0.2)  # polling the cluster's status, bounded by the deadline
-            else:
-                raise AssertionError("the survivors did not take over w2's partitions")
+            survivors = running_on(["w1", "w3"])
+            await asyncio.to_thread(stack.wait_for, survivors, "taken over by w1, w3", supervise=False)
             stop.set()
             await load_task
             total = sum(

@@ -38,6 +38,13 @@ class ReplyTable:
         delta, self.delta = self.delta, {}
         return delta
 
+    def move(self, gone: set[int], gained: ReplyTable) -> None:
+        """Partitions moved (a shape change): forget those in ``gone``, take over ``gained``'s."""
+        for p in gone:
+            self.replies.pop(p, None)
+            self.delta.pop(p, None)
+        self.replies.update(gained.replies)
+
     def restore_delta(self, delta: dict[int, list[Reply]]) -> None:
         """A snapshot failed: its replies go into the next one (older first)."""
         for p, replies in delta.items():

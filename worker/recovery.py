@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from styx_py.core.blobs import BlobStore, epoch_of
 from styx_py.core.ports import LogReader
 from styx_py.core.wire import IngressRecord, Manifest, Recover, Reply, SeqLogEntry
@@ -110,17 +112,7 @@ def plan_replay(
         mine = [x for x in entry.entries if x.partition in owned]
         current = plan.get(e)
         if current is None:
-            plan[e] = SeqLogEntry(
-                e,
-                node_id,
-                entry.lc_start,
-                mine,
-                entry.gen,
-                entry.lc_end,
-                entry.nodes,
-                entry.n_seq,
-                entry.version,
-            )
+            plan[e] = msgspec.structs.replace(entry, node_id=node_id, entries=mine)
         else:
             current.entries.extend(mine)
             current.lc_end = max(current.lc_end, entry.lc_end)

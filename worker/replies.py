@@ -99,6 +99,16 @@ class ReplyOut:
         replayed. Every reply from now on is new, a resent request's answer included."""
         self.on_log = {}
 
+    def move(self, gone: set[int], answered: ReplyTable, waiting: dict[str, list[IngressRecord]]) -> None:
+        """Partitions moved (a shape change): forget the replies and waiting resends of ``gone``, take
+        over ``answered`` and ``waiting`` of the partitions gained."""
+        self.answered.move(gone, answered)
+        kept = {rid: [r for r in recs if r.partition not in gone] for rid, recs in self.waiting.items()}
+        self.waiting = {rid: recs for rid, recs in kept.items() if recs}
+        for rid, recs in waiting.items():
+            self.waiting.setdefault(rid, []).extend(recs)
+        self.on_log = {}
+
     def restore(
         self, answered: ReplyTable, waiting: dict[str, list[IngressRecord]], on_log: dict[str, list[Reply]]
     ) -> None:

@@ -292,10 +292,10 @@ class Worker:
         if view.gen == self.driver.gen:
             self._apply(view)
         else:
+            # The epochs of the running generation still finish on its placement (their snapshot);
+            # the new view takes effect with its Recover, and their replies are held (replay sends them).
             self.replies.held = True
         self._report_fenced(view.gen)
-        # else: the epochs of the running generation still finish on its placement (their snapshot, their
-        # replies); the new view takes effect with its Recover.
         held, self.before_view = self.before_view, []
         for m in held:
             if m.gen == self.driver.gen:
@@ -465,19 +465,17 @@ class Worker:
         assert self.logs is not None, "recovery needs a log reader"
         owned = set(self.table.owned())
         gone, gained = owned_before - owned, sorted(owned - owned_before)
-        if gone:
-            self._drop_partitions(gone)
         r = await recovery.restore(
             msg, gained, self.node_id, self.blobs, self.logs, self.config.dedup_replies_per_partition
         )
+        n = self.table.op_partitions
+        self.driver.store.drop(lambda key: partition_of(key[1], n[key[0]]) in gone)
         self.driver.store.load(r.store.items())
-        self.batch.rescheduled = sorted([*self.batch.rescheduled, *r.rescheduled], key=lambda t: t.tid)
+        kept = [t for t in self.batch.rescheduled if t.partition not in gone]
+        self.batch.rescheduled = sorted([*kept, *r.rescheduled], key=lambda t: t.tid)
         self.batch.replay = {}
         self.batch.sequencer.lc = max(self.batch.sequencer.lc, msg.manifest.lc)
-        self.replies.answered.replies.update(r.answered.replies)
-        for rid, recs in r.waiting.items():
-            self.replies.waiting.setdefault(rid, []).extend(recs)
-        self.replies.on_log = {}
+        self.replies.move(gone, r.answered, r.waiting)
         self.ingress.seek(r.positions)
         self.egress.reset_offsets(r.egress_offsets)
         log.warning(
@@ -487,22 +485,6 @@ class Worker:
             sorted(gone),
             gained,
         )
-
-    def _drop_partitions(self, parts: set[int]) -> None:
-        """Forget every partition of ``parts`` (they run elsewhere now): state, replies, waiting work."""
-        n = self.table.op_partitions
-        store = self.driver.store
-        for key in [k for k in store.data if partition_of(k[1], n[k[0]]) in parts]:
-            del store.data[key]
-            store.delta.pop(key, None)
-        for p in parts:
-            self.replies.answered.replies.pop(p, None)
-            self.replies.answered.delta.pop(p, None)
-        waiting = {
-            rid: [r for r in recs if r.partition not in parts] for rid, recs in self.replies.waiting.items()
-        }
-        self.replies.waiting = {rid: recs for rid, recs in waiting.items() if recs}
-        self.batch.rescheduled = [t for t in self.batch.rescheduled if t.partition not in parts]
 
     async def _restore(self, msg: Recover) -> None:
         assert self.logs is not None, "recovery needs a log reader"

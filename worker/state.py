@@ -8,7 +8,7 @@ delta map, the unit of incremental snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from styx_py.worker.conflicts import EntityKey
 
@@ -40,6 +40,12 @@ class StateStore:
                 data.pop((op, key), None)
             else:
                 data[(op, key)] = value
+
+    def drop(self, gone: Callable[[EntityKey], bool]) -> None:
+        """Forget every key for which ``gone`` holds (its partition moved to another worker)."""
+        for key in [k for k in self.data if gone(k)]:
+            del self.data[key]
+            self.delta.pop(key, None)
 
     def take_delta(self) -> Writes:
         delta, self.delta = self.delta, {}

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -318,6 +319,27 @@ class LocalStack:
 
     def status(self) -> dict[str, Any]:
         return asyncio.run(admin(self.coordinator, StatusRequest(), secret=self.secret))
+
+    def wait_for(
+        self,
+        ok: Callable[[dict[str, Any]], bool],
+        what: str,
+        timeout_s: float = 180,
+        *,
+        supervise: bool = True,
+    ) -> dict[str, Any]:
+        """Poll ``styx status`` until ``ok`` holds for it (supervising meanwhile, as ``styx up`` does,
+        unless a worker is gone on purpose: a supervisor would start a replacement); that status."""
+        deadline = time.monotonic() + timeout_s
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            if supervise:
+                self.supervise()
+            status = self.status()
+            if ok(status):
+                return status
+            time.sleep(0.1)  # polling the cluster's status, bounded by the deadline
+        raise ServiceError(f"not {what} after {timeout_s}s: {status.get('state')}, {status.get('workers')}")
 
     def kill(self, name: str) -> None:
         self.procs[name].kill()
