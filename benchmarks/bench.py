@@ -275,7 +275,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     print(f"deployed {workload.app}", flush=True)
                     with _supervised(stack):
                         runs += _run_fast(
-                            bench(args, workload, group, stack.coordinator, stack.gateway_url or None)
+                            bench(
+                                args,
+                                workload,
+                                group,
+                                stack.coordinator,
+                                stack.gateway_url or None,
+                                stack.pids(),
+                            )
                         )
                     if args.audit:
                         s3_args: list[str] = []
@@ -316,9 +323,15 @@ def audit(args: argparse.Namespace, workload: Workload, kafka: str, out: Path, e
 
 
 async def bench(
-    args: argparse.Namespace, workload: Workload, rates: list[float], coordinator: str, gateway: str | None
+    args: argparse.Namespace,
+    workload: Workload,
+    rates: list[float],
+    coordinator: str,
+    gateway: str | None,
+    processes: dict[str, int] | None = None,
 ) -> list[tuple[RunResult, Path]]:
-    """Load (unless --no-load), then one run per rate on this cluster, each checked and written."""
+    """Load (unless --no-load), then one run per rate on this cluster, each checked and written;
+    ``processes`` (a cluster started here) are charged their CPU per transaction."""
     from styx_py.client import StyxClient
 
     say = print
@@ -355,6 +368,7 @@ async def bench(
                     seed=args.seed + len(runs),
                     progress=lambda m: say(m, flush=True),
                     quiet=args.quiet,
+                    processes=processes,
                 )
                 lost = result.statuses["error"] + result.unanswered
                 if not args.no_check and lost:

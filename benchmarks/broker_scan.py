@@ -31,7 +31,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from styx_py.benchmarks.bench import RESULTS_DIR, machine_info
-from styx_py.benchmarks.cpu_cost import cpu_seconds
+from styx_py.benchmarks.cpu import cpu_seconds
 from styx_py.stack.services import TansuBroker, create_topics
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import uvloop
 
+from styx_py.benchmarks.cpu import cpu_seconds
 from styx_py.benchmarks.driver import SdkSender, run_open_loop
 from styx_py.benchmarks.raw_load import RawSettings, run_raw
 from styx_py.benchmarks.workload import Options
@@ -45,13 +46,6 @@ from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, create_topics
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 async def measure(

@@ -19,13 +19,14 @@ import re
 import time
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from styx_py.benchmarks.cpu import ProcessCpu
 from styx_py.benchmarks.workload import Op, Workload
 from styx_py.core.errors import StyxError
 
@@ -231,6 +232,10 @@ class RunResult:
     last_reply_s: float = 0.0  # when the last measured reply arrived, from the window's start
     requests_total: int = 0  # every request the run sent, warm-up included
     client_cpu_s: float = 0.0  # CPU time of the load generator's process while it sent and drained
+    answered_total: int = 0  # every request answered, warm-up included (the CPU figures' denominator)
+    # µs of CPU per answered transaction of each process named to run_open_loop, over the same span as
+    # client_cpu_s (warm-up, measured window and drain); "client" is this process, "total" their sum.
+    cpu_us_per_txn: dict[str, float] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:
@@ -271,6 +276,28 @@ class RunResult:
             out[label].append((round(100.0 * (1.0 - 1.0 / n), 6), h.get_max_value() / 1000))
         return out
 
+    def drift(self) -> dict[str, float | None]:
+        """How latency moved within the run, from the per-second p50s of the measured window: the
+        least-squares slope (ms per second) and the mean p50 of its first and last thirds. A system
+        in a steady state has a slope near 0; one whose costs grow with the run (a broker that scans
+        its stored batches, a queue building up) does not."""
+        points = [
+            (i, s.hist.get_value_at_percentile(50) / 1000)
+            for i, s in enumerate(self.seconds)
+            if s.hist.get_total_count()
+        ]
+        if len(points) < 3:
+            return {"p50_slope_ms_per_s": None, "p50_first_third_ms": None, "p50_last_third_ms": None}
+        xs = np.array([x for x, _ in points], dtype=float)
+        ys = np.array([y for _, y in points], dtype=float)
+        slope = float(np.polyfit(xs, ys, 1)[0])
+        third = max(1, len(points) // 3)
+        return {
+            "p50_slope_ms_per_s": round(slope, 2),
+            "p50_first_third_ms": round(float(ys[:third].mean()), 2),
+            "p50_last_third_ms": round(float(ys[-third:].mean()), 2),
+        }
+
     def sustainable(self, p99_limit_ms: float = 1000.0) -> bool:
         """Kept up: every request answered, ≥ 98 % of the rate served, p99 under the limit."""
         return (
@@ -294,6 +321,8 @@ class RunResult:
             "send_lag_max_ms": round(self.send_lag_max_s * 1000, 2),
             # The load generator's own cost (driver + SDK, whole process), warm-up and drain included.
             "client_cpu_us_per_request": round(self.client_cpu_s / max(1, self.requests_total) * 1e6, 1),
+            "cpu_us_per_txn": dict(self.cpu_us_per_txn),
+            "drift": self.drift(),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
             "latency_ms": self.percentiles_ms(),
@@ -361,8 +390,12 @@ async def run_open_loop(
     progress: Callable[[str], None] | None = print,
     quiet: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    processes: Mapping[str, int] | None = None,
 ) -> RunResult:
     """Send ``rate`` requests/s for ``warmup_s + duration_s`` seconds on the clock; wait for replies.
+
+    ``processes`` (name -> pid, the cluster's processes) are charged their CPU time over the run, as
+    this process is: ``RunResult.cpu_us_per_txn``.
 
     ``clock`` is ``perf_counter`` by default, not ``loop.time()``: uvloop's loop clock has 1 ms
     resolution and is cached per loop iteration, which would quantise every latency to whole
@@ -371,7 +404,17 @@ async def run_open_loop(
         raise ValueError(f"rate and duration must be > 0 and warmup >= 0: {rate=} {duration_s=} {warmup_s=}")
     with steady_gc():
         return await _run_open_loop(
-            workload, sender, rate, duration_s, warmup_s, seed, drain_s, progress, quiet, clock
+            workload,
+            sender,
+            rate,
+            duration_s,
+            warmup_s,
+            seed,
+            drain_s,
+            progress,
+            quiet,
+            clock,
+            processes or {},
         )
 
 
@@ -386,6 +429,7 @@ async def _run_open_loop(
     progress: Callable[[str], None] | None,
     quiet: bool,
     clock: Callable[[], float],
+    processes: Mapping[str, int],
 ) -> RunResult:
     import random
 
@@ -396,6 +440,8 @@ async def _run_open_loop(
     last_second = len(result.seconds) - 1
     total = round(rate * (warmup_s + duration_s))
     result.requests_total = total
+    cluster_cpu = ProcessCpu(processes)
+    cluster_cpu.start()
     cpu_start = time.process_time()
     first_measured = math.ceil(rate * warmup_s)
     start = clock() + 0.05
@@ -544,6 +590,10 @@ async def _run_open_loop(
         if inflight or open_count:
             reporter()
     result.client_cpu_s = time.process_time() - cpu_start
+    cluster_cpu.stop()
+    result.answered_total = done_count
+    cluster_cpu.used["client"] = result.client_cpu_s
+    result.cpu_us_per_txn = cluster_cpu.per_transaction_us(done_count)
     # Fast-path requests still open are given up on: their outcomes, when they come (a timeout of
     # the sender, or its client closing), are not counted.
     finished = True
@@ -562,6 +612,14 @@ async def _run_open_loop(
             f"p99 {p['p99']:.1f} ms  p99.9 {p['p99.9']:.1f} ms  max {p['max']:.1f} ms  "
             f"{dict(result.statuses)}"
         )
+        drift = result.drift()
+        if drift["p50_slope_ms_per_s"] is not None:
+            progress(
+                f"  drift: p50 {drift['p50_first_third_ms']:.1f} ms in the first third of the window, "
+                f"{drift['p50_last_third_ms']:.1f} ms in the last ({drift['p50_slope_ms_per_s']:+.2f} ms/s)"
+            )
+        cpu = "  ".join(f"{name} {us:g}" for name, us in result.cpu_us_per_txn.items())
+        progress(f"  CPU µs per transaction: {cpu}")
     return result
 
 

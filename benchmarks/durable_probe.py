@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from styx_py.benchmarks.cpu import cpu_seconds
 from styx_py.stack.local import LocalStack
 from styx_py.stack.net import free_port
 from styx_py.stack.seaweed import S3Config, SeaweedS3
@@ -106,15 +107,6 @@ class S3Counter:
         server = await asyncio.start_server(relay, "127.0.0.1", port)
         async with server:
             await server.serve_forever()
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process so far (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / 100
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
+import subprocess
+import sys
+import time
 from array import array
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from styx_py.benchmarks.cpu import ProcessCpu
 from styx_py.benchmarks.driver import (
     _HIST_MAX_US,
     Outcome,
@@ -112,6 +117,7 @@ async def test_driver_keeps_the_requested_rate_when_the_system_keeps_up() -> Non
     assert p["p50"] == pytest.approx(2.0, abs=0.01) and p["max"] <= 2.0 + 1.01, p  # + at most one tick
     assert result.sustainable()
     assert sum(s.scheduled for s in result.seconds) == 1000
+    assert result.drift()["p50_slope_ms_per_s"] is None  # two seconds are too few for a trend
 
 
 @simulated_time
@@ -129,6 +135,46 @@ async def test_driver_latency_includes_queueing_when_the_system_falls_behind() -
     first, last = result.seconds[0], result.seconds[-1]
     assert last.hist.get_value_at_percentile(50) > first.hist.get_value_at_percentile(50) + 500_000
     assert not result.sustainable()
+
+
+@simulated_time
+async def test_drift_shows_a_queue_that_builds_up_and_not_a_steady_one() -> None:
+    # Capacity 100/s, offered 150/s: each second's requests wait ~0.5 s longer than the last's.
+    growing = await run_open_loop(
+        Uniform(), OneServer(0.01), rate=150, duration_s=4.0, warmup_s=0.0, progress=None, clock=loop_clock()
+    )
+    drift = growing.drift()
+    assert drift["p50_slope_ms_per_s"] == pytest.approx(500, rel=0.1), drift
+    assert drift["p50_last_third_ms"] > drift["p50_first_third_ms"] + 1000, drift  # type: ignore[operator]
+    steady = await run_open_loop(
+        Uniform(),
+        FixedDelay(0.002),
+        rate=150,
+        duration_s=4.0,
+        warmup_s=0.0,
+        progress=None,
+        clock=loop_clock(),
+    )
+    assert steady.drift()["p50_slope_ms_per_s"] == pytest.approx(0, abs=0.01), steady.drift()
+    summary = steady.summary()
+    assert summary["drift"] == steady.drift()
+    # No cluster processes named: the load generator's own CPU, and the total, are still charged.
+    assert set(summary["cpu_us_per_txn"]) == {"client", "total"}, summary["cpu_us_per_txn"]
+
+
+def test_process_cpu_charges_each_named_process_and_nothing_to_one_that_is_gone() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    cpu = ProcessCpu({"me": os.getpid(), "gone": gone.pid})
+    cpu.start()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass  # burn CPU in this process
+    cpu.stop()
+    per_txn = cpu.per_transaction_us(10)
+    assert per_txn["me"] >= 0.04 / 10 * 1e6 * 0.5, per_txn  # /proc counts in clock ticks
+    assert per_txn["gone"] == 0.0
+    assert per_txn["total"] == per_txn["me"]
 
 
 @simulated_time
@@ -353,6 +399,14 @@ def test_styx_bench_starts_its_own_cluster_and_goes_through_http(
     runs = json.loads(sweep.read_text())["runs"]
     assert [r["rate"] for r in runs] == [50, 100] and all(r["answered"] == r["sent"] for r in runs)
     assert all(set(r["statuses"]) <= {"committed", "aborted"} for r in runs), runs
+    # Each process of the cluster it started is charged its CPU per transaction, and so is the client.
+    for r in runs:
+        cpu = r["cpu_us_per_txn"]
+        assert {"coordinator", "w1", "w2", "gateway", "tansu", "seaweedfs", "client"} <= set(cpu), cpu
+        assert all(cpu[name] > 0 for name in ("w1", "w2", "tansu", "client")), cpu
+        assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"), abs=1), cpu
+        assert set(r["drift"]) == {"p50_slope_ms_per_s", "p50_first_third_ms", "p50_last_third_ms"}
+    assert "CPU µs per transaction: " in printed
     assert list(out.glob("ycsbt-sweep-*-sweep.png"))
     assert "max sustainable rate (p99 < 1 s, ≥98 % served):" in printed
 

@@ -395,6 +395,15 @@ class LocalStack:
         out[SECRET_ENV] = self.secret
         return out
 
+    def pids(self) -> dict[str, int]:
+        """Process id of every running process of the stack, by name (coordinator, w1…, gateway, and
+        the broker and S3 server it started), e.g. to charge each its CPU time in a benchmark."""
+        out = {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None}
+        for name, service in (("tansu", self.broker), ("seaweedfs", self.s3)):
+            if service is not None and service.pid is not None:
+                out[name] = service.pid
+        return out
+
     def metrics_url(self, name: str) -> str:
         """``http://127.0.0.1:PORT/metrics`` of the coordinator or worker ``name``."""
         return f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
