@@ -53,6 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", type=int, default=10_000, help="YCSB-T accounts (default 10000)")
     p.add_argument("--zipf", type=float, default=0.0, help="key skew 0 (uniform) … 0.999")
     p.add_argument("--multi-partition", type=float, default=None, help="YCSB-T share of cross-partition")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        choices=(4, 16, 64),
+        default=None,
+        help="YCSB-T: the bank app over this many partitions (default 4)",
+    )
     p.add_argument("--warehouses", type=int, default=1, help="TPC-C warehouses (default 1)")
     p.add_argument("--scale", type=float, default=1.0, help="TPC-C / DeathStar population scale (1.0)")
     p.add_argument("--seed", type=int, default=1)
@@ -100,6 +107,7 @@ def options_from(args: argparse.Namespace) -> Options:
         keys=args.keys,
         zipf=args.zipf,
         multi_partition=args.multi_partition,
+        partitions=args.partitions,
         warehouses=args.warehouses,
         scale=args.scale,
         seed=args.seed,

@@ -61,6 +61,7 @@ class Options:
     warehouses: int = 1  # TPC-C
     scale: float = 1.0  # DeathStar / TPC-C population scale (1.0 = the standard cardinalities)
     seed: int = 1
+    partitions: int | None = None  # YCSB-T: the bank app's partition count (None: its default, 4)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,7 +69,7 @@ class Workload(ABC):
     """Base of every workload; subclasses set ``name`` and ``app`` and implement the four methods."""
 
     name: ClassVar[str]
-    app: ClassVar[str]  # import path of the graph, e.g. "styx_py.benchmarks.bank:app"
+    app: str  # import path of the graph, e.g. "styx_py.benchmarks.bank:app" (an option may choose it)
     description: ClassVar[str] = ""
 
     def __init__(self, options: Options | None = None) -> None:

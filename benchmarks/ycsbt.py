@@ -4,7 +4,8 @@ The app is the bank app (:mod:`benchmarks.bank`): ``account.transfer`` reads and
 calls ``deposit`` on the destination, in one transaction. Keys are ``acct0 … acct{N-1}`` chosen
 uniformly or Zipfian; ``multi_partition`` (0…1) forces that share of transfers to cross partitions
 (the rest stay inside one), otherwise the share is whatever the key choice gives (3/4 with 4
-partitions). The invariant: money is conserved and no balance is negative.
+partitions). ``--partitions`` picks the bank app over 4 (default), 16 or 64 partitions. The
+invariant: money is conserved and no balance is negative.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import random
 from typing import TYPE_CHECKING
 
-from styx_py.benchmarks.bank import account
+from styx_py.benchmarks.bank import app_path
 from styx_py.benchmarks.keys import KeyChooser
 from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload, read_many
 from styx_py.core.partitioning import partition_of
@@ -42,7 +43,9 @@ class YcsbT(Workload):
         if o.multi_partition is not None and not 0 <= o.multi_partition <= 1:
             raise ValueError(f"multi_partition must be in [0, 1], got {o.multi_partition}")
         self.chooser = KeyChooser(o.keys, o.zipf, seed=o.seed)
-        self.partition = [partition_of(key_name(i), account.partitions) for i in range(o.keys)]
+        partitions = o.partitions or 4
+        self.app = app_path(partitions)
+        self.partition = [partition_of(key_name(i), partitions) for i in range(o.keys)]
         by_partition: dict[int, list[int]] = {}
         for i, p in enumerate(self.partition):
             by_partition.setdefault(p, []).append(i)

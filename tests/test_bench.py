@@ -39,6 +39,7 @@ from styx_py.benchmarks.driver import (
 )
 from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
 from styx_py.benchmarks.workloads import make_workload, workload_names
+from styx_py.benchmarks.ycsbt import YcsbT
 from styx_py.cli import main as styx_main
 from styx_py.client import StyxClient
 from styx_py.stack.local import LocalStack
@@ -277,6 +278,25 @@ def test_bad_parameters_are_refused() -> None:
 
 def test_every_workload_is_registered() -> None:
     assert {"ycsbt", "tpcc", "deathstar-hotel", "deathstar-movie"} <= set(workload_names())
+
+
+def test_ycsbt_runs_the_bank_app_over_the_partitions_asked_for() -> None:
+    from styx_py.benchmarks import bank
+    from styx_py.core.graph import load_graph
+    from styx_py.core.partitioning import partition_of
+
+    for n, path in [(None, "styx_py.benchmarks.bank:app"), (16, "styx_py.benchmarks.bank:app16")]:
+        w = make_workload("ycsbt", Options(keys=500, partitions=n))
+        assert w.app == path
+        graph = load_graph(path)
+        assert graph.n_partitions == (n or 4)
+        assert isinstance(w, YcsbT)
+        assert w.partition == [partition_of(f"acct{i}", n or 4) for i in range(500)]
+        assert len(w.by_partition) == (n or 4)  # 500 keys reach every partition
+    # Each graph's transfer calls deposit on its own operator (same name, its own partition count).
+    assert bank.account64.partitions == 64 and bank.app64.n_partitions == 64
+    with pytest.raises(ValueError, match="partitions"):
+        make_workload("ycsbt", Options(partitions=8))
 
 
 # ---- real services -----------------------------------------------------------------------------------
