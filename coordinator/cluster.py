@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
+from styx_py.coordinator.load import PartitionLoad
 from styx_py.coordinator.membership import Membership
 from styx_py.core.config import Config
 from styx_py.core.graph import GraphVersion, OperatorSpec, version_at
@@ -28,6 +29,7 @@ class Cluster:
         self.transport = transport
         self.kafka_bootstrap = kafka_bootstrap
         self.membership = Membership(config.failure_timeout_ms)
+        self.load = PartitionLoad()  # measured transactions per second per partition (heartbeats)
         self.graph_path: str | None = None  # the running version's import path
         self.versions: list[GraphVersion] = []  # every committed version, in deploy order
         self.operators: list[OperatorSpec] = []

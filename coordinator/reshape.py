@@ -123,7 +123,7 @@ class Reshaper:
                 lost = sorted(r.expected - back)
                 r.expected = back
                 self._record(f"lost {', '.join(lost)} (not back after a coordinator restart)", removed=lost)
-                c.placement = rebalance(c.placement, sorted(back))
+                c.placement = rebalance(c.placement, sorted(back), c.load.rates(len(c.placement)))
                 r.rejoined()
             return
         lost = [w for w in c.workers if c.membership.silent_for(w, now) > after_s]
@@ -165,10 +165,11 @@ class Reshaper:
         lease_s = c.config.failure_timeout_ms / 1000 + LEASE_MARGIN_S
         for node in leaves:
             c.membership.remove(node)
+            c.load.forget(node)
             # Until its lease ran out, unless it answers Retire with Fenced first (a drained one does).
             self.recovery.retiring[node] = now + lease_s
         before = list(c.placement)
-        c.placement = rebalance(before, c.workers)
+        c.placement = rebalance(before, c.workers, c.load.rates(len(before)))
         c.n_seq = max(c.n_seq, len(c.workers))
         moved = sum(1 for a, b in zip(before, c.placement, strict=True) if a != b)
         change = changes.describe()

@@ -207,6 +207,7 @@ class Coordinator:
             case Heartbeat():
                 self.cluster.membership.heartbeat(msg.node_id, self.clock.now())
                 if msg.node_id in self.cluster.membership.workers:
+                    self.cluster.load.report(msg.node_id, msg.load, self.clock.now())
                     # The echo renews the worker's lease (see the worker's lease check).
                     self.transport.send(msg.node_id, Heartbeat(COORDINATOR, self.epoch))
             case Register():

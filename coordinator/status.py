@@ -73,12 +73,15 @@ class Throughput:
 
 def worker_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
     last_seen = cluster.membership.last_seen
+    rates = cluster.load.rates(len(cluster.placement))
     return [
         {
             "node_id": w.node_id,
             "sid": w.sid,
             "address": f"{w.host}:{w.port}",
             "partitions": [p for p, o in enumerate(cluster.placement) if o == w.node_id],
+            # Measured load of its partitions (placement balances it at every shape change).
+            "txn_per_s": round(sum(r for p, r in enumerate(rates) if cluster.placement[p] == w.node_id), 1),
             "last_heartbeat_s_ago": round(now - last_seen.get(w.node_id, now), 3),
         }
         for w in cluster.membership.infos()

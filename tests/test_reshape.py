@@ -4,13 +4,16 @@ serial execution in commit order, every request answered exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 
 import pytest
 
-from styx_py.coordinator.placement import place, rebalance
+from styx_py.coordinator.load import PartitionLoad
+from styx_py.coordinator.placement import loads_of, place, rebalance
 from styx_py.core.errors import StyxError
+from styx_py.core.partitioning import partition_of
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from tests.test_oracle import APP, submit_random_mix
 
@@ -45,6 +48,55 @@ def test_rebalance_keeps_shares_within_one_and_moves_only_what_it_must(n: int) -
 def test_rebalance_moves_nothing_when_the_workers_stay() -> None:
     p = place(64, ["w1", "w2", "w3"])
     assert rebalance(p, ["w1", "w2", "w3"]) == p
+    assert rebalance(p, ["w1", "w2", "w3"], [1.0] * 64) == p  # an even load: nothing to even out
+
+
+def test_rebalance_by_load_splits_the_hot_partitions_and_keeps_counts_even() -> None:
+    # Two hot partitions on one worker: a newcomer takes one of them, not a cold one.
+    load = [100.0, 100.0, 1.0, 1.0, 1.0, 1.0]
+    before = ["w1", "w1", "w1", "w2", "w2", "w2"]
+    by_count = rebalance(before, ["w1", "w2", "w3"])
+    by_load = rebalance(before, ["w1", "w2", "w3"], load)
+    assert sorted(by_load.count(w) for w in ("w1", "w2", "w3")) == [2, 2, 2]
+    assert by_load[0] != by_load[1], by_load  # the hot pair is split
+    assert max(loads_of(by_load, load, ["w1", "w2", "w3"]).values()) == 101.0
+    assert max(loads_of(by_count, load, ["w1", "w2", "w3"]).values()) == 200.0  # what count alone gives
+    # The workers stay but the load is lopsided: swaps even it out, two partitions per swap.
+    lopsided = ["w1", "w1", "w2", "w2"]
+    swapped = rebalance(lopsided, ["w1", "w2"], [50.0, 50.0, 1.0, 1.0])
+    assert swapped.count("w1") == 2 and swapped[0] != swapped[1], swapped
+    assert sum(a != b for a, b in zip(lopsided, swapped, strict=True)) == 2
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rebalance_by_load_never_ends_heavier_than_by_count_alone(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.choice([4, 8, 16, 64])
+    load = [rng.choice([0.0, 1.0, 5.0, 50.0]) * rng.random() for _ in range(n)]
+    before = place(n, [f"w{i}" for i in range(1, rng.randint(2, 5))])
+    workers = sorted(rng.sample([f"w{i}" for i in range(1, 7)], rng.randint(1, 5)))
+    by_load = rebalance(before, workers, load)
+    counts = [by_load.count(w) for w in workers]
+    assert set(by_load) <= set(workers) and max(counts) - min(counts) <= 1, counts
+    by_count = rebalance(before, workers)
+    heaviest = max(loads_of(by_load, load, workers).values())
+    assert heaviest <= max(loads_of(by_count, load, workers).values()) + 1e-9
+    # It is deterministic: every coordinator that computes it gets the same placement.
+    assert rebalance(before, workers, load) == by_load
+
+
+def test_partition_load_is_a_rate_from_cumulative_counts_and_survives_restarts() -> None:
+    load = PartitionLoad(window_s=1.0)
+    load.report("w1", {0: 0, 1: 0}, 0.0)
+    for t in range(1, 40):  # partition 0 at 100/s, 1 at 10/s, for 10 s
+        load.report("w1", {0: 25 * t, 1: (5 * t) // 2}, t / 4)
+    r = load.rates(3)
+    assert r[0] == pytest.approx(100, rel=0.02) and r[1] == pytest.approx(10, rel=0.1) and r[2] == 0, r
+    load.report("w1", {0: 30}, 10.0)  # the worker restarted: its count starts over (30 in 0.25 s)
+    assert load.rates(1)[0] > 100
+    load.report("w2", {1: 500}, 10.0)  # partition 1 moved to w2: measured from w2's next report on
+    load.forget("w1")
+    assert all(k[0] == "w2" for k in load.last)
 
 
 # ---- the simulation -----------------------------------------------------------------------------------
@@ -78,6 +130,41 @@ async def test_join_drain_and_loss_under_load_equal_the_serial_execution() -> No
             ([], ["w2"], True),
             ([], ["w3"], False),
         ], events
+
+
+async def test_a_joining_worker_takes_load_not_only_partitions() -> None:
+    """The workers' heartbeats measure each partition's load; a join then splits the hot partitions
+    (round-robin put 0 and 2 on w1, and a count-only rebalance would leave both there)."""
+    hot = {0: ["k7", "k14", "k23"], 2: ["k4", "k17", "k20"]}
+    assert all(partition_of(k, 8) == p for p, keys in hot.items() for k in keys)
+    async with SimCluster(APP, workers=2, seed=5, epoch_size_max=20) as c:
+        assert owners(c)[0] == owners(c)[2] == "w1"
+        load = c.coordinator.cluster.load
+        deadline = asyncio.get_running_loop().time() + 30
+        while min(load.rates(8)[p] for p in hot) <= 0:  # until two heartbeats measured the load
+            assert asyncio.get_running_loop().time() < deadline, load.rates(8)
+            for keys in hot.values():
+                for k in keys:
+                    c.submit("acct", "deposit", k, 1)
+            await c.wait()
+            await asyncio.sleep(0.25)  # virtual time: the next heartbeats
+        rates = load.rates(8)
+        assert all(rates[p] == 0 for p in range(8) if p not in hot), rates
+        rows = {r["node_id"]: r for r in c.coordinator.status()["workers"]}
+        assert rows["w1"]["txn_per_s"] > 0 and rows["w2"]["txn_per_s"] == 0, rows
+        c.add_worker("w3")
+        deadline = asyncio.get_running_loop().time() + 60
+        while sorted(set(owners(c))) != ["w1", "w2", "w3"]:
+            assert asyncio.get_running_loop().time() < deadline, owners(c)
+            await asyncio.sleep(0.1)
+        placement = owners(c)
+        assert placement[0] != placement[2], placement
+        assert sorted(placement.count(w) for w in ("w1", "w2", "w3")) == [2, 3, 3], placement
+        for keys in hot.values():
+            for k in keys:
+                c.submit("acct", "deposit", k, 1)
+        await c.wait()
+        await check_against_serial(c)
 
 
 def seeded_cluster(graph: str, seed: int, rng: random.Random) -> SimCluster:

@@ -79,6 +79,8 @@ class BatchFormer:
         self.nodes = 1  # workers in the current generation (logged: recovery needs every one's entry)
         self.rescheduled: list[RootTxn] = []  # rescheduled transactions waiting for a batch
         self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
+        # New transactions sequenced live per ingress partition since start (heartbeats carry it).
+        self.sequenced: dict[int, int] = {}
 
     def pending(self) -> int:
         """Transactions waiting to run: rescheduled ones and requests buffered from the ingress."""
@@ -105,6 +107,9 @@ class BatchFormer:
                 answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
             else:
                 answered.append(Waiting(rec.partition, rec.offset, rec.request.request_id))
+        sequenced = self.sequenced  # per partition, for the coordinator's placement by load
+        for rec in fresh:
+            sequenced[rec.partition] = sequenced.get(rec.partition, 0) + 1
         tids = self.sequencer.assign(len(fresh))
         roots = resched + [RootTxn(tid, rec) for tid, rec in zip(tids, fresh, strict=True)]
         # Logged even when empty: a complete set of entries (one per worker) marks an epoch that may

@@ -178,7 +178,8 @@ class Worker:
         interval = self.config.heartbeat_interval_ms / 1000
         timeout_s = self.config.failure_timeout_ms / 1000
         while True:
-            self.transport.send(COORDINATOR, Heartbeat(self.node_id, self.driver.completed_epoch))
+            load = dict(self.batch.sequenced)
+            self.transport.send(COORDINATOR, Heartbeat(self.node_id, self.driver.completed_epoch, load))
             now = self.clock.now()
             if now - self.coordinator_seen > timeout_s and now - self.registered_at > timeout_s:
                 # No echo for a failure timeout: the coordinator does not count this worker as a

@@ -22,10 +22,12 @@ class Register(Msg, tag="reg"):
 
 
 class Heartbeat(Msg, tag="hb"):
-    """From a worker's event loop; the coordinator echoes it (the worker's lease)."""
+    """From a worker's event loop; the coordinator echoes it (the worker's lease). A worker's carries
+    ``load``: transactions it sequenced per partition since its process started (placement by load)."""
 
     node_id: str
     epoch: int
+    load: dict[int, int] = msgspec.field(default_factory=dict)
 
 
 class WorkAvailable(Msg, tag="work"):
