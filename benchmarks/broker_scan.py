@@ -4,7 +4,8 @@
     python -m styx_py.benchmarks.broker_scan --kafka HOST:PORT --pid PID   # any running broker
 
 One producer sends one-record batches (as a lightly loaded client does) into one partition at
-``--rate`` while a consumer tails it with a 5 ms fetch wait, as the workers and the SDK do. Every
+``--rate`` while a consumer tails it with a 5 ms fetch wait, as the workers and the SDK do
+(``--records-per-batch N``: N records per batch instead, the same batches per second). Every
 ``--step`` batches it prints and records the broker's CPU (share of a core, from /proc; needs its pid)
 and the consumer's lag. On Tansu 0.6 the CPU of a fetch that returns data grows with the number
 of batches stored in the partition, and the consumer stops receiving at ~5 500 batches
@@ -35,7 +36,9 @@ from styx_py.benchmarks.cpu import cpu_seconds
 from styx_py.stack.services import TansuBroker, create_topics
 
 
-async def scan(bootstrap: str, pid: int | None, rate: float, batches: int, step: int) -> list[dict[str, Any]]:
+async def scan(
+    bootstrap: str, pid: int | None, rate: float, batches: int, step: int, per_batch: int = 1
+) -> list[dict[str, Any]]:
     topic = f"scan-{uuid.uuid4().hex[:8]}"
     await create_topics(bootstrap, {topic: 1})
     tp = TopicPartition(topic, 0)
@@ -62,7 +65,10 @@ async def scan(bootstrap: str, pid: int | None, rate: float, batches: int, step:
         while sent < batches:
             cpu0, t0 = (cpu_seconds(pid) if pid else 0.0), time.perf_counter()
             for _ in range(step):
-                await producer.send_and_wait(topic, b"x" * 100)  # one record, one batch
+                batch = producer.create_batch()
+                for _ in range(per_batch):
+                    batch.append(key=None, value=b"x" * 100, timestamp=None)
+                await (await producer.send_batch(batch, topic, partition=0))  # one produce, one batch
                 sent += 1
                 delay = t0 + (sent - len(rows) * step) / rate - time.perf_counter()
                 if delay > 0:
@@ -73,7 +79,7 @@ async def scan(bootstrap: str, pid: int | None, rate: float, batches: int, step:
                 "seconds": round(elapsed, 2),
                 "broker_cpu_share": round((cpu_seconds(pid) - cpu0) / elapsed, 3) if pid else None,
                 "consumed": consumed,
-                "lag": sent - consumed,
+                "lag": sent * per_batch - consumed,
             }
             rows.append(row)
             cpu = (
@@ -97,6 +103,12 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=500.0, help="batches per second (500)")
     parser.add_argument("--batches", type=int, default=10_000)
     parser.add_argument("--step", type=int, default=1000)
+    parser.add_argument(
+        "--records-per-batch",
+        type=int,
+        default=1,
+        help="records in each produced batch (1: as a lightly loaded client sends them)",
+    )
     parser.add_argument("--out", default=str(RESULTS_DIR))
     args = parser.parse_args()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
@@ -104,15 +116,33 @@ def main() -> int:
     try:
         if args.kafka:
             name = args.name or "external"
-            rows = asyncio.run(scan(args.kafka, args.pid, args.rate, args.batches, args.step))
+            rows = asyncio.run(
+                scan(args.kafka, args.pid, args.rate, args.batches, args.step, args.records_per_batch)
+            )
         else:
             name = args.name or "tansu-memory"
             with TansuBroker("memory", log_path=tmp / "tansu.log") as broker:
-                rows = asyncio.run(scan(broker.bootstrap, broker.pid, args.rate, args.batches, args.step))
+                rows = asyncio.run(
+                    scan(
+                        broker.bootstrap,
+                        broker.pid,
+                        args.rate,
+                        args.batches,
+                        args.step,
+                        args.records_per_batch,
+                    )
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    path = Path(args.out) / f"broker-scan-{name}.json"
-    doc = {"broker": name, "rate": args.rate, "machine": machine_info(), "rows": rows}
+    suffix = "" if args.records_per_batch == 1 else f"-{args.records_per_batch}-per-batch"
+    path = Path(args.out) / f"broker-scan-{name}{suffix}.json"
+    doc = {
+        "broker": name,
+        "rate": args.rate,
+        "records_per_batch": args.records_per_batch,
+        "machine": machine_info(),
+        "rows": rows,
+    }
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"results: {path}")
     return 0

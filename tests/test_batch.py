@@ -183,3 +183,23 @@ def test_replies_go_to_the_partition_each_copy_of_the_request_names() -> None:
     arrive(0, "a", 1)
     _, _, resends = f.batch.form(epoch=1, gen=0, version=1)
     assert [(q, r.request_id) for q, r in resends] == [(1, "a")]
+
+
+def test_unrouted_replies_of_an_epoch_go_out_together_on_one_owned_partition() -> None:
+    """One egress batch per epoch, not one per partition the requests came from; epochs take the
+    owned partitions in turn; a partition a request names is still honoured."""
+    f = _Fixture()
+    f.log.create(EGRESS, 4)
+    f.replies.egress_partitions = 4
+    f.replies.lanes = [1, 3]  # the egress partitions of the two entity partitions it owns (0, 1 here)
+    sent = f.log.topics[EGRESS]
+    for epoch in (0, 1):
+        for partition, rid, to in [(0, f"a{epoch}", -1), (1, f"b{epoch}", -1), (1, f"c{epoch}", 0)]:
+            f.log.append(INGRESS, partition, msgspec.structs.replace(_request(rid), reply_partition=to))
+        roots, _, _ = f.batch.form(epoch=epoch, gen=0, version=1)
+        f.replies.send(
+            epoch,
+            [(r, Reply(r.request.request_id, r.tid, epoch, 0, "committed", NIL, None, None)) for r in roots],
+        )
+    where = {r.request_id: q for q, part in enumerate(sent) for r in part}
+    assert where == {"a0": 1, "b0": 1, "c0": 0, "a1": 3, "b1": 3, "c1": 0}, where

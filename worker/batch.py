@@ -100,7 +100,7 @@ class BatchFormer:
         resends: list[Resend] = []
         answered: list[BatchEntry] = []
         for rec in records:
-            kind = self.classify(rec, running, resends)
+            kind = self.classify(rec, running, resends, epoch)
             if kind is Run:
                 fresh.append(rec)
             elif kind is Answered:
@@ -147,7 +147,7 @@ class BatchFormer:
             if root is None:
                 rec = records[e.partition, e.offset]
                 if not isinstance(e, Run):
-                    kind = self.classify(rec, running, resends)
+                    kind = self.classify(rec, running, resends, epoch)
                     if kind is not type(e):
                         # The reply table differs from the original run's: an earlier epoch diverged.
                         self.on_diverged(epoch, e, kind.__name__)
@@ -160,14 +160,14 @@ class BatchFormer:
         return roots, resends
 
     def classify(
-        self, rec: IngressRecord, running: set[str], resends: list[Resend]
+        self, rec: IngressRecord, running: set[str], resends: list[Resend], epoch: int
     ) -> type[Run] | type[Answered] | type[Waiting]:
         """Run (fresh), Answered or Waiting (module docstring). Deterministic: it depends only on the
         reply table and the batch, both replayed identically."""
         rid = rec.request.request_id
         earlier = self.replies.answered.get(rec.partition, rid)
         if earlier is not None:
-            resends.append((self.replies.route(rec.partition, rec.request), earlier))
+            resends.append((self.replies.route(rec.partition, rec.request, epoch), earlier))
             return Answered
         if rid in running:
             self.replies.waiting.setdefault(rid, []).append(rec)

@@ -205,3 +205,9 @@ class _Collector(Collector):
             yield CounterMetricFamily(
                 "styx_worker_egress_records", "records handed to the Kafka producer", value=self.sink.sent
             )
+            yield CounterMetricFamily(
+                "styx_worker_egress_batches",
+                "record batches produced (replies and sequencer-log entries): what a broker that stores "
+                "batches one by one pays for, more than for records",
+                value=self.sink.lanes.batches_sent,
+            )

@@ -5,9 +5,14 @@ the reply table (a resent request id is answered from it, see :mod:`styx_py.work
 the egress log, and also sent for every copy of the request that arrived while it ran (``waiting``).
 
 Where a reply goes: the egress partition its request names (``Request.reply_partition``, set by the
-SDK so that a client reads only its own partition), else the request's ingress partition
-(:meth:`ReplyOut.route`). A resent request is answered on the partition *it* names, which may differ
-from the first copy's; the reply table itself stays keyed by ingress partition.
+SDK so that a client reads only its own partition), else this epoch's *lane*: one of the partitions
+this worker owns, taken in turn epoch by epoch (:meth:`ReplyOut.route`). So a worker writes all the
+unrouted replies of an epoch as one batch, not one per partition they came from, and every egress
+partition still has one producer, its owner (Tansu was seen to expose one producer's later batch
+before another's earlier one). The broker's cost grows with the batches it stores per partition, not
+with records (benchmarks/results/issue15-broker.md: 1 record per batch costs Tansu ~4 times the CPU of
+5, and 3 times the latency). A resent request is answered on the partition *it* names, if any; the
+reply table itself stays keyed by ingress partition.
 
 After a recovery, replayed epochs produce their replies a second time. Those already on the egress
 log (read back by recovery into ``on_log``) are not sent again; determinism makes the replayed reply
@@ -16,8 +21,8 @@ sent and ``on_diverged`` is told: the worker stops the cluster (see :mod:`styx_p
 Every worker reads back every egress partition (any worker may have sent to any of them) and pairs
 logged and replayed replies by request id and tid, whatever partition they are on: a reply with a
 given tid is only ever sent by its transaction's root worker (this one, or the one whose partitions
-it took over), and a replay sends it to the same partition as the first run (``route`` reads the
-logged request).
+it took over); a replay may send it to another partition than the first run did (the lane of the
+worker that replays it), which the pairing does not mind.
 """
 
 from __future__ import annotations
@@ -56,13 +61,17 @@ class ReplyOut:
         self.waiting: dict[str, list[IngressRecord]] = {}  # resent ids whose first copy still runs
         self.on_log: dict[str, list[Reply]] = {}  # replies already on the egress log (recovery)
         self.egress_partitions = 0  # of the egress topic: one per entity partition (the cluster view)
+        self.lanes: list[int] = []  # the partitions this worker owns: its epochs' reply lanes, in turn
 
-    def route(self, partition: int, request: Request) -> int:
-        """The egress partition of the reply to ``request``, taken from ingress ``partition``: the one
-        it names if the topic has it, else ``partition``. A pure function of the logged request, so a
-        replayed epoch sends every reply where the first run did."""
+    def route(self, partition: int, request: Request, epoch: int) -> int:
+        """The egress partition of the reply to ``request`` (taken from ingress ``partition``) sent by
+        ``epoch``: the one it names if the topic has it, else the epoch's lane (``partition`` itself
+        while this worker owns none, as before its first view)."""
         wanted = request.reply_partition
-        return wanted if 0 <= wanted < self.egress_partitions else partition
+        if 0 <= wanted < self.egress_partitions:
+            return wanted
+        lanes = self.lanes
+        return lanes[epoch % len(lanes)] if lanes else partition
 
     def send(self, epoch: int, replies: list[tuple[RootTxn, Reply]]) -> None:
         """Early commit replies of ``epoch``: recorded (a resent id gets the same one), then sent, also
@@ -70,9 +79,9 @@ class ReplyOut:
         self.before_send()
         for root, reply in replies:
             self.answered.record(root.partition, reply)
-            self.emit(epoch, self.route(root.partition, root.request), reply)
+            self.emit(epoch, self.route(root.partition, root.request, epoch), reply)
             for rec in self.waiting.pop(reply.request_id, ()):
-                self.emit(epoch, self.route(rec.partition, rec.request), reply)
+                self.emit(epoch, self.route(rec.partition, rec.request, epoch), reply)
 
     def emit(self, epoch: int, partition: int, reply: Reply) -> None:
         """Send ``reply`` unless a replayed epoch finds it already on the egress log."""

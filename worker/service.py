@@ -307,6 +307,7 @@ class Worker:
         me = next(w for w in view.workers if w.node_id == self.node_id)
         self.table.update(view)
         self.replies.egress_partitions = len(view.placement)  # the egress topic has one per partition
+        self.replies.lanes = self.table.owned()
         self.batch.sequencer = Sequencer(me.sid, view.n_seq or len(view.workers), self.batch.sequencer.lc)
         self.batch.nodes = len(view.workers)
         self.versions = view.versions or (

@@ -91,7 +91,8 @@ class SimCluster:
         self.requests: dict[str, Request] = {}
         self.submissions: Counter[str] = Counter()
         # Each submission names a seeded reply partition, as SDK clients do (-1: none, the reply goes
-        # to the ingress partition); the partitions each request id may be answered on.
+        # to a partition of its worker's choosing); the partitions each request id may be answered on
+        # (-1: any).
         self._reply_routes = random.Random(seed)
         self.routes: dict[str, set[int]] = {}
         self.replies: list[Reply] = []
@@ -256,19 +257,22 @@ class SimCluster:
 
     def _append(self, req: Request, partition: int) -> None:
         reply_partition = self._reply_routes.randrange(-1, self.graph.n_partitions)
-        self.routes.setdefault(req.request_id, set()).add(
-            partition if reply_partition < 0 else reply_partition
-        )
+        self.routes.setdefault(req.request_id, set()).add(max(-1, reply_partition))
         self.submissions[req.request_id] += 1
         routed = msgspec.structs.replace(req, reply_partition=reply_partition)
         self.log.append(self.config.ingress_topic, partition, routed)
 
     def misrouted_replies(self) -> list[tuple[int, Reply]]:
-        """Replies on an egress partition that no submission of their request id named."""
+        """Replies on an egress partition that no submission of their request id named (a submission
+        that named none may be answered on any)."""
         parts = self.log.topics[self.config.egress_topic]
-        return [
-            (q, r) for q, part in enumerate(parts) for r in part if q not in self.routes.get(r.request_id, ())
-        ]
+        out = []
+        for q, part in enumerate(parts):
+            for r in part:
+                routes = self.routes.get(r.request_id, ())
+                if q not in routes and -1 not in routes:
+                    out.append((q, r))
+        return out
 
     async def deploy(self, import_path: str, timeout_s: float = 30.0) -> dict[str, Any]:
         """Deploy ``import_path`` to the running cluster (a code update; raises GraphError when it is
