@@ -288,13 +288,14 @@ def format_status(body: dict[str, Any]) -> str:
     lines += _table(names, [[f"{totals.get(n, 0):,}" for n in names]])
     lines.append("")
     lines += _table(
-        ["worker", "sid", "address", "partitions", "heartbeat"],
+        ["worker", "sid", "address", "partitions", "txn/s", "heartbeat"],
         [
             [
                 w["node_id"],
                 str(w["sid"]),
                 w["address"],
                 ",".join(map(str, w["partitions"])) or "-",
+                f"{w.get('txn_per_s', 0.0):,.1f}",  # measured load (a coordinator before it: none)
                 f"{w['last_heartbeat_s_ago']:.1f} s ago",
             ]
             for w in body["workers"]

@@ -345,6 +345,7 @@ def test_status_prints_tables() -> None:
                 "sid": 2,
                 "address": "127.0.0.1:4002",
                 "partitions": [1, 3],
+                "txn_per_s": 1234.56,
                 "last_heartbeat_s_ago": 0.0,
             },
         ],
@@ -357,5 +358,6 @@ def test_status_prints_tables() -> None:
     assert "snapshot      epoch 1200, 8 objects, 12,345 bytes" in text
     header = "committed  aborted  rejected  fallback  rescheduled"
     assert f"{header}\n  120,000    1,500         3        40            1" in text
-    assert re.search(r"^w2 +2 +127\.0\.0\.1:4002 +1,3 +0\.0 s ago$", text, re.M), text
+    assert re.search(r"^w2 +2 +127\.0\.0\.1:4002 +1,3 +1,234\.6 +0\.0 s ago$", text, re.M), text
+    assert re.search(r"^w1 +1 +127\.0\.0\.1:4001 +0,2 +0\.0 +0\.1 s ago$", text, re.M), text
     assert re.search(r"^account +4 +balance, deposit$", text, re.M), text
