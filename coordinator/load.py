@@ -2,16 +2,16 @@
 heartbeats.
 
 Every heartbeat carries, per partition the worker sequenced transactions of, how many it sequenced
-since its process started. The rate is an exponentially weighted average with a time constant of
-``window_s``: a partition's recent load counts most, a burst seconds ago little. A worker that
-restarts counts from zero again (a count below the last one starts over), and a partition that
-moved is measured at its new owner.
+since its process started; only its current partitions count. The rate is an exponentially weighted
+average with a time constant of ``window_s``: a partition's recent load counts most, a burst seconds
+ago little. A worker that restarts counts from zero again (a count below the last one starts over),
+and a partition that moved is measured at its new owner.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 __all__ = ["LOAD_WINDOW_S", "PartitionLoad"]
 
@@ -25,9 +25,13 @@ class PartitionLoad:
         self.rate: dict[int, float] = {}  # partition -> transactions per second
         self.last: dict[tuple[str, int], tuple[float, int]] = {}  # (worker, partition) -> (time, count)
 
-    def report(self, node_id: str, counts: Mapping[int, int], now: float) -> None:
-        """A heartbeat: ``counts`` are transactions sequenced per partition since the worker started."""
+    def report(self, node_id: str, counts: Mapping[int, int], now: float, placement: Sequence[str]) -> None:
+        """A heartbeat: ``counts`` are transactions sequenced per partition since the worker started.
+        Only the partitions ``placement`` gives the worker count: the counter of one it gave away
+        stands still, and averaging that in would halve the partition's measured load."""
         for p, n in counts.items():
+            if not 0 <= p < len(placement) or placement[p] != node_id:
+                continue
             prev = self.last.get((node_id, p))
             self.last[(node_id, p)] = (now, n)
             if prev is None or now <= prev[0]:

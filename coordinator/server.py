@@ -207,7 +207,8 @@ class Coordinator:
             case Heartbeat():
                 self.cluster.membership.heartbeat(msg.node_id, self.clock.now())
                 if msg.node_id in self.cluster.membership.workers:
-                    self.cluster.load.report(msg.node_id, msg.load, self.clock.now())
+                    c = self.cluster
+                    c.load.report(msg.node_id, msg.load, self.clock.now(), c.placement)
                     # The echo renews the worker's lease (see the worker's lease check).
                     self.transport.send(msg.node_id, Heartbeat(COORDINATOR, self.epoch))
             case Register():

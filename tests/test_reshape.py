@@ -87,14 +87,21 @@ def test_rebalance_by_load_never_ends_heavier_than_by_count_alone(seed: int) -> 
 
 def test_partition_load_is_a_rate_from_cumulative_counts_and_survives_restarts() -> None:
     load = PartitionLoad(window_s=1.0)
-    load.report("w1", {0: 0, 1: 0}, 0.0)
+    placement = ["w1", "w1", "w2"]
+    load.report("w1", {0: 0, 1: 0}, 0.0, placement)
     for t in range(1, 40):  # partition 0 at 100/s, 1 at 10/s, for 10 s
-        load.report("w1", {0: 25 * t, 1: (5 * t) // 2}, t / 4)
+        load.report("w1", {0: 25 * t, 1: (5 * t) // 2}, t / 4, placement)
     r = load.rates(3)
     assert r[0] == pytest.approx(100, rel=0.02) and r[1] == pytest.approx(10, rel=0.1) and r[2] == 0, r
-    load.report("w1", {0: 30}, 10.0)  # the worker restarted: its count starts over (30 in 0.25 s)
+    load.report("w1", {0: 30}, 10.0, placement)  # the worker restarted: its count starts over
     assert load.rates(1)[0] > 100
-    load.report("w2", {1: 500}, 10.0)  # partition 1 moved to w2: measured from w2's next report on
+    # Partition 1 moved to w2: measured from w2's reports; w1's counter of it, standing still, is not
+    # averaged in (it would pull the rate towards 0).
+    placement = ["w1", "w2", "w2"]
+    for t in range(41, 80):
+        load.report("w1", {1: 97}, t / 4, placement)
+        load.report("w2", {1: 10 * (t - 40) // 4}, t / 4, placement)
+    assert load.rates(2)[1] == pytest.approx(10, rel=0.1), load.rates(2)
     load.forget("w1")
     assert all(k[0] == "w2" for k in load.last)
 
