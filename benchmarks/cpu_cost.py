@@ -38,7 +38,7 @@ from pathlib import Path
 
 import uvloop
 
-from styx_py.benchmarks.cpu import cpu_seconds
+from styx_py.benchmarks.cpu import ProcessCpu
 from styx_py.benchmarks.driver import SdkSender, run_open_loop
 from styx_py.benchmarks.raw_load import RawSettings, run_raw
 from styx_py.benchmarks.workload import Options
@@ -71,7 +71,8 @@ async def measure(
             await workload.load(client, progress=lambda _: None)
         sender = SdkSender(client, 60)
         await run_open_loop(workload, sender, rate=rate, duration_s=1, warmup_s=0, progress=None)
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        cpu = ProcessCpu(pids)
+        cpu.start()
         profiler = cProfile.Profile() if profile else None
         t0 = time.perf_counter()
         if profiler is not None:
@@ -83,20 +84,18 @@ async def measure(
             profiler.disable()
             profiler.dump_stats(profile)
         wall = time.perf_counter() - t0
-        after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        cpu.stop()
     p = result.percentiles_ms()
     print(
         f"YCSB-T at {rate:g}/s for {seconds:g} s: {result.sent} sent, {result.answered} answered, "
         f"{result.throughput:.0f}/s, p50 {p['p50']:.1f} ms, p99 {p['p99']:.1f} ms (run + drain {wall:.1f} s)"
     )
-    total = 0.0
-    for name in pids:
-        used = after[name] - before[name]
-        per_txn = used / max(1, result.answered) * 1e6
-        total += per_txn
-        print(f"  {name:<12} {per_txn:6.1f} µs/txn  {used / wall * 100:4.0f} % of a core")
+    per_txn = cpu.per_transaction_us(result.answered)
+    for name, used in cpu.used.items():
+        print(f"  {name:<12} {per_txn[name]:6.1f} µs/txn  {used / wall * 100:4.0f} % of a core")
+    total = per_txn["total"]
     print(f"  {'total':<12} {total:6.1f} µs/txn  (2 cores = {2e6 / total:,.0f} txn/s at 100 % CPU)")
-    client_cpu = after["client+driver"] - before["client+driver"]
+    client_cpu = cpu.used["client+driver"]
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
 
 
@@ -106,20 +105,20 @@ async def measure_raw(
     """The floor: :func:`run_raw` (bare aiokafka) against the echo responder, 1 s warm-up first."""
     settings = RawSettings(bootstrap, {"account": 4}, linger_ms=linger_ms)
     await run_raw(settings, rate, 1.0)
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    cpu = ProcessCpu(pids)
+    cpu.start()
     t0 = time.perf_counter()
     result = await run_raw(settings, rate, seconds)
     wall = time.perf_counter() - t0
-    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    cpu.stop()
     print(
         f"raw aiokafka at {rate:g}/s for {seconds:g} s: {result.sent} sent, {result.answered} answered "
         f"(last reply after {result.wall_s:.1f} s)"
     )
-    for name in pids:
-        used = after[name] - before[name]
+    for name, used in cpu.used.items():
         per_request = used / max(1, result.sent) * 1e6
         print(f"  {name:<12} {per_request:6.1f} µs/request  {used / wall * 100:4.0f} % of a core")
-    client_cpu = after["client+driver"] - before["client+driver"]
+    client_cpu = cpu.used["client+driver"]
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
 
 
@@ -146,10 +145,7 @@ def styx_cluster(data_dir: Path) -> Iterator[tuple[str, str, dict[str, int]]]:
     """A local cluster with the bank app deployed; its coordinator, its broker and every pid."""
     with LocalStack(data_dir, workers=2, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
         stack.deploy("styx_py.benchmarks.bank:app")
-        pids = {name: proc.pid for name, proc in stack.procs.items()}
-        assert stack.broker is not None and stack.broker.pid is not None
-        pids["tansu"] = stack.broker.pid
-        yield stack.coordinator, stack.kafka, pids
+        yield stack.coordinator, stack.kafka, stack.pids()
 
 
 def main() -> int:

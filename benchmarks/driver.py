@@ -232,9 +232,9 @@ class RunResult:
     last_reply_s: float = 0.0  # when the last measured reply arrived, from the window's start
     requests_total: int = 0  # every request the run sent, warm-up included
     client_cpu_s: float = 0.0  # CPU time of the load generator's process while it sent and drained
-    answered_total: int = 0  # every request answered, warm-up included (the CPU figures' denominator)
-    # µs of CPU per answered transaction of each process named to run_open_loop, over the same span as
-    # client_cpu_s (warm-up, measured window and drain); "client" is this process, "total" their sum.
+    # µs of CPU per answered transaction (warm-up included) of each process named to run_open_loop, over
+    # the same span as client_cpu_s (warm-up, measured window and drain); "client" is this process,
+    # "total" their sum.
     cpu_us_per_txn: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -591,7 +591,6 @@ async def _run_open_loop(
             reporter()
     result.client_cpu_s = time.process_time() - cpu_start
     cluster_cpu.stop()
-    result.answered_total = done_count
     cluster_cpu.used["client"] = result.client_cpu_s
     result.cpu_us_per_txn = cluster_cpu.per_transaction_us(done_count)
     # Fast-path requests still open are given up on: their outcomes, when they come (a timeout of

@@ -52,42 +52,50 @@ def rebalance(placement: list[str], workers: list[str], load: Sequence[float] | 
     base, extra = divmod(len(placement), len(ordered))
     by_count = sorted(ordered, key=lambda w: (-len(owned[w]), w))
     share = {w: base + (1 if i < extra else 0) for i, w in enumerate(by_count)}
-    free = [p for p, owner in enumerate(placement) if owner not in share]
-    free += [p for w in ordered for p in owned[w][share[w] :]]
-    by_count = list(placement)
-    free.sort()
-    for w in ordered:
-        for _ in range(share[w] - min(len(owned[w]), share[w])):
-            by_count[free.pop(0)] = w
-    assert not free
+    fewest_moves = _fill(placement, owned, share, None)
     if load is None or not any(x > 0 for x in load):
-        return by_count
-    weight = load
-    # Greedy by load: each worker keeps its heaviest partitions up to its share (ties: the lowest),
-    # the free ones go heaviest first to the least loaded worker with room.
-    heavy_first = {w: sorted(owned[w], key=lambda p: (-weight[p], p)) for w in ordered}
-    free = [p for p, owner in enumerate(placement) if owner not in share]
-    free += [p for w in ordered for p in heavy_first[w][share[w] :]]
-    greedy = list(placement)
-    total = loads_of(greedy, weight, ordered)
-    for p in free:  # their old owners no longer count them
-        if greedy[p] in total:
-            total[greedy[p]] -= weight[p]
-    room = {w: share[w] - min(len(owned[w]), share[w]) for w in ordered}
-    for p in sorted(free, key=lambda p: (-weight[p], p)):
-        w = min((w for w in ordered if room[w] > 0), key=lambda w: (total[w], w))
-        greedy[p] = w
-        room[w] -= 1
-        total[w] += weight[p]
-    # Then swaps on both; the lighter heaviest worker wins, the fewer moves on a tie (greedy choices
-    # can lose to the count-only order on odd loads: this keeps load-aware never worse).
-    candidates = [_swap(by_count, weight, ordered), _swap(greedy, weight, ordered)]
+        return fewest_moves
+    # Swaps on the count-only order and on the greedy one; the lighter heaviest worker wins, the fewer
+    # moves on a tie (greedy choices can lose to the count-only order on odd loads: this keeps
+    # load-aware never worse).
+    candidates = [
+        _swap(fewest_moves, load, ordered),
+        _swap(_fill(placement, owned, share, load), load, ordered),
+    ]
 
     def score(c: list[str]) -> tuple[float, int]:
-        heaviest = max(loads_of(c, weight, ordered).values())
+        heaviest = max(loads_of(c, load, ordered).values())
         return heaviest, sum(a != b for a, b in zip(placement, c, strict=True))
 
     return min(candidates, key=score)
+
+
+def _fill(
+    placement: list[str], owned: dict[str, list[int]], share: dict[str, int], weight: Sequence[float] | None
+) -> list[str]:
+    """Each worker keeps its partitions up to its share; the rest (and those of workers that left) go
+    to the workers below their share. Without ``weight``: a worker keeps its lowest-numbered ones and
+    free partitions go lowest first to the first worker (by id) with room. With it: a worker keeps its
+    heaviest (ties: the lowest) and free ones go heaviest first to the least loaded worker with room."""
+
+    def order(p: int) -> tuple[float, int]:
+        return (0.0 if weight is None else -weight[p], p)
+
+    free = [p for p, owner in enumerate(placement) if owner not in share]
+    free += [p for w, ps in owned.items() for p in sorted(ps, key=order)[share[w] :]]
+    room = {w: share[w] - min(len(owned[w]), share[w]) for w in share}
+    leaving = set(free)
+    total = {
+        w: 0.0 if weight is None else sum(weight[p] for p in owned[w] if p not in leaving) for w in share
+    }
+    out = list(placement)
+    for p in sorted(free, key=order):
+        with_room = [w for w in sorted(share) if room[w] > 0]
+        w = with_room[0] if weight is None else min(with_room, key=lambda w: (total[w], w))
+        out[p] = w
+        room[w] -= 1
+        total[w] += 0.0 if weight is None else weight[p]
+    return out
 
 
 def _swap(placement: list[str], weight: Sequence[float], workers: list[str]) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from styx_py.coordinator.cluster import Cluster
+from styx_py.coordinator.placement import loads_of
 from styx_py.core.wire import EpochDone
 
 __all__ = ["WINDOW_S", "Throughput", "operator_rows", "version_rows", "worker_rows"]
@@ -73,15 +74,15 @@ class Throughput:
 
 def worker_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
     last_seen = cluster.membership.last_seen
-    rates = cluster.load.rates(len(cluster.placement))
+    # Measured load of each worker's partitions (placement balances it at every shape change).
+    load = loads_of(cluster.placement, cluster.load.rates(len(cluster.placement)), cluster.workers)
     return [
         {
             "node_id": w.node_id,
             "sid": w.sid,
             "address": f"{w.host}:{w.port}",
             "partitions": [p for p, o in enumerate(cluster.placement) if o == w.node_id],
-            # Measured load of its partitions (placement balances it at every shape change).
-            "txn_per_s": round(sum(r for p, r in enumerate(rates) if cluster.placement[p] == w.node_id), 1),
+            "txn_per_s": round(load.get(w.node_id, 0.0), 1),
             "last_heartbeat_s_ago": round(now - last_seen.get(w.node_id, now), 3),
         }
         for w in cluster.membership.infos()
