@@ -52,7 +52,7 @@ class Cluster:
         for node_id in self.workers:
             self.transport.send(node_id, msg)
 
-    def view(self) -> ClusterView:
+    def view(self, *, handoff: bool = False) -> ClusterView:
         cfg = self.config
         return ClusterView(
             self.view_version,
@@ -67,12 +67,14 @@ class Cluster:
             self.gen,
             max(self.n_seq, len(self.membership.workers)),
             list(self.versions),
+            handoff,
         )
 
     def version_of(self, epoch: int) -> int:
         """The graph version that runs ``epoch`` (what its EpochStart says)."""
         return version_at(self.versions, epoch).number
 
-    def broadcast_view(self) -> None:
+    def broadcast_view(self, *, handoff: bool = False) -> None:
+        """``handoff``: a planned change at a barrier (workers hand moved partitions to each other)."""
         self.view_version += 1
-        self.broadcast(self.view())
+        self.broadcast(self.view(handoff=handoff))

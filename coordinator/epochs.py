@@ -79,16 +79,17 @@ class EpochLoop:
         self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
         self.throughput = Throughput()
         self.task: asyncio.Task[None] | None = None
-        # A barrier asked for (a planned shape change): no epoch starts early; once no snapshot is in
-        # progress, the next epoch snapshots and is the last; resolved with that epoch once its
-        # snapshot is complete (-1: it could not be taken, or a recovery came first).
+        # A barrier asked for (a planned shape change): no epoch starts early; the next one is the last,
+        # and this is resolved with it once every worker finished it (-1: a recovery came first).
         self.barrier: asyncio.Future[int] | None = None
         # A code update waiting for its barrier: called with the next epoch to start, once every
         # earlier epoch is over and before that one starts (no epoch is started early meanwhile).
         self.before_start: Callable[[int], Awaitable[None]] | None = None
+        self.barrier_at = 0.0  # when the last barrier was asked for
+        self.parked_at = 0.0  # when its epoch ended (no epoch runs until a recovery restarts the loop)
 
     def request_barrier(self) -> asyncio.Future[int]:
-        """Stop after an epoch whose snapshot is complete (see ``barrier``); resolved with its number."""
+        """Stop after the next epoch (see ``barrier``); resolved with its number."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if self.task is None or self.task.done() or self.cluster.state != "running":
             fut.set_result(-1)  # no epoch loop runs (a recovery does): nothing to stop at
@@ -96,14 +97,17 @@ class EpochLoop:
         if self.barrier is not None and not self.barrier.done():
             return self.barrier
         self.barrier = fut
+        self.barrier_at = self.clock.now()
         self.work.set()  # an idle loop runs the barrier epoch now
         return fut
 
     def start(self, replay_until: int = -1, on_replayed: Callable[[], None] | None = None) -> None:
+        self.idle.clear()  # not idle until the new loop says so (it may have epochs to replay)
         self.task = self.tasks.start(self._run(replay_until, on_replayed))
 
     def stop(self) -> None:
         """Synchronously, before a new generation opens: no stage of the old one completes."""
+        self.idle.clear()
         if self.task is not None:
             self.task.cancel()
         self.stages = {}
@@ -146,9 +150,6 @@ class EpochLoop:
                     if gen != self.cluster.gen:
                         return
                 if self.barrier is not None and e > replay_until:
-                    await self.snapshots.settled.wait()  # one snapshot at a time
-                    if gen != self.cluster.gen:
-                        return
                     at_barrier = True
                 if self.before_start is not None and e > replay_until:
                     barrier, self.before_start = self.before_start, None
@@ -156,7 +157,7 @@ class EpochLoop:
                     if gen != self.cluster.gen:
                         return
                 last_start = self.clock.now()
-                started = self._start(e, e <= replay_until, force_snapshot=at_barrier)
+                started = self._start(e, e <= replay_until)
 
             def early(executed: list[ExecDone], e: int = e) -> EpochRun | None:
                 """Start the next epoch now that this one is decided, if work waits and no replay or
@@ -176,22 +177,21 @@ class EpochLoop:
             done, started = await self._epoch(started, early)
             self.epoch = e + 1
             if at_barrier:
-                ok = await self.snapshots.outcome(e)
-                if gen != self.cluster.gen:
-                    return
-                self._resolve_barrier(e if ok else -1)
-                if ok:
-                    await asyncio.Future()  # stopped here: the shape change's recovery ends this loop
+                self.parked_at = self.clock.now()
+                self._resolve_barrier(e)
+                await asyncio.Future()  # stopped here: the shape change's recovery ends this loop
             if e == replay_until and on_replayed is not None:
                 on_replayed()
+            # A barrier asked for during a replay (whose epochs cleared ``work``) still waits for an epoch.
             waiting = sum(d.pending for d in done) > 0 or self.work.is_set()
+            waiting = waiting or self.barrier is not None or self.before_start is not None
             if started is None and e + 1 > replay_until and not waiting:
                 self.idle.set()
                 await self.work.wait()
 
-    def _start(self, e: int, replay: bool, *, force_snapshot: bool = False) -> EpochRun:
+    def _start(self, e: int, replay: bool) -> EpochRun:
         """Open every stage of epoch ``e``, then broadcast its start."""
-        snapshot = not replay and self.snapshots.begin(e, force=force_snapshot)
+        snapshot = not replay and self.snapshots.begin(e)
         run = EpochRun(
             e,
             replay,

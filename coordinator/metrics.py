@@ -193,11 +193,12 @@ class _Collector(Collector):
         last = GaugeMetricFamily(
             "styx_coordinator_last_recovery_seconds",
             "the last recovery: detect (failure to re-registration), restore (snapshot loaded), "
-            "replay (logged epochs re-run)",
+            "replay (logged epochs re-run); stopped: a planned shape change's stop, from the end of "
+            "its barrier epoch until epochs run again",
             labels=["stage"],
         )
         rec = c.last_recovery or {}
-        for stage in ("detect", "restore", "replay"):
+        for stage in ("detect", "restore", "replay", "stopped"):
             value = rec.get(f"{stage}_s")
             last.add_metric([stage], float(value) if value is not None else 0.0)
         yield last

@@ -85,8 +85,9 @@ class Recovery:
 
     def start(self, *, keep: bool = False) -> None:
         """(Re)start recovery (a failure during recovery simply starts it again). ``keep``: a shape
-        change at a barrier (coordinator/reshape): the last complete snapshot is of the last epoch
-        that ran, and workers keep the partitions they still own."""
+        change at a barrier (coordinator/reshape): every worker finished the last epoch that ran,
+        keeps the partitions it still owns and hands the others to their new owners (worker/handoff);
+        nothing is restored from S3 nor replayed. If that fails, the retry is a full recovery."""
         if self.cluster.degraded:
             log.error("not recovering: the cluster is degraded (%s)", self.cluster.degraded)
             return
@@ -123,7 +124,7 @@ class Recovery:
         self.snapshots.abandon()
         self.cluster.gen += 1
         self.fenced = set()
-        self.cluster.broadcast_view()
+        self.cluster.broadcast_view(handoff=self.keep)
 
     async def _run(self) -> None:
         """Retried for as long as it takes (S3 or a worker may be down for a while), with a capped
@@ -132,8 +133,14 @@ class Recovery:
             self.failed_attempts += 1
             log.error("recovery to generation %d failed (%s); retrying", self.cluster.gen, reasons)
             await self.clock.sleep(min(MAX_RECOVERY_BACKOFF_S, 0.05 * 2**self.failed_attempts))
+            self.keep = False  # a planned change that failed ends in a full recovery
             self._new_generation()
         self.failed_attempts = 0
+        if self.keep and self.last is not None:
+            # A planned change: from the barrier asked for to the end of its epoch (which ran as usual),
+            # and how long no epoch ran after it, until now.
+            self.last["barrier_s"] = round(self.epochs.parked_at - self.epochs.barrier_at, 3)
+            self.last["stopped_s"] = round(self.clock.now() - self.epochs.parked_at, 3)
         self.epochs.start(self.replay_until, on_replayed=self._replayed)
 
     async def _attempt(self) -> str | None:
@@ -144,35 +151,40 @@ class Recovery:
         # votes did not all reach this coordinator: every epoch that every worker logged is replayed
         # (a worker votes only once its entry is durable). A failure during a replay must not shorten
         # it: epochs decided before are still replayed.
-        # Only once no worker decides an epoch of an older generation any more (each said so when it
-        # saw this generation's view) is the log read: nothing decided after the read can be missed.
-        await self._until(lambda: set(c.workers) <= self.fenced, self.timeout_s())
-        if missing := sorted(set(c.workers) - self.fenced):
-            self.unanswered_attempts += 1
-            return f"no Fenced from {missing}: they did not see generation {c.gen}'s view"
-        if self.retiring:  # workers that left: until each answered Fenced or its lease ran out
-            left_s = max(self.retiring.values()) - self.clock.now()
-            if left_s > 0.001:
-                await self._until(lambda: set(self.retiring) <= self.fenced, left_s)
+        # At a barrier no epoch started after the last one, so nothing was logged after it: what to
+        # save is known at once, and is written while the workers fence.
+        saving = asyncio.ensure_future(self._save(-1)) if self.keep else None
         try:
-            # At a barrier no epoch started after the snapshot's: nothing was logged after it.
-            logged = -1 if self.keep else await self._last_logged(snapshots.manifest)
-        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
-            return f"reading the sequencer log failed: {type(exc).__name__}: {exc}"
-        self.replay_until = replay_until = max(self.replay_until, self.epochs.last_decided, logged)
-        # Generation ``gen`` runs the epochs after the last decided one; a partially logged epoch of
-        # the dead generation keeps its old generation number and is never replayed.
-        snapshots.manifest = m = with_generation(snapshots.manifest, replay_until + 1, c.gen)
-        try:
-            # Durable before any worker hears of it: a restarted coordinator must never reuse a
-            # generation number, nor mistake a new generation's epochs for a dead one's.
-            await self.store.save(c, m)
-        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
-            return f"saving the cluster state failed: {type(exc).__name__}: {exc}"
+            # Only once no worker decides an epoch of an older generation any more (each said so when
+            # it saw this generation's view) is the log read: nothing decided after it can be missed.
+            await self._until(lambda: set(c.workers) <= self.fenced, self.timeout_s())
+            if missing := sorted(set(c.workers) - self.fenced):
+                self.unanswered_attempts += 1
+                return f"no Fenced from {missing}: they did not see generation {c.gen}'s view"
+            if self.retiring:  # workers that left: until each answered Fenced or its lease ran out
+                left_s = max(self.retiring.values()) - self.clock.now()
+                if left_s > 0.001:
+                    await self._until(lambda: set(self.retiring) <= self.fenced, left_s)
+            if saving is None:
+                try:
+                    logged = await self._last_logged(snapshots.manifest)
+                except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+                    return f"reading the sequencer log failed: {type(exc).__name__}: {exc}"
+                saving = asyncio.ensure_future(self._save(logged))
+            try:
+                # Durable before any worker hears of it: a restarted coordinator must never reuse a
+                # generation number, nor mistake a new generation's epochs for a dead one's.
+                m = await saving
+            except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+                return f"saving the cluster state failed: {type(exc).__name__}: {exc}"
+        finally:
+            if saving is not None and not saving.done():
+                saving.cancel()
+        replay_until = self.replay_until
         started = self.started_at = self.clock.now()
         self.answers = {}
         self.answered.clear()
-        c.broadcast(Recover(m, replay_until, c.gen, self.keep and replay_until == m.epoch))
+        c.broadcast(Recover(m, replay_until, c.gen, self.keep))
         timeout_s = self.timeout_s()
         await self._until(lambda: len(self.answers) >= len(c.workers), timeout_s)
         missing = sorted(set(c.workers) - set(self.answers))
@@ -189,22 +201,42 @@ class Recovery:
             "snapshot_epoch": m.epoch,
             "detect_s": round(self.detected_after_s, 3),
             "restore_s": round(restore_s, 3),
-            "replay_epochs": max(0, replay_until - m.epoch),
-            "replay_s": 0.0 if replay_until <= m.epoch else None,
+            "replay_epochs": 0 if self.keep else max(0, replay_until - m.epoch),
+            "replay_s": 0.0 if self.keep or replay_until <= m.epoch else None,
         }
-        log.warning(
-            "generation %d: restored snapshot %d in %.3fs, replaying epochs %d..%d",
-            c.gen,
-            m.epoch,
-            restore_s,
-            m.epoch + 1,
-            replay_until,
-        )
-        self.epochs.epoch = m.epoch + 1
-        self.epochs.lc = m.lc
+        if self.keep:
+            log.warning(
+                "generation %d: partitions moved after epoch %d in %.3fs", c.gen, replay_until, restore_s
+            )
+        else:
+            log.warning(
+                "generation %d: restored snapshot %d in %.3fs, replaying epochs %d..%d",
+                c.gen,
+                m.epoch,
+                restore_s,
+                m.epoch + 1,
+                replay_until,
+            )
+        if self.keep:  # every worker is at the last epoch that ran: the next one follows it
+            self.epochs.epoch = replay_until + 1
+        else:
+            self.epochs.epoch = m.epoch + 1
+            self.epochs.lc = m.lc
         self.retiring.clear()
         c.state = "running"
         return None
+
+    async def _save(self, logged: int) -> Manifest:
+        """Decide what the new generation replays (up to the last decided or logged epoch) and save the
+        cluster state with it; returns the manifest the workers recover from."""
+        c, snapshots = self.cluster, self.snapshots
+        assert snapshots.manifest is not None
+        self.replay_until = replay_until = max(self.replay_until, self.epochs.last_decided, logged)
+        # Generation ``gen`` runs the epochs after the last decided one; a partially logged epoch of
+        # the dead generation keeps its old generation number and is never replayed.
+        snapshots.manifest = m = with_generation(snapshots.manifest, replay_until + 1, c.gen)
+        await self.store.save(c, m)
+        return m
 
     async def _last_logged(self, m: Manifest) -> int:
         """The last epoch after snapshot ``m`` that every worker logged in the generation that ran it."""

@@ -1,12 +1,13 @@
 """Changing the cluster's shape while it runs: workers join, are drained, or are lost for good.
 
-A planned change (a join, a drain, ``styx scale``) waits for a barrier: the epoch loop stops after an
-epoch E whose snapshot is complete, and only then do the membership and the placement change
-(:func:`~styx_py.coordinator.placement.rebalance`, fewest moves). A new generation opens with a
-``Recover(keep=True)`` of snapshot E: a worker that finished E keeps the partitions it still owns as
-they are and loads only the ones it gains from the snapshot; nothing is replayed. Every transaction
-is before the move (epochs ≤ E, old placement) or after it (new placement): the move is a step in the
-serial order. Changes asked for while a barrier is under way are applied together at it.
+A planned change (a join, a drain, ``styx scale``) waits for a barrier: the epoch loop stops after
+the next epoch E, and once every worker finished it the membership and the placement change
+(:func:`~styx_py.coordinator.placement.rebalance`, fewest moves). A new generation opens with a view
+marked *handoff*: each old owner sends what it loses straight to the new owner (worker/handoff), and
+``Recover(keep=True)`` says E: a worker keeps the partitions it still owns as they are and installs
+the ones it gains; nothing is read from S3 nor replayed. Every transaction is before the move (epochs
+≤ E, old placement) or after it (new placement): the move is a step in the serial order. Changes
+asked for while a barrier is under way are applied together at it.
 
 A lost worker (silent beyond ``takeover_after_ms``) cannot wait for a barrier: the epochs are stalled
 on it. It is removed at once and a full recovery (last complete snapshot, replay of the logged
@@ -145,8 +146,7 @@ class Reshaper:
             epoch = await self.epochs.request_barrier()
         finally:
             self.waiting = False
-        manifest = self.recovery.snapshots.manifest
-        self._apply(keep=epoch >= 0 and manifest is not None and manifest.epoch == epoch, parked=epoch >= 0)
+        self._apply(keep=epoch >= 0, parked=epoch >= 0)
 
     def _apply(self, *, keep: bool, parked: bool = False) -> None:
         """Apply the pending changes and open the generation that runs on the new shape (``parked``:
@@ -176,8 +176,9 @@ class Reshaper:
         self._record(change, added=sorted(joins), removed=sorted(leaves), moved=moved, barrier=keep)
         log.warning("reshaping: %s; %d partitions move; %d workers", change, moved, len(c.workers))
         self.recovery.start(keep=keep)
+        view = c.view(handoff=True) if keep else None  # a drained worker hands off what it owned
         for node, why in leaves.items():
-            c.transport.send(node, Retire(why, c.gen))
+            c.transport.send(node, Retire(why, c.gen, view))
 
     def _record(self, change: str, **fields: Any) -> None:
         event = {"change": change, "at_s": round(self.clock.now(), 3), "workers": self.cluster.workers}

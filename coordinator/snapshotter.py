@@ -9,7 +9,6 @@ one). The manifest arithmetic and the blob work are the pure-ish functions of
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,9 +55,6 @@ class Snapshotter:
         self.compactions = 0
         self.failed = 0
         self.removed_objects = 0
-        self.settled = asyncio.Event()  # no snapshot in progress
-        self.settled.set()
-        self.outcomes: dict[int, asyncio.Future[bool]] = {}  # epoch -> whether its snapshot completed
 
     def _due(self, epoch: int) -> bool:
         if self.blobs is None or self.pending:
@@ -68,37 +64,16 @@ class Snapshotter:
             return epoch % every == every - 1
         return self.clock.now() - self.last_at >= self.cluster.config.snapshot_interval_s
 
-    def begin(self, epoch: int, *, force: bool = False) -> bool:
-        """Whether ``epoch`` (about to start) takes a snapshot (and if so, wait for its parts);
-        ``force``: whenever one can be taken (a blob store, none in progress), interval or not."""
-        can = self.blobs is not None and not self.pending
-        if not (can if force else self._due(epoch)):
+    def begin(self, epoch: int) -> bool:
+        """Whether ``epoch`` (about to start) takes a snapshot (and if so, wait for its parts)."""
+        if not self._due(epoch):
             return False
         self.pending[epoch] = _Pending(-1)
-        self.settled.clear()
         self.last_at = self.clock.now()
         return True
 
-    def outcome(self, epoch: int) -> asyncio.Future[bool]:
-        """Resolved once the snapshot of ``epoch`` (begun) is usable (its manifest written; compaction
-        may still run) or failed."""
-        fut = self.outcomes.get(epoch)
-        if fut is None:
-            fut = self.outcomes[epoch] = asyncio.get_running_loop().create_future()
-            if epoch not in self.pending:
-                fut.set_result(False)
-        return fut
-
-    def _settle(self, epoch: int, ok: bool) -> None:
+    def _settle(self, epoch: int) -> None:
         self.pending.pop(epoch, None)
-        if not self.pending:
-            self.settled.set()
-        self._resolve(epoch, ok)
-
-    def _resolve(self, epoch: int, ok: bool) -> None:
-        fut = self.outcomes.pop(epoch, None)
-        if fut is not None and not fut.done():
-            fut.set_result(ok)
 
     def executed(self, epoch: int, lc: int) -> None:
         """Every worker executed ``epoch``: its sequencer counter, which its manifest records (told as
@@ -110,7 +85,7 @@ class Snapshotter:
     def abandon(self) -> None:
         """A new generation: the snapshots in progress are never completed."""
         for epoch in list(self.pending):
-            self._settle(epoch, False)
+            self._settle(epoch)
 
     def on_done(self, msg: SnapshotDone) -> None:
         pending = self.pending.get(msg.epoch)
@@ -151,10 +126,9 @@ class Snapshotter:
                         "objects": sum(p.objects for p in parts.values()),
                         "bytes": sum(p.bytes for p in parts.values()),
                     }
-                    # Usable now: a barrier waiting for it need not wait for the compaction (a
-                    # recovery that starts meanwhile makes it skip pruning and keep its manifest).
+                    # Usable now (a recovery that starts during the compaction makes it skip
+                    # pruning and keep its manifest).
                     self.cluster.broadcast(SnapshotResult(epoch, True, gen))
-                    self._resolve(epoch, True)
                 await self._compact(manifest, gen)
         else:
             self.failed += 1
@@ -166,7 +140,7 @@ class Snapshotter:
         if gen == self.cluster.gen:
             if not ok:
                 self.cluster.broadcast(SnapshotResult(epoch, ok, gen))
-            self._settle(epoch, ok)
+            self._settle(epoch)
 
     async def _compact(self, manifest: Manifest, gen: int) -> None:
         """Merge long delta chains and drop what no manifest needs (the next snapshot waits for it)."""

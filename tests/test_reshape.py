@@ -251,7 +251,9 @@ async def run_with_reshapes(seed: int, *, steps: int = 4, n: int = 240) -> SimCl
         return c
 
 
-@pytest.mark.parametrize("seed", range(8))
+# 108: a crashed worker not registered again yet when the work was done (the check must wait for it);
+# 284, 446, 707: a join asked for while a recovery replayed (it once waited for ever).
+@pytest.mark.parametrize("seed", [*range(8), 108, 284, 446, 707])
 async def test_random_reshapes_with_crashes_equal_the_serial_execution(seed: int) -> None:
     await run_with_reshapes(seed)
 
@@ -279,6 +281,8 @@ async def run_reshapes_and_an_update(seed: int) -> SimCluster:
         return c
 
 
-@pytest.mark.parametrize("seed", range(4))
+# 115: the check once read the state while a recovery's replay had not started; 163: a join asked for
+# during a replay.
+@pytest.mark.parametrize("seed", [*range(4), 115, 163])
 async def test_reshapes_and_a_code_update_with_crashes_equal_the_serial_execution(seed: int) -> None:
     await run_reshapes_and_an_update(seed)

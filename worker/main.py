@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from styx_py.core.config import Config
-from styx_py.core.wire import COORDINATOR, ClusterView, Message
+from styx_py.core.wire import COORDINATOR, ClusterView, Message, Retire
 from styx_py.io.kafka_logs import KafkaLogReader
 from styx_py.io.s3 import blob_store_from
 from styx_py.io.serving import cluster_transport, run_until_failure, start_metrics
@@ -34,8 +34,9 @@ async def serve_worker(
 
     def handle(src: str, msg: Message) -> None:
         assert worker is not None
-        if isinstance(msg, ClusterView):
-            for w in msg.workers:
+        view = msg.view if isinstance(msg, Retire) else msg
+        if isinstance(view, ClusterView):  # a retiring worker hands its partitions to the new owners
+            for w in view.workers:
                 transport.set_address(w.node_id, w.host, w.port)
         worker.on_message(src, msg)
 

@@ -33,7 +33,9 @@ from styx_py.core.wire import (
     FoundReplies,
     GraphPrepared,
     Halt,
+    Handoff,
     Heartbeat,
+    IngressRecord,
     Message,
     PrepareGraph,
     Recover,
@@ -50,7 +52,9 @@ from styx_py.core.wire import (
 )
 from styx_py.worker import recovery
 from styx_py.worker.batch import BatchFormer
+from styx_py.worker.dedup import ReplyTable
 from styx_py.worker.epoch import EPOCH_MESSAGES, EpochDriver, EpochMessage
+from styx_py.worker.handoff import HandoffRefused, Inbox, outgoing, refusal
 from styx_py.worker.lookup import find_replies
 from styx_py.worker.metrics import WorkerGauges, WorkerMetrics
 from styx_py.worker.replies import ReplyOut
@@ -132,6 +136,7 @@ class Worker:
         self.halted = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
         self.retired = asyncio.Event()  # no longer part of the cluster (Retire): run() returns
         self.consistent = True  # no restore left the state half-done (a shape change may keep it)
+        self.handoffs = Inbox()  # partitions handed to this worker at a planned change (worker/handoff)
         self.replies = ReplyOut(
             egress, config.dedup_replies_per_partition, self._check_lease, self._reply_diverged
         )
@@ -252,6 +257,10 @@ class Worker:
                 self._halt(msg.reason)
             case Retire():
                 self._retire(msg)
+            case Handoff() if not self.halted:
+                self.handoffs.add(msg, self.driver.gen)
+            case Handoff():
+                pass
             case SnapshotResult() if msg.gen != self.driver.gen:
                 pass  # the verdict on a snapshot of a generation that recovery ended
             case SnapshotResult():
@@ -283,6 +292,8 @@ class Worker:
         if not any(w.node_id == self.node_id for w in view.workers):
             log.warning("%s: not in the view of generation %d (leaving the cluster)", self.node_id, view.gen)
             return
+        if view.handoff and 0 <= self.driver.gen < view.gen:
+            self._hand_off(view)  # before anything changes: the state is the barrier's
         self.view = view
         if self.driver.gen < 0:
             # A (re)started worker joins the current generation; a running one changes generation
@@ -388,9 +399,51 @@ class Worker:
         if self.retired.is_set():
             return
         log.warning("%s: leaving the cluster: %s", self.node_id, msg.reason)
+        if msg.view is not None and msg.view.handoff and 0 <= self.driver.gen < msg.view.gen:
+            self._hand_off(msg.view)
         self.driver.fence = max(self.driver.fence, msg.gen)
         self._halt(f"retired: {msg.reason}", level=logging.WARNING)
         self._report_fenced(msg.gen, then=self.retired.set)
+
+    def _hand_off(self, view: ClusterView) -> None:
+        """A planned change: send every partition this worker owns and ``view`` gives to another
+        straight to that worker (worker/handoff), or say it cannot (its state is not the barrier's)."""
+        owner = view.placement
+        gone = [p for p in self.table.owned() if owner[p] != self.node_id]
+        if not gone:
+            return
+        # The coordinator abandons a snapshot in progress: what it holds goes back into the delta, so
+        # the next snapshot (this worker's or the new owner's) carries it.
+        self.snapshots.put_back(self.driver.store, self.replies.answered)
+        why = ""
+        if not (self.consistent and not self.halted and not self.driver.epochs):
+            why = "its state is not at an epoch's end"
+        elif self.recovering is not None and not self.recovering.done():
+            why = "it is recovering"
+        out: list[tuple[str, Handoff]] = []
+        if not why:
+            try:
+                out = outgoing(
+                    view.gen,
+                    self.driver.completed_epoch,
+                    {p: owner[p] for p in gone},
+                    self.table.op_partitions,
+                    self.driver.store,
+                    self.replies.answered,
+                    self.ingress.positions(),
+                    self.batch.rescheduled,
+                    [r for recs in self.replies.waiting.values() for r in recs],
+                    self.replies.egress.offsets(),
+                )
+            except HandoffRefused as exc:
+                why = str(exc)
+        if why:  # the new owners' recovery fails at once, and a full one (from S3) follows
+            log.warning("%s: not handing off %s: %s", self.node_id, gone, why)
+            out = [(owner[p], refusal(view.gen, p)) for p in gone]
+        else:
+            log.warning("%s: handing off %s after epoch %d", self.node_id, gone, self.driver.completed_epoch)
+        for dest, piece in out:
+            self.transport.send(dest, piece)
 
     def _report_fenced(self, gen: int, then: Callable[[], None] = lambda: None) -> None:
         """Tell the coordinator this worker decides nothing of a generation before ``gen`` any more —
@@ -436,18 +489,28 @@ class Worker:
             task.cancel()
         self.inflight.clear()
         self.driver.reset(msg.gen)
-        # A shape change at a barrier: this worker's state is exactly the snapshot's (it finished the
-        # snapshot's epoch, the last one, and no restore touched it since): it keeps what it still owns.
-        keep = msg.keep and self.consistent and self.driver.completed_epoch == msg.manifest.epoch
+        # A shape change at a barrier: this worker's state is that of the last epoch that ran (it
+        # finished it and no restore touched it since): it keeps what it still owns. A worker that just
+        # joined holds nothing: it takes all it owns from the old owners.
+        fresh = self.driver.completed_epoch < 0 and not len(self.driver.store)
+        keep = msg.keep and (fresh or (self.consistent and self.driver.completed_epoch == msg.replay_until))
         self.consistent = False
-        owned_before = set(self.table.owned())
+        owned_before = set() if fresh else set(self.table.owned())
         self._apply(self.view)
         self.replies.held = False  # the replayed epochs send what is not on the log yet
-        self.snapshots.unconfirmed.clear()
+        if keep:  # a snapshot the coordinator abandoned: the next one carries what it held
+            self.snapshots.put_back(self.driver.store, self.replies.answered)
+        else:
+            self.snapshots.unconfirmed.clear()
         started = time.perf_counter()
         try:
             if keep:
                 await self._move_partitions(msg, owned_before)
+            elif msg.keep:
+                raise HandoffRefused(
+                    f"cannot keep: this worker's state is of epoch {self.driver.completed_epoch}, "
+                    f"not {msg.replay_until}"
+                )
             else:
                 await self._restore(msg)
         except Exception as exc:  # noqa: BLE001 - reported: the coordinator retries the recovery
@@ -462,24 +525,43 @@ class Worker:
         self.transport.send(COORDINATOR, RecoverDone(self.node_id, True, "", msg.gen))
 
     async def _move_partitions(self, msg: Recover, owned_before: set[int]) -> None:
-        """Keep the partitions still owned as they are; drop the ones moved away; load the ones gained
-        from the snapshot (nothing is replayed: the snapshot is of the last epoch that ran)."""
-        assert self.logs is not None, "recovery needs a log reader"
+        """Keep the partitions still owned as they are; drop the ones moved away; take the ones gained
+        from their old owners' handoffs (nothing is replayed: every worker is at the last epoch)."""
         owned = set(self.table.owned())
         gone, gained = owned_before - owned, sorted(owned - owned_before)
-        r = await recovery.restore(
-            msg, gained, self.node_id, self.blobs, self.logs, self.config.dedup_replies_per_partition
-        )
+        # Each old owner sent its pieces when it saw the view, before it answered Fenced: they are
+        # here or on their way. One that never comes (its sender died, or the link broke) fails this
+        # recovery after a failure timeout, and a full one follows.
+        wait_s = self.config.failure_timeout_ms / 1000
+        try:
+            async with self.clock.timeout(wait_s):
+                moved = await self.handoffs.take(msg.gen, gained, msg.replay_until)
+        except TimeoutError:
+            raise HandoffRefused(f"partitions {gained} not all handed over within {wait_s:.1f}s") from None
+        self.handoffs.forget_before(msg.gen + 1)
+        store = self.driver.store
         n = self.table.op_partitions
-        self.driver.store.drop(lambda key: partition_of(key[1], n[key[0]]) in gone)
-        self.driver.store.load(r.store.items())
-        kept = [t for t in self.batch.rescheduled if t.partition not in gone]
-        self.batch.rescheduled = sorted([*kept, *r.rescheduled], key=lambda t: t.tid)
+        store.drop(lambda key: partition_of(key[1], n[key[0]]) in gone)
+        answered = ReplyTable(self.config.dedup_replies_per_partition)
+        waiting: dict[str, list[IngressRecord]] = {}
+        rescheduled = [t for t in self.batch.rescheduled if t.partition not in gone]
+        for p, m in moved.items():
+            assert m.last is not None
+            store.load(((op, key), value) for op, key, value in m.data)
+            store.delta.update(((op, key), value) for op, key, value in m.delta)
+            for reply in m.last.replies:
+                answered.record(p, reply, as_delta=False)
+            rescheduled.extend(m.rescheduled())
+            for rid, recs in m.waiting().items():
+                waiting.setdefault(rid, []).extend(recs)
+            self.egress.reset_offsets(m.last.egress_offsets)
+        self.batch.rescheduled = sorted(rescheduled, key=lambda t: t.tid)
         self.batch.replay = {}
         self.batch.sequencer.lc = max(self.batch.sequencer.lc, msg.manifest.lc)
-        self.replies.move(gone, r.answered, r.waiting)
-        self.ingress.seek(r.positions)
-        self.egress.reset_offsets(r.egress_offsets)
+        self.replies.move(gone, answered, waiting)
+        self.replies.answered.restore_delta({p: list(m.last.reply_delta) for p, m in moved.items() if m.last})
+        self.ingress.seek({p: m.last.position for p, m in moved.items() if m.last})
+        self.driver.completed_epoch = msg.replay_until
         log.warning(
             "%s: partitions moved: kept %s, gave %s, took %s",
             self.node_id,
@@ -498,6 +580,7 @@ class Worker:
             self.logs,
             self.config.dedup_replies_per_partition,
         )
+        self.handoffs.forget_before(msg.gen + 1)
         self._load_for_replay(r.replay)
         self.driver.store = r.store
         self.driver.completed_epoch = msg.manifest.epoch

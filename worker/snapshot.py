@@ -181,3 +181,9 @@ class Snapshotter:
 
     def on_result(self, msg: SnapshotResult, store: StateStore, answered: ReplyTable) -> None:
         on_result(self.unconfirmed, msg, store, answered)
+
+    def put_back(self, store: StateStore, answered: ReplyTable) -> None:
+        """Every snapshot not confirmed yet counts as failed (the coordinator abandoned it at a shape
+        change): its deltas go back, newest first so that older ones end up underneath."""
+        for epoch in sorted(self.unconfirmed, reverse=True):
+            on_result(self.unconfirmed, SnapshotResult(epoch, False, -1), store, answered)

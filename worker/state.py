@@ -45,7 +45,8 @@ class StateStore:
         """Forget every key for which ``gone`` holds (its partition moved to another worker)."""
         for key in [k for k in self.data if gone(k)]:
             del self.data[key]
-            self.delta.pop(key, None)
+        for key in [k for k in self.delta if gone(k)]:  # deletes too (not in ``data``)
+            del self.delta[key]
 
     def take_delta(self) -> Writes:
         delta, self.delta = self.delta, {}

@@ -125,7 +125,11 @@ class TcpTransport:
         self.writers.clear()
 
     async def drain(self) -> None:
-        """Send what is buffered now and wait until the connections took it (before a clean exit)."""
+        """Send what is buffered now and wait until the connections took it (before a clean exit),
+        those still being dialed included (a drained worker's last handoff may go to a new one)."""
+        self._flush()
+        for dialing in list(self.dialing.values()):
+            await asyncio.wait([dialing])  # bounded by the handshake timeout; a failure is logged
         self._flush()
         for link in list(self.writers.values()):
             if not link.writer.is_closing():

@@ -67,11 +67,12 @@ class MemoryNetwork:
         self.handlers[node_id] = handler
         self.inboxes[node_id] = inbox or ("coordinator" if node_id == COORDINATOR else "worker")
 
-    def unregister(self, node_id: str) -> None:
-        """A crash: the node hears nothing more and what it had sent but not delivered is lost."""
+    def unregister(self, node_id: str, *, drained: bool = False) -> None:
+        """A crash: the node hears nothing more and what it had sent but not delivered is lost.
+        ``drained``: a clean exit, which sends what it had sent first (the process drains its transport)."""
         self.handlers.pop(node_id, None)
         for (src, dest), q in self.channels.items():
-            if node_id in (src, dest):
+            if dest == node_id or (src == node_id and not drained):
                 q.clear()
 
     def send(self, src: str, dest: str, msg: Message) -> None:

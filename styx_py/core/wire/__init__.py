@@ -93,7 +93,7 @@ from styx_py.core.wire.lookup import (
     FoundReplies,
     ReplyLookup,
 )
-from styx_py.core.wire.peer import Ack, CallResult, Final, Invoke
+from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
@@ -124,6 +124,7 @@ __all__ = [
     "FoundReplies",
     "GraphPrepared",
     "Halt",
+    "Handoff",
     "Heartbeat",
     "Inbox",
     "IngressRecord",

@@ -162,6 +162,10 @@ class ClusterView(Msg, tag="view"):
     # Every committed version of the graph, in deploy order (``graph_path`` is the last one's). Last,
     # with a default: empty from a coordinator that predates code updates (the one version then).
     versions: list[GraphVersion] = msgspec.field(default_factory=list)
+    # A planned shape change at a barrier: every worker finished the last epoch and none runs until
+    # the new placement holds, so each hands the partitions it loses straight to their new owners
+    # (:class:`~styx_py.core.wire.peer.Handoff`).
+    handoff: bool = False
 
 
 class EpochStart(Msg, tag="es"):
@@ -193,8 +197,9 @@ class Recover(Msg, tag="recover"):
     manifest: Manifest
     replay_until: int  # last decided epoch: epochs manifest.epoch+1 .. replay_until are replayed
     gen: int
-    # A planned shape change at a barrier: the snapshot is of the last epoch that ran, so a worker that
-    # finished it keeps the partitions it still owns as they are and loads only the ones it gains.
+    # A planned shape change at a barrier (``replay_until`` is the last epoch that ran, and nothing is
+    # replayed): a worker that finished it keeps the partitions it still owns as they are and takes the
+    # ones it gains from their old owners' :class:`~styx_py.core.wire.peer.Handoff`.
     keep: bool = False
 
 
@@ -210,3 +215,6 @@ class Retire(Msg, tag="retire"):
 
     reason: str
     gen: int
+    # At a planned change: the new generation's view, to hand this worker's partitions to their new
+    # owners before it stops (None: it was lost, someone else recovers them).
+    view: ClusterView | None = None

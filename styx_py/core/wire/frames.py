@@ -43,7 +43,7 @@ from styx_py.core.wire.control import (
     WorkAvailable,
 )
 from styx_py.core.wire.lookup import FindReplies, FoundReplies, ReplyLookup
-from styx_py.core.wire.peer import Ack, CallResult, Final, Invoke
+from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
 
 ToCoordinator = (
     Register
@@ -77,7 +77,7 @@ ControlToWorker = (
     | PrepareGraph
 )
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).
-PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote
+PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote | Handoff
 ToWorker = ControlToWorker | PeerMessage
 ToAdmin = AdminReply
 Message = ToCoordinator | ToWorker | ToAdmin  # anything a transport may send

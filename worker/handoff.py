@@ -1,0 +1,218 @@
+"""Moving a partition at a planned shape change straight from its old owner to its new one.
+
+At a barrier (coordinator/reshape) every worker finished the last epoch ``E`` and none starts
+another until the new placement holds. The new generation's view says who owns what; each worker
+that loses a partition sends it to the new owner as :class:`~styx_py.core.wire.Handoff` pieces:
+its entities, the writes and replies no complete snapshot holds yet (so the partition's chain of
+snapshot objects stays whole: the new owner's next snapshot carries them), its reply table, its
+ingress position, its rescheduled and waiting requests. The new owner installs them when the
+``Recover(keep=True)`` of that generation comes. Nothing goes through S3 and nothing is replayed:
+the move is one step in the serial order, between epoch ``E`` and ``E + 1``.
+
+A piece that does not come (its sender died) or says ``epoch = -1`` (its sender's state is not the
+barrier's) fails the new owner's recovery; the coordinator then recovers in full from the last
+complete snapshot and the logs, which is correct for any placement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from styx_py.core import limits
+from styx_py.core.partitioning import partition_of
+from styx_py.core.wire import Handoff, IngressRecord, Key, Reply, Request
+from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.state import StateStore
+from styx_py.worker.txn import RootTxn
+
+__all__ = ["PIECE_BYTES", "HandoffRefused", "Inbox", "Moved", "outgoing", "pieces", "refusal"]
+
+PIECE_BYTES = 4 * 1024 * 1024  # entity bytes per piece: well under MAX_FRAME_BYTES with the rest
+_ENTRY_OVERHEAD = 16  # msgpack framing of one (operator, key, value) triple, roughly
+
+
+def outgoing(
+    gen: int,
+    epoch: int,
+    new_owner: dict[int, str],
+    op_partitions: dict[str, int],
+    store: StateStore,
+    answered: ReplyTable,
+    positions: dict[int, int],
+    rescheduled: list[RootTxn],
+    waiting: list[IngressRecord],
+    egress_offsets: dict[int, int],
+) -> list[tuple[str, Handoff]]:
+    """Every piece of the partitions in ``new_owner`` (partition -> its new owner), with where each
+    goes; raises :class:`HandoffRefused` when one worker would get more than
+    :data:`~styx_py.core.limits.MAX_HANDOFF_BYTES` (a connection buffers what is sent at once)."""
+    data: dict[int, list[tuple[str, Key, bytes]]] = {p: [] for p in new_owner}
+    delta: dict[int, list[tuple[str, Key, bytes | None]]] = {p: [] for p in new_owner}
+    for (op, key), value in store.items():
+        if (p := partition_of(key, op_partitions[op])) in data:
+            data[p].append((op, key, value))
+    for (op, key), maybe in store.delta.items():
+        if (p := partition_of(key, op_partitions[op])) in delta:
+            delta[p].append((op, key, maybe))
+    to: dict[str, int] = {}
+    for p, dest in new_owner.items():
+        to[dest] = to.get(dest, 0) + size_of(data[p]) + size_of(delta[p])
+    if max(to.values(), default=0) > limits.MAX_HANDOFF_BYTES:
+        raise HandoffRefused(
+            f"{max(to.values())} bytes to one worker (MAX_HANDOFF_BYTES={limits.MAX_HANDOFF_BYTES})"
+        )
+    out: list[tuple[str, Handoff]] = []
+    for p, dest in sorted(new_owner.items()):
+        table = answered.replies.get(p)
+        resched = [(t.tid, t.offset, t.ts_ms, t.request) for t in rescheduled if t.partition == p]
+        held = sorted((r.offset, r.ts_ms, r.request) for r in waiting if r.partition == p)
+        replies = list(table.values()) if table else []
+        reply_delta = list(answered.delta.get(p, []))
+        position = positions.get(p, 0)
+        for piece in pieces(
+            gen, p, epoch, data[p], delta[p], replies, reply_delta, position, resched, held, egress_offsets
+        ):
+            out.append((dest, piece))
+    return out
+
+
+def pieces(
+    gen: int,
+    partition: int,
+    epoch: int,
+    data: list[tuple[str, Key, bytes]],
+    delta: list[tuple[str, Key, bytes | None]],
+    replies: list[Reply],
+    reply_delta: list[Reply],
+    position: int,
+    rescheduled: list[tuple[int, int, int, Request]],
+    waiting: list[tuple[int, int, Request]],
+    egress_offsets: dict[int, int],
+    piece_bytes: int | None = None,
+) -> list[Handoff]:
+    """A partition as Handoff pieces (pure): entities and delta entries split by size (about
+    ``piece_bytes``, :data:`PIECE_BYTES` by default), the rest on the last piece."""
+    piece_bytes = piece_bytes or PIECE_BYTES
+    chunks: list[tuple[list[tuple[str, Key, bytes]], list[tuple[str, Key, bytes | None]]]] = []
+    cur_data: list[tuple[str, Key, bytes]] = []
+    cur_delta: list[tuple[str, Key, bytes | None]] = []
+    size = 0
+
+    def cut() -> None:
+        nonlocal cur_data, cur_delta, size
+        chunks.append((cur_data, cur_delta))
+        cur_data, cur_delta, size = [], [], 0
+
+    for entry in data:
+        if size >= piece_bytes:
+            cut()
+        cur_data.append(entry)
+        size += _size(entry)
+    for d in delta:
+        if size >= piece_bytes:
+            cut()
+        cur_delta.append(d)
+        size += _size(d)
+    cut()
+    n = len(chunks)
+    out = [Handoff(gen, partition, epoch, i, n, d, dl) for i, (d, dl) in enumerate(chunks)]
+    last = out[-1]
+    last.replies, last.reply_delta, last.position = replies, reply_delta, position
+    last.rescheduled, last.waiting, last.egress_offsets = rescheduled, waiting, egress_offsets
+    return out
+
+
+def refusal(gen: int, partition: int) -> Handoff:
+    """The old owner cannot hand ``partition`` off: its new owner's recovery fails, a full one follows."""
+    return Handoff(gen, partition, -1, 0, 1, [], [])
+
+
+def size_of(entries: Iterable[tuple[str, Key, bytes | None]]) -> int:
+    """About how many bytes ``entries`` take in a piece."""
+    return sum(_size(e) for e in entries)
+
+
+def _size(entry: tuple[str, Key, bytes | None]) -> int:
+    op, key, value = entry
+    return (
+        len(op) + (len(key) if isinstance(key, str) else 8) + (len(value) if value else 0) + _ENTRY_OVERHEAD
+    )
+
+
+@dataclass
+class Moved:
+    """A partition as its new owner installs it (every piece arrived)."""
+
+    partition: int
+    data: list[tuple[str, Key, bytes]] = field(default_factory=list)
+    delta: list[tuple[str, Key, bytes | None]] = field(default_factory=list)
+    last: Handoff | None = None
+
+    def rescheduled(self) -> list[RootTxn]:
+        assert self.last is not None
+        p = self.partition
+        return [RootTxn(tid, IngressRecord(p, off, req, ts)) for tid, off, ts, req in self.last.rescheduled]
+
+    def waiting(self) -> dict[str, list[IngressRecord]]:
+        assert self.last is not None
+        out: dict[str, list[IngressRecord]] = {}
+        for off, ts, req in self.last.waiting:
+            out.setdefault(req.request_id, []).append(IngressRecord(self.partition, off, req, ts))
+        return out
+
+
+class Inbox:
+    """Pieces received, by generation and partition, until the recovery of their generation takes
+    them (they may come before its view: senders act on the view as soon as they have it)."""
+
+    def __init__(self) -> None:
+        self.pieces: dict[int, dict[int, dict[int, Handoff]]] = {}  # gen -> partition -> part -> piece
+        self.changed = asyncio.Event()
+
+    def add(self, msg: Handoff, current_gen: int) -> None:
+        if msg.gen < current_gen:
+            return  # of a generation that is over
+        self.pieces.setdefault(msg.gen, {}).setdefault(msg.partition, {})[msg.part] = msg
+        self.changed.set()
+
+    def forget_before(self, gen: int) -> None:
+        for g in [g for g in self.pieces if g < gen]:
+            del self.pieces[g]
+
+    def _complete(self, gen: int, partition: int) -> Moved | None:
+        got = self.pieces.get(gen, {}).get(partition, {})
+        first = got.get(0)
+        if first is None or len(got) < first.parts:
+            return None
+        if first.epoch < 0:
+            raise HandoffRefused(f"the old owner of partition {partition} could not hand it off")
+        moved = Moved(partition)
+        for i in range(first.parts):
+            piece = got[i]
+            moved.data.extend(piece.data)
+            moved.delta.extend(piece.delta)
+        moved.last = got[first.parts - 1]
+        return moved
+
+    async def take(self, gen: int, partitions: Iterable[int], epoch: int) -> dict[int, Moved]:
+        """Every piece of ``partitions`` for generation ``gen`` (waits for them; the recovery's
+        timeout bounds the wait); raises :class:`HandoffRefused` for a refused or stale one."""
+        wanted = sorted(partitions)
+        while True:
+            self.changed.clear()
+            done = {p: m for p in wanted if (m := self._complete(gen, p)) is not None}
+            if len(done) == len(wanted):
+                for p, m in done.items():
+                    assert m.last is not None
+                    if m.last.epoch != epoch:
+                        at = m.last.epoch
+                        raise HandoffRefused(f"partition {p} was handed off at epoch {at}, not {epoch}")
+                    del self.pieces[gen][p]
+                return done
+            await self.changed.wait()
+
+
+class HandoffRefused(Exception):
+    """A partition cannot be taken over as it is: the recovery fails and a full one follows."""
