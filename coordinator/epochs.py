@@ -79,8 +79,9 @@ class EpochLoop:
         self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
         self.throughput = Throughput()
         self.task: asyncio.Task[None] | None = None
-        # A barrier asked for (a planned shape change): no epoch starts early; the next one is the last,
-        # and this is resolved with it once every worker finished it (-1: a recovery came first).
+        # A barrier asked for (a planned shape change): no epoch starts after the one running (or the
+        # last one, when idle), and this is resolved with it once every worker finished it (-1: a
+        # recovery came first).
         self.barrier: asyncio.Future[int] | None = None
         # A code update waiting for its barrier: called with the next epoch to start, once every
         # earlier epoch is over and before that one starts (no epoch is started early meanwhile).
@@ -89,7 +90,7 @@ class EpochLoop:
         self.parked_at = 0.0  # when its epoch ended (no epoch runs until a recovery restarts the loop)
 
     def request_barrier(self) -> asyncio.Future[int]:
-        """Stop after the next epoch (see ``barrier``); resolved with its number."""
+        """Stop once the epoch running is over (see ``barrier``); resolved with its number."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if self.task is None or self.task.done() or self.cluster.state != "running":
             fut.set_result(-1)  # no epoch loop runs (a recovery does): nothing to stop at
@@ -135,12 +136,18 @@ class EpochLoop:
         last_start = -math.inf
         gen = self.cluster.gen
         started: EpochRun | None = None  # the next epoch, if it was started early
+        finished = -1  # the last epoch this loop saw every worker finish
         while True:
             if gen != self.cluster.gen:
                 return  # a recovery began: this loop belongs to a generation that is over
             e = self.epoch
+            if self.barrier is not None and started is None and replay_until < finished == e - 1:
+                # A barrier: no epoch runs (none started early once it was asked for), every worker
+                # finished the last one. Stopped here: the shape change's recovery ends this loop.
+                self.parked_at = self.clock.now()
+                self._resolve_barrier(finished)
+                await asyncio.Future()
             self.idle.clear()
-            at_barrier = False
             if started is None:
                 self.work.clear()
                 if interval_s > 0 and e > replay_until:
@@ -149,8 +156,6 @@ class EpochLoop:
                         await self.clock.sleep(wait)
                     if gen != self.cluster.gen:
                         return
-                if self.barrier is not None and e > replay_until:
-                    at_barrier = True
                 if self.before_start is not None and e > replay_until:
                     barrier, self.before_start = self.before_start, None
                     await barrier(e)
@@ -176,10 +181,7 @@ class EpochLoop:
 
             done, started = await self._epoch(started, early)
             self.epoch = e + 1
-            if at_barrier:
-                self.parked_at = self.clock.now()
-                self._resolve_barrier(e)
-                await asyncio.Future()  # stopped here: the shape change's recovery ends this loop
+            finished = e
             if e == replay_until and on_replayed is not None:
                 on_replayed()
             # A barrier asked for during a replay (whose epochs cleared ``work``) still waits for an epoch.

@@ -151,35 +151,23 @@ class Recovery:
         # votes did not all reach this coordinator: every epoch that every worker logged is replayed
         # (a worker votes only once its entry is durable). A failure during a replay must not shorten
         # it: epochs decided before are still replayed.
-        # At a barrier no epoch started after the last one, so nothing was logged after it: what to
-        # save is known at once, and is written while the workers fence.
-        saving = asyncio.ensure_future(self._save(-1)) if self.keep else None
+        # At a barrier no epoch runs and nothing is read from the log: the workers fence (flush their
+        # replies) while the state is saved and the partitions move; the epochs start once both are
+        # done. Otherwise only once no worker decides an epoch of an older generation any more (each
+        # said so when it saw this generation's view) is the log read: nothing decided after it can
+        # be missed.
+        if not self.keep and (why := await self._fence()) is not None:
+            return why
         try:
-            # Only once no worker decides an epoch of an older generation any more (each said so when
-            # it saw this generation's view) is the log read: nothing decided after it can be missed.
-            await self._until(lambda: set(c.workers) <= self.fenced, self.timeout_s())
-            if missing := sorted(set(c.workers) - self.fenced):
-                self.unanswered_attempts += 1
-                return f"no Fenced from {missing}: they did not see generation {c.gen}'s view"
-            if self.retiring:  # workers that left: until each answered Fenced or its lease ran out
-                left_s = max(self.retiring.values()) - self.clock.now()
-                if left_s > 0.001:
-                    await self._until(lambda: set(self.retiring) <= self.fenced, left_s)
-            if saving is None:
-                try:
-                    logged = await self._last_logged(snapshots.manifest)
-                except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
-                    return f"reading the sequencer log failed: {type(exc).__name__}: {exc}"
-                saving = asyncio.ensure_future(self._save(logged))
-            try:
-                # Durable before any worker hears of it: a restarted coordinator must never reuse a
-                # generation number, nor mistake a new generation's epochs for a dead one's.
-                m = await saving
-            except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
-                return f"saving the cluster state failed: {type(exc).__name__}: {exc}"
-        finally:
-            if saving is not None and not saving.done():
-                saving.cancel()
+            logged = -1 if self.keep else await self._last_logged(snapshots.manifest)
+        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+            return f"reading the sequencer log failed: {type(exc).__name__}: {exc}"
+        try:
+            # Durable before any worker hears of it: a restarted coordinator must never reuse a
+            # generation number, nor mistake a new generation's epochs for a dead one's.
+            m = await self._save(logged)
+        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+            return f"saving the cluster state failed: {type(exc).__name__}: {exc}"
         replay_until = self.replay_until
         started = self.started_at = self.clock.now()
         self.answers = {}
@@ -195,6 +183,9 @@ class Recovery:
         reasons = ", ".join(f"{d.node_id}: {d.error}" for d in self.answers.values() if not d.ok)
         if reasons:
             return reasons
+        # A partition's new owner writes replies to its lane only once its old owner's are on the log.
+        if self.keep and (why := await self._fence()) is not None:
+            return why
         restore_s = self.last_restore_s = self.clock.now() - started
         self.last = {
             "generation": c.gen,
@@ -224,6 +215,21 @@ class Recovery:
             self.epochs.lc = m.lc
         self.retiring.clear()
         c.state = "running"
+        return None
+
+    async def _fence(self) -> str | None:
+        """Until every worker answered this generation's view with Fenced (it decides nothing of an
+        older one any more, and every reply it queued is on the log), and every worker that left did
+        or its lease ran out; why not, on a timeout."""
+        c = self.cluster
+        await self._until(lambda: set(c.workers) <= self.fenced, self.timeout_s())
+        if missing := sorted(set(c.workers) - self.fenced):
+            self.unanswered_attempts += 1
+            return f"no Fenced from {missing}: they did not see generation {c.gen}'s view"
+        if self.retiring:
+            left_s = max(self.retiring.values()) - self.clock.now()
+            if left_s > 0.001:
+                await self._until(lambda: set(self.retiring) <= self.fenced, left_s)
         return None
 
     async def _save(self, logged: int) -> Manifest:
