@@ -23,6 +23,7 @@ longer a member).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,6 +144,10 @@ class Reshaper:
 
     async def _at_barrier(self) -> None:
         try:
+            # A recovery under way ends first: applied now, the change would cancel it and recover in
+            # full once more (two workers started together register a few ms apart).
+            while (task := self.recovery.task) is not None and not task.done():
+                await asyncio.wait([task])
             epoch = await self.epochs.request_barrier()
         finally:
             self.waiting = False
