@@ -111,7 +111,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     answered_twice = sum(1 for n in counts.values() if n > 1)
     for e in events:
         start = e["asked_s"] - args.warmup
-        e["latency_ms_around"] = window_stats(result, start - 1, e["running_again_s"] - args.warmup + 1)
+        end = e["running_again_s"] - args.warmup + 1
+        e["latency_ms_around"] = window_stats(result, start - 1, end)
+        # Second by second (scheduled time), to tell the stop from what follows it.
+        e["latency_ms_by_second"] = [
+            {"second": s, **window_stats(result, s, s + 1)}
+            for s in range(max(0, int(start) - 1), int(end) + 1)
+        ]
     quiet = window_stats(result, 0, events[0]["asked_s"] - args.warmup - 1)
     doc = {
         "command": f"python -m styx_py.benchmarks.reshape --rate {args.rate:g} --duration {args.duration:g}",

@@ -195,10 +195,11 @@ class Recovery:
             "replay_epochs": 0 if self.keep else max(0, replay_until - m.epoch),
             "replay_s": 0.0 if self.keep or replay_until <= m.epoch else None,
         }
-        if self.keep:
+        if self.keep:  # every worker is at the last epoch that ran: the next one follows it
             log.warning(
                 "generation %d: partitions moved after epoch %d in %.3fs", c.gen, replay_until, restore_s
             )
+            self.epochs.epoch = replay_until + 1
         else:
             log.warning(
                 "generation %d: restored snapshot %d in %.3fs, replaying epochs %d..%d",
@@ -208,9 +209,6 @@ class Recovery:
                 m.epoch + 1,
                 replay_until,
             )
-        if self.keep:  # every worker is at the last epoch that ran: the next one follows it
-            self.epochs.epoch = replay_until + 1
-        else:
             self.epochs.epoch = m.epoch + 1
             self.epochs.lc = m.lc
         self.retiring.clear()
