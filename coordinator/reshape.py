@@ -1,8 +1,9 @@
 """Changing the cluster's shape while it runs: workers join, are drained, or are lost for good.
 
 A planned change (a join, a drain, ``styx scale``) waits for a barrier: the epoch loop stops after
-the next epoch E, and once every worker finished it the membership and the placement change
-(:func:`~styx_py.coordinator.placement.rebalance`, fewest moves). A new generation opens with a view
+the epoch running when the change was asked for (E), and once every worker finished it the
+membership and the placement change (:func:`~styx_py.coordinator.placement.rebalance`, fewest
+moves). A new generation opens with a view
 marked *handoff*: each old owner sends what it loses straight to the new owner (worker/handoff), and
 ``Recover(keep=True)`` says E: a worker keeps the partitions it still owns as they are and installs
 the ones it gains; nothing is read from S3 nor replayed. Every transaction is before the move (epochs
@@ -151,17 +152,17 @@ class Reshaper:
             epoch = await self.epochs.request_barrier()
         finally:
             self.waiting = False
-        self._apply(keep=epoch >= 0, parked=epoch >= 0)
+        self._apply(keep=epoch >= 0)
 
-    def _apply(self, *, keep: bool, parked: bool = False) -> None:
-        """Apply the pending changes and open the generation that runs on the new shape (``parked``:
-        the epoch loop stopped at a barrier for them)."""
+    def _apply(self, *, keep: bool) -> None:
+        """Apply the pending changes and open the generation that runs on the new shape (``keep``: the
+        epoch loop stopped at a barrier for them, and the partitions move by handoff)."""
         c, now = self.cluster, self.clock.now()
         changes, self.pending = self.pending, _Changes()
         joins = {n: a for n, a in changes.joins.items() if n not in c.membership.workers}
         leaves = {n: why for n, why in changes.leaves.items() if n in c.membership.workers}
         if not joins and not leaves:
-            if parked and c.state == "running":  # nothing left to change: the epochs go on
+            if keep and c.state == "running":  # nothing left to change: the epochs go on
                 self.epochs.stop()
                 self.epochs.start()
             return

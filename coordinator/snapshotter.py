@@ -72,9 +72,6 @@ class Snapshotter:
         self.last_at = self.clock.now()
         return True
 
-    def _settle(self, epoch: int) -> None:
-        self.pending.pop(epoch, None)
-
     def executed(self, epoch: int, lc: int) -> None:
         """Every worker executed ``epoch``: its sequencer counter, which its manifest records (told as
         the last ExecDone arrives, before any worker can finish the epoch and send a part)."""
@@ -84,8 +81,7 @@ class Snapshotter:
 
     def abandon(self) -> None:
         """A new generation: the snapshots in progress are never completed."""
-        for epoch in list(self.pending):
-            self._settle(epoch)
+        self.pending.clear()
 
     def on_done(self, msg: SnapshotDone) -> None:
         pending = self.pending.get(msg.epoch)
@@ -140,7 +136,7 @@ class Snapshotter:
         if gen == self.cluster.gen:
             if not ok:
                 self.cluster.broadcast(SnapshotResult(epoch, ok, gen))
-            self._settle(epoch)
+            self.pending.pop(epoch, None)
 
     async def _compact(self, manifest: Manifest, gen: int) -> None:
         """Merge long delta chains and drop what no manifest needs (the next snapshot waits for it)."""

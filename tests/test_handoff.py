@@ -12,9 +12,9 @@ import msgspec
 import pytest
 
 from styx_py.core import limits
-from styx_py.core.wire import Handoff, Phase, Reply, ReplyStatus, Request
+from styx_py.core.wire import Handoff, IngressRecord, Phase, Reply, ReplyStatus, Request
 from styx_py.testing.cluster import SimCluster, check_against_serial
-from styx_py.worker import handoff, service
+from styx_py.worker import handoff, recovery, service
 from styx_py.worker.dedup import ReplyTable
 from styx_py.worker.handoff import HandoffRefused, Inbox, pieces, refusal
 from styx_py.worker.snapshot import Snapshotter
@@ -49,10 +49,12 @@ def test_a_partition_travels_in_pieces_under_the_size_and_is_put_back_together_w
             inbox.add(piece, current_gen=6)
         moved = (await inbox.take(7, [3], epoch=41))[3]
         assert moved.data == data and moved.delta == delta
-        assert moved.last is not None and moved.last.position == 99 and moved.last.egress_offsets == {3: 17}
-        [txn] = moved.rescheduled()
+        assert moved.last.position == 99 and moved.last.egress_offsets == {3: 17}
+        [txn] = recovery.resumed(3, moved.last.rescheduled)
         assert (txn.tid, txn.partition, txn.offset) == (9, 3, 12)
-        assert list(moved.waiting()) == ["r2"]
+        waiting: dict[str, list[IngressRecord]] = {}
+        recovery.add_waiting(waiting, 3, moved.last.waiting)
+        assert list(waiting) == ["r2"] and waiting["r2"][0].offset == 13
         assert not inbox.pieces[7]  # taken
 
     asyncio.run(assemble())

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from styx_py.core import limits
 from styx_py.core.partitioning import partition_of
-from styx_py.core.wire import Handoff, IngressRecord, Key, Reply, Request
+from styx_py.core.wire import Handoff, IngressRecord, Key, Reply
 from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.snapshot import HeldRow, ResumeRow, rows_by_partition
 from styx_py.worker.state import StateStore
 from styx_py.worker.txn import RootTxn
 
@@ -63,16 +64,26 @@ def outgoing(
         raise HandoffRefused(
             f"{max(to.values())} bytes to one worker (MAX_HANDOFF_BYTES={limits.MAX_HANDOFF_BYTES})"
         )
+    resched, held = rows_by_partition(
+        new_owner, [(t.partition, t.tid, t.offset, t.ts_ms, t.request) for t in rescheduled], waiting
+    )
     out: list[tuple[str, Handoff]] = []
     for p, dest in sorted(new_owner.items()):
-        table = answered.replies.get(p)
-        resched = [(t.tid, t.offset, t.ts_ms, t.request) for t in rescheduled if t.partition == p]
-        held = sorted((r.offset, r.ts_ms, r.request) for r in waiting if r.partition == p)
-        replies = list(table.values()) if table else []
+        replies = list(answered.replies.get(p, {}).values())
         reply_delta = list(answered.delta.get(p, []))
         position = positions.get(p, 0)
         for piece in pieces(
-            gen, p, epoch, data[p], delta[p], replies, reply_delta, position, resched, held, egress_offsets
+            gen,
+            p,
+            epoch,
+            data[p],
+            delta[p],
+            replies,
+            reply_delta,
+            position,
+            resched[p],
+            held[p],
+            egress_offsets,
         ):
             out.append((dest, piece))
     return out
@@ -87,8 +98,8 @@ def pieces(
     replies: list[Reply],
     reply_delta: list[Reply],
     position: int,
-    rescheduled: list[tuple[int, int, int, Request]],
-    waiting: list[tuple[int, int, Request]],
+    rescheduled: list[ResumeRow],
+    waiting: list[HeldRow],
     egress_offsets: dict[int, int],
     piece_bytes: int | None = None,
 ) -> list[Handoff]:
@@ -143,24 +154,13 @@ def _size(entry: tuple[str, Key, bytes | None]) -> int:
 
 @dataclass
 class Moved:
-    """A partition as its new owner installs it (every piece arrived)."""
+    """A partition as its new owner installs it (every piece arrived): the entities and delta
+    entries of all pieces, and the last piece, which carries the rest."""
 
     partition: int
-    data: list[tuple[str, Key, bytes]] = field(default_factory=list)
-    delta: list[tuple[str, Key, bytes | None]] = field(default_factory=list)
-    last: Handoff | None = None
-
-    def rescheduled(self) -> list[RootTxn]:
-        assert self.last is not None
-        p = self.partition
-        return [RootTxn(tid, IngressRecord(p, off, req, ts)) for tid, off, ts, req in self.last.rescheduled]
-
-    def waiting(self) -> dict[str, list[IngressRecord]]:
-        assert self.last is not None
-        out: dict[str, list[IngressRecord]] = {}
-        for off, ts, req in self.last.waiting:
-            out.setdefault(req.request_id, []).append(IngressRecord(self.partition, off, req, ts))
-        return out
+    data: list[tuple[str, Key, bytes]]
+    delta: list[tuple[str, Key, bytes | None]]
+    last: Handoff
 
 
 class Inbox:
@@ -181,37 +181,33 @@ class Inbox:
         for g in [g for g in self.pieces if g < gen]:
             del self.pieces[g]
 
-    def _complete(self, gen: int, partition: int) -> Moved | None:
+    def _arrived(self, gen: int, partition: int) -> bool:
+        """Every piece of ``partition`` is here (raises at once for a refused one)."""
         got = self.pieces.get(gen, {}).get(partition, {})
-        first = got.get(0)
-        if first is None or len(got) < first.parts:
-            return None
-        if first.epoch < 0:
+        if 0 not in got:
+            return False
+        if got[0].epoch < 0:
             raise HandoffRefused(f"the old owner of partition {partition} could not hand it off")
-        moved = Moved(partition)
-        for i in range(first.parts):
-            piece = got[i]
-            moved.data.extend(piece.data)
-            moved.delta.extend(piece.delta)
-        moved.last = got[first.parts - 1]
-        return moved
+        return len(got) >= got[0].parts
 
     async def take(self, gen: int, partitions: Iterable[int], epoch: int) -> dict[int, Moved]:
         """Every piece of ``partitions`` for generation ``gen`` (waits for them; the recovery's
         timeout bounds the wait); raises :class:`HandoffRefused` for a refused or stale one."""
         wanted = sorted(partitions)
-        while True:
+        while not all([self._arrived(gen, p) for p in wanted]):  # every one looked at: refusals raise
             self.changed.clear()
-            done = {p: m for p in wanted if (m := self._complete(gen, p)) is not None}
-            if len(done) == len(wanted):
-                for p, m in done.items():
-                    assert m.last is not None
-                    if m.last.epoch != epoch:
-                        at = m.last.epoch
-                        raise HandoffRefused(f"partition {p} was handed off at epoch {at}, not {epoch}")
-                    del self.pieces[gen][p]
-                return done
             await self.changed.wait()
+        moved: dict[int, Moved] = {}
+        for p in wanted:
+            got = self.pieces[gen].pop(p)
+            ordered = [got[i] for i in range(got[0].parts)]
+            if ordered[0].epoch != epoch:
+                at = ordered[0].epoch
+                raise HandoffRefused(f"partition {p} was handed off at epoch {at}, not {epoch}")
+            data = [entry for piece in ordered for entry in piece.data]
+            delta = [entry for piece in ordered for entry in piece.delta]
+            moved[p] = Moved(p, data, delta, ordered[-1])
+        return moved
 
 
 class HandoffRefused(Exception):

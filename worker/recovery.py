@@ -17,7 +17,7 @@ from styx_py.core.blobs import BlobStore, epoch_of
 from styx_py.core.ports import LogReader
 from styx_py.core.wire import IngressRecord, Manifest, Recover, Reply, SeqLogEntry
 from styx_py.worker.dedup import ReplyTable
-from styx_py.worker.snapshot import PartitionSnapshot, snapshot_decoder
+from styx_py.worker.snapshot import HeldRow, PartitionSnapshot, ResumeRow, snapshot_decoder
 from styx_py.worker.state import StateStore
 from styx_py.worker.txn import RootTxn
 
@@ -71,10 +71,8 @@ async def restore(
             first = False
             positions[p] = last.position
             bounds.append(last.egress_offsets or {p: last.egress_offset})
-            for tid, offset, ts_ms, request in last.rescheduled:
-                rescheduled.append(RootTxn(tid, IngressRecord(p, offset, request, ts_ms)))
-            for offset, ts_ms, request in last.waiting:
-                waiting.setdefault(request.request_id, []).append(IngressRecord(p, offset, request, ts_ms))
+            rescheduled += resumed(p, last.rescheduled)
+            add_waiting(waiting, p, last.waiting)
         else:
             bounds.append({})
     for q in egress_offsets:
@@ -84,6 +82,17 @@ async def restore(
         entries = await logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
         replay = plan_replay(entries, m, msg.replay_until, set(owned), node_id)
     return Restored(store, rescheduled, answered, waiting, positions, egress_offsets, replay)
+
+
+def resumed(partition: int, rows: list[ResumeRow]) -> list[RootTxn]:
+    """A snapshot part's or a handoff's rescheduled transactions of ``partition``, to run again."""
+    return [RootTxn(tid, IngressRecord(partition, offset, request, ts)) for tid, offset, ts, request in rows]
+
+
+def add_waiting(waiting: dict[str, list[IngressRecord]], partition: int, rows: list[HeldRow]) -> None:
+    """Add a snapshot part's or a handoff's waiting requests of ``partition`` to ``waiting`` (by id)."""
+    for offset, ts_ms, request in rows:
+        waiting.setdefault(request.request_id, []).append(IngressRecord(partition, offset, request, ts_ms))
 
 
 async def replies_on_log(

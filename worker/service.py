@@ -546,21 +546,19 @@ class Worker:
         waiting: dict[str, list[IngressRecord]] = {}
         rescheduled = [t for t in self.batch.rescheduled if t.partition not in gone]
         for p, m in moved.items():
-            assert m.last is not None
             store.load(((op, key), value) for op, key, value in m.data)
             store.delta.update(((op, key), value) for op, key, value in m.delta)
             for reply in m.last.replies:
                 answered.record(p, reply, as_delta=False)
-            rescheduled.extend(m.rescheduled())
-            for rid, recs in m.waiting().items():
-                waiting.setdefault(rid, []).extend(recs)
+            rescheduled += recovery.resumed(p, m.last.rescheduled)
+            recovery.add_waiting(waiting, p, m.last.waiting)
             self.egress.reset_offsets(m.last.egress_offsets)
         self.batch.rescheduled = sorted(rescheduled, key=lambda t: t.tid)
         self.batch.replay = {}
         self.batch.sequencer.lc = max(self.batch.sequencer.lc, msg.manifest.lc)
         self.replies.move(gone, answered, waiting)
-        self.replies.answered.restore_delta({p: list(m.last.reply_delta) for p, m in moved.items() if m.last})
-        self.ingress.seek({p: m.last.position for p, m in moved.items() if m.last})
+        self.replies.answered.restore_delta({p: list(m.last.reply_delta) for p, m in moved.items()})
+        self.ingress.seek({p: m.last.position for p, m in moved.items()})
         self.driver.completed_epoch = msg.replay_until
         log.warning(
             "%s: partitions moved: kept %s, gave %s, took %s",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 import msgspec
@@ -40,6 +40,7 @@ __all__ = [
     "Unconfirmed",
     "capture",
     "on_result",
+    "rows_by_partition",
     "snapshot_decoder",
     "upload",
 ]
@@ -68,12 +69,7 @@ def capture(
     writes: dict[int, list[tuple[str, str | int, bytes | None]]] = {p: [] for p in owned}
     for (op, key), value in delta.items():
         writes[partition_of(key, partition[op])].append((op, key, value))
-    resched: dict[int, list[tuple[int, int, int, Request]]] = {p: [] for p in owned}
-    for p, tid, offset, ts_ms, request in sorted(rescheduled, key=lambda r: r[1]):
-        resched[p].append((tid, offset, ts_ms, request))
-    held: dict[int, list[tuple[int, int, Request]]] = {p: [] for p in owned}
-    for rec in waiting:
-        held[rec.partition].append((rec.offset, rec.ts_ms, rec.request))
+    resched, held = rows_by_partition(owned, rescheduled, waiting)
     return [
         PartitionSnapshot(
             epoch,
@@ -84,11 +80,31 @@ def capture(
             egress_offsets.get(p, 0),
             seqlog_offset,
             replies.get(p, []),
-            sorted(held[p], key=lambda w: w[0]),
+            held[p],
             dict(sorted(egress_offsets.items())),
         )
         for p in sorted(owned)
     ]
+
+
+ResumeRow = tuple[int, int, int, Request]  # (tid, offset, ts_ms, request): a rescheduled transaction
+HeldRow = tuple[int, int, Request]  # (offset, ts_ms, request): a resent request waiting for its reply
+
+
+def rows_by_partition(
+    partitions: Iterable[int], rescheduled: list[Rescheduled], waiting: list[IngressRecord]
+) -> tuple[dict[int, list[ResumeRow]], dict[int, list[HeldRow]]]:
+    """The rescheduled (in tid order) and waiting (in offset order) requests of ``partitions``, as a
+    snapshot part or a handoff carries them; those of other partitions are left out (pure)."""
+    resched: dict[int, list[ResumeRow]] = {p: [] for p in partitions}
+    for p, tid, offset, ts_ms, request in sorted(rescheduled, key=lambda r: r[1]):
+        if p in resched:
+            resched[p].append((tid, offset, ts_ms, request))
+    held: dict[int, list[HeldRow]] = {p: [] for p in resched}
+    for rec in sorted(waiting, key=lambda r: r.offset):
+        if rec.partition in held:
+            held[rec.partition].append((rec.offset, rec.ts_ms, rec.request))
+    return resched, held
 
 
 async def upload(blobs: BlobStore, parts: list[PartitionSnapshot]) -> int:
