@@ -19,6 +19,7 @@ from typing import Any
 
 from styx_py.client.sdk.kafka import open_kafka, stop_quietly
 from styx_py.core.requests import encode_request
+from styx_py.core.segments import segment_topic
 from styx_py.io.batching import BatchLanes
 
 __all__ = ["RawResult", "RawSettings", "run_raw"]
@@ -49,7 +50,10 @@ class RawResult:
 
 async def run_raw(settings: RawSettings, rate: float, seconds: float, drain_s: float = 60.0) -> RawResult:
     """Send ``rate * seconds`` requests at ``rate``/s and wait for as many replies (or ``drain_s``)."""
-    producer, consumer, reply_partition = await open_kafka(settings, "styx-raw-load", None)
+    # The newest ingress segment at the start; a cluster that starts newer ones while this runs (not
+    # the echo responder) would stop reading this one two segments later.
+    producer, consumer, reply_partition, segment = await open_kafka(settings, "styx-raw-load", None)
+    topic = segment_topic(settings.ingress_topic, segment)
     partitions = max(settings.operators.values())
     records = [
         (
@@ -79,7 +83,7 @@ async def run_raw(settings: RawSettings, rate: float, seconds: float, drain_s: f
             sender = group.create_task(lanes.run())
             reader = group.create_task(read())
             start = time.perf_counter()
-            await _send(lanes, settings.ingress_topic, partitions, records, rate, total, start)
+            await _send(lanes, topic, partitions, records, rate, total, start)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(all_in), drain_s)
             wall = time.perf_counter() - start

@@ -38,6 +38,7 @@ class Cluster:
         # tids issued after workers leave stay above every earlier one.
         self.n_seq = 0
         self.gen = 0
+        self.segment = 0  # the newest ingress segment (styx_py.core.segments; coordinator/segments.py)
         self.view_version = 0
         self.state: State = "starting"
         self.degraded = ""  # why the cluster stopped for good (a replay diverged); "" while healthy

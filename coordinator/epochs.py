@@ -204,7 +204,7 @@ class EpochLoop:
             time.perf_counter(),
         )
         c = self.cluster
-        c.broadcast(EpochStart(e, self.lc, replay, snapshot, c.gen, c.version_of(e)))
+        c.broadcast(EpochStart(e, self.lc, replay, snapshot, c.gen, c.version_of(e), c.segment))
         return run
 
     async def _epoch(

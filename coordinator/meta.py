@@ -4,6 +4,8 @@ snapshot manifest to read back with it."""
 
 from __future__ import annotations
 
+import asyncio
+
 from styx_py.coordinator.cluster import Cluster
 from styx_py.coordinator.snapshots import META_KEY, manifest_decoder, meta_decoder, meta_encoder
 from styx_py.core.blobs import BlobStore, epoch_of
@@ -16,8 +18,15 @@ class MetaStore:
     def __init__(self, blobs: BlobStore | None) -> None:
         self.blobs = blobs  # None: nothing is durable (no snapshots, no resuming)
         self.loaded: ClusterMeta | None = None  # what the last load read
+        # One save at a time, each writing the state as of its turn: saves from different tasks (a
+        # recovery, a segment rotation) land in order, so the newest state is the one that stays.
+        self._saving = asyncio.Lock()
 
     async def save(self, cluster: Cluster, manifest: Manifest | None) -> None:
+        async with self._saving:
+            await self._save(cluster, manifest)
+
+    async def _save(self, cluster: Cluster, manifest: Manifest | None) -> None:
         if self.blobs is None or cluster.graph_path is None or manifest is None:
             return
         meta = ClusterMeta(
@@ -29,6 +38,7 @@ class MetaStore:
             cluster.degraded,
             cluster.n_seq,
             list(cluster.versions),
+            cluster.segment,
         )
         await self.blobs.put(META_KEY, meta_encoder.encode(meta))
 

@@ -172,7 +172,7 @@ class Recovery:
         started = self.started_at = self.clock.now()
         self.answers = {}
         self.answered.clear()
-        c.broadcast(Recover(m, replay_until, c.gen, self.keep))
+        c.broadcast(Recover(m, replay_until, c.gen, self.keep, c.segment))
         timeout_s = self.timeout_s()
         await self._until(lambda: len(self.answers) >= len(c.workers), timeout_s)
         missing = sorted(set(c.workers) - set(self.answers))
@@ -296,6 +296,7 @@ class Recovery:
         c.placement = meta.placement
         c.gen = meta.gen
         c.n_seq = meta.n_seq or len(meta.workers)
+        c.segment = meta.segment
         self.expected = set(meta.workers)
         if self.logs is not None:
             entries = await self.logs.seqlog(m.seqlog_offset if m.epoch >= 0 else 0)

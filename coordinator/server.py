@@ -35,6 +35,7 @@ from styx_py.coordinator.metrics import CoordinatorMetrics
 from styx_py.coordinator.monitor import FailureMonitor
 from styx_py.coordinator.recovery import Recovery
 from styx_py.coordinator.reshape import Reshaper
+from styx_py.coordinator.segments import SegmentRotator
 from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.status import operator_rows, version_rows, worker_rows
 from styx_py.coordinator.tasks import Tasks
@@ -111,6 +112,16 @@ class Coordinator:
             min_workers=min_workers,
             create_topics=create_topics,
         )
+        self.rotator: SegmentRotator | None = None
+        if config.log_segment_s > 0 and create_topics is not None:
+            self.rotator = SegmentRotator(
+                cluster,
+                self.clock,
+                create_topics,
+                lambda: self.epochs.epoch,
+                lambda: self.meta.save(cluster, self.snapshots.manifest),
+                self.epochs.work.set,
+            )
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -123,6 +134,8 @@ class Coordinator:
                 self.epochs.start()
             if self.detect_failures:
                 tg.create_task(self.monitor.run())
+            if self.rotator is not None:
+                tg.create_task(self.rotator.run())
             await asyncio.Future()  # serve until cancelled; a failing child task ends the group
 
     async def resume(self) -> bool:
@@ -301,6 +314,9 @@ class Coordinator:
             "last_snapshot": self.last_snapshot,
             "kafka_bootstrap": c.kafka_bootstrap,
             "ingress_topic": c.config.ingress_topic,
+            # The newest ingress segment (its topic: core.segments.segment_topic) and the period.
+            "ingress_segment": c.segment,
+            "log_segment_s": c.config.log_segment_s,
             "egress_topic": c.config.egress_topic,
             "reply_routing": c.config.reply_routing,
             "desired_workers": self.reshaper.desired,

@@ -133,7 +133,7 @@ async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_l
     assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
     assert again_resends == resends == [(0, done)]
     assert [rec.offset for rec in replay.replies.waiting["x"]] == [2]
-    assert replay.batch.ingress.positions() == {0: 4, 1: 1}
+    assert replay.batch.ingress.positions() == {0: {0: 4}, 1: {0: 1}}
 
 
 def _entry(epoch: int, gen: int, node: str, partitions: list[int]) -> SeqLogEntry:

@@ -35,7 +35,7 @@ def test_a_partition_travels_in_pieces_under_the_size_and_is_put_back_together_w
     data = [("acct", f"k{i}", bytes(100)) for i in range(50)]
     delta = [("acct", f"k{i}", None if i % 2 else bytes(100)) for i in range(10)]
     out = pieces(
-        7, 3, 41, data, delta, [reply("r1", 5)], [reply("r1", 5)], 99,
+        7, 3, 41, data, delta, [reply("r1", 5)], [reply("r1", 5)], {0: 99, 2: 7},
         [(9, 12, 0, request("r2"))], [(13, 0, request("r2"))], {3: 17},
         piece_bytes=1000,
     )  # fmt: skip
@@ -49,7 +49,8 @@ def test_a_partition_travels_in_pieces_under_the_size_and_is_put_back_together_w
             inbox.add(piece, current_gen=6)
         moved = (await inbox.take(7, [3], epoch=41))[3]
         assert moved.data == data and moved.delta == delta
-        assert moved.last.position == 99 and moved.last.egress_offsets == {3: 17}
+        assert moved.last.position == 99 and moved.last.cursor == {0: 99, 2: 7}
+        assert moved.last.egress_offsets == {3: 17}
         [txn] = recovery.resumed(3, moved.last.rescheduled)
         assert (txn.tid, txn.partition, txn.offset) == (9, 3, 12)
         waiting: dict[str, list[IngressRecord]] = {}
@@ -66,14 +67,14 @@ def test_a_refused_stale_or_old_handoff_is_never_installed() -> None:
         inbox.add(refusal(5, 0), current_gen=5)
         with pytest.raises(HandoffRefused, match="could not hand it off"):
             await inbox.take(5, [0], epoch=10)
-        (piece,) = pieces(5, 1, 9, [], [], [], [], 0, [], [], {})
+        (piece,) = pieces(5, 1, 9, [], [], [], [], {}, [], [], {})
         inbox.add(piece, current_gen=5)
         with pytest.raises(HandoffRefused, match="at epoch 9, not 10"):
             await inbox.take(5, [1], epoch=10)
         inbox.add(Handoff(4, 2, 10, 0, 1, [], []), current_gen=5)  # of a generation that is over
         assert 4 not in inbox.pieces
         # A piece still missing: the take waits (the recovery's timeout bounds it).
-        first, _ = pieces(5, 2, 10, [("acct", "a", bytes(10)), ("acct", "b", bytes(10))], [], [], [], 0,
+        first, _ = pieces(5, 2, 10, [("acct", "a", bytes(10)), ("acct", "b", bytes(10))], [], [], [], {},
                           [], [], {}, piece_bytes=1)  # fmt: skip
         inbox.add(first, current_gen=5)
         with pytest.raises(TimeoutError):

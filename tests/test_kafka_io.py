@@ -121,7 +121,7 @@ async def test_the_ingress_on_a_durable_broker_gets_every_record(durable_kafka: 
         ingress.assign([0])
         taken = [await ingress.take_exact(0, offset) for offset in range(MANY_BATCHES)]
         assert [rec.request.request_id for rec in taken] == [r.request_id for r in requests]
-        assert ingress.positions() == {0: MANY_BATCHES}
+        assert ingress.positions() == {0: {0: MANY_BATCHES}}
     finally:
         fetching.cancel()
         await ingress.stop()

@@ -39,6 +39,8 @@ async def run_with_crashes(
     resends_first: bool = False,
     drops: int = 0,
     duplicates: int = 0,
+    log_segment_s: float = 0.0,
+    epoch_interval_ms: float = 0.0,
 ) -> SimCluster:
     rng = random.Random(seed)
     async with SimCluster(
@@ -52,6 +54,8 @@ async def run_with_crashes(
         egress_ack_lag=rng.choice([0, 2, 8]),
         # Sequencer-log entries durable only after some hops (lost if the worker crashes first).
         seqlog_ack_lag=(seed % 3) * 20,
+        log_segment_s=log_segment_s,
+        epoch_interval_ms=epoch_interval_ms,
     ) as c:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)

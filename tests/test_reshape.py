@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from typing import Any
 
 import pytest
 
@@ -174,7 +175,7 @@ async def test_a_joining_worker_takes_load_not_only_partitions() -> None:
         await check_against_serial(c)
 
 
-def seeded_cluster(graph: str, seed: int, rng: random.Random) -> SimCluster:
+def seeded_cluster(graph: str, seed: int, rng: random.Random, **config: Any) -> SimCluster:
     """2 or 3 workers with seeded epoch sizes, snapshot intervals and log acknowledgement lags; a lost
     worker is taken over after 3 s (virtual)."""
     return SimCluster(
@@ -188,6 +189,7 @@ def seeded_cluster(graph: str, seed: int, rng: random.Random) -> SimCluster:
         takeover_after_ms=3000,
         egress_ack_lag=rng.choice([0, 2, 8]),
         seqlog_ack_lag=(seed % 3) * 20,
+        **config,
     )
 
 
@@ -232,11 +234,11 @@ def staying(c: SimCluster) -> list[str]:
     return sorted((set(c.coordinator.workers) - set(c.coordinator.reshaper.pending.leaves)) & alive)
 
 
-async def run_with_reshapes(seed: int, *, steps: int = 4, n: int = 240) -> SimCluster:
+async def run_with_reshapes(seed: int, *, steps: int = 4, n: int = 240, **config: Any) -> SimCluster:
     """Random joins, drains, permanent losses and crashes (workers and coordinator), each fired at a
     random message during load; the result must equal the serial execution."""
     rng = random.Random(seed)
-    async with seeded_cluster(APP, seed, rng) as c:
+    async with seeded_cluster(APP, seed, rng, **config) as c:
         await funded(c, 20)
         changes = Changes(c, rng)
         for _ in range(steps):

@@ -50,11 +50,12 @@ def test_capture_splits_by_partition(
     resched = [(p, tid, tid + 1, 5, request(f"t{tid}")) for p, tid in rescheduled]
     held = [IngressRecord(p, off, request(f"w{off}"), 9) for p, off in waiting]
     parts = capture(
-        7, delta, PARTITIONS, [3, 1, 0, 2], {1: 11}, resched, {2: 22}, 33, {0: [reply("r")]}, held
+        7, delta, PARTITIONS, [3, 1, 0, 2], {1: {0: 11, 2: 4}}, resched, {2: 22}, 33, {0: [reply("r")]}, held
     )
     assert [part.partition for part in parts] == OWNED
     assert all(part.epoch == 7 and part.seqlog_offset == 33 for part in parts)
     assert [(part.position, part.egress_offset) for part in parts] == [(0, 0), (11, 0), (0, 22), (0, 0)]
+    assert [part.cursor for part in parts] == [{}, {0: 11, 2: 4}, {}, {}]
     assert [part.replies for part in parts] == [[reply("r")], [], [], []]
     for part in parts:
         for op, key, _ in part.writes:

@@ -258,6 +258,7 @@ class EpochDriver:
             self.spawn(self._start_replayed(es))
             return
         self.replies.live()
+        self.batch.ingress.live(msg.segment)
         roots, entry, es.resends = self.batch.form(msg.epoch, es.gen, version)
         es.seqlog_written = self.seqlog.append(entry)
         self._run_roots(es, roots)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from styx_py.core import limits
 from styx_py.core.partitioning import partition_of
+from styx_py.core.segments import Cursor
 from styx_py.core.wire import Handoff, IngressRecord, Key, Reply
 from styx_py.worker.dedup import ReplyTable
 from styx_py.worker.snapshot import HeldRow, ResumeRow, rows_by_partition
@@ -41,7 +42,7 @@ def outgoing(
     op_partitions: dict[str, int],
     store: StateStore,
     answered: ReplyTable,
-    positions: dict[int, int],
+    positions: dict[int, Cursor],
     rescheduled: list[RootTxn],
     waiting: list[IngressRecord],
     egress_offsets: dict[int, int],
@@ -71,7 +72,7 @@ def outgoing(
     for p, dest in sorted(new_owner.items()):
         replies = list(answered.replies.get(p, {}).values())
         reply_delta = list(answered.delta.get(p, []))
-        position = positions.get(p, 0)
+        cursor = positions.get(p, {})
         for piece in pieces(
             gen,
             p,
@@ -80,7 +81,7 @@ def outgoing(
             delta[p],
             replies,
             reply_delta,
-            position,
+            cursor,
             resched[p],
             held[p],
             egress_offsets,
@@ -97,7 +98,7 @@ def pieces(
     delta: list[tuple[str, Key, bytes | None]],
     replies: list[Reply],
     reply_delta: list[Reply],
-    position: int,
+    cursor: Cursor,
     rescheduled: list[ResumeRow],
     waiting: list[HeldRow],
     egress_offsets: dict[int, int],
@@ -130,7 +131,8 @@ def pieces(
     n = len(chunks)
     out = [Handoff(gen, partition, epoch, i, n, d, dl) for i, (d, dl) in enumerate(chunks)]
     last = out[-1]
-    last.replies, last.reply_delta, last.position = replies, reply_delta, position
+    last.replies, last.reply_delta = replies, reply_delta
+    last.position, last.cursor = cursor.get(0, 0), dict(sorted(cursor.items()))
     last.rescheduled, last.waiting, last.egress_offsets = rescheduled, waiting, egress_offsets
     return out
 

@@ -17,13 +17,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from styx_py.core.config import Config
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.requests import read_request
+from styx_py.core.segments import Cursor, live, pack, segment_topic, unpack
 from styx_py.core.wire import IngressRecord
 from styx_py.io.fetching import FetchWait
 
 log = logging.getLogger("styx.ingress")
 
+Source = tuple[int, int]  # (segment, partition)
+
 
 class KafkaIngress:
+    """The worker's ingress partitions, in every segment it reads (styx_py.core.segments)."""
+
     def __init__(self, bootstrap: str, config: Config) -> None:
         self.topic = config.ingress_topic
         self.max_pending = config.max_pending_requests
@@ -37,9 +42,14 @@ class KafkaIngress:
         )
         # Raised when the broker starves this consumer (Tansu on S3: styx_py.io.fetching).
         self.fetch_wait = FetchWait(config.kafka_fetch_wait_ms, f"ingress {self.topic}")
-        self.buffers: dict[int, deque[IngressRecord]] = {}
-        self.next_take: dict[int, int] = {}  # next offset the sequencer takes, per partition
-        self.expect: dict[int, int] = {}  # next offset the fetch loop accepts, per partition
+        self.partitions: list[int] = []
+        self.live_segments = [0]  # the segments read live (core.segments.live)
+        # Per (segment, partition) read: records buffered, the next offset the sequencer takes, the next
+        # offset the fetch loop accepts.
+        self.buffers: dict[Source, deque[IngressRecord]] = {}
+        self.next_take: dict[Source, int] = {}
+        self.expect: dict[Source, int] = {}
+        self.tps: dict[TopicPartition, Source] = {}
         self.count = 0
         self.listener: Callable[[], None] | None = None
         self.room = asyncio.Event()
@@ -60,27 +70,67 @@ class KafkaIngress:
     def assign(self, partitions: list[int]) -> None:
         """Read exactly ``partitions``: what was buffered from one that moved away is dropped (its new
         owner reads it from its own position)."""
-        tps = [TopicPartition(self.topic, p) for p in partitions]
-        self.consumer.assign(tps)
-        for p in set(self.buffers) - set(partitions):
-            self.count -= len(self.buffers.pop(p))
-            self.next_take.pop(p, None)
-            self.expect.pop(p, None)
-        self.buffers = {p: self.buffers.get(p, deque()) for p in partitions}
-        self.seek({p: self.next_take.get(p, 0) for p in partitions})
+        self.partitions = list(partitions)
+        self._read({(s, p): self.next_take.get((s, p), 0) for s, p in self._wanted()})
         self.assigned.set()
 
-    def seek(self, positions: dict[int, int]) -> None:
-        """Consume ``partition`` from ``offset`` on, dropping what was buffered (recovery)."""
-        for p, offset in positions.items():
-            self.count -= len(self.buffers[p])
-            self.buffers[p].clear()
-            self.next_take[p] = self.expect[p] = offset
-            self.consumer.seek(TopicPartition(self.topic, p), offset)
+    def live(self, segment: int) -> None:
+        """Read the segments :func:`~styx_py.core.segments.live` names when ``segment`` is the newest,
+        from where this worker stands in them (0 in one it never read). An older segment is no longer
+        read; a record a client still writes there, the client writes again to the newest."""
+        wanted = live(segment)
+        if wanted == self.live_segments or segment < self.live_segments[-1]:
+            # Never back: a segment dropped and read again would be read from its start. (A coordinator
+            # that resumed from state saved before its predecessor's last rotation names an older one
+            # until it has rotated past it.)
+            return
+        self.live_segments = wanted
+        self._read({src: self.next_take.get(src, 0) for src in self._wanted()})
+
+    def _wanted(self) -> list[Source]:
+        return [(s, p) for s in self.live_segments for p in self.partitions]
+
+    def _read(self, sources: dict[Source, int]) -> None:
+        """Read exactly ``sources``, each from the offset given: buffers of the others are dropped."""
+        for src in set(self.buffers) - set(sources):
+            self.count -= len(self.buffers.pop(src))
+            self.next_take.pop(src, None)
+            self.expect.pop(src, None)
+        self.tps = {TopicPartition(segment_topic(self.topic, s), p): (s, p) for s, p in sources}
+        self.consumer.assign(list(self.tps))
+        self.buffers = {src: self.buffers.get(src, deque()) for src in sources}
+        for src, offset in sources.items():
+            if self.next_take.get(src) != offset or src not in self.expect:
+                self._seek(src, offset)
+            else:  # kept as it was: a new assignment forgets the fetch position, not the buffer
+                self.consumer.seek(
+                    TopicPartition(segment_topic(self.topic, src[0]), src[1]), self.expect[src]
+                )
         self.room.set()
 
-    def positions(self) -> dict[int, int]:
-        return dict(self.next_take)
+    def _seek(self, src: Source, offset: int) -> None:
+        self.count -= len(self.buffers[src])
+        self.buffers[src].clear()
+        self.next_take[src] = self.expect[src] = offset
+        self.consumer.seek(TopicPartition(segment_topic(self.topic, src[0]), src[1]), offset)
+
+    def seek(self, positions: dict[int, Cursor]) -> None:
+        """Consume each partition from its cursor on, dropping what was buffered (recovery); a live
+        segment the cursor does not name is read from its start."""
+        sources = {src: off for src, off in self.next_take.items() if src[1] not in positions}
+        for p, cursor in positions.items():
+            for s in {*cursor, *self.live_segments}:
+                sources[s, p] = cursor.get(s, 0)
+        self._read(sources)
+        for src, offset in sources.items():
+            if src[1] in positions:
+                self._seek(src, offset)  # drops what was buffered even at an unchanged offset
+
+    def positions(self) -> dict[int, Cursor]:
+        out: dict[int, Cursor] = {p: {} for p in self.partitions}
+        for (s, p), offset in sorted(self.next_take.items()):
+            out.setdefault(p, {})[s] = offset
+        return out
 
     async def run(self) -> None:
         """The fetch loop (a child of the worker process's task group)."""
@@ -91,13 +141,15 @@ class KafkaIngress:
             batches = await self.consumer.getmany(timeout_ms=200, max_records=max_records)
             was_empty = self.count == 0
             for tp, records in batches.items():
-                buf = self.buffers.get(tp.partition)
-                if buf is None:
+                src = self.tps.get(tp)
+                buf = None if src is None else self.buffers.get(src)
+                if src is None or buf is None:
                     continue
+                segment, partition = src
                 for rec in records:
-                    if rec.offset < self.expect[tp.partition]:
+                    if rec.offset < self.expect[src]:
                         continue  # fetched before a seek moved the position
-                    self.expect[tp.partition] = rec.offset + 1
+                    self.expect[src] = rec.offset + 1
                     req = read_request(rec.value or b"", rec.key)  # a null value: no request
                     if isinstance(req, str):
                         # Nothing to answer (no usable request id); skipping is deterministic. A bad
@@ -105,11 +157,11 @@ class KafkaIngress:
                         self.skipped += 1
                         log.error("skipping ingress record %s@%d: %s", tp, rec.offset, req)
                         continue
-                    buf.append(IngressRecord(tp.partition, rec.offset, req, rec.timestamp))
+                    buf.append(IngressRecord(partition, pack(segment, rec.offset), req, rec.timestamp))
                     self.count += 1
             if sum(len(records) for records in batches.values()) < max_records:
                 # After the records are buffered: no seek can come in between the poll and them.
-                expect = {TopicPartition(self.topic, p): self.expect[p] for p in self.buffers}
+                expect = {tp: self.expect[src] for tp, src in self.tps.items() if src in self.expect}
                 await self.fetch_wait.after_poll(self.consumer, batches, expect)
             if self.count >= self.max_pending:
                 self.room.clear()
@@ -127,18 +179,23 @@ class KafkaIngress:
                     out.append(q.popleft())
             queues = [q for q in queues if q]
         for rec in out:
-            self.next_take[rec.partition] = rec.offset + 1
+            segment, offset = unpack(rec.offset)
+            self.next_take[segment, rec.partition] = offset + 1
         self._taken(len(out))
         return out
 
     async def take_exact(self, partition: int, offset: int) -> IngressRecord:
-        buf = self.buffers[partition]
+        segment, at = unpack(offset)
+        src = (segment, partition)
+        if src not in self.buffers:  # a segment no longer read live, named by the log (replay)
+            self._read({**self.next_take, src: at})
+        buf = self.buffers[src]
         while not buf:
             self.arrived.clear()
             await self.arrived.wait()
         rec = buf.popleft()
         assert rec.offset == offset, f"replay expected {partition}@{offset}, log has {rec.offset}"
-        self.next_take[partition] = offset + 1
+        self.next_take[src] = at + 1
         self._taken(1)
         return rec
 
@@ -152,11 +209,11 @@ class KafkaIngress:
 
     def lag(self) -> dict[int, int]:
         """Per assigned partition whose high watermark a fetch has reported: records on Kafka not yet
-        sequenced (read at metrics scrape time, never on the epoch path)."""
+        sequenced, over the segments read (read at metrics scrape time, never on the epoch path)."""
         out: dict[int, int] = {}
-        for p, next_offset in self.next_take.items():
-            if p in self.buffers:
-                hw = self.consumer.highwater(TopicPartition(self.topic, p))
-                if hw is not None:
-                    out[p] = max(0, hw - next_offset)
+        for tp, (s, p) in self.tps.items():
+            next_offset = self.next_take.get((s, p))
+            hw = self.consumer.highwater(tp)
+            if hw is not None and next_offset is not None:
+                out[p] = out.get(p, 0) + max(0, hw - next_offset)
         return out

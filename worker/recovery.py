@@ -15,6 +15,7 @@ import msgspec
 
 from styx_py.core.blobs import BlobStore, epoch_of
 from styx_py.core.ports import LogReader
+from styx_py.core.segments import Cursor, cursor_of
 from styx_py.core.wire import IngressRecord, Manifest, Recover, Reply, SeqLogEntry
 from styx_py.worker.dedup import ReplyTable
 from styx_py.worker.snapshot import HeldRow, PartitionSnapshot, ResumeRow, snapshot_decoder
@@ -28,7 +29,7 @@ class Restored:
     rescheduled: list[RootTxn]
     answered: ReplyTable
     waiting: dict[str, list[IngressRecord]]
-    positions: dict[int, int]  # ingress partition -> next offset to take
+    positions: dict[int, Cursor]  # ingress partition -> next offset to take per segment
     # Egress partition -> where to read back replies from: below it, none of a replayed epoch's.
     egress_offsets: dict[int, int]
     replay: dict[int, SeqLogEntry]  # epoch -> this worker's logged batch
@@ -45,7 +46,7 @@ async def restore(
     """Everything this worker needs to resume at ``msg.manifest``'s snapshot and replay from it."""
     m = msg.manifest
     store = StateStore()
-    positions = {p: 0 for p in owned}
+    positions: dict[int, Cursor] = {p: {} for p in owned}
     # A replayed epoch's replies may be on any egress partition (each goes where its client reads):
     # read every partition, from the lowest bound any owned partition's snapshot gives (0 without one).
     egress_offsets = {q: 0 for q in range(m.n_partitions)} if owned else {}
@@ -69,7 +70,7 @@ async def restore(
         if last is not None:
             seqlog_from = last.seqlog_offset if first else min(seqlog_from, last.seqlog_offset)
             first = False
-            positions[p] = last.position
+            positions[p] = cursor_of(last.position, last.cursor)
             bounds.append(last.egress_offsets or {p: last.egress_offset})
             rescheduled += resumed(p, last.rescheduled)
             add_waiting(waiting, p, last.waiting)

@@ -23,6 +23,7 @@ from styx_py.core.errors import GraphError
 from styx_py.core.graph import GraphVersion, load_graph
 from styx_py.core.partitioning import partition_of
 from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, SequencerLog, Transport
+from styx_py.core.segments import cursor_of
 from styx_py.core.wire import (
     COORDINATOR,
     UNDECODABLE,
@@ -496,6 +497,7 @@ class Worker:
         keep = msg.keep and (fresh or (self.consistent and self.driver.completed_epoch == msg.replay_until))
         self.consistent = False
         owned_before = set() if fresh else set(self.table.owned())
+        self.ingress.live(msg.segment)  # a fresh process would start at segment 0
         self._apply(self.view)
         self.replies.held = False  # the replayed epochs send what is not on the log yet
         if keep:  # a snapshot the coordinator abandoned: the next one carries what it held
@@ -558,7 +560,7 @@ class Worker:
         self.batch.sequencer.lc = max(self.batch.sequencer.lc, msg.manifest.lc)
         self.replies.move(gone, answered, waiting)
         self.replies.answered.restore_delta({p: list(m.last.reply_delta) for p, m in moved.items()})
-        self.ingress.seek({p: m.last.position for p, m in moved.items()})
+        self.ingress.seek({p: cursor_of(m.last.position, m.last.cursor) for p, m in moved.items()})
         self.driver.completed_epoch = msg.replay_until
         log.warning(
             "%s: partitions moved: kept %s, gave %s, took %s",

@@ -22,6 +22,7 @@ import msgspec
 from styx_py.core.blobs import BlobStore, delta_key
 from styx_py.core.partitioning import partition_of
 from styx_py.core.ports import Transport
+from styx_py.core.segments import Cursor
 from styx_py.core.wire import (
     COORDINATOR,
     IngressRecord,
@@ -58,7 +59,7 @@ def capture(
     delta: Writes,
     partition: dict[str, int],
     owned: list[int],
-    positions: dict[int, int],
+    positions: dict[int, Cursor],
     rescheduled: list[Rescheduled],
     egress_offsets: dict[int, int],
     seqlog_offset: int,
@@ -75,13 +76,14 @@ def capture(
             epoch,
             p,
             writes[p],
-            positions.get(p, 0),
+            positions.get(p, {}).get(0, 0),
             resched[p],
             egress_offsets.get(p, 0),
             seqlog_offset,
             replies.get(p, []),
             held[p],
             dict(sorted(egress_offsets.items())),
+            dict(sorted(positions.get(p, {}).items())),
         )
         for p in sorted(owned)
     ]

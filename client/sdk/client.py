@@ -20,13 +20,14 @@ from typing import Any
 
 from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
-from styx_py.client.sdk.kafka import open_kafka, stop_quietly
+from styx_py.client.sdk.kafka import KafkaError, newest_segment, open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
+from styx_py.core.segments import LIVE, segment_topic
 from styx_py.core.wire import Key, Reply
 from styx_py.io.batching import BatchLanes
 from styx_py.io.clusterfile import default_coordinator, default_secret
@@ -34,6 +35,10 @@ from styx_py.io.clusterfile import default_coordinator, default_secret
 __all__ = ["Call", "Prepared", "StyxClient"]
 
 log = logging.getLogger("styx.client")
+
+# How often the client looks for a newer ingress segment. The workers read the newest three
+# (core.segments.LIVE), so a client may lag behind by up to two segments without any request waiting.
+SEGMENT_POLL_S = 0.5
 
 Call = tuple[str, Key, str, tuple[Any, ...]]
 """One entry of :meth:`StyxClient.submit_many`: ``(operator, key, function, args)``."""
@@ -104,7 +109,11 @@ class StyxClient:
         self._consumer: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
+        self._segments: asyncio.Task[None] | None = None
         self._lanes: BatchLanes | None = None
+        # The newest ingress segment known (styx_py.core.segments) and its topic, where requests go.
+        self.segment = 0
+        self._ingress_now = ingress_topic
         self._loop: Any = None  # the running loop, from start()
         self._broken: BaseException | None = None
         self._started = False
@@ -168,15 +177,17 @@ class StyxClient:
         if self._started:
             return
         client_id = self.client_id
-        self._producer, self._consumer, self.reply_partition = await open_kafka(
+        self._producer, self._consumer, self.reply_partition, segment = await open_kafka(
             self, client_id, self._wanted_partition
         )
+        self._use_segment(segment)
         loop = self._loop = asyncio.get_running_loop()
         self._lanes = BatchLanes(self._producer)
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
         reader = read_replies(self._consumer, self._pending.resolve, self.stats, self.egress_topic)
         self._reader = loop.create_task(reader, name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)
+        self._segments = loop.create_task(self._follow_segments(), name=f"{client_id}-segments")
         self._started = True
         log.debug(
             "%s: started; reading replies from egress partition %d (-1: all)", client_id, self.reply_partition
@@ -199,10 +210,11 @@ class StyxClient:
             # wait() instead of awaiting the task: its CancelledError must not be mistaken for ours.
             await asyncio.wait([reader])
         self._pending.fail_all(StyxError("StyxClient closed before the reply arrived"))
-        sender, self._sender = self._sender, None
-        if sender is not None:
-            sender.cancel()
-            await asyncio.wait([sender])
+        for task in (self._sender, self._segments):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task])
+        self._sender = self._segments = None
         producer, self._producer = self._producer, None
         consumer, self._consumer = self._consumer, None
         await stop_quietly(producer, "producer")
@@ -344,7 +356,50 @@ class StyxClient:
             else:
                 self._pending.undelivered(entry, exc)
 
-        self._lanes.add(self.ingress_topic, partition, rid.encode(), payload, on_done)
+        entry.partition, entry.segment = partition, self.segment
+        self._lanes.add(self._ingress_now, partition, rid.encode(), payload, on_done)
+
+    # ---- ingress segments ----------------------------------------------------------------------------
+
+    def _use_segment(self, segment: int) -> None:
+        self.segment = segment
+        self._ingress_now = segment_topic(self.ingress_topic, segment)
+
+    async def _follow_segments(self) -> None:
+        """Write to the newest ingress segment (:mod:`styx_py.core.segments`), looking for a newer one
+        every :data:`SEGMENT_POLL_S`. Requests in flight last written to a segment the workers may have
+        stopped reading (:func:`~styx_py.core.segments.unread`) are written again to the newest (a
+        copy that did run is answered from the reply table, with the same reply)."""
+        while True:
+            await asyncio.sleep(SEGMENT_POLL_S)
+            try:
+                newest = await newest_segment(self._consumer, self.ingress_topic)
+            except KafkaError as exc:
+                log.debug("%s: cannot list topics: %r", self.client_id, exc)
+                continue
+            if newest > self.segment:
+                self._use_segment(newest)
+                self._write_again(self._pending.written_before(newest - LIVE + 1))
+
+    def _write_again(self, entries: list[Pending]) -> None:
+        lanes = self._lanes
+        assert lanes is not None
+        if entries:
+            log.info(
+                "%s: writing %d requests again to ingress segment %d",
+                self.client_id,
+                len(entries),
+                self.segment,
+            )
+        for entry in entries:
+            entry.segment = self.segment
+            self.stats.rewritten += 1
+
+            def on_done(_offset: int, exc: BaseException | None, entry: Pending = entry) -> None:
+                if exc is not None:
+                    self._pending.undelivered(entry, exc)
+
+            lanes.add(self._ingress_now, entry.partition, entry.rid.encode(), entry.fingerprint, on_done)
 
     async def call(
         self,
@@ -448,7 +503,8 @@ class Prepared:
         )
         lanes = client._lanes
         assert lanes is not None
-        lanes.add(client.ingress_topic, partition, rid.encode(), record, caller.delivered)
+        caller.entry.partition, caller.entry.segment = partition, client.segment
+        lanes.add(client._ingress_now, partition, rid.encode(), record, caller.delivered)
         return rid
 
 

@@ -32,9 +32,17 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
 from styx_py.core.partitioning import partition_of
+from styx_py.core.segments import segments_in
 from styx_py.io.batching import MAX_BATCH_BYTES
 
-__all__ = ["KafkaError", "KafkaSettings", "open_kafka", "reply_partition_of", "stop_quietly"]
+__all__ = [
+    "KafkaError",
+    "KafkaSettings",
+    "newest_segment",
+    "open_kafka",
+    "reply_partition_of",
+    "stop_quietly",
+]
 
 log = logging.getLogger("styx.client")
 
@@ -75,15 +83,15 @@ def reply_partition_of(client_id: str, wanted: int | None, egress_partitions: in
 
 async def open_kafka(
     settings: KafkaSettings, client_id: str, reply_partition: int | None
-) -> tuple[Any, Any, int]:
+) -> tuple[Any, Any, int, int]:
     """A started producer, and a started consumer assigned the client's reply partition (chosen by
     :func:`reply_partition_of`) and positioned at its end; within ``timeout_s``. Both are stopped
-    again if anything fails. Returns the two and the reply partition."""
+    again if anything fails. Returns the two, the reply partition and the newest ingress segment."""
     producer = _producer(settings, client_id)
     consumer = _consumer(settings, client_id)
     deadline = asyncio.get_running_loop().time() + settings.timeout_s
     try:
-        egress_partitions = await _start(producer, consumer, settings, deadline)
+        egress_partitions, segment = await _start(producer, consumer, settings, deadline)
         chosen = reply_partition_of(client_id, reply_partition, egress_partitions)
         read = range(egress_partitions) if chosen == -1 else [chosen]
         tps = [TopicPartition(settings.egress_topic, p) for p in read]
@@ -93,7 +101,13 @@ async def open_kafka(
         await stop_quietly(consumer, "consumer")
         await stop_quietly(producer, "producer")
         raise
-    return producer, consumer, chosen
+    return producer, consumer, chosen, segment
+
+
+async def newest_segment(consumer: Any, ingress_topic: str) -> int:
+    """The newest segment of the ingress topic (:mod:`styx_py.core.segments`; 0 without any), from the
+    broker's list of topics (asking for one topic's metadata would create it)."""
+    return max(segments_in(await consumer.topics(), ingress_topic), default=0)
 
 
 def _producer(settings: KafkaSettings, client_id: str) -> Any:
@@ -124,13 +138,14 @@ def _consumer(settings: KafkaSettings, client_id: str) -> Any:
     )
 
 
-async def _start(producer: Any, consumer: Any, settings: KafkaSettings, deadline: float) -> int:
-    """Start both, check the topics; the egress partition count."""
+async def _start(producer: Any, consumer: Any, settings: KafkaSettings, deadline: float) -> tuple[int, int]:
+    """Start both, check the topics; the egress partition count and the newest ingress segment."""
     try:
         await producer.start()
         await consumer.start()
         async with asyncio.timeout_at(deadline):
             await _require_topics(consumer, settings)
+            segment = await newest_segment(consumer, settings.ingress_topic)
             ingress_partitions = await _partitions(producer, settings.ingress_topic, settings.bootstrap)
             egress_partitions = await _partitions(producer, settings.egress_topic, settings.bootstrap)
     except TimeoutError as exc:
@@ -145,7 +160,7 @@ async def _start(producer: Any, consumer: Any, settings: KafkaSettings, deadline
             f"ingress topic {settings.ingress_topic!r} has {ingress_partitions} partitions but an "
             f"operator needs {needed}; operators={settings.operators}"
         )
-    return egress_partitions
+    return egress_partitions, segment
 
 
 async def _require_topics(consumer: Any, settings: KafkaSettings) -> None:

@@ -69,6 +69,8 @@ class ClientStats:
     foreign_ignored: int = 0
     """Of ``unmatched_ignored``, replies for an id this client did not send recently: another client's
     that shares its reply partition (or an answer this client gave up on long ago)."""
+    rewritten: int = 0
+    """Requests written again to a newer ingress segment (the workers may have stopped reading theirs)."""
     undecodable: int = 0
     """Egress records that are not a valid :class:`~styx_py.core.wire.Reply` (logged and skipped)."""
 
@@ -81,7 +83,7 @@ class Pending:
     failure comes (no callback chain through ``future``).
     """
 
-    __slots__ = ("fingerprint", "future", "listeners", "rid", "waiters")
+    __slots__ = ("fingerprint", "future", "listeners", "partition", "rid", "segment", "waiters")
 
     def __init__(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> None:
         self.rid = rid
@@ -89,6 +91,10 @@ class Pending:
         self.fingerprint = fingerprint  # what was sent under this id (see requests.same_request)
         self.waiters = 0
         self.listeners: list[AnyListener] = []
+        # Where it was written: the ingress partition and segment (written again to a newer segment
+        # when the workers may have stopped reading that one: StyxClient._follow_segments).
+        self.partition = 0
+        self.segment = 0
 
 
 class Listener:
@@ -237,6 +243,10 @@ class PendingTable:
 
     def get(self, rid: str) -> Pending | None:
         return self._entries.get(rid)
+
+    def written_before(self, segment: int) -> list[Pending]:
+        """The requests in flight last written to an ingress segment older than ``segment``."""
+        return [e for e in self._entries.values() if e.segment < segment]
 
     def check_reuse(self, rid: str, fingerprint: bytes) -> None:
         """Raise :class:`BadRequest` when ``rid`` is pending or was recently sent for another payload.

@@ -90,6 +90,7 @@ from styx_py.audit.tasks import (
 from styx_py.benchmarks.workload import Options as WorkloadOptions
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.core.errors import StyxError
+from styx_py.core.segments import segments_in
 from styx_py.core.wire import decode_value
 
 SAMPLE_PER_CHECK = 10  # findings per check spelled out in the report (all of them go to Parquet)
@@ -389,7 +390,7 @@ def plan(cfg: AuditConfig) -> list[OffsetRange]:
     Kafka or a topic is not there."""
     topics = [cfg.ingress_topic, cfg.egress_topic, cfg.seqlog_topic]
     try:
-        return asyncio.run(plan_ranges(cfg.kafka, topics, cfg.timeout_s))
+        return asyncio.run(plan_ranges(cfg.kafka, topics, cfg.timeout_s, segmented=[cfg.ingress_topic]))
     except (
         OSError,
         RuntimeError,
@@ -415,7 +416,10 @@ def run_audit(
     if planned is None:
         timer.stage(f"planning: the high watermarks of {', '.join(topics.values())} on {cfg.kafka}")
         planned = plan(cfg)
+    # The ingress topic's segments (core.segments) are read as one log: request ids, not offsets, tie
+    # requests to replies.
     ranges = {kind: [r for r in planned if r.topic == topic] for kind, topic in topics.items()}
+    ranges["ingress"] = [r for r in planned if segments_in([r.topic], cfg.ingress_topic)]
     stats: dict[str, Any] = {
         "kafka": cfg.kafka,
         "topics": topics,

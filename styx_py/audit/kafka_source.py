@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 from styx_py.audit.arrow import spark_schema
 from styx_py.audit.options import DEFAULT_SPLIT_RECORDS, DEFAULT_TIMEOUT_S
 from styx_py.audit.rows import KINDS, KafkaRecord, Kind, decode_records, kafka_schema
+from styx_py.core.segments import segment_topic, segments_in
 
 FETCH_WAIT_MS = (
     10  # Tansu never answers a fetch with max wait 0, and answers a waiting one only at its deadline
@@ -74,12 +75,19 @@ TOPIC_WAIT_S = 10.0  # a topic whose metadata shows no partitions for this long 
 
 
 async def plan_ranges(
-    bootstrap: str, topics: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S
+    bootstrap: str, topics: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S, segmented: Sequence[str] = ()
 ) -> list[OffsetRange]:
-    """Every partition of ``topics`` from its log start to its current fetch high watermark."""
+    """Every partition of ``topics`` from its log start to its current fetch high watermark; of each
+    topic in ``segmented`` (one of ``topics``), every segment's (:mod:`styx_py.core.segments`)."""
     consumer = _consumer(bootstrap)
     try:
         await consumer.start()  # inside: a consumer that failed to bootstrap is stopped too
+        if segmented:
+            existing = await consumer.topics()
+            topics = [
+                *topics,
+                *(segment_topic(t, s) for t in segmented for s in segments_in(existing, t) if s > 0),
+            ]
         deadline = time.monotonic() + timeout_s
         topic_deadline = time.monotonic() + min(timeout_s, TOPIC_WAIT_S)
         tps: list[TopicPartition] = []

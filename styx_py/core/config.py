@@ -135,6 +135,16 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = True
     seqlog_topic: Annotated[str, Setting("Kafka topic of the sequencer log (one partition)")] = "styx-seqlog"
+    log_segment_s: Annotated[
+        float,
+        Setting(
+            "start a new segment of the ingress topic this often while requests flow (topic "
+            "`<ingress_topic>.<n>`; clients follow): on a broker whose fetches list the whole partition "
+            "(Tansu, the local default: `styx up` sets 2) no partition grows for ever; 0: one topic",
+            "s",
+            ge=0,
+        ),
+    ] = 0.0
     kafka_fetch_wait_ms: Annotated[
         int,
         Setting("consumer fetch wait (Tansu answers a waiting fetch only at its deadline)", "ms", 5, 10_000),

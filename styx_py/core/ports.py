@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from styx_py.core.segments import Cursor
 from styx_py.core.wire import IngressRecord, Message, Reply, SeqLogEntry
 
 __all__ = ["Clock", "Egress", "Ingress", "LogReader", "LoopClock", "SequencerLog", "Transport"]
@@ -42,16 +43,21 @@ class Ingress(Protocol):
     def take(self, n: int) -> list[IngressRecord]: ...
 
     async def take_exact(self, partition: int, offset: int) -> IngressRecord:
-        """The record at ``offset``, which must be the next one of ``partition`` (replay)."""
+        """The record at (packed) ``offset``, which must be the next one of ``partition`` in its
+        segment (replay)."""
         ...
 
     def pending(self) -> int: ...
 
-    def positions(self) -> dict[int, int]:
-        """Next offset to take, per assigned partition."""
+    def positions(self) -> dict[int, Cursor]:
+        """Per assigned partition, the next offset to take in each segment read."""
         ...
 
-    def seek(self, positions: dict[int, int]) -> None: ...
+    def seek(self, positions: dict[int, Cursor]) -> None: ...
+
+    def live(self, segment: int) -> None:
+        """``segment`` is the newest ingress segment: read the ones ``core.segments.live`` names."""
+        ...
 
     def set_listener(self, on_available: Callable[[], None]) -> None: ...
 

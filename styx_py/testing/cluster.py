@@ -26,6 +26,7 @@ from styx_py.coordinator.server import Coordinator
 from styx_py.core.config import Config, load_config
 from styx_py.core.graph import Graph, load_graph, version_at
 from styx_py.core.partitioning import Key, partition_of
+from styx_py.core.segments import segment_topic, segments_in, unread
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import COORDINATOR, Reply, Request, decode_value, encode_value
 from styx_py.testing.memory import (
@@ -90,6 +91,12 @@ class SimCluster:
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
         self.submissions: Counter[str] = Counter()
+        # Ingress segments (core.segments): the segment each request id was last written to, and the
+        # copies written again because the workers may have stopped reading that segment (the SDK's
+        # rule): such a copy may be answered (its first one was read after all) or not.
+        self.segment_of: dict[str, tuple[int, int, Request]] = {}  # (segment, partition, record)
+        self.segment_resends: Counter[str] = Counter()
+        self.first_segment: dict[str, int] = {}  # the oldest segment a copy of each request id went to
         # Each submission names a seeded reply partition, as SDK clients do (-1: none, the reply goes
         # to a partition of its worker's choosing); the partitions each request id may be answered on
         # (-1: any).
@@ -132,7 +139,12 @@ class SimCluster:
             min_workers=self.n_workers,
             blobs=self.blobs,
             logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
+            create_topics=self._create_topics,
         )
+
+    async def _create_topics(self, topics: dict[str, int]) -> None:
+        for topic, n in topics.items():
+            self.log.create(topic, n)
 
     def crash_coordinator(self) -> None:
         """Kill the coordinator and start a new one that resumes from its state in the blob store."""
@@ -260,7 +272,40 @@ class SimCluster:
         self.routes.setdefault(req.request_id, set()).add(max(-1, reply_partition))
         self.submissions[req.request_id] += 1
         routed = msgspec.structs.replace(req, reply_partition=reply_partition)
-        self.log.append(self.config.ingress_topic, partition, routed)
+        # Into the newest ingress segment, which the workers may not read yet (the coordinator created
+        # it and has not named it in an epoch yet, or died in between), or into the older one they read
+        # (a client that has not noticed the newest yet).
+        segment = segments_in(self.log.topics, self.config.ingress_topic)[-1]
+        older = self.coordinator.cluster.segment - 1
+        if older >= 0 and self._reply_routes.random() < 0.3:
+            segment = older
+        self.segment_of[req.request_id] = (segment, partition, routed)
+        self.first_segment.setdefault(req.request_id, segment)
+        self.log.append(segment_topic(self.config.ingress_topic, segment), partition, routed)
+
+    def _resend_from_old_segments(self) -> None:
+        """What an SDK client does once the newest ingress segment is ``n``: write again, to ``n``, every
+        request without a reply that it last wrote to a segment the workers may no longer read
+        (core.segments.unread)."""
+        newest = segments_in(self.log.topics, self.config.ingress_topic)[-1]
+        answered = {r.request_id for r in self.replies}
+        for rid, (segment, partition, routed) in list(self.segment_of.items()):
+            if unread(segment, newest) and rid not in answered:
+                self.segment_of[rid] = (newest, partition, routed)
+                self.segment_resends[rid] += 1
+                self.log.append(segment_topic(self.config.ingress_topic, newest), partition, routed)
+
+    def _unanswered(self) -> bool:
+        """Some submission of a request id has no reply yet. Of a request id with a copy in a segment
+        the workers may no longer read, one reply will do: that copy may have been left unread."""
+        newest = segments_in(self.log.topics, self.config.ingress_topic)[-1]
+        if not unread(0, newest):
+            return len(self.replies) < self.submissions.total()
+        counts = Counter(r.request_id for r in self.replies)
+        return any(
+            counts[rid] < (1 if unread(self.first_segment[rid], newest) else n)
+            for rid, n in self.submissions.items()
+        )
 
     def misrouted_replies(self) -> list[tuple[int, Reply]]:
         """Replies on an egress partition that no submission of their request id named (a submission
@@ -304,7 +349,8 @@ class SimCluster:
         """Until every submitted request has a reply (fails loudly on a timeout or a crashed task)."""
 
         async def until_done() -> None:
-            while len(self.replies) < self.submissions.total():
+            while self._unanswered():
+                self._resend_from_old_segments()
                 self._reply_event.clear()
                 if self.network.errors:
                     raise self.network.errors[0]
@@ -314,7 +360,12 @@ class SimCluster:
                     if t.done():
                         t.result()
                         raise AssertionError("a cluster task ended")
-                await self._reply_event.wait()
+                if self.coordinator.cluster.segment == 0:
+                    await self._reply_event.wait()
+                else:  # also look again for requests to write again (virtual time)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.05):
+                            await self._reply_event.wait()
             # Replies leave before the epoch ends (early commit); state is final once it has, and
             # once no recovery (a worker that restarted after its last reply) is rebuilding it.
             while not self.coordinator.idle.is_set() or self._recovering():
@@ -355,7 +406,8 @@ class SimCluster:
         counts = Counter(r.request_id for r in self.replies)
         first: dict[str, Reply] = {}
         differing = {r.request_id for r in self.replies if first.setdefault(r.request_id, r) != r}
-        return sorted({rid for rid, n in counts.items() if n > self.submissions[rid]} | differing)
+        allowed = self.submissions + self.segment_resends
+        return sorted({rid for rid, n in counts.items() if n > allowed[rid]} | differing)
 
     def unique_replies(self) -> list[Reply]:
         """One reply per request id (resent ids are answered with an identical reply)."""

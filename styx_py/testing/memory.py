@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from styx_py.core.requests import read_request
+from styx_py.core.segments import Cursor, live, pack, segment_topic, unpack
 from styx_py.core.wire import (
     COORDINATOR,
     Batch,
@@ -168,10 +169,14 @@ class MemoryLog:
 
 
 class MemoryIngress:
+    """A worker's ingress partitions in the in-memory log, in every segment it reads (core.segments)."""
+
     def __init__(self, log: MemoryLog, topic: str) -> None:
         self.log = log
         self.topic = topic
-        self._pos: dict[int, int] = {}
+        self.partitions: list[int] = []
+        self.live_segments = [0]
+        self._pos: dict[tuple[int, int], int] = {}  # (segment, partition) -> next offset
         self.listener: Callable[[], None] | None = None
         self.skipped = 0  # records without a usable request id
 
@@ -182,38 +187,51 @@ class MemoryIngress:
         if self.listener is not None:
             self.listener()
 
+    def _read(self, sources: dict[tuple[int, int], int]) -> None:
+        for s, p in set(self._pos) - set(sources):
+            del self._pos[s, p]
+            self.log.listeners[(segment_topic(self.topic, s), p)].remove(self._notify)
+        for (s, p), offset in sources.items():
+            if (s, p) not in self._pos:
+                self.log.listeners.setdefault((segment_topic(self.topic, s), p), []).append(self._notify)
+            self._pos[s, p] = offset
+
     def assign(self, partitions: list[int]) -> None:
         """Read exactly ``partitions`` (a partition that moved away is dropped, as on Kafka)."""
-        for p in set(self._pos) - set(partitions):
-            del self._pos[p]
-            self.log.listeners[(self.topic, p)].remove(self._notify)
-        for p in partitions:
-            if p not in self._pos:
-                self._pos[p] = 0
-                self.log.listeners.setdefault((self.topic, p), []).append(self._notify)
+        self.partitions = list(partitions)
+        self._read({(s, p): self._pos.get((s, p), 0) for s in self.live_segments for p in partitions})
+
+    def live(self, segment: int) -> None:
+        wanted = live(segment)
+        if wanted != self.live_segments and segment >= self.live_segments[-1]:
+            self.live_segments = wanted
+            self._read({(s, p): self._pos.get((s, p), 0) for s in wanted for p in self.partitions})
+
+    def _part(self, segment: int, p: int) -> list[Any]:
+        parts = self.log.topics.get(segment_topic(self.topic, segment), [])
+        return parts[p] if p < len(parts) else []
 
     def take(self, n: int) -> list[IngressRecord]:
         out: list[IngressRecord] = []
-        parts = self.log.topics[self.topic]
         progress = True
         while len(out) < n and progress:
             progress = False
-            for p in sorted(self._pos):
-                pos = self._pos[p]
-                if pos < len(parts[p]) and len(out) < n:
-                    rec = self._record(p, pos)
+            for s, p in sorted(self._pos):
+                pos = self._pos[s, p]
+                if pos < len(self._part(s, p)) and len(out) < n:
+                    rec = self._record(s, p, pos)
                     if rec is not None:
                         out.append(rec)
-                    self._pos[p] = pos + 1
+                    self._pos[s, p] = pos + 1
                     progress = True
         return out
 
-    def _record(self, p: int, offset: int) -> IngressRecord | None:
+    def _record(self, segment: int, p: int, offset: int) -> IngressRecord | None:
         """The record as the worker's reader makes it (None: skipped, no request id to answer).
 
         A value on the ingress topic is a :class:`Request`, raw record bytes, or a ``(Kafka key,
         bytes)`` pair; all of them go through the bytes, as on Kafka."""
-        value = self.log.topics[self.topic][p][offset]
+        value = self._part(segment, p)[offset]
         if isinstance(value, Request):
             value = (value.request_id.encode(), request_encoder.encode(value))
         key, data = (None, value) if isinstance(value, bytes) else value
@@ -221,24 +239,33 @@ class MemoryIngress:
         if isinstance(req, str):
             self.skipped += 1
             return None
-        return IngressRecord(p, offset, req, req.ts_ms)
+        return IngressRecord(p, pack(segment, offset), req, req.ts_ms)
 
     async def take_exact(self, partition: int, offset: int) -> IngressRecord:
-        assert self._pos[partition] == offset, (partition, offset, self._pos[partition])
-        self._pos[partition] = offset + 1
-        rec = self._record(partition, offset)
+        segment, at = unpack(offset)
+        if (segment, partition) not in self._pos:  # a segment no longer read live (replay)
+            self._read({**self._pos, (segment, partition): at})
+        assert self._pos[segment, partition] == at, (partition, offset, self._pos[segment, partition])
+        self._pos[segment, partition] = at + 1
+        rec = self._record(segment, partition, at)
         assert rec is not None, f"replay of a skipped ingress record {partition}@{offset}"
         return rec
 
     def pending(self) -> int:
-        parts = self.log.topics.get(self.topic, [])
-        return sum(len(parts[p]) - pos for p, pos in self._pos.items())
+        return sum(len(self._part(s, p)) - pos for (s, p), pos in self._pos.items())
 
-    def positions(self) -> dict[int, int]:
-        return dict(self._pos)
+    def positions(self) -> dict[int, Cursor]:
+        out: dict[int, Cursor] = {p: {} for p in self.partitions}
+        for (s, p), pos in sorted(self._pos.items()):
+            out.setdefault(p, {})[s] = pos
+        return out
 
-    def seek(self, positions: dict[int, int]) -> None:
-        self._pos.update(positions)
+    def seek(self, positions: dict[int, Cursor]) -> None:
+        sources = {src: pos for src, pos in self._pos.items() if src[1] not in positions}
+        for p, cursor in positions.items():
+            for s in {*cursor, *self.live_segments}:
+                sources[s, p] = cursor.get(s, 0)
+        self._read(sources)
 
 
 class MemoryEgress:

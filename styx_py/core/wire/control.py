@@ -175,6 +175,7 @@ class EpochStart(Msg, tag="es"):
     snapshot: bool  # take a snapshot at the end of this epoch
     gen: int
     version: int = 0  # the graph version that runs this epoch (0: the first, from an older coordinator)
+    segment: int = 0  # the newest ingress segment: workers read core.segments.live(segment)
 
 
 class PrepareGraph(Msg, tag="prepare"):
@@ -201,6 +202,7 @@ class Recover(Msg, tag="recover"):
     # replayed): a worker that finished it keeps the partitions it still owns as they are and takes the
     # ones it gains from their old owners' :class:`~styx_py.core.wire.peer.Handoff`.
     keep: bool = False
+    segment: int = 0  # the newest ingress segment (core.segments): what a fresh process reads live
 
 
 class Halt(Msg, tag="halt"):

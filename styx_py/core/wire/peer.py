@@ -85,3 +85,4 @@ class Handoff(Msg, tag="handoff"):
     egress_offsets: dict[int, int] = msgspec.field(
         default_factory=dict
     )  # the old owner's acknowledged egress positions
+    cursor: dict[int, int] = msgspec.field(default_factory=dict)  # ingress segment -> next offset

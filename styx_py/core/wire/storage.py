@@ -27,6 +27,9 @@ class PartitionSnapshot(msgspec.Struct, array_like=True):
     # the snapshot (replies go to the partition their client reads, so a worker sends to all of them).
     # Empty in snapshots written before reply routing: ``{partition: egress_offset}`` then.
     egress_offsets: dict[int, int] = {}
+    # Ingress segment -> next offset to take (styx_py.core.segments); empty in parts written before
+    # segments: ``{0: position}`` then. ``position`` is segment 0's.
+    cursor: dict[int, int] = {}
 
 
 class Manifest(msgspec.Struct, array_like=True):
@@ -62,3 +65,4 @@ class ClusterMeta(msgspec.Struct, array_like=True):
     # Every committed graph version, in deploy order (``graph_path`` is the last one's); empty in
     # state saved before code updates: ``graph_path`` ran every epoch then.
     versions: list[GraphVersion] = []
+    segment: int = 0  # the newest ingress segment (styx_py.core.segments)

@@ -1,0 +1,84 @@
+"""Ingress log segments: the ingress topic as a sequence of topics, so no partition grows for ever.
+
+A broker like Tansu (the local default) answers every fetch that returns data by listing every batch
+stored in the partition, so a partition that is tailed while it grows costs more with every batch
+(benchmarks/results/issue15-broker.md). With ``log_segment_s`` set, the coordinator starts a new
+*segment* of the ingress topic that often: segment 0 is the configured topic itself, segment ``k``
+the topic ``<ingress_topic>.<k>`` with the same partitions. Clients write to the newest segment they
+know of; workers read the newest :data:`LIVE` (a client that has not noticed the newest one yet still
+writes to an older one, and a record written just before a client moved on may still be on its way).
+A client writes again what it wrote to an older segment (:func:`unread`) and has no reply for. The
+protocol is in docs/architecture.md ("Ingress segments").
+
+A record is named by its partition and a *packed offset*: its segment in the high bits, its Kafka
+offset in the low :data:`SHIFT` bits. Packed offsets of one segment keep their order, segment 0's are
+the plain Kafka offsets (logs and snapshots written before segments read the same), and everything that
+names a record (the sequencer log, snapshots, handoffs) carries one int as before. Where a partition's
+consumption stands is a :data:`Cursor`: segment -> next offset to take.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = [
+    "LIVE",
+    "SHIFT",
+    "Cursor",
+    "cursor_of",
+    "live",
+    "pack",
+    "segment_topic",
+    "segments_in",
+    "unpack",
+    "unread",
+]
+
+SHIFT = 40  # a segment holds up to 2**40 records per partition; segments up to 2**23
+_MASK = (1 << SHIFT) - 1
+
+Cursor = dict[int, int]  # segment -> next Kafka offset to take, for one partition
+
+# Segments the workers read: the newest and the two before it. A client that follows every new
+# segment (it looks every 0.5 s; one starts every ``log_segment_s``) stops writing to a segment about
+# one period before the workers stop reading it, so they have had a full period to take what it wrote.
+LIVE = 3
+
+
+def live(newest: int) -> list[int]:
+    """The segments workers read when ``newest`` is the newest."""
+    return [s for s in range(newest - LIVE + 1, newest + 1) if s >= 0]
+
+
+def unread(segment: int, newest: int) -> bool:
+    """Whether the workers may have stopped reading ``segment`` once ``newest`` is the newest: what a
+    client wrote there and has no reply for, it writes again to the newest."""
+    return segment <= newest - LIVE
+
+
+def pack(segment: int, offset: int) -> int:
+    return (segment << SHIFT) | offset
+
+
+def unpack(packed: int) -> tuple[int, int]:
+    """(segment, Kafka offset) of a packed offset."""
+    return packed >> SHIFT, packed & _MASK
+
+
+def segment_topic(topic: str, segment: int) -> str:
+    """The topic of ``segment`` of the ingress topic ``topic`` (segment 0: ``topic`` itself)."""
+    return topic if segment == 0 else f"{topic}.{segment}"
+
+
+def segments_in(topics: Iterable[str], topic: str) -> list[int]:
+    """The segments of ``topic`` among ``topics``, in order."""
+    pattern = re.compile(re.escape(topic) + r"(?:\.(\d+))?")
+    out = {int(m.group(1) or 0) for t in topics if (m := pattern.fullmatch(t))}
+    return sorted(out)
+
+
+def cursor_of(position: int, cursor: Cursor) -> Cursor:
+    """A partition's cursor as a snapshot part or a handoff stores it: ``cursor`` when it has one, else
+    the segment-0 ``position`` of parts written before segments."""
+    return dict(cursor) if cursor else {0: position}

@@ -1,0 +1,214 @@
+"""Ingress segments (styx_py.core.segments): the ingress topic as a sequence of topics.
+
+Pure parts, the simulation with segments started every few epochs under crashes and shape changes
+(every reply and the final state equal the serial execution), and on the real broker: the worker's
+ingress across segments, and the SDK following new segments and writing again what an old one may
+have stranded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import msgspec
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from styx_py.client.sdk import StyxClient
+from styx_py.core.config import load_config
+from styx_py.core.segments import cursor_of, live, pack, segment_topic, segments_in, unpack, unread
+from styx_py.core.wire import Request, encode_value, request_decoder, request_encoder
+from styx_py.stack.services import TansuBroker, create_topics
+from styx_py.testing.memory import MemoryIngress, MemoryLog
+from styx_py.worker.ingress import KafkaIngress
+from tests.test_recovery import run_with_crashes
+from tests.test_reshape import run_with_reshapes
+
+# ---- pure ------------------------------------------------------------------------------------------------
+
+
+def test_packed_offsets_keep_segment_order_and_segment_zero_is_the_plain_offset() -> None:
+    assert pack(0, 17) == 17 and unpack(17) == (0, 17)
+    assert unpack(pack(3, 2**40 - 1)) == (3, 2**40 - 1)
+    assert pack(1, 0) > pack(0, 2**40 - 1)
+    assert sorted([pack(2, 0), pack(1, 5), pack(1, 4)]) == [pack(1, 4), pack(1, 5), pack(2, 0)]
+
+
+def test_segment_topics_are_found_by_name() -> None:
+    assert segment_topic("in", 0) == "in" and segment_topic("in", 12) == "in.12"
+    topics = ["in", "in.2", "in.10", "in.x", "inx.3", "out", "in.1.2"]
+    assert segments_in(topics, "in") == [0, 2, 10]
+    assert segments_in(["out"], "in") == []
+    # A part written before segments has only its segment-0 position.
+    assert cursor_of(7, {}) == {0: 7} and cursor_of(7, {2: 1, 3: 0}) == {2: 1, 3: 0}
+
+
+def test_workers_read_the_newest_three_and_clients_write_again_what_is_older() -> None:
+    assert live(0) == [0] and live(1) == [0, 1] and live(5) == [3, 4, 5]
+    assert not unread(3, 5) and unread(2, 5) and not unread(0, 2)
+
+
+def test_the_memory_ingress_reads_the_newest_three_segments_and_an_old_one_for_replay() -> None:
+    log = MemoryLog()
+    for s in range(3):
+        log.create(segment_topic("in", s), 1)
+        for i in range(2):
+            log.append(
+                segment_topic("in", s), 0, Request(f"s{s}r{i}", "acct", "deposit", "k", msgspec.Raw(b"\x90"))
+            )
+    ingress = MemoryIngress(log, "in")
+    ingress.assign([0])
+    ingress.live(1)
+    taken = ingress.take(10)
+    assert [r.request.request_id for r in taken] == ["s0r0", "s1r0", "s0r1", "s1r1"]
+    assert [r.offset for r in taken] == [0, pack(1, 0), 1, pack(1, 1)]
+    assert ingress.positions() == {0: {0: 2, 1: 2}}
+    ingress.live(3)  # segments 1 to 3: no longer 0
+    assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0}}
+    ingress.live(2)  # never back
+    assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0}}
+    # A recovery: back to the snapshot's cursor, which names a segment no longer read live.
+    ingress.seek({0: {0: 1}})
+    assert ingress.positions() == {0: {0: 1, 1: 0, 2: 0, 3: 0}}
+
+
+# ---- the simulation -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_segments_under_crashes_keep_exactly_once_and_serializability(seed: int) -> None:
+    """A new segment every 4 ms (about every 4 epochs) of virtual time, while workers and the
+    coordinator crash, messages are lost and duplicated and clients resend; the simulated clients
+    write to the newest segment (which the workers may not read yet) or the one before."""
+    c = await run_with_crashes(
+        1000 + seed,
+        crashes=1 + seed % 3,
+        coordinator_crashes=seed % 2,
+        snapshot_every=1 + seed % 4,
+        resends=seed % 3,
+        drops=seed % 2,
+        duplicates=seed % 2,
+        log_segment_s=0.004,
+        epoch_interval_ms=1,
+    )
+    assert c.coordinator.cluster.segment >= 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_segments_across_joins_drains_and_losses(seed: int) -> None:
+    c = await run_with_reshapes(2000 + seed, log_segment_s=0.004, epoch_interval_ms=1)
+    assert c.coordinator.cluster.segment >= 2
+
+
+# ---- on the real broker ---------------------------------------------------------------------------------
+
+services = pytest.mark.services
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+def _request(rid: str) -> Request:
+    return Request(rid, "acct", "deposit", "k", msgspec.Raw(encode_value([1])))
+
+
+@services
+@pytest.mark.timeout(120)
+async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> None:
+    config = load_config({"ingress_topic": f"in-{uuid.uuid4().hex[:8]}"}, env={})
+    topics = [segment_topic(config.ingress_topic, s) for s in range(4)]
+    await create_topics(kafka.bootstrap, dict.fromkeys(topics, 1))
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for s, topic in enumerate(topics):
+            for i in range(3):
+                r = _request(f"s{s}r{i}")
+                await producer.send_and_wait(
+                    topic, request_encoder.encode(r), key=r.request_id.encode(), partition=0
+                )
+    finally:
+        await producer.stop()
+    ingress = KafkaIngress(kafka.bootstrap, config)
+    await ingress.start()
+    fetching = asyncio.create_task(ingress.run())
+    try:
+        ingress.assign([0])
+        ingress.live(1)
+        got: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 6:
+            assert time.monotonic() < deadline, got
+            got += [r.request.request_id for r in ingress.take(10)]
+            await asyncio.sleep(0.02)
+        assert sorted(got) == sorted(f"s{s}r{i}" for s in (0, 1) for i in range(3))
+        assert ingress.positions() == {0: {0: 3, 1: 3}}
+        ingress.live(3)  # segment 0 is no longer read; 2 and 3 are, from their start
+        assert ingress.positions() == {0: {1: 3, 2: 0, 3: 0}}
+        # Replay names records by packed offset, in a segment read live or not.
+        ingress.seek({0: {0: 1, 2: 0}})
+        assert (await ingress.take_exact(0, pack(0, 1))).request.request_id == "s0r1"
+        assert (await ingress.take_exact(0, pack(2, 0))).request.request_id == "s2r0"
+        assert ingress.positions()[0] == {0: 2, 1: 0, 2: 1, 3: 0}
+    finally:
+        fetching.cancel()
+        await ingress.stop()
+
+
+@services
+@pytest.mark.timeout(120)
+async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_may_strand(
+    kafka: TansuBroker,
+) -> None:
+    """A request written to segment 0 is written again to segment 3 once the client sees segment 3
+    (workers read only 1 to 3 by then); one written to segment 1 is not. The one written again is
+    answered from there."""
+    from tests.test_client import EchoServer
+
+    ingress, egress = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    await create_topics(kafka.bootstrap, {ingress: 4, egress: 3})
+    async with StyxClient(kafka.bootstrap, {"acct": 4}, ingress_topic=ingress, egress_topic=egress) as client:
+        assert client.segment == 0
+        first = client.submit_future("acct", "k1", "echo", 1)
+        await create_topics(kafka.bootstrap, {segment_topic(ingress, 1): 4})
+        await _until(lambda: client.segment == 1)
+        second = client.submit_future("acct", "k2", "echo", 2)
+        assert client.stats.rewritten == 0  # the workers still read segment 0
+        await create_topics(kafka.bootstrap, {segment_topic(ingress, 2): 4})
+        await _until(lambda: client.segment == 2)
+        assert client.stats.rewritten == 0  # still read: segments 0 to 2
+        await create_topics(kafka.bootstrap, {segment_topic(ingress, 3): 4})
+        await _until(lambda: client.segment == 3)
+        assert client.stats.rewritten == 1
+        echo = EchoServer(kafka.bootstrap, segment_topic(ingress, 3), egress)
+        await echo.start()
+        try:
+            reply = await asyncio.wait_for(first, 30)
+            assert reply.committed and reply.value["args"] == [1]
+            assert not second.done()  # still in segment 1, which this echo does not read
+        finally:
+            await echo.stop()
+        second.cancel()
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, fetch_max_wait_ms=5)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(segment_topic(ingress, s), p) for s in range(4) for p in range(4)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen: dict[str, list[str]] = {}
+        deadline = time.monotonic() + 20
+        while sum(len(v) for v in seen.values()) < 3:
+            assert time.monotonic() < deadline, seen
+            for tp, records in (await consumer.getmany(timeout_ms=200)).items():
+                for r in records:
+                    seen.setdefault(tp.topic, []).append(request_decoder.decode(r.value).key)
+    finally:
+        await consumer.stop()
+    assert seen == {ingress: ["k1"], segment_topic(ingress, 1): ["k2"], segment_topic(ingress, 3): ["k1"]}
