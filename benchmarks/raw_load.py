@@ -52,7 +52,7 @@ async def run_raw(settings: RawSettings, rate: float, seconds: float, drain_s: f
     """Send ``rate * seconds`` requests at ``rate``/s and wait for as many replies (or ``drain_s``)."""
     # The newest ingress segment at the start; a cluster that starts newer ones while this runs (not
     # the echo responder) would stop reading this one two segments later.
-    producer, consumer, reply_partition, segment = await open_kafka(settings, "styx-raw-load", None)
+    producer, consumer, reply_partition, _, segment = await open_kafka(settings, "styx-raw-load", None)
     topic = segment_topic(settings.ingress_topic, segment)
     partitions = max(settings.operators.values())
     records = [

@@ -75,6 +75,7 @@ class EpochLoop:
         # Open stages with the event set once each is complete: at most two (an epoch's EpochDone and
         # the next epoch's ExecDone, when that one was started early).
         self.stages: dict[Stage[Any], asyncio.Event] = {}
+        self.replay_until = -1  # the last epoch the running loop replays
         self.work = asyncio.Event()  # a worker has work (WorkAvailable)
         self.idle = asyncio.Event()  # set while no epoch runs and no worker has work
         self.throughput = Throughput()
@@ -104,6 +105,7 @@ class EpochLoop:
 
     def start(self, replay_until: int = -1, on_replayed: Callable[[], None] | None = None) -> None:
         self.idle.clear()  # not idle until the new loop says so (it may have epochs to replay)
+        self.replay_until = replay_until
         self.task = self.tasks.start(self._run(replay_until, on_replayed))
 
     def stop(self) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 
 from styx_py.coordinator.server import Coordinator
 from styx_py.core.config import Config
+from styx_py.core.errors import ConfigError
+from styx_py.core.segments import MIN_PERIOD_S
 from styx_py.core.wire import COORDINATOR, Message
 from styx_py.io.kafka_admin import create_topics
 from styx_py.io.kafka_logs import KafkaLogReader
@@ -25,6 +27,9 @@ async def serve_coordinator(
     port: int = 0,
     deploy: str | None = None,
 ) -> None:
+    if 0 < config.log_segment_s < MIN_PERIOD_S:
+        # Clients count on segments at least this far apart (core.segments.FRESH_S).
+        raise ConfigError(f"log_segment_s={config.log_segment_s} must be 0 or >= {MIN_PERIOD_S}")
     coordinator: Coordinator | None = None
 
     def handle(src: str, msg: Message) -> None:

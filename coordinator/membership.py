@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from styx_py.core.wire import WorkerInfo
 
 
@@ -18,8 +20,11 @@ class Membership:
         self._assign_sids()
 
     def _assign_sids(self) -> None:
+        # New values, never changed in place: a view built before (a message the transport encodes
+        # only when it flushes) keeps the sids it was built with, consistent with its n_seq.
         for sid, node_id in enumerate(sorted(self.workers), start=1):
-            self.workers[node_id].sid = sid
+            if self.workers[node_id].sid != sid:
+                self.workers[node_id] = msgspec.structs.replace(self.workers[node_id], sid=sid)
 
     def remove(self, node_id: str) -> None:
         """No longer a member (drained, or lost for good): the others' sequencer ids are renumbered."""

@@ -1,17 +1,16 @@
-"""Ingress segments (:mod:`styx_py.core.segments`): the coordinator starts a new one every
-``log_segment_s`` while epochs run.
+"""Log segments (:mod:`styx_py.core.segments`): the coordinator starts new ingress and egress
+segments every ``log_segment_s`` while epochs run live.
 
-A rotation creates the topic of segment ``k + 1`` (clients that list topics start writing to it),
-saves ``k + 1`` as the cluster's newest segment (a restarted coordinator goes on from there), and from
-then on every ``EpochStart`` names it: each worker reads segments ``k`` and ``k + 1`` from its next
-epoch on, and no longer ``k - 1``. A client still writing to ``k - 1`` (it missed a whole segment)
-sends again, to the newest, every request it wrote there that is not answered yet, as soon as it
-learns of ``k + 1``; the reply table answers a copy that did run.
+A rotation creates the topics of segment ``k + 1`` (egress first: a client that sees the ingress one
+reads the egress one), saves ``k + 1`` as the cluster's newest segment (a restarted coordinator goes
+on from there), and from then on every ``EpochStart`` and ``Recover`` names it: workers read ingress
+segments ``k - 1 .. k + 1`` and drain ``k - 2``, and send replies to egress segment ``k``. Clients
+follow by listing topics (docs/architecture.md, "Log segments").
 
-Nothing rotates while the cluster is not running (a recovery, a shape change) or idle (no epoch ran
-since the last rotation: nothing grows). A rotation starts an epoch even on an idle cluster, so the
-workers read the new segment at once, and a coordinator rotates as soon as it runs: the one before may
-have died after it created a segment (which clients write to) and before it named it.
+Nothing rotates while the cluster is not running or no live epoch ran since the last rotation (a
+replay's epochs do not count). A rotation starts an epoch even on an idle cluster, so the workers read
+the new segment at once, and a coordinator rotates as soon as it runs: the one before may have died
+after it created a segment (which clients write to) and before it named it.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ class SegmentRotator:
         self.cluster = cluster
         self.clock = clock
         self.create_topics = create_topics
-        self.epoch_now = epoch_now  # the next epoch to run
+        self.epoch_now = epoch_now  # the next epoch to run live (-1 while a replay runs)
         self.save = save
         self.wake = wake  # run an epoch even when no worker has work: it names the new segment
         self.rotations = 0
@@ -60,7 +59,7 @@ class SegmentRotator:
         last_epoch = self.epoch_now() + 1  # the epoch the rotation starts does not count as work
         while True:
             await self.clock.sleep(period)
-            if c.state != "running" or self.epoch_now() == last_epoch:
+            if c.state != "running" or self.epoch_now() <= last_epoch:
                 continue  # not while the cluster stops or stands idle (no partition grows)
             await self.rotate()
             last_epoch = self.epoch_now() + 1
@@ -70,8 +69,11 @@ class SegmentRotator:
         c = self.cluster
         k = c.segment + 1
         topic = segment_topic(c.config.ingress_topic, k)
+        n = len(c.placement)
         try:
-            await self.create_topics({topic: len(c.placement)})
+            # Egress first: a client that sees the ingress segment reads the egress one.
+            await self.create_topics({segment_topic(c.config.egress_topic, k): n})
+            await self.create_topics({topic: n})
         except Exception as exc:  # noqa: BLE001 - the broker is unavailable: try again at the next period
             log.warning(
                 "cannot create ingress segment %s: %r; the cluster stays on segment %d", topic, exc, k - 1

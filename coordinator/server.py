@@ -118,7 +118,8 @@ class Coordinator:
                 cluster,
                 self.clock,
                 create_topics,
-                lambda: self.epochs.epoch,
+                # Epochs that ran live: a replay's do not count (its workers take no new requests).
+                lambda: self.epochs.epoch if self.epochs.epoch > self.epochs.replay_until else -1,
                 lambda: self.meta.save(cluster, self.snapshots.manifest),
                 self.epochs.work.set,
             )

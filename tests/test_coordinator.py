@@ -255,3 +255,16 @@ def test_bad_requests_are_rejected_not_aborted() -> None:
     s = t.summary(1.0)
     assert s["totals"]["aborted"] == 20 and s["totals"]["rejected"] == 20
     assert (s["txn_per_s"], s["abort_rate"]) == (100.0, 0.25)  # 2 of every 8 decided by the app
+
+
+def test_a_view_keeps_the_sequencer_ids_it_was_built_with() -> None:
+    """A view is encoded when the transport flushes, after more registrations may have renumbered the
+    sequencer ids: those it holds must stay the ones it was built with (a worker got sid 4 with n_seq 3
+    when they did not, and its process failed an assertion)."""
+    m = Membership(1000)
+    for node in ("w1", "w2", "w4"):
+        m.register(node, "h", 1, 0.0)
+    infos = m.infos()
+    m.register("w3", "h", 1, 0.0)
+    assert [(w.node_id, w.sid) for w in infos] == [("w1", 1), ("w2", 2), ("w4", 3)]
+    assert [(w.node_id, w.sid) for w in m.infos()] == [("w1", 1), ("w2", 2), ("w3", 3), ("w4", 4)]

@@ -19,7 +19,17 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from styx_py.client.sdk import StyxClient
 from styx_py.core.config import load_config
-from styx_py.core.segments import cursor_of, live, pack, segment_topic, segments_in, unpack, unread
+from styx_py.core.segments import (
+    FRESH_S,
+    cursor_of,
+    live,
+    pack,
+    segment_topic,
+    segments_in,
+    to_read,
+    unpack,
+    unread,
+)
 from styx_py.core.wire import Request, encode_value, request_decoder, request_encoder
 from styx_py.stack.services import TansuBroker, create_topics
 from styx_py.testing.memory import MemoryIngress, MemoryLog
@@ -44,6 +54,9 @@ def test_segment_topics_are_found_by_name() -> None:
     assert segments_in(["out"], "in") == []
     # A part written before segments has only its segment-0 position.
     assert cursor_of(7, {}) == {0: 7} and cursor_of(7, {2: 1, 3: 0}) == {2: 1, 3: 0}
+    # A resumed partition reads every segment from its cursor's oldest to the newest.
+    assert to_read({2: 5}, 4) == {2: 5, 3: 0, 4: 0} and to_read({}, 1) == {0: 0, 1: 0}
+    assert to_read({3: 1}, 2) == {3: 1}
 
 
 def test_workers_read_the_newest_three_and_clients_write_again_what_is_older() -> None:
@@ -70,9 +83,15 @@ def test_the_memory_ingress_reads_the_newest_three_segments_and_an_old_one_for_r
     assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0}}
     ingress.live(2)  # never back
     assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0}}
+    # A segment that leaves the live ones with records not taken is drained first.
+    log.append("in.1", 0, Request("s1r2", "acct", "deposit", "k", msgspec.Raw(b"\x90")))
+    ingress.live(4)
+    assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0, 4: 0}}
+    assert [r.request.request_id for r in ingress.take(10)] == ["s1r2", "s2r0", "s2r1"]
+    assert ingress.positions() == {0: {2: 2, 3: 0, 4: 0}}
     # A recovery: back to the snapshot's cursor, which names a segment no longer read live.
     ingress.seek({0: {0: 1}})
-    assert ingress.positions() == {0: {0: 1, 1: 0, 2: 0, 3: 0}}
+    assert ingress.positions() == {0: {0: 1, 1: 0, 2: 0, 3: 0, 4: 0}}
 
 
 # ---- the simulation -----------------------------------------------------------------------------------
@@ -150,13 +169,28 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
             await asyncio.sleep(0.02)
         assert sorted(got) == sorted(f"s{s}r{i}" for s in (0, 1) for i in range(3))
         assert ingress.positions() == {0: {0: 3, 1: 3}}
-        ingress.live(3)  # segment 0 is no longer read; 2 and 3 are, from their start
-        assert ingress.positions() == {0: {1: 3, 2: 0, 3: 0}}
-        # Replay names records by packed offset, in a segment read live or not.
+        ingress.live(3)  # 2 and 3 are read from their start; 0 is drained, then no longer read
+        assert ingress.positions() == {0: {0: 3, 1: 3, 2: 0, 3: 0}}
+        assert set(ingress.draining) == {(0, 0)}
+        await _until(lambda: ingress.positions() == {0: {1: 3, 2: 0, 3: 0}})
+        # Replay names records by packed offset, in a segment read live or not; a recovery reads every
+        # segment from its cursor's oldest, and drains those older than the live ones.
         ingress.seek({0: {0: 1, 2: 0}})
+        assert set(ingress.draining) == {(0, 0)}
         assert (await ingress.take_exact(0, pack(0, 1))).request.request_id == "s0r1"
         assert (await ingress.take_exact(0, pack(2, 0))).request.request_id == "s2r0"
         assert ingress.positions()[0] == {0: 2, 1: 0, 2: 1, 3: 0}
+        # A recovery to a cursor past a draining segment stops reading it (the fetch loop goes on).
+        ingress.seek({0: {1: 1, 3: 0}})
+        assert ingress.draining == {} and ingress.positions()[0] == {1: 1, 2: 0, 3: 0}
+        assert (await ingress.take_exact(0, pack(1, 1))).request.request_id == "s1r1"
+        got: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 7:
+            assert time.monotonic() < deadline and not fetching.done(), got
+            got += [r.request.request_id for r in ingress.take(10)]
+            await asyncio.sleep(0.02)
+        assert sorted(got) == ["s1r2", "s2r0", "s2r1", "s2r2", "s3r0", "s3r1", "s3r2"]
     finally:
         fetching.cancel()
         await ingress.stop()
@@ -167,35 +201,50 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
 async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_may_strand(
     kafka: TansuBroker,
 ) -> None:
-    """A request written to segment 0 is written again to segment 3 once the client sees segment 3
-    (workers read only 1 to 3 by then); one written to segment 1 is not. The one written again is
-    answered from there."""
+    """A request acknowledged while its segment was the newest, as a listing had just shown, is read by
+    the workers for sure: never written again. One acknowledged after the client's view went stale (it
+    could not list topics) is written again once the workers may have stopped reading its segment (the
+    newest is 3 segments ahead), and is answered from there."""
     from tests.test_client import EchoServer
 
     ingress, egress = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
     await create_topics(kafka.bootstrap, {ingress: 4, egress: 3})
+
+    async def rotate(k: int) -> None:  # as the coordinator does: egress first
+        await create_topics(kafka.bootstrap, {segment_topic(egress, k): 3})
+        await create_topics(kafka.bootstrap, {segment_topic(ingress, k): 4})
+
     async with StyxClient(kafka.bootstrap, {"acct": 4}, ingress_topic=ingress, egress_topic=egress) as client:
-        assert client.segment == 0
-        first = client.submit_future("acct", "k1", "echo", 1)
-        await create_topics(kafka.bootstrap, {segment_topic(ingress, 1): 4})
-        await _until(lambda: client.segment == 1)
-        second = client.submit_future("acct", "k2", "echo", 2)
-        assert client.stats.rewritten == 0  # the workers still read segment 0
-        await create_topics(kafka.bootstrap, {segment_topic(ingress, 2): 4})
-        await _until(lambda: client.segment == 2)
-        assert client.stats.rewritten == 0  # still read: segments 0 to 2
-        await create_topics(kafka.bootstrap, {segment_topic(ingress, 3): 4})
+        on_time = client.submit_future("acct", "k2", "echo", 2)
+        await _until(lambda: client.stats.sent == 1)
+        assert all(e.on_time for e in client._pending._entries.values())
+        # The client stops listing topics (a broker that does not answer it) and its view goes stale.
+        assert client._segments is not None
+        client._segments.cancel()
+        await _until(lambda: time.monotonic() - client._pending.listed_at > FRESH_S)
+        late = client.submit_future("acct", "k1", "echo", 1)
+        await _until(lambda: client.stats.sent == 2)
+        for k in (1, 2, 3):
+            await rotate(k)
+        client._segments = asyncio.create_task(client._follow_segments())
         await _until(lambda: client.segment == 3)
         assert client.stats.rewritten == 1
-        echo = EchoServer(kafka.bootstrap, segment_topic(ingress, 3), egress)
+        # Workers reading segments 1 to 3 reply to egress segment 2, which the client reads by now.
+        echo = EchoServer(kafka.bootstrap, segment_topic(ingress, 3), segment_topic(egress, 2))
         await echo.start()
         try:
-            reply = await asyncio.wait_for(first, 30)
+            reply = await asyncio.wait_for(late, 30)
             assert reply.committed and reply.value["args"] == [1]
-            assert not second.done()  # still in segment 1, which this echo does not read
+            assert not on_time.done()  # in segment 0, which this echo does not read
         finally:
             await echo.stop()
-        second.cancel()
+        on_time.cancel()
+        await _until(
+            lambda: (
+                {tp.topic for tp in client._consumer.assignment()}
+                == {segment_topic(egress, s) for s in (1, 2, 3)}
+            )
+        )
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, fetch_max_wait_ms=5)
     await consumer.start()
     try:
@@ -211,4 +260,7 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
                     seen.setdefault(tp.topic, []).append(request_decoder.decode(r.value).key)
     finally:
         await consumer.stop()
-    assert seen == {ingress: ["k1"], segment_topic(ingress, 1): ["k2"], segment_topic(ingress, 3): ["k1"]}
+    assert {t: sorted(keys) for t, keys in seen.items()} == {
+        ingress: ["k1", "k2"],
+        segment_topic(ingress, 3): ["k1"],
+    }

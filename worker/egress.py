@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaProducer
 
 from styx_py.core.config import Config
 from styx_py.core.limits import MAX_REQUEST_BYTES
+from styx_py.core.segments import pack, replies_to, segment_topic
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
 from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
 
@@ -36,8 +37,11 @@ class KafkaSink:
         self.encoder = msgspec.msgpack.Encoder()
         self.error: BaseException | None = None
         self.failed = asyncio.Event()
-        self.egress_acked: dict[int, int] = {}  # egress partition -> offset below which replies are acked
+        # Egress partition -> packed offset (core.segments) below which replies are acked.
+        self.egress_acked: dict[int, int] = {}
         self.seqlog_acked = 0
+        self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
+        self.topic = config.egress_topic
 
     @property
     def sent(self) -> int:
@@ -64,13 +68,23 @@ class KafkaSink:
             drain.cancel()
 
     def _on_reply_sent(self, partition: int) -> Callable[[int, BaseException | None], None]:
+        segment = self.segment
+
         def done(offset: int, exc: BaseException | None) -> None:
             if exc is not None:
                 self._fail(exc)
-            elif offset + 1 > self.egress_acked.get(partition, 0):
-                self.egress_acked[partition] = offset + 1
+            elif (acked := pack(segment, offset + 1)) > self.egress_acked.get(partition, 0):
+                self.egress_acked[partition] = acked
 
         return done
+
+    def live(self, newest: int) -> None:
+        """``newest`` is the newest ingress segment: replies go to egress segment ``replies_to(newest)``
+        from now on (never back to an older one)."""
+        segment = replies_to(newest)
+        if segment > self.segment:
+            self.segment = segment
+            self.topic = segment_topic(self.config.egress_topic, segment)
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -92,7 +106,7 @@ class KafkaSink:
     # Egress
     def send(self, partition: int, reply: Reply, epoch: int) -> None:
         self.lanes.add(
-            self.config.egress_topic,
+            self.topic,
             partition,
             reply.request_id.encode(),
             self.encoder.encode(reply),

@@ -259,6 +259,7 @@ class EpochDriver:
             return
         self.replies.live()
         self.batch.ingress.live(msg.segment)
+        self.replies.egress.live(msg.segment)
         roots, entry, es.resends = self.batch.form(msg.epoch, es.gen, version)
         es.seqlog_written = self.seqlog.append(entry)
         self._run_roots(es, roots)

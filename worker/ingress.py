@@ -17,13 +17,17 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from styx_py.core.config import Config
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.requests import read_request
-from styx_py.core.segments import Cursor, live, pack, segment_topic, unpack
+from styx_py.core.segments import Cursor, live, pack, segment_topic, to_read, unpack
 from styx_py.core.wire import IngressRecord
 from styx_py.io.fetching import FetchWait
 
 log = logging.getLogger("styx.ingress")
 
 Source = tuple[int, int]  # (segment, partition)
+
+# A segment that left the live ones is read on at least this long, and then until it is taken to its
+# high watermark (a fetch answered this long after it left was asked for after it left).
+DRAIN_S = 1.0
 
 
 class KafkaIngress:
@@ -44,6 +48,9 @@ class KafkaIngress:
         self.fetch_wait = FetchWait(config.kafka_fetch_wait_ms, f"ingress {self.topic}")
         self.partitions: list[int] = []
         self.live_segments = [0]  # the segments read live (core.segments.live)
+        # Sources of older segments still read until read to their end: since when (loop time).
+        self.draining: dict[Source, float] = {}
+        self.drain_s = max(DRAIN_S, 4 * config.kafka_fetch_wait_ms / 1000)
         # Per (segment, partition) read: records buffered, the next offset the sequencer takes, the next
         # offset the fetch loop accepts.
         self.buffers: dict[Source, deque[IngressRecord]] = {}
@@ -71,27 +78,50 @@ class KafkaIngress:
         """Read exactly ``partitions``: what was buffered from one that moved away is dropped (its new
         owner reads it from its own position)."""
         self.partitions = list(partitions)
-        self._read({(s, p): self.next_take.get((s, p), 0) for s, p in self._wanted()})
+        self.draining = {src: t for src, t in self.draining.items() if src[1] in partitions}
+        self._read({src: self.next_take.get(src, 0) for src in [*self._wanted(), *self.draining]})
         self.assigned.set()
 
     def live(self, segment: int) -> None:
         """Read the segments :func:`~styx_py.core.segments.live` names when ``segment`` is the newest,
-        from where this worker stands in them (0 in one it never read). An older segment is no longer
-        read; a record a client still writes there, the client writes again to the newest."""
+        from where this worker stands in them (0 in one it never read). A segment that leaves them is
+        *drained*: read on until, :attr:`drain_s` or more after it left, everything up to its high
+        watermark is taken, so whatever a client had written there when it left is taken (a client
+        writes again what it wrote there later: core.segments.unread)."""
         wanted = live(segment)
         if wanted == self.live_segments or segment < self.live_segments[-1]:
             # Never back: a segment dropped and read again would be read from its start. (A coordinator
             # that resumed from state saved before its predecessor's last rotation names an older one
             # until it has rotated past it.)
             return
+        now = asyncio.get_running_loop().time()
+        for s in range(self.live_segments[0], wanted[0]):  # left the live ones (read or skipped)
+            for p in self.partitions:
+                self.next_take.setdefault((s, p), 0)
+                self.draining.setdefault((s, p), now)
         self.live_segments = wanted
-        self._read({src: self.next_take.get(src, 0) for src in self._wanted()})
+        self._read({src: self.next_take.get(src, 0) for src in [*self._wanted(), *self.draining]})
+
+    def _drop_drained(self) -> None:
+        """Stop reading the draining sources that are taken up to their high watermark."""
+        now = asyncio.get_running_loop().time()
+        done = []
+        for (s, p), since in self.draining.items():
+            hw = self.consumer.highwater(TopicPartition(segment_topic(self.topic, s), p))
+            fetched = self.expect[s, p]  # past skipped records too
+            if now - since >= self.drain_s and hw is not None and fetched >= hw and not self.buffers[s, p]:
+                done.append((s, p))
+        if done:
+            for src in done:
+                del self.draining[src]
+            self._read({src: off for src, off in self.next_take.items() if src not in done})
 
     def _wanted(self) -> list[Source]:
         return [(s, p) for s in self.live_segments for p in self.partitions]
 
     def _read(self, sources: dict[Source, int]) -> None:
         """Read exactly ``sources``, each from the offset given: buffers of the others are dropped."""
+        self.draining = {src: since for src, since in self.draining.items() if src in sources}
         for src in set(self.buffers) - set(sources):
             self.count -= len(self.buffers.pop(src))
             self.next_take.pop(src, None)
@@ -115,12 +145,15 @@ class KafkaIngress:
         self.consumer.seek(TopicPartition(segment_topic(self.topic, src[0]), src[1]), offset)
 
     def seek(self, positions: dict[int, Cursor]) -> None:
-        """Consume each partition from its cursor on, dropping what was buffered (recovery); a live
-        segment the cursor does not name is read from its start."""
+        """Consume each partition from its cursor on (:func:`~styx_py.core.segments.to_read`), dropping
+        what was buffered (recovery); segments older than the live ones are drained."""
         sources = {src: off for src, off in self.next_take.items() if src[1] not in positions}
+        now = asyncio.get_running_loop().time()
         for p, cursor in positions.items():
-            for s in {*cursor, *self.live_segments}:
-                sources[s, p] = cursor.get(s, 0)
+            for s, offset in to_read(cursor, self.live_segments[-1]).items():
+                sources[s, p] = offset
+                if s not in self.live_segments:
+                    self.draining.setdefault((s, p), now)
         self._read(sources)
         for src, offset in sources.items():
             if src[1] in positions:
@@ -169,6 +202,8 @@ class KafkaIngress:
                 self.arrived.set()
             if was_empty and self.count and self.listener is not None:
                 self.listener()
+            if self.draining:
+                self._drop_drained()
 
     def take(self, n: int) -> list[IngressRecord]:
         out: list[IngressRecord] = []
@@ -188,6 +223,7 @@ class KafkaIngress:
         segment, at = unpack(offset)
         src = (segment, partition)
         if src not in self.buffers:  # a segment no longer read live, named by the log (replay)
+            self.draining.setdefault(src, asyncio.get_running_loop().time())
             self._read({**self.next_take, src: at})
         buf = self.buffers[src]
         while not buf:

@@ -498,6 +498,7 @@ class Worker:
         self.consistent = False
         owned_before = set() if fresh else set(self.table.owned())
         self.ingress.live(msg.segment)  # a fresh process would start at segment 0
+        self.egress.live(msg.segment)
         self._apply(self.view)
         self.replies.held = False  # the replayed epochs send what is not on the log yet
         if keep:  # a snapshot the coordinator abandoned: the next one carries what it held

@@ -20,7 +20,7 @@ from typing import Any
 
 from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
-from styx_py.client.sdk.kafka import KafkaError, newest_segment, open_kafka, stop_quietly
+from styx_py.client.sdk.kafka import KafkaError, egress_read, newest_segment, open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
@@ -111,9 +111,12 @@ class StyxClient:
         self._sender: asyncio.Task[None] | None = None
         self._segments: asyncio.Task[None] | None = None
         self._lanes: BatchLanes | None = None
-        # The newest ingress segment known (styx_py.core.segments) and its topic, where requests go.
+        # The newest ingress segment known (styx_py.core.segments) and its topic, where requests go;
+        # the egress partitions the reader should read (it switches between two polls).
         self.segment = 0
         self._ingress_now = ingress_topic
+        self._reply_partitions: list[int] = []
+        self._egress_wanted: list[Any] = []
         self._loop: Any = None  # the running loop, from start()
         self._broken: BaseException | None = None
         self._started = False
@@ -177,14 +180,23 @@ class StyxClient:
         if self._started:
             return
         client_id = self.client_id
-        self._producer, self._consumer, self.reply_partition, segment = await open_kafka(
-            self, client_id, self._wanted_partition
+        listed = time.monotonic()
+        ends = await open_kafka(self, client_id, self._wanted_partition)
+        self._producer, self._consumer, self.reply_partition = (
+            ends.producer,
+            ends.consumer,
+            ends.reply_partition,
         )
-        self._use_segment(segment)
+        self._reply_partitions = ends.reply_partitions
+        self._egress_wanted = list(ends.consumer.assignment())
+        self._use_segment(ends.segment)
+        self._pending.listed_at = listed
         loop = self._loop = asyncio.get_running_loop()
         self._lanes = BatchLanes(self._producer)
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
-        reader = read_replies(self._consumer, self._pending.resolve, self.stats, self.egress_topic)
+        reader = read_replies(
+            self._consumer, self._pending.resolve, self.stats, self.egress_topic, self._follow_egress
+        )
         self._reader = loop.create_task(reader, name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)
         self._segments = loop.create_task(self._follow_segments(), name=f"{client_id}-segments")
@@ -352,7 +364,7 @@ class StyxClient:
 
         def on_done(_offset: int, exc: BaseException | None) -> None:
             if exc is None:
-                self.stats.sent += 1
+                self._pending.acknowledged(entry)
             else:
                 self._pending.undelivered(entry, exc)
 
@@ -362,24 +374,54 @@ class StyxClient:
     # ---- ingress segments ----------------------------------------------------------------------------
 
     def _use_segment(self, segment: int) -> None:
-        self.segment = segment
+        self.segment = self._pending.segment = segment
         self._ingress_now = segment_topic(self.ingress_topic, segment)
 
     async def _follow_segments(self) -> None:
         """Write to the newest ingress segment (:mod:`styx_py.core.segments`), looking for a newer one
-        every :data:`SEGMENT_POLL_S`. Requests in flight last written to a segment the workers may have
-        stopped reading (:func:`~styx_py.core.segments.unread`) are written again to the newest (a
-        copy that did run is answered from the reply table, with the same reply)."""
+        every :data:`SEGMENT_POLL_S`.
+
+        A request the broker acknowledged while its segment was the newest this client knew is read by
+        the workers: they stop reading a segment only two rotations after the next one appeared, and
+        only once they read it to its end (``KafkaIngress.live``). One acknowledged later (in flight
+        when the client moved on, or written by a client that lagged) may be left unread: once the
+        workers may have stopped reading its segment (:func:`~styx_py.core.segments.unread`) it is
+        written again to the newest. A copy that did run is answered from the reply table, with the
+        same reply."""
         while True:
             await asyncio.sleep(SEGMENT_POLL_S)
+            asked = time.monotonic()
             try:
-                newest = await newest_segment(self._consumer, self.ingress_topic)
+                newest, topics = await newest_segment(self._consumer, self.ingress_topic)
             except KafkaError as exc:
                 log.debug("%s: cannot list topics: %r", self.client_id, exc)
                 continue
+            if newest <= self.segment:
+                self._pending.listed_at = asked
             if newest > self.segment:
+                self._egress_wanted = egress_read(self.egress_topic, self._reply_partitions, newest, topics)
                 self._use_segment(newest)
-                self._write_again(self._pending.written_before(newest - LIVE + 1))
+                self._pending.listed_at = asked
+                self._write_again(self._pending.written_late(newest - LIVE + 1))
+
+    async def _follow_egress(self, consumer: Any) -> None:
+        """Between two polls of the reader: read the egress segments :meth:`_follow_segments` chose, a
+        new one from its start; one no longer chosen only once read to its end (workers stopped writing
+        to it a rotation ago)."""
+        have = set(consumer.assignment())
+        want = set(self._egress_wanted)
+        if want == have:
+            return
+        for tp in have - want:
+            hw = consumer.highwater(tp)
+            if hw is None or await consumer.position(tp) < hw:
+                want.add(tp)  # not read to its end yet
+        if want == have:
+            return
+        positions = {tp: await consumer.position(tp) for tp in have & want}
+        consumer.assign(sorted(want))
+        for tp in want:
+            consumer.seek(tp, positions.get(tp, 0))
 
     def _write_again(self, entries: list[Pending]) -> None:
         lanes = self._lanes
@@ -392,12 +434,14 @@ class StyxClient:
                 self.segment,
             )
         for entry in entries:
-            entry.segment = self.segment
+            entry.segment, entry.on_time = self.segment, False
             self.stats.rewritten += 1
 
             def on_done(_offset: int, exc: BaseException | None, entry: Pending = entry) -> None:
                 if exc is not None:
                     self._pending.undelivered(entry, exc)
+                else:
+                    entry.on_time = self._pending.on_time(entry.segment)
 
             lanes.add(self._ingress_now, entry.partition, entry.rid.encode(), entry.fingerprint, on_done)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 # aiokafka ships no type information; the extra code keeps these lines clean whether or not the
 # project's mypy config already ignores missing stubs.
@@ -32,7 +32,7 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
 from styx_py.core.partitioning import partition_of
-from styx_py.core.segments import segments_in
+from styx_py.core.segments import live, segment_topic, segments_in
 from styx_py.io.batching import MAX_BATCH_BYTES
 
 __all__ = [
@@ -81,33 +81,50 @@ def reply_partition_of(client_id: str, wanted: int | None, egress_partitions: in
     return wanted
 
 
-async def open_kafka(
-    settings: KafkaSettings, client_id: str, reply_partition: int | None
-) -> tuple[Any, Any, int, int]:
+class KafkaEnds(NamedTuple):
+    producer: Any
+    consumer: Any
+    reply_partition: int  # -1: every egress partition
+    reply_partitions: list[int]  # the egress partitions read, in every segment read
+    segment: int  # the newest ingress segment when the client started
+
+
+def egress_read(egress_topic: str, partitions: list[int], newest: int, topics: Iterable[str]) -> list[Any]:
+    """The egress topic partitions a client reads when ``newest`` is the newest ingress segment: its
+    reply partitions in each segment workers may write replies to (:func:`~styx_py.core.segments.live`)
+    whose topic exists."""
+    existing = set(topics)
+    names = [segment_topic(egress_topic, s) for s in live(newest)]
+    return [TopicPartition(t, p) for t in names if t in existing for p in partitions]
+
+
+async def open_kafka(settings: KafkaSettings, client_id: str, reply_partition: int | None) -> KafkaEnds:
     """A started producer, and a started consumer assigned the client's reply partition (chosen by
-    :func:`reply_partition_of`) and positioned at its end; within ``timeout_s``. Both are stopped
-    again if anything fails. Returns the two, the reply partition and the newest ingress segment."""
+    :func:`reply_partition_of`) in every egress segment it reads (:func:`egress_read`) and positioned
+    at their end; within ``timeout_s``. Both are stopped again if anything fails."""
     producer = _producer(settings, client_id)
     consumer = _consumer(settings, client_id)
     deadline = asyncio.get_running_loop().time() + settings.timeout_s
     try:
-        egress_partitions, segment = await _start(producer, consumer, settings, deadline)
+        egress_partitions, topics = await _start(producer, consumer, settings, deadline)
+        segment = max(segments_in(topics, settings.ingress_topic), default=0)
         chosen = reply_partition_of(client_id, reply_partition, egress_partitions)
-        read = range(egress_partitions) if chosen == -1 else [chosen]
-        tps = [TopicPartition(settings.egress_topic, p) for p in read]
+        read = list(range(egress_partitions)) if chosen == -1 else [chosen]
+        tps = egress_read(settings.egress_topic, read, segment, topics)
         consumer.assign(tps)
         await _position_at_end(consumer, tps, deadline, settings)
     except BaseException:
         await stop_quietly(consumer, "consumer")
         await stop_quietly(producer, "producer")
         raise
-    return producer, consumer, chosen, segment
+    return KafkaEnds(producer, consumer, chosen, read, segment)
 
 
-async def newest_segment(consumer: Any, ingress_topic: str) -> int:
-    """The newest segment of the ingress topic (:mod:`styx_py.core.segments`; 0 without any), from the
-    broker's list of topics (asking for one topic's metadata would create it)."""
-    return max(segments_in(await consumer.topics(), ingress_topic), default=0)
+async def newest_segment(consumer: Any, ingress_topic: str) -> tuple[int, set[str]]:
+    """The newest segment of the ingress topic (:mod:`styx_py.core.segments`; 0 without any) and the
+    broker's topics, from its list of topics (asking for one topic's metadata would create it)."""
+    topics = set(await consumer.topics())
+    return max(segments_in(topics, ingress_topic), default=0), topics
 
 
 def _producer(settings: KafkaSettings, client_id: str) -> Any:
@@ -138,14 +155,15 @@ def _consumer(settings: KafkaSettings, client_id: str) -> Any:
     )
 
 
-async def _start(producer: Any, consumer: Any, settings: KafkaSettings, deadline: float) -> tuple[int, int]:
-    """Start both, check the topics; the egress partition count and the newest ingress segment."""
+async def _start(
+    producer: Any, consumer: Any, settings: KafkaSettings, deadline: float
+) -> tuple[int, set[str]]:
+    """Start both, check the topics; the egress partition count and the broker's topics."""
     try:
         await producer.start()
         await consumer.start()
         async with asyncio.timeout_at(deadline):
-            await _require_topics(consumer, settings)
-            segment = await newest_segment(consumer, settings.ingress_topic)
+            topics = await _require_topics(consumer, settings)
             ingress_partitions = await _partitions(producer, settings.ingress_topic, settings.bootstrap)
             egress_partitions = await _partitions(producer, settings.egress_topic, settings.bootstrap)
     except TimeoutError as exc:
@@ -160,24 +178,25 @@ async def _start(producer: Any, consumer: Any, settings: KafkaSettings, deadline
             f"ingress topic {settings.ingress_topic!r} has {ingress_partitions} partitions but an "
             f"operator needs {needed}; operators={settings.operators}"
         )
-    return egress_partitions, segment
+    return egress_partitions, topics
 
 
-async def _require_topics(consumer: Any, settings: KafkaSettings) -> None:
-    """Fail unless both topics exist, *before* any request names them.
+async def _require_topics(consumer: Any, settings: KafkaSettings) -> set[str]:
+    """Fail unless both topics exist, *before* any request names them; the broker's topics.
 
     Asking for a missing topic's metadata (or producing to it) makes Kafka and Tansu auto-create
     it with the broker's default partition count (Tansu: 4), after which the coordinator's own
     CreateTopics would find it "already existing" with the wrong number of partitions. The
     all-topics listing creates nothing.
     """
-    existing = await consumer.topics()
+    existing = set(await consumer.topics())
     missing = [t for t in (settings.ingress_topic, settings.egress_topic) if t not in existing]
     if missing:
         raise ConfigError(
             f"topics {missing} do not exist on {settings.bootstrap}; deploy a graph first "
             "(the coordinator creates them with the right partition counts)"
         )
+    return existing
 
 
 async def _partitions(producer: Any, topic: str, bootstrap: str) -> int:

@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from styx_py.client.sdk.kafka import KafkaError
 from styx_py.client.sdk.requests import same_request
 from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError, Unavailable
+from styx_py.core.segments import FRESH_S
 from styx_py.core.wire import Key, Reply
 
 __all__ = [
@@ -83,7 +85,7 @@ class Pending:
     failure comes (no callback chain through ``future``).
     """
 
-    __slots__ = ("fingerprint", "future", "listeners", "partition", "rid", "segment", "waiters")
+    __slots__ = ("fingerprint", "future", "listeners", "on_time", "partition", "rid", "segment", "waiters")
 
     def __init__(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> None:
         self.rid = rid
@@ -91,10 +93,13 @@ class Pending:
         self.fingerprint = fingerprint  # what was sent under this id (see requests.same_request)
         self.waiters = 0
         self.listeners: list[AnyListener] = []
-        # Where it was written: the ingress partition and segment (written again to a newer segment
-        # when the workers may have stopped reading that one: StyxClient._follow_segments).
+        # Where it was written: the ingress partition and segment, and whether the broker acknowledged
+        # it while that segment was still the newest the client knew (then the workers read it before
+        # they stop reading the segment; else it is written again to a newer one once they may have:
+        # StyxClient._follow_segments).
         self.partition = 0
         self.segment = 0
+        self.on_time = False
 
 
 class Listener:
@@ -149,7 +154,7 @@ class Callback:
     def delivered(self, _offset: int, exc: BaseException | None) -> None:
         """The producer's verdict on the request's record (``BatchLanes`` ``on_done``)."""
         if exc is None:
-            self.table.stats.sent += 1
+            self.table.acknowledged(self.entry)
         else:
             self.table.undelivered(self.entry, exc)
 
@@ -237,6 +242,8 @@ class PendingTable:
         # What was sent under the ids that left the table (module docstring), bounded the same way.
         self._recent: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._deadlines = Deadlines(self._timed_out)
+        self.segment = 0  # the newest ingress segment the client knows (core.segments)
+        self.listed_at = -math.inf  # when (time.monotonic) a listing of topics last showed it newest
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -244,9 +251,23 @@ class PendingTable:
     def get(self, rid: str) -> Pending | None:
         return self._entries.get(rid)
 
-    def written_before(self, segment: int) -> list[Pending]:
-        """The requests in flight last written to an ingress segment older than ``segment``."""
-        return [e for e in self._entries.values() if e.segment < segment]
+    def written_late(self, segment: int) -> list[Pending]:
+        """The requests in flight last written to an ingress segment older than ``segment`` and not
+        acknowledged on time (:class:`Pending`)."""
+        return [e for e in self._entries.values() if e.segment < segment and not e.on_time]
+
+    def acknowledged(self, entry: Pending) -> None:
+        """The broker acknowledged ``entry``'s record."""
+        self.stats.sent += 1
+        entry.on_time = self.on_time(entry.segment)
+
+    def on_time(self, segment: int) -> bool:
+        """Whether a record written to ``segment`` and acknowledged now is read by the workers for sure:
+        ``segment`` is the newest, as a listing of topics showed less than :data:`FRESH_S` ago. Then the
+        next segment did not exist then, the one after it appears a rotation (>= ``log_segment_s``,
+        more than FRESH_S) after that one, and workers read ``segment`` until later still
+        (core.segments.LIVE), to its end."""
+        return segment == self.segment and time.monotonic() - self.listed_at < FRESH_S
 
     def check_reuse(self, rid: str, fingerprint: bytes) -> None:
         """Raise :class:`BadRequest` when ``rid`` is pending or was recently sent for another payload.

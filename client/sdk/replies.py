@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -17,9 +17,10 @@ __all__ = ["decode_reply", "read_replies", "result_of"]
 
 log = logging.getLogger("styx.client")
 
-# How long one getmany() may block. Only bounds how quickly the reader notices cancellation when no
-# replies flow; replies themselves are returned as soon as a fetch brings them.
-_READ_POLL_MS = 1000
+# How long one getmany() may block. Only bounds how quickly the reader notices cancellation or a new
+# egress segment to read when no replies flow; replies themselves are returned as soon as a fetch
+# brings them.
+_READ_POLL_MS = 250
 
 
 def decode_reply(data: bytes) -> Reply:
@@ -31,11 +32,18 @@ def decode_reply(data: bytes) -> Reply:
 
 
 async def read_replies(
-    consumer: Any, deliver: Callable[[Reply], None], stats: ClientStats, topic: str
+    consumer: Any,
+    deliver: Callable[[Reply], None],
+    stats: ClientStats,
+    topic: str,
+    follow: Callable[[Any], Awaitable[None]] | None = None,
 ) -> None:
-    """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped)."""
+    """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped).
+    ``follow(consumer)`` runs before each poll (the client changes what it reads there)."""
     wait = FetchWait.of(consumer, f"replies {topic}")  # raised if the broker starves it (Tansu on S3)
     while True:
+        if follow is not None:
+            await follow(consumer)
         batches = await consumer.getmany(timeout_ms=_READ_POLL_MS)
         await wait.after_poll(consumer, batches)
         for records in batches.values():

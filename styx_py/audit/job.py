@@ -390,7 +390,8 @@ def plan(cfg: AuditConfig) -> list[OffsetRange]:
     Kafka or a topic is not there."""
     topics = [cfg.ingress_topic, cfg.egress_topic, cfg.seqlog_topic]
     try:
-        return asyncio.run(plan_ranges(cfg.kafka, topics, cfg.timeout_s, segmented=[cfg.ingress_topic]))
+        segmented = [cfg.ingress_topic, cfg.egress_topic]
+        return asyncio.run(plan_ranges(cfg.kafka, topics, cfg.timeout_s, segmented=segmented))
     except (
         OSError,
         RuntimeError,
@@ -416,10 +417,9 @@ def run_audit(
     if planned is None:
         timer.stage(f"planning: the high watermarks of {', '.join(topics.values())} on {cfg.kafka}")
         planned = plan(cfg)
-    # The ingress topic's segments (core.segments) are read as one log: request ids, not offsets, tie
-    # requests to replies.
-    ranges = {kind: [r for r in planned if r.topic == topic] for kind, topic in topics.items()}
-    ranges["ingress"] = [r for r in planned if segments_in([r.topic], cfg.ingress_topic)]
+    # The segments of the ingress and egress topics (core.segments) are read as one log each: request
+    # ids, not offsets, tie requests to replies.
+    ranges = {kind: [r for r in planned if segments_in([r.topic], topic)] for kind, topic in topics.items()}
     stats: dict[str, Any] = {
         "kafka": cfg.kafka,
         "topics": topics,

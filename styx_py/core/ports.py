@@ -68,7 +68,12 @@ class Egress(Protocol):
         ...
 
     def offsets(self) -> dict[int, int]:
-        """Per egress partition, an offset below which every reply is acknowledged."""
+        """Per egress partition, a packed offset (``core.segments``) below which every reply is
+        acknowledged."""
+        ...
+
+    def live(self, newest: int) -> None:
+        """``newest`` is the newest ingress segment: send to ``core.segments.replies_to(newest)``."""
         ...
 
     def reset_offsets(self, offsets: dict[int, int]) -> None: ...

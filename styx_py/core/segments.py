@@ -4,14 +4,17 @@ A broker like Tansu (the local default) answers every fetch that returns data by
 stored in the partition, so a partition that is tailed while it grows costs more with every batch
 (benchmarks/results/issue15-broker.md). With ``log_segment_s`` set, the coordinator starts a new
 *segment* of the ingress topic that often: segment 0 is the configured topic itself, segment ``k``
-the topic ``<ingress_topic>.<k>`` with the same partitions. Clients write to the newest segment they
+the topic ``<ingress_topic>.<k>`` with the same partitions; the egress topic is segmented the same
+way, and workers write replies to the segment before the newest (:func:`replies_to`), which clients
+read already when they learn of the newest. Clients write to the newest segment they
 know of; workers read the newest :data:`LIVE` (a client that has not noticed the newest one yet still
 writes to an older one, and a record written just before a client moved on may still be on its way).
 A client writes again what it wrote to an older segment (:func:`unread`) and has no reply for. The
 protocol is in docs/architecture.md ("Ingress segments").
 
 A record is named by its partition and a *packed offset*: its segment in the high bits, its Kafka
-offset in the low :data:`SHIFT` bits. Packed offsets of one segment keep their order, segment 0's are
+offset in the low :data:`SHIFT` bits (an egress position too: below it, every reply of some earlier
+segments and offsets). Packed offsets of one segment keep their order, segment 0's are
 the plain Kafka offsets (logs and snapshots written before segments read the same), and everything that
 names a record (the sequencer log, snapshots, handoffs) carries one int as before. Where a partition's
 consumption stands is a :data:`Cursor`: segment -> next offset to take.
@@ -23,14 +26,18 @@ import re
 from collections.abc import Iterable
 
 __all__ = [
+    "FRESH_S",
     "LIVE",
+    "MIN_PERIOD_S",
     "SHIFT",
     "Cursor",
     "cursor_of",
     "live",
     "pack",
+    "replies_to",
     "segment_topic",
     "segments_in",
+    "to_read",
     "unpack",
     "unread",
 ]
@@ -39,6 +46,12 @@ SHIFT = 40  # a segment holds up to 2**40 records per partition; segments up to 
 _MASK = (1 << SHIFT) - 1
 
 Cursor = dict[int, int]  # segment -> next Kafka offset to take, for one partition
+
+# A client's write acknowledged this soon after a listing of topics that showed its segment as the
+# newest is read by the workers for sure (client PendingTable.on_time): the coordinator starts segments
+# at least MIN_PERIOD_S apart (a longer log_segment_s is refused).
+FRESH_S = 1.0
+MIN_PERIOD_S = 1.5
 
 # Segments the workers read: the newest and the two before it. A client that follows every new
 # segment (it looks every 0.5 s; one starts every ``log_segment_s``) stops writing to a segment about
@@ -49,6 +62,21 @@ LIVE = 3
 def live(newest: int) -> list[int]:
     """The segments workers read when ``newest`` is the newest."""
     return [s for s in range(newest - LIVE + 1, newest + 1) if s >= 0]
+
+
+def to_read(cursor: Cursor, newest: int) -> Cursor:
+    """Where a worker that resumes a partition at ``cursor`` (a snapshot's, a handoff's; empty: from the
+    beginning) reads it when ``newest`` is the newest segment: every segment from the oldest the cursor
+    names up to the newest, from the cursor's offset or from the start. The cursor names every segment
+    its worker still read; older ones it had read to their end (a worker drains a segment before it
+    stops reading it), and newer ones it had not read yet."""
+    return {s: cursor.get(s, 0) for s in range(min(cursor, default=0), max(newest, *cursor, 0) + 1)}
+
+
+def replies_to(newest: int) -> int:
+    """The egress segment workers write replies to when ``newest`` is the newest: the one before it,
+    which every client that follows (it reads :func:`live` of the newest it knows) already reads."""
+    return max(0, newest - 1)
 
 
 def unread(segment: int, newest: int) -> bool:

@@ -16,6 +16,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from styx_py.core.config import Config
+from styx_py.core.segments import segment_topic, segments_in, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
 from styx_py.io.fetching import FetchWait
 
@@ -74,6 +75,16 @@ async def read_to_end(
         await consumer.stop()
 
 
+async def list_topics(bootstrap: str) -> set[str]:
+    """The broker's topics (listing creates none, unlike asking for one topic's metadata)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    try:
+        return set(await consumer.topics())
+    finally:
+        await consumer.stop()
+
+
 class KafkaLogReader:
     def __init__(self, bootstrap: str, config: Config) -> None:
         self.bootstrap = bootstrap
@@ -82,10 +93,16 @@ class KafkaLogReader:
         self.wait = FetchWait(READ_FETCH_WAIT_MS, "log reader")
 
     async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
-        """Replies on the egress log from ``offsets`` on that epochs after ``after_epoch`` sent (a record
-        without the epoch header counts as such)."""
+        """Replies on the egress log from ``offsets`` (packed: core.segments) on that epochs after
+        ``after_epoch`` sent (a record without the epoch header counts as such): in each partition, from
+        the offset in its segment, then every later segment of the egress topic whole."""
         topic = self.config.egress_topic
-        starts = {TopicPartition(topic, p): o for p, o in offsets.items()}
+        segments = segments_in(await list_topics(self.bootstrap), topic) if offsets else []
+        starts: dict[TopicPartition, int] = {}
+        for p, bound in offsets.items():
+            first, start = unpack(bound)
+            for s in (s for s in segments if s >= first):
+                starts[TopicPartition(segment_topic(topic, s), p)] = start if s == first else 0
         records = await read_to_end(self.bootstrap, starts, wait=self.wait)
         out: list[Reply] = []
         for r in records:
@@ -115,4 +132,4 @@ def sent_epoch(headers: Sequence[tuple[str, bytes]]) -> int | None:
     return None
 
 
-__all__ = ["KafkaLogReader", "read_to_end", "sent_epoch"]
+__all__ = ["KafkaLogReader", "list_topics", "read_to_end", "sent_epoch"]

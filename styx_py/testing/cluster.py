@@ -91,12 +91,13 @@ class SimCluster:
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
         self.submissions: Counter[str] = Counter()
-        # Ingress segments (core.segments): the segment each request id was last written to, and the
-        # copies written again because the workers may have stopped reading that segment (the SDK's
-        # rule): such a copy may be answered (its first one was read after all) or not.
-        self.segment_of: dict[str, tuple[int, int, Request]] = {}  # (segment, partition, record)
+        # Ingress segments (core.segments): where each request id was last written (segment, partition,
+        # record, and whether late: not to the newest segment, as by a client that lags), and the
+        # copies written again because the workers may have stopped reading a segment with a late copy
+        # (the SDK's rule): the late copy may have been read after all, or not.
+        self.segment_of: dict[str, tuple[int, int, Request, bool]] = {}
         self.segment_resends: Counter[str] = Counter()
-        self.first_segment: dict[str, int] = {}  # the oldest segment a copy of each request id went to
+        self.late_segment: dict[str, int] = {}  # the oldest segment a late copy of a request id went to
         # Each submission names a seeded reply partition, as SDK clients do (-1: none, the reply goes
         # to a partition of its worker's choosing); the partitions each request id may be answered on
         # (-1: any).
@@ -273,50 +274,52 @@ class SimCluster:
         self.submissions[req.request_id] += 1
         routed = msgspec.structs.replace(req, reply_partition=reply_partition)
         # Into the newest ingress segment, which the workers may not read yet (the coordinator created
-        # it and has not named it in an epoch yet, or died in between), or into the older one they read
-        # (a client that has not noticed the newest yet).
+        # it and has not named it in an epoch yet, or died in between), or, late, into an older one
+        # they read (a client that has not noticed the newest yet).
         segment = segments_in(self.log.topics, self.config.ingress_topic)[-1]
         older = self.coordinator.cluster.segment - 1
-        if older >= 0 and self._reply_routes.random() < 0.3:
+        late = older >= 0 and self._reply_routes.random() < 0.3
+        if late:
             segment = older
-        self.segment_of[req.request_id] = (segment, partition, routed)
-        self.first_segment.setdefault(req.request_id, segment)
+            self.late_segment.setdefault(req.request_id, segment)
+        self.segment_of[req.request_id] = (segment, partition, routed, late)
         self.log.append(segment_topic(self.config.ingress_topic, segment), partition, routed)
 
     def _resend_from_old_segments(self) -> None:
         """What an SDK client does once the newest ingress segment is ``n``: write again, to ``n``, every
-        request without a reply that it last wrote to a segment the workers may no longer read
-        (core.segments.unread)."""
+        request without a reply that it last wrote late to a segment the workers may no longer read
+        (core.segments.unread). One written on time is never left unread: workers drain a segment."""
         newest = segments_in(self.log.topics, self.config.ingress_topic)[-1]
         answered = {r.request_id for r in self.replies}
-        for rid, (segment, partition, routed) in list(self.segment_of.items()):
-            if unread(segment, newest) and rid not in answered:
-                self.segment_of[rid] = (newest, partition, routed)
+        for rid, (segment, partition, routed, late) in list(self.segment_of.items()):
+            if late and unread(segment, newest) and rid not in answered:
+                self.segment_of[rid] = (newest, partition, routed, False)
                 self.segment_resends[rid] += 1
                 self.log.append(segment_topic(self.config.ingress_topic, newest), partition, routed)
 
     def _unanswered(self) -> bool:
-        """Some submission of a request id has no reply yet. Of a request id with a copy in a segment
-        the workers may no longer read, one reply will do: that copy may have been left unread."""
+        """Some submission of a request id has no reply yet. Of a request id with a late copy in a
+        segment the workers may no longer read, one reply will do: that copy may have been left unread."""
         newest = segments_in(self.log.topics, self.config.ingress_topic)[-1]
         if not unread(0, newest):
             return len(self.replies) < self.submissions.total()
         counts = Counter(r.request_id for r in self.replies)
         return any(
-            counts[rid] < (1 if unread(self.first_segment[rid], newest) else n)
+            counts[rid] < (1 if unread(self.late_segment.get(rid, newest), newest) else n)
             for rid, n in self.submissions.items()
         )
 
     def misrouted_replies(self) -> list[tuple[int, Reply]]:
         """Replies on an egress partition that no submission of their request id named (a submission
-        that named none may be answered on any)."""
-        parts = self.log.topics[self.config.egress_topic]
+        that named none may be answered on any), in every egress segment."""
+        egress = self.config.egress_topic
         out = []
-        for q, part in enumerate(parts):
-            for r in part:
-                routes = self.routes.get(r.request_id, ())
-                if q not in routes and -1 not in routes:
-                    out.append((q, r))
+        for s in segments_in(self.log.topics, egress):
+            for q, part in enumerate(self.log.topics[segment_topic(egress, s)]):
+                for r in part:
+                    routes = self.routes.get(r.request_id, ())
+                    if q not in routes and -1 not in routes:
+                        out.append((q, r))
         return out
 
     async def deploy(self, import_path: str, timeout_s: float = 30.0) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from styx_py.core.requests import read_request
-from styx_py.core.segments import Cursor, live, pack, segment_topic, unpack
+from styx_py.core.segments import Cursor, live, pack, replies_to, segment_topic, segments_in, to_read, unpack
 from styx_py.core.wire import (
     COORDINATOR,
     Batch,
@@ -202,10 +202,22 @@ class MemoryIngress:
         self._read({(s, p): self._pos.get((s, p), 0) for s in self.live_segments for p in partitions})
 
     def live(self, segment: int) -> None:
+        """As ``KafkaIngress.live``: a segment that leaves the live ones is read until taken to its end."""
         wanted = live(segment)
         if wanted != self.live_segments and segment >= self.live_segments[-1]:
+            # Those that leave the live ones, read or skipped.
+            left = {(s, p): 0 for s in range(self.live_segments[0], wanted[0]) for p in self.partitions}
             self.live_segments = wanted
-            self._read({(s, p): self._pos.get((s, p), 0) for s in wanted for p in self.partitions})
+            sources = {(s, p): self._pos.get((s, p), 0) for s in wanted for p in self.partitions}
+            self._read({**sources, **self._draining({**left, **self._pos})})
+
+    def _draining(self, sources: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
+        """Of ``sources``, those of segments no longer live with records not taken yet."""
+        return {
+            (s, p): pos
+            for (s, p), pos in sources.items()
+            if s not in self.live_segments and pos < len(self._part(s, p))
+        }
 
     def _part(self, segment: int, p: int) -> list[Any]:
         parts = self.log.topics.get(segment_topic(self.topic, segment), [])
@@ -224,6 +236,9 @@ class MemoryIngress:
                         out.append(rec)
                     self._pos[s, p] = pos + 1
                     progress = True
+        if any(s not in self.live_segments for s, _ in self._pos):
+            live_sources = {src: pos for src, pos in self._pos.items() if src[0] in self.live_segments}
+            self._read({**live_sources, **self._draining(self._pos)})
         return out
 
     def _record(self, segment: int, p: int, offset: int) -> IngressRecord | None:
@@ -263,8 +278,8 @@ class MemoryIngress:
     def seek(self, positions: dict[int, Cursor]) -> None:
         sources = {src: pos for src, pos in self._pos.items() if src[1] not in positions}
         for p, cursor in positions.items():
-            for s in {*cursor, *self.live_segments}:
-                sources[s, p] = cursor.get(s, 0)
+            for s, offset in to_read(cursor, self.live_segments[-1]).items():
+                sources[s, p] = offset
         self._read(sources)
 
 
@@ -287,6 +302,7 @@ class MemoryEgress:
         self.ack_lag = ack_lag
         self.in_flight: Counter[int] = Counter()  # replies sent, not yet on the log, by sending epoch
         self.dead = False
+        self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
         self._flushes: list[asyncio.Future[None]] = []  # done when nothing is in flight
 
     def send(self, partition: int, reply: Reply, epoch: int) -> None:
@@ -297,27 +313,33 @@ class MemoryEgress:
             return
         self.in_flight[epoch] += 1
         # Hops of call_soon keep the order of sends (the loop's ready queue is FIFO).
-        asyncio.get_running_loop().call_soon(self._hop, partition, reply, epoch, self.ack_lag - 1)
+        topic = segment_topic(self.topic, self.segment)
+        asyncio.get_running_loop().call_soon(self._hop, topic, partition, reply, epoch, self.ack_lag - 1)
 
-    def _hop(self, partition: int, reply: Reply, epoch: int, left: int) -> None:
+    def live(self, newest: int) -> None:
+        self.segment = max(self.segment, replies_to(newest))
+        self.log.create(segment_topic(self.topic, self.segment), len(self.log.topics[self.topic]))
+
+    def _hop(self, topic: str, partition: int, reply: Reply, epoch: int, left: int) -> None:
         if self.dead:
             return
         if left > 0:
-            asyncio.get_running_loop().call_soon(self._hop, partition, reply, epoch, left - 1)
+            asyncio.get_running_loop().call_soon(self._hop, topic, partition, reply, epoch, left - 1)
             return
         self.in_flight[epoch] -= 1
         if not self.in_flight[epoch]:
             del self.in_flight[epoch]
-        self._append(partition, reply, epoch)
+        self._append(partition, reply, epoch, topic)
         if not self.in_flight:
             for done in self._flushes:
                 if not done.done():
                     done.set_result(None)
             self._flushes.clear()
 
-    def _append(self, partition: int, reply: Reply, epoch: int) -> None:
-        self.log.sent_epochs.setdefault((self.topic, partition), []).append(epoch)
-        self.log.append(self.topic, partition, reply)
+    def _append(self, partition: int, reply: Reply, epoch: int, topic: str | None = None) -> None:
+        topic = topic or segment_topic(self.topic, self.segment)
+        self.log.sent_epochs.setdefault((topic, partition), []).append(epoch)
+        self.log.append(topic, partition, reply)
         if self.on_reply is not None:
             self.on_reply(reply)
 
@@ -326,7 +348,8 @@ class MemoryEgress:
         self.dead = True
 
     def offsets(self) -> dict[int, int]:
-        return {p: len(part) for p, part in enumerate(self.log.topics[self.topic])}
+        parts = self.log.topics[segment_topic(self.topic, self.segment)]
+        return {p: pack(self.segment, len(part)) for p, part in enumerate(parts)}
 
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         pass  # offsets are read off the log itself
@@ -350,11 +373,16 @@ class MemoryLogReader:
         self.seqlog_topic = seqlog_topic
 
     async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
-        parts = self.log.topics[self.egress_topic]
         out: list[Reply] = []
-        for p, start in sorted(offsets.items()):
-            sent = self.log.sent_epochs.get((self.egress_topic, p), [])
-            out += [r for r, e in zip(parts[p][start:], sent[start:], strict=True) if e > after_epoch]
+        segments = segments_in(self.log.topics, self.egress_topic)
+        for p, bound in sorted(offsets.items()):
+            first, start = unpack(bound)
+            for s in (s for s in segments if s >= first):
+                topic = segment_topic(self.egress_topic, s)
+                at = start if s == first else 0
+                sent = self.log.sent_epochs.get((topic, p), [])
+                part = self.log.topics[topic][p]
+                out += [r for r, e in zip(part[at:], sent[at:], strict=True) if e > after_epoch]
         return out
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
