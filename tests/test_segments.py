@@ -24,6 +24,8 @@ from styx_py.core.segments import (
     cursor_of,
     live,
     pack,
+    replies_to,
+    reply_segments,
     segment_topic,
     segments_in,
     to_read,
@@ -57,14 +59,17 @@ def test_segment_topics_are_found_by_name() -> None:
     # A resumed partition reads every segment from its cursor's oldest to the newest.
     assert to_read({2: 5}, 4) == {2: 5, 3: 0, 4: 0} and to_read({}, 1) == {0: 0, 1: 0}
     assert to_read({3: 1}, 2) == {3: 1}
+    # A segment between two the cursor names was drained before the older one: not read again.
+    assert to_read({2: 5, 4: 1}, 5) == {2: 5, 4: 1, 5: 0}
 
 
-def test_workers_read_the_newest_three_and_clients_write_again_what_is_older() -> None:
-    assert live(0) == [0] and live(1) == [0, 1] and live(5) == [3, 4, 5]
-    assert not unread(3, 5) and unread(2, 5) and not unread(0, 2)
+def test_workers_read_the_newest_two_clients_replies_from_three_and_write_again_what_is_late() -> None:
+    assert live(0) == [0] and live(1) == [0, 1] and live(5) == [4, 5]
+    assert reply_segments(1) == [0, 1] and reply_segments(5) == [3, 4, 5] and replies_to(5) == 4
+    assert not unread(4, 5) and unread(3, 5) and not unread(0, 1) and unread(0, 2)
 
 
-def test_the_memory_ingress_reads_the_newest_three_segments_and_an_old_one_for_replay() -> None:
+def test_the_memory_ingress_reads_the_newest_two_segments_drains_and_resumes_from_a_cursor() -> None:
     log = MemoryLog()
     for s in range(3):
         log.create(segment_topic("in", s), 1)
@@ -79,16 +84,17 @@ def test_the_memory_ingress_reads_the_newest_three_segments_and_an_old_one_for_r
     assert [r.request.request_id for r in taken] == ["s0r0", "s1r0", "s0r1", "s1r1"]
     assert [r.offset for r in taken] == [0, pack(1, 0), 1, pack(1, 1)]
     assert ingress.positions() == {0: {0: 2, 1: 2}}
-    ingress.live(3)  # segments 1 to 3: no longer 0
-    assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0}}
+    ingress.live(3)  # segments 2 and 3; 0 and 1 were taken to their end
+    assert ingress.positions() == {0: {2: 0, 3: 0}}
     ingress.live(2)  # never back
-    assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0}}
+    assert ingress.positions() == {0: {2: 0, 3: 0}}
     # A segment that leaves the live ones with records not taken is drained first.
-    log.append("in.1", 0, Request("s1r2", "acct", "deposit", "k", msgspec.Raw(b"\x90")))
     ingress.live(4)
-    assert ingress.positions() == {0: {1: 2, 2: 0, 3: 0, 4: 0}}
-    assert [r.request.request_id for r in ingress.take(10)] == ["s1r2", "s2r0", "s2r1"]
-    assert ingress.positions() == {0: {2: 2, 3: 0, 4: 0}}
+    assert ingress.positions() == {0: {2: 0, 3: 0, 4: 0}}
+    ingress.assign([0])  # a new view keeps what drains
+    assert ingress.positions() == {0: {2: 0, 3: 0, 4: 0}}
+    assert [r.request.request_id for r in ingress.take(10)] == ["s2r0", "s2r1"]
+    assert ingress.positions() == {0: {3: 0, 4: 0}}
     # A recovery: back to the snapshot's cursor, which names a segment no longer read live.
     ingress.seek({0: {0: 1}})
     assert ingress.positions() == {0: {0: 1, 1: 0, 2: 0, 3: 0, 4: 0}}
@@ -169,28 +175,28 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
             await asyncio.sleep(0.02)
         assert sorted(got) == sorted(f"s{s}r{i}" for s in (0, 1) for i in range(3))
         assert ingress.positions() == {0: {0: 3, 1: 3}}
-        ingress.live(3)  # 2 and 3 are read from their start; 0 is drained, then no longer read
+        ingress.live(3)  # 2 and 3 are read from their start; 0 and 1 are drained, then no longer read
         assert ingress.positions() == {0: {0: 3, 1: 3, 2: 0, 3: 0}}
-        assert set(ingress.draining) == {(0, 0)}
-        await _until(lambda: ingress.positions() == {0: {1: 3, 2: 0, 3: 0}})
+        assert set(ingress.draining) == {(0, 0), (1, 0)}
+        await _until(lambda: ingress.positions() == {0: {2: 0, 3: 0}})
         # Replay names records by packed offset, in a segment read live or not; a recovery reads every
         # segment from its cursor's oldest, and drains those older than the live ones.
-        ingress.seek({0: {0: 1, 2: 0}})
+        ingress.seek({0: {0: 1, 2: 0}})  # segment 1, between the two, was drained: not read again
         assert set(ingress.draining) == {(0, 0)}
         assert (await ingress.take_exact(0, pack(0, 1))).request.request_id == "s0r1"
         assert (await ingress.take_exact(0, pack(2, 0))).request.request_id == "s2r0"
-        assert ingress.positions()[0] == {0: 2, 1: 0, 2: 1, 3: 0}
+        assert ingress.positions()[0] == {0: 2, 2: 1, 3: 0}
         # A recovery to a cursor past a draining segment stops reading it (the fetch loop goes on).
         ingress.seek({0: {1: 1, 3: 0}})
-        assert ingress.draining == {} and ingress.positions()[0] == {1: 1, 2: 0, 3: 0}
+        assert set(ingress.draining) == {(1, 0)} and ingress.positions()[0] == {1: 1, 3: 0}
         assert (await ingress.take_exact(0, pack(1, 1))).request.request_id == "s1r1"
         got: list[str] = []
         deadline = time.monotonic() + 20
-        while len(got) < 7:
+        while len(got) < 4:
             assert time.monotonic() < deadline and not fetching.done(), got
             got += [r.request.request_id for r in ingress.take(10)]
             await asyncio.sleep(0.02)
-        assert sorted(got) == ["s1r2", "s2r0", "s2r1", "s2r2", "s3r0", "s3r1", "s3r2"]
+        assert sorted(got) == ["s1r2", "s3r0", "s3r1", "s3r2"]
     finally:
         fetching.cancel()
         await ingress.stop()
@@ -204,7 +210,7 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
     """A request acknowledged while its segment was the newest, as a listing had just shown, is read by
     the workers for sure: never written again. One acknowledged after the client's view went stale (it
     could not list topics) is written again once the workers may have stopped reading its segment (the
-    newest is 3 segments ahead), and is answered from there."""
+    newest is 2 segments ahead), and is answered from there."""
     from tests.test_client import EchoServer
 
     ingress, egress = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
@@ -224,13 +230,13 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
         await _until(lambda: time.monotonic() - client._pending.listed_at > FRESH_S)
         late = client.submit_future("acct", "k1", "echo", 1)
         await _until(lambda: client.stats.sent == 2)
-        for k in (1, 2, 3):
+        for k in (1, 2):
             await rotate(k)
         client._segments = asyncio.create_task(client._follow_segments())
-        await _until(lambda: client.segment == 3)
+        await _until(lambda: client.segment == 2)
         assert client.stats.rewritten == 1
-        # Workers reading segments 1 to 3 reply to egress segment 2, which the client reads by now.
-        echo = EchoServer(kafka.bootstrap, segment_topic(ingress, 3), segment_topic(egress, 2))
+        # Workers reading segments 1 and 2 reply to egress segment 1, which the client reads by now.
+        echo = EchoServer(kafka.bootstrap, segment_topic(ingress, 2), segment_topic(egress, 1))
         await echo.start()
         try:
             reply = await asyncio.wait_for(late, 30)
@@ -242,13 +248,13 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
         await _until(
             lambda: (
                 {tp.topic for tp in client._consumer.assignment()}
-                == {segment_topic(egress, s) for s in (1, 2, 3)}
+                == {segment_topic(egress, s) for s in (0, 1, 2)}
             )
         )
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, fetch_max_wait_ms=5)
     await consumer.start()
     try:
-        tps = [TopicPartition(segment_topic(ingress, s), p) for s in range(4) for p in range(4)]
+        tps = [TopicPartition(segment_topic(ingress, s), p) for s in range(3) for p in range(4)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         seen: dict[str, list[str]] = {}
@@ -262,5 +268,5 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
         await consumer.stop()
     assert {t: sorted(keys) for t, keys in seen.items()} == {
         ingress: ["k1", "k2"],
-        segment_topic(ingress, 3): ["k1"],
+        segment_topic(ingress, 2): ["k1"],
     }

@@ -36,8 +36,8 @@ __all__ = ["Call", "Prepared", "StyxClient"]
 
 log = logging.getLogger("styx.client")
 
-# How often the client looks for a newer ingress segment. The workers read the newest three
-# (core.segments.LIVE), so a client may lag behind by up to two segments without any request waiting.
+# How often the client looks for a newer ingress segment (its writes count as read for sure for
+# core.segments.FRESH_S after a listing; workers read the newest two segments, core.segments.LIVE).
 SEGMENT_POLL_S = 0.5
 
 Call = tuple[str, Key, str, tuple[Any, ...]]
@@ -117,6 +117,7 @@ class StyxClient:
         self._ingress_now = ingress_topic
         self._reply_partitions: list[int] = []
         self._egress_wanted: list[Any] = []
+        self._egress_settled = True  # the reader reads exactly _egress_wanted
         self._loop: Any = None  # the running loop, from start()
         self._broken: BaseException | None = None
         self._started = False
@@ -400,6 +401,7 @@ class StyxClient:
                 self._pending.listed_at = asked
             if newest > self.segment:
                 self._egress_wanted = egress_read(self.egress_topic, self._reply_partitions, newest, topics)
+                self._egress_settled = False
                 self._use_segment(newest)
                 self._pending.listed_at = asked
                 self._write_again(self._pending.written_late(newest - LIVE + 1))
@@ -408,8 +410,11 @@ class StyxClient:
         """Between two polls of the reader: read the egress segments :meth:`_follow_segments` chose, a
         new one from its start; one no longer chosen only once read to its end (workers stopped writing
         to it a rotation ago)."""
+        if self._egress_settled:
+            return
         have = set(consumer.assignment())
         want = set(self._egress_wanted)
+        self._egress_settled = want == have
         if want == have:
             return
         for tp in have - want:
@@ -418,6 +423,7 @@ class StyxClient:
                 want.add(tp)  # not read to its end yet
         if want == have:
             return
+        self._egress_settled = want == set(self._egress_wanted)
         positions = {tp: await consumer.position(tp) for tp in have & want}
         consumer.assign(sorted(want))
         for tp in want:

@@ -32,7 +32,7 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
 from styx_py.core.partitioning import partition_of
-from styx_py.core.segments import live, segment_topic, segments_in
+from styx_py.core.segments import reply_segments, segment_topic, segments_in
 from styx_py.io.batching import MAX_BATCH_BYTES
 
 __all__ = [
@@ -91,10 +91,10 @@ class KafkaEnds(NamedTuple):
 
 def egress_read(egress_topic: str, partitions: list[int], newest: int, topics: Iterable[str]) -> list[Any]:
     """The egress topic partitions a client reads when ``newest`` is the newest ingress segment: its
-    reply partitions in each segment workers may write replies to (:func:`~styx_py.core.segments.live`)
-    whose topic exists."""
+    reply partitions in each segment workers may write replies to
+    (:func:`~styx_py.core.segments.reply_segments`) whose topic exists."""
     existing = set(topics)
-    names = [segment_topic(egress_topic, s) for s in live(newest)]
+    names = [segment_topic(egress_topic, s) for s in reply_segments(newest)]
     return [TopicPartition(t, p) for t in names if t in existing for p in partitions]
 
 

@@ -263,10 +263,8 @@ class PendingTable:
 
     def on_time(self, segment: int) -> bool:
         """Whether a record written to ``segment`` and acknowledged now is read by the workers for sure:
-        ``segment`` is the newest, as a listing of topics showed less than :data:`FRESH_S` ago. Then the
-        next segment did not exist then, the one after it appears a rotation (>= ``log_segment_s``,
-        more than FRESH_S) after that one, and workers read ``segment`` until later still
-        (core.segments.LIVE), to its end."""
+        ``segment`` is the newest, as a listing of topics showed less than :data:`FRESH_S` ago (see
+        ``core.segments.LIVE``)."""
         return segment == self.segment and time.monotonic() - self.listed_at < FRESH_S
 
     def check_reuse(self, rid: str, fingerprint: bytes) -> None:

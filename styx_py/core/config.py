@@ -138,9 +138,10 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     log_segment_s: Annotated[
         float,
         Setting(
-            "start a new segment of the ingress topic this often while requests flow (topic "
-            "`<ingress_topic>.<n>`; clients follow): on a broker whose fetches list the whole partition "
-            "(Tansu, the local default: `styx up` sets 2) no partition grows for ever; 0: one topic",
+            "start new segments of the ingress and egress topics this often while requests flow "
+            "(topics `<topic>.<n>`; clients follow): on a broker whose fetches list the whole partition "
+            "(Tansu, the local default: `styx up` sets 2) no partition grows for ever; 0: one topic; "
+            "0 or >= 1.5",
             "s",
             ge=0,
         ),

@@ -29,12 +29,14 @@ __all__ = [
     "FRESH_S",
     "LIVE",
     "MIN_PERIOD_S",
+    "REPLY_SEGMENTS",
     "SHIFT",
     "Cursor",
     "cursor_of",
     "live",
     "pack",
     "replies_to",
+    "reply_segments",
     "segment_topic",
     "segments_in",
     "to_read",
@@ -53,10 +55,17 @@ Cursor = dict[int, int]  # segment -> next Kafka offset to take, for one partiti
 FRESH_S = 1.0
 MIN_PERIOD_S = 1.5
 
-# Segments the workers read: the newest and the two before it. A client that follows every new
-# segment (it looks every 0.5 s; one starts every ``log_segment_s``) stops writing to a segment about
-# one period before the workers stop reading it, so they have had a full period to take what it wrote.
-LIVE = 3
+# Ingress segments the workers read: the newest and the one before it. A write a client had
+# acknowledged on time to segment s (less than FRESH_S after a listing showed s newest, so before s + 1
+# existed) precedes s + 2 by more than a period; workers stop reading s only once the coordinator names
+# s + 2, and then drain it first (KafkaIngress.live), so they take that write. Reading more segments
+# only costs: every fetch names every partition read.
+LIVE = 2
+# Egress segments a client reads replies from: the newest it knows and the two before it. Workers
+# write to the one before the newest (replies_to), so one a client has just learned of is read already;
+# and they stop writing to segment s once s + 2 is named, a period before s + 3, when a client that
+# follows stops reading s (once read to its end).
+REPLY_SEGMENTS = 3
 
 
 def live(newest: int) -> list[int]:
@@ -66,22 +75,30 @@ def live(newest: int) -> list[int]:
 
 def to_read(cursor: Cursor, newest: int) -> Cursor:
     """Where a worker that resumes a partition at ``cursor`` (a snapshot's, a handoff's; empty: from the
-    beginning) reads it when ``newest`` is the newest segment: every segment from the oldest the cursor
-    names up to the newest, from the cursor's offset or from the start. The cursor names every segment
-    its worker still read; older ones it had read to their end (a worker drains a segment before it
-    stops reading it), and newer ones it had not read yet."""
-    return {s: cursor.get(s, 0) for s in range(min(cursor, default=0), max(newest, *cursor, 0) + 1)}
+    beginning) reads it when ``newest`` is the newest segment: the segments the cursor names, from its
+    offsets, and every later one up to the newest, from the start. The cursor names every segment its
+    worker still read; one older than the newest it names and not named was read to its end (a worker
+    drains a segment before it stops reading it, and one may drain before an older one), and newer ones
+    it had not read yet."""
+    first_unread = max(cursor) + 1 if cursor else 0
+    return {**cursor, **{s: 0 for s in range(first_unread, newest + 1)}}
 
 
 def replies_to(newest: int) -> int:
     """The egress segment workers write replies to when ``newest`` is the newest: the one before it,
-    which every client that follows (it reads :func:`live` of the newest it knows) already reads."""
+    which every client that follows (:func:`reply_segments` of the newest it knows) reads already."""
     return max(0, newest - 1)
+
+
+def reply_segments(newest: int) -> list[int]:
+    """The egress segments a client reads when ``newest`` is the newest it knows."""
+    return [s for s in range(newest - REPLY_SEGMENTS + 1, newest + 1) if s >= 0]
 
 
 def unread(segment: int, newest: int) -> bool:
     """Whether the workers may have stopped reading ``segment`` once ``newest`` is the newest: what a
-    client wrote there and has no reply for, it writes again to the newest."""
+    client wrote there late (not on time, see :data:`LIVE`) and has no reply for, it writes again to
+    the newest."""
     return segment <= newest - LIVE
 
 

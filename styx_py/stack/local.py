@@ -159,7 +159,7 @@ class LocalStack:
             self.env.setdefault("STYX_REPLY_ROUTING", "false")
             # Tansu lists a partition's every stored batch on each fetch that returns data, so a tailed
             # partition costs more with every batch (benchmarks/results/issue15-broker.md): the ingress
-            # topic starts a new segment every 2 s (Config.log_segment_s, core/segments.py).
+            # and egress topics start new segments every 2 s (Config.log_segment_s, core/segments.py).
             self.env.setdefault("STYX_LOG_SEGMENT_S", "2")
             self.broker = TansuBroker(
                 storage, bucket="tansu", log_path=self.log_dir / "tansu.log", port=self.ports.kafka

@@ -199,7 +199,9 @@ class MemoryIngress:
     def assign(self, partitions: list[int]) -> None:
         """Read exactly ``partitions`` (a partition that moved away is dropped, as on Kafka)."""
         self.partitions = list(partitions)
-        self._read({(s, p): self._pos.get((s, p), 0) for s in self.live_segments for p in partitions})
+        sources = {(s, p): self._pos.get((s, p), 0) for s in self.live_segments for p in partitions}
+        draining = {src: pos for src, pos in self._draining(self._pos).items() if src[1] in partitions}
+        self._read({**sources, **draining})
 
     def live(self, segment: int) -> None:
         """As ``KafkaIngress.live``: a segment that leaves the live ones is read until taken to its end."""
