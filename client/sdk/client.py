@@ -27,7 +27,7 @@ from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
-from styx_py.core.segments import LIVE, segment_topic
+from styx_py.core.segments import segment_topic
 from styx_py.core.wire import Key, Reply
 from styx_py.io.batching import BatchLanes
 from styx_py.io.clusterfile import default_coordinator, default_secret
@@ -404,7 +404,7 @@ class StyxClient:
                 self._egress_settled = False
                 self._use_segment(newest)
                 self._pending.listed_at = asked
-                self._write_again(self._pending.written_late(newest - LIVE + 1))
+                self._write_again(self._pending.unread_late(newest))
 
     async def _follow_egress(self, consumer: Any) -> None:
         """Between two polls of the reader: read the egress segments :meth:`_follow_segments` chose, a

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from styx_py.client.sdk.kafka import KafkaError
 from styx_py.client.sdk.requests import same_request
 from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError, Unavailable
-from styx_py.core.segments import FRESH_S
+from styx_py.core.segments import FRESH_S, unread
 from styx_py.core.wire import Key, Reply
 
 __all__ = [
@@ -251,10 +251,10 @@ class PendingTable:
     def get(self, rid: str) -> Pending | None:
         return self._entries.get(rid)
 
-    def written_late(self, segment: int) -> list[Pending]:
-        """The requests in flight last written to an ingress segment older than ``segment`` and not
-        acknowledged on time (:class:`Pending`)."""
-        return [e for e in self._entries.values() if e.segment < segment and not e.on_time]
+    def unread_late(self, newest: int) -> list[Pending]:
+        """The requests in flight not acknowledged on time (:class:`Pending`) and last written to a
+        segment the workers may have stopped reading now that ``newest`` is the newest."""
+        return [e for e in self._entries.values() if not e.on_time and unread(e.segment, newest)]
 
     def acknowledged(self, entry: Pending) -> None:
         """The broker acknowledged ``entry``'s record."""
