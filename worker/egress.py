@@ -1,9 +1,13 @@
-"""Kafka egress: replies (early commit) and the sequencer log, through one producer.
+"""Kafka egress: replies (early commit) and the sequencer log, through two producers.
 
 ``send`` never blocks the epoch loop: records are queued per partition and a drain task hands each
 partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce is not
 swallowed: it ends the drain task and with it the worker (a worker that cannot reply must not go on
 committing).
+
+The sequencer log has a producer of its own: an aiokafka producer keeps one produce request in flight
+per broker, so with one producer an epoch's log entry (which its Vote waits for) queued behind the
+previous epoch's replies, and the replies behind the log entry.
 """
 
 from __future__ import annotations
@@ -21,19 +25,25 @@ from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
 from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
 
 
+def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=config.kafka_linger_ms,
+        max_request_size=4 * MAX_REQUEST_BYTES,
+        max_batch_size=MAX_BATCH_BYTES,
+    )
+
+
 class KafkaSink:
-    """One producer for egress replies and sequencer-log entries, batched per partition off the epoch loop."""
+    """Egress replies and sequencer-log entries, each through its own producer, batched per partition
+    off the epoch loop."""
 
     def __init__(self, bootstrap: str, config: Config) -> None:
         self.config = config
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            acks="all",
-            linger_ms=config.kafka_linger_ms,
-            max_request_size=4 * MAX_REQUEST_BYTES,
-            max_batch_size=MAX_BATCH_BYTES,
-        )
-        self.lanes = BatchLanes(self.producer)
+        self.producers = (_producer(bootstrap, config), _producer(bootstrap, config))
+        self.lanes = BatchLanes(self.producers[0])  # replies
+        self.log_lanes = BatchLanes(self.producers[1])  # sequencer-log entries
         self.encoder = msgspec.msgpack.Encoder()
         self.error: BaseException | None = None
         self.failed = asyncio.Event()
@@ -45,27 +55,35 @@ class KafkaSink:
 
     @property
     def sent(self) -> int:
-        return self.lanes.records_sent
+        return self.lanes.records_sent + self.log_lanes.records_sent
+
+    @property
+    def batches_sent(self) -> int:
+        return self.lanes.batches_sent + self.log_lanes.batches_sent
 
     @property
     def queued(self) -> int:
         """Records waiting for their batch to be sent."""
-        return self.lanes.pending()
+        return self.lanes.pending() + self.log_lanes.pending()
 
     async def start(self) -> None:
-        await self.producer.start()
+        for producer in self.producers:
+            await producer.start()
 
     async def stop(self) -> None:
-        await self.producer.stop()
+        for producer in self.producers:
+            await producer.stop()
 
     async def run(self) -> None:
         """Drain the lanes; a failed produce ends this task and with it the worker."""
-        drain = asyncio.get_running_loop().create_task(self.lanes.run())
+        loop = asyncio.get_running_loop()
+        drains = [loop.create_task(self.lanes.run()), loop.create_task(self.log_lanes.run())]
         try:
             await self.failed.wait()
             raise RuntimeError(f"produce failed: {self.error}") from self.error
         finally:
-            drain.cancel()
+            for drain in drains:
+                drain.cancel()
 
     def _on_reply_sent(self, partition: int) -> Callable[[int, BaseException | None], None]:
         segment = self.segment
@@ -83,8 +101,9 @@ class KafkaSink:
         from now on (never back to an older one)."""
         segment = replies_to(newest)
         if segment > self.segment:
-            self.segment = segment
+            previous, self.segment = self.topic, segment
             self.topic = segment_topic(self.config.egress_topic, segment)
+            self.lanes.retire({previous, self.topic})
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -96,7 +115,7 @@ class KafkaSink:
 
     def flush(self) -> asyncio.Future[None]:
         """Done when every reply and log entry queued before this call is acknowledged."""
-        return self.lanes.flush()
+        return asyncio.ensure_future(_both(self.lanes.flush(), self.log_lanes.flush()))
 
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         """After a recovery: the restored snapshot's egress positions are the new lower bounds."""
@@ -131,5 +150,10 @@ class KafkaSink:
             if not done.done():
                 done.set_result(None)
 
-        self.lanes.add(self.config.seqlog_topic, 0, None, self.encoder.encode(entry), resolve)
+        self.log_lanes.add(self.config.seqlog_topic, 0, None, self.encoder.encode(entry), resolve)
         return done
+
+
+async def _both(first: asyncio.Future[None], second: asyncio.Future[None]) -> None:
+    await first
+    await second
