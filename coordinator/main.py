@@ -11,7 +11,7 @@ from styx_py.core.config import Config
 from styx_py.core.errors import ConfigError
 from styx_py.core.segments import MIN_PERIOD_S
 from styx_py.core.wire import COORDINATOR, Message
-from styx_py.io.kafka_admin import create_topics
+from styx_py.io.kafka_admin import TopicAdmin
 from styx_py.io.kafka_logs import KafkaLogReader
 from styx_py.io.s3 import blob_store_from
 from styx_py.io.serving import cluster_transport, run_until_failure, start_metrics
@@ -40,16 +40,15 @@ async def serve_coordinator(
         COORDINATOR, handle, config, host, port, inbox="coordinator", who="coordinator"
     )
 
-    async def topics(spec: dict[str, int]) -> None:
-        await create_topics(kafka, spec, replication_factor=config.kafka_replication_factor)
-
+    # One admin client for the process: the coordinator creates two topics per log segment.
+    admin = TopicAdmin(kafka, replication_factor=config.kafka_replication_factor)
     blobs = blob_store_from(config)
     coordinator = Coordinator(
         config,
         transport,
         min_workers=min_workers,
         kafka_bootstrap=kafka,
-        create_topics=topics,
+        create_topics=admin.create,
         blobs=blobs,
         logs=KafkaLogReader(kafka, config),
     )
@@ -62,4 +61,4 @@ async def serve_coordinator(
     tasks: list[Coroutine[Any, Any, object]] = [coordinator.run()]
     if deploy is not None and not resumed:
         tasks.append(coordinator.deploy(deploy))
-    await run_until_failure(transport, tasks, [metrics.close] if metrics else [])
+    await run_until_failure(transport, tasks, [admin.close, *([metrics.close] if metrics else [])])

@@ -60,6 +60,7 @@ class FakeProducer:
     refuse: list[BaseException] = field(default_factory=list)  # errors the next send_batch calls raise
     sent: list[Sent] = field(default_factory=list)
     offsets: dict[Lane, int] = field(default_factory=dict)
+    client: FakeClient = field(default_factory=lambda: FakeClient())
 
     def create_batch(self) -> FakeBuilder:
         return FakeBuilder(self.max_bytes, self.max_record, self.poison)
@@ -78,6 +79,16 @@ class FakeProducer:
         base = self.offsets.get(sent.lane, 0)
         self.offsets[sent.lane] = base + len(sent.records)
         sent.delivery.set_result(Meta(base))
+
+
+@dataclass
+class FakeClient:
+    """aiokafka's client, as far as ``BatchLanes.retire`` uses it: the topics it keeps metadata of."""
+
+    topics: list[str] = field(default_factory=list)
+
+    def set_topics(self, topics: list[str]) -> None:
+        self.topics = list(topics)
 
 
 class Outcomes:
@@ -114,6 +125,34 @@ def add(lanes: BatchLanes, out: Outcomes, lane: Lane, name: str, size: int = 4) 
 
 
 A, B = ("t", 0), ("t", 1)
+
+
+async def test_retiring_old_topics_keeps_every_lane_that_still_has_records() -> None:
+    """A producer that moved on to a new segment forgets the old topics' lanes and narrows its
+    metadata to the kept topics, but not while an old lane has records queued or in flight."""
+    out = Outcomes()
+    old, stuck, new = ("seg.1", 0), ("seg.2", 0), ("seg.3", 0)
+    async with draining(FakeProducer()) as lanes:
+        producer = lanes.producer
+        add(lanes, out, old, "o")
+        add(lanes, out, stuck, "s")
+        await settle()
+        producer.ack(producer.in_flight(old)[0])
+        await settle()
+        lanes.retire({new[0]})
+        assert producer.client.topics == ["seg.2", "seg.3"]  # seg.2's record is in flight
+        assert old not in lanes.added and stuck in lanes.added
+        producer.ack(producer.in_flight(stuck)[0])
+        await settle()
+        assert out.done("s")
+        lanes.retire({new[0]})
+        assert producer.client.topics == ["seg.3"]
+        assert lanes.added == {} and lanes.done == {}
+        add(lanes, out, new, "n")  # the kept topic's lane works as before
+        await settle()
+        producer.ack(producer.in_flight(new)[0])
+        await settle()
+        assert out.calls["n"] == [(0, None)]
 
 
 async def test_one_batch_in_flight_per_lane_within_the_size_limit() -> None:

@@ -33,6 +33,7 @@ from styx_py.core.segments import (
     unread,
 )
 from styx_py.core.wire import Request, encode_value, request_decoder, request_encoder
+from styx_py.io.kafka_admin import TopicAdmin, existing_topics
 from styx_py.stack.services import TansuBroker, create_topics
 from styx_py.testing.memory import MemoryIngress, MemoryLog
 from styx_py.worker.ingress import KafkaIngress
@@ -203,6 +204,33 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
 
 
 @services
+@pytest.mark.timeout(60)
+async def test_topics_are_created_and_looked_up_by_name_without_listing_or_creating_others(
+    kafka: TansuBroker,
+) -> None:
+    """The coordinator's admin client creates segment after segment (an existing topic is no error);
+    asking which named topics exist creates none of the missing ones."""
+    base = f"named-{uuid.uuid4().hex[:8]}"
+    admin = TopicAdmin(kafka.bootstrap)
+    try:
+        for k in range(3):
+            await admin.create({segment_topic(base, k): 2})
+        await admin.create({segment_topic(base, 1): 2})
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
+    await producer.start()
+    try:
+        names = [segment_topic(base, k) for k in range(5)]
+        assert await existing_topics(producer.client, names) == set(names[:3])
+        assert await existing_topics(producer.client, names[3:]) == set()
+        listed = (await producer.client.fetch_all_metadata()).topics()
+        assert segments_in(listed, base) == [0, 1, 2]  # the missing ones were not created
+    finally:
+        await producer.stop()
+
+
+@services
 @pytest.mark.timeout(120)
 async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_may_strand(
     kafka: TansuBroker,
@@ -235,6 +263,9 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
         client._segments = asyncio.create_task(client._follow_segments())
         await _until(lambda: client.segment == 2)
         assert client.stats.rewritten == 1
+        # The producer keeps metadata of the two newest ingress segments only (it refreshes the
+        # metadata of every topic it tracks, and a long run makes thousands of segments).
+        assert client._producer.client._topics == {segment_topic(ingress, 1), segment_topic(ingress, 2)}
         # Workers reading segments 1 and 2 reply to egress segment 1, which the client reads by now.
         echo = EchoServer(kafka.bootstrap, segment_topic(ingress, 2), segment_topic(egress, 1))
         await echo.start()

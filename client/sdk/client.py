@@ -20,7 +20,7 @@ from typing import Any
 
 from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
-from styx_py.client.sdk.kafka import KafkaError, egress_read, newest_segment, open_kafka, stop_quietly
+from styx_py.client.sdk.kafka import KafkaError, egress_following, newest_segment, open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
@@ -393,18 +393,31 @@ class StyxClient:
             await asyncio.sleep(SEGMENT_POLL_S)
             asked = time.monotonic()
             try:
-                newest, topics = await newest_segment(self._consumer, self.ingress_topic)
+                newest = await newest_segment(self._producer, self.ingress_topic, self.segment)
+                if newest > self.segment:
+                    wanted = await egress_following(
+                        self._producer, self.egress_topic, self._reply_partitions, newest
+                    )
             except KafkaError as exc:
-                log.debug("%s: cannot list topics: %r", self.client_id, exc)
+                log.debug("%s: cannot look for a newer segment: %r", self.client_id, exc)
                 continue
             if newest <= self.segment:
                 self._pending.listed_at = asked
             if newest > self.segment:
-                self._egress_wanted = egress_read(self.egress_topic, self._reply_partitions, newest, topics)
+                self._egress_wanted = wanted
                 self._egress_settled = False
                 self._use_segment(newest)
                 self._pending.listed_at = asked
                 self._write_again(self._pending.unread_late(newest))
+                self._forget_old_segments()
+
+    def _forget_old_segments(self) -> None:
+        """Write (and ask the broker about) the two newest ingress segments only: earlier ones are
+        dropped from the producer once nothing of theirs is in flight."""
+        assert self._lanes is not None
+        self._lanes.retire(
+            {segment_topic(self.ingress_topic, s) for s in (self.segment - 1, self.segment) if s >= 0}
+        )
 
     async def _follow_egress(self, consumer: Any) -> None:
         """Between two polls of the reader: read the egress segments :meth:`_follow_segments` chose, a

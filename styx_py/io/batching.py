@@ -53,6 +53,23 @@ class BatchLanes:
             done.set_result(None)
         return done
 
+    def retire(self, keep: set[str]) -> None:
+        """Keep only the lanes of ``keep`` (and any lane with records queued, in flight or waited for),
+        and narrow the producer's metadata to their topics. aiokafka refreshes the metadata of every
+        topic a producer ever wrote to, and with log segments (:mod:`styx_py.core.segments`) a producer
+        moves to a new topic at every rotation."""
+        waited = {lane for targets, _ in self.flushes for lane in targets}
+        busy: set[str] = set()
+        for lane in [lane for lane in self.added if lane[0] not in keep]:
+            settled = self.done.get(lane, 0) >= self.added[lane]
+            if self.lanes.get(lane) or lane in self.busy or lane in waited or not settled:
+                busy.add(lane[0])
+                continue
+            del self.added[lane]
+            self.done.pop(lane, None)
+            self.lanes.pop(lane, None)
+        self.producer.client.set_topics(sorted(keep | busy))
+
     def pending(self) -> int:
         return sum(len(q) for q in self.lanes.values())
 
