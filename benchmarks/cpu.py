@@ -7,6 +7,7 @@ work shares the machine, so every benchmark result carries it per process (``sty
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,15 +17,40 @@ __all__ = ["ProcessCpu", "cpu_seconds"]
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of process ``pid`` so far (0 if it is gone or unknown)."""
+def _stat(pid: int) -> list[str]:
+    # The fields after the command name (which may hold spaces and parentheses): state, ppid, ...
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                out.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
+    return out
+
+
+def cpu_seconds(pid: int | None, descendants: bool = False) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 if it is gone or unknown); with
+    ``descendants``, also those of its live descendants and of the children it has waited for (the
+    coordinator merges snapshots in a child process)."""
     if pid is None:
         return 0.0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
+        fields = _stat(pid)
     except (OSError, IndexError, ValueError):
         return 0.0
+    total = (int(fields[11]) + int(fields[12])) / _TICKS
+    if descendants:
+        total += (int(fields[13]) + int(fields[14])) / _TICKS
+        children = _children()
+        stack = list(children.get(pid, []))
+        while stack:
+            child = stack.pop()
+            total += cpu_seconds(child)
+            stack.extend(children.get(child, []))
+    return total
 
 
 class ProcessCpu:
@@ -36,13 +62,19 @@ class ProcessCpu:
         self.used: dict[str, float] = {}
 
     def start(self) -> None:
-        self.started = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.started = {name: self._read(pid) for name, pid in self.pids.items()}
+
+    @staticmethod
+    def _read(pid: int) -> float:
+        # A process's CPU includes its children's (the coordinator's snapshot merges), except for this
+        # one: the cluster a benchmark starts runs as its children.
+        return cpu_seconds(pid, descendants=pid != os.getpid())
 
     def stop(self) -> None:
         # A process that ended meanwhile (a worker killed and restarted under a new pid) reads 0: its
         # CPU is unknown, not negative.
         self.used = {
-            name: max(0.0, cpu_seconds(pid) - self.started.get(name, 0.0)) for name, pid in self.pids.items()
+            name: max(0.0, self._read(pid) - self.started.get(name, 0.0)) for name, pid in self.pids.items()
         }
 
     def per_transaction_us(self, transactions: int) -> dict[str, float]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import multiprocessing
 from collections.abc import Coroutine
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from styx_py.coordinator.server import Coordinator
+from styx_py.coordinator.snapshots import merge_chain
 from styx_py.core.config import Config
 from styx_py.core.errors import ConfigError
 from styx_py.core.segments import MIN_PERIOD_S
@@ -43,6 +48,23 @@ async def serve_coordinator(
     # One admin client for the process: the coordinator creates two topics per log segment.
     admin = TopicAdmin(kafka, replication_factor=config.kafka_replication_factor)
     blobs = blob_store_from(config)
+    # Compaction merges a partition's snapshot chain with its reply table: a second or more of CPU at a
+    # few thousand transactions per second, which on the event loop stalled every epoch meanwhile.
+    # It runs in one child process, started on first use and kept (replaced if it dies).
+    merges = [_merge_pool()]
+
+    async def merge(chain: list[bytes], keep_replies: int) -> tuple[int, bytes]:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                merges[0], merge_chain, chain, keep_replies
+            )
+        except BrokenProcessPool:
+            merges[0] = _merge_pool()  # this compaction fails (logged); the next one gets a new child
+            raise
+
+    async def stop_merges() -> None:
+        merges[0].shutdown(wait=False, cancel_futures=True)
+
     coordinator = Coordinator(
         config,
         transport,
@@ -51,6 +73,7 @@ async def serve_coordinator(
         create_topics=admin.create,
         blobs=blobs,
         logs=KafkaLogReader(kafka, config),
+        merge=merge,
     )
     resumed = await coordinator.resume()
     await transport.start()
@@ -61,4 +84,10 @@ async def serve_coordinator(
     tasks: list[Coroutine[Any, Any, object]] = [coordinator.run()]
     if deploy is not None and not resumed:
         tasks.append(coordinator.deploy(deploy))
-    await run_until_failure(transport, tasks, [admin.close, *([metrics.close] if metrics else [])])
+    await run_until_failure(
+        transport, tasks, [admin.close, stop_merges, *([metrics.close] if metrics else [])]
+    )
+
+
+def _merge_pool() -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))

@@ -36,6 +36,7 @@ from styx_py.coordinator.monitor import FailureMonitor
 from styx_py.coordinator.recovery import Recovery
 from styx_py.coordinator.reshape import Reshaper
 from styx_py.coordinator.segments import SegmentRotator
+from styx_py.coordinator.snapshots import Merge, merge_here
 from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.status import operator_rows, version_rows, worker_rows
 from styx_py.coordinator.tasks import Tasks
@@ -88,6 +89,7 @@ class Coordinator:
         detect_failures: bool = True,
         blobs: BlobStore | None = None,
         logs: LogReader | None = None,
+        merge: Merge = merge_here,
     ) -> None:
         self.clock: Clock = clock if clock is not None else LoopClock()
         self.detect_failures = detect_failures
@@ -95,7 +97,7 @@ class Coordinator:
         self.tasks = Tasks()
         self.metrics = CoordinatorMetrics(self)  # read at scrape time; per epoch: a few observations
         self.monitor = FailureMonitor(cluster.membership, config, self.clock, on_checked=self._on_checked)
-        self.snapshots = Snapshotter(cluster, self.clock, self.tasks, blobs, self.metrics)
+        self.snapshots = Snapshotter(cluster, self.clock, self.tasks, blobs, self.metrics, merge)
         self.epochs = EpochLoop(
             cluster, self.clock, self.tasks, self.snapshots, self.metrics, on_stall=self.start_recovery
         )

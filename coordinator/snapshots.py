@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import msgspec
 
 from styx_py.core.blobs import BlobStore, base_key, delta_key, epoch_of
@@ -32,7 +34,41 @@ def with_generation(m: Manifest, first_epoch: int, gen: int) -> Manifest:
     return msgspec.structs.replace(m, epoch_generations=[*m.epoch_generations, (first_epoch, gen)])
 
 
-async def compact(blobs: BlobStore, manifest: Manifest, keep_deltas: int, keep_replies: int) -> Manifest:
+Merge = Callable[[list[bytes], int], Awaitable[tuple[int, bytes]]]
+"""Runs :func:`merge_chain` (the coordinator process: in a child process, off its event loop)."""
+
+
+def merge_chain(chain: list[bytes], keep_replies: int) -> tuple[int, bytes]:
+    """One partition's snapshot objects, oldest first (a compacted base, then deltas), merged into one
+    base holding the partition's whole state and its ``keep_replies`` latest replies: its epoch and
+    its encoding. Pure CPU (a second or more for a long chain with a full reply table)."""
+    state: dict[tuple[str, str | int], bytes] = {}
+    replies: dict[str, Reply] = {}
+    last: PartitionSnapshot | None = None
+    for raw in chain:
+        last = snapshot_decoder.decode(raw)
+        for op, k, v in last.writes:
+            if v is None:
+                state.pop((op, k), None)
+            else:
+                state[(op, k)] = v
+        for reply in last.replies:
+            replies.pop(reply.request_id, None)  # re-insert: the dict keeps commit order
+            replies[reply.request_id] = reply
+    assert last is not None, "an empty chain"
+    kept = list(replies.values())[-keep_replies:] if keep_replies > 0 else []
+    base = msgspec.structs.replace(last, writes=[(op, k, v) for (op, k), v in state.items()], replies=kept)
+    return last.epoch, manifest_encoder.encode(base)
+
+
+async def merge_here(chain: list[bytes], keep_replies: int) -> tuple[int, bytes]:
+    """:func:`merge_chain` on the caller's event loop (the simulation, tests)."""
+    return merge_chain(chain, keep_replies)
+
+
+async def compact(
+    blobs: BlobStore, manifest: Manifest, keep_deltas: int, keep_replies: int, merge: Merge = merge_here
+) -> Manifest:
     """Merge each partition's chain of deltas into one base object once it is longer than ``keep_deltas``.
 
     Deltas are applied in numeric epoch order (never by name); deletes are dropped from the base,
@@ -43,29 +79,15 @@ async def compact(blobs: BlobStore, manifest: Manifest, keep_deltas: int, keep_r
         if len(keys) <= keep_deltas:
             deltas[p] = keys
             continue
-        state: dict[tuple[str, str | int], bytes] = {}
-        replies: dict[str, Reply] = {}
-        last: PartitionSnapshot | None = None
+        chain: list[bytes] = []
         for key in sorted(keys, key=epoch_of):
             raw = await blobs.get(key)
             if raw is None:
                 raise FileNotFoundError(f"{key} is listed in manifest {manifest.epoch} but missing")
-            last = snapshot_decoder.decode(raw)
-            for op, k, v in last.writes:
-                if v is None:
-                    state.pop((op, k), None)
-                else:
-                    state[(op, k)] = v
-            for reply in last.replies:
-                replies.pop(reply.request_id, None)  # re-insert: the dict keeps commit order
-                replies[reply.request_id] = reply
-        assert last is not None
-        kept = list(replies.values())[-keep_replies:] if keep_replies > 0 else []
-        base = msgspec.structs.replace(
-            last, writes=[(op, k, v) for (op, k), v in state.items()], replies=kept
-        )
-        key = base_key(p, last.epoch)
-        await blobs.put(key, manifest_encoder.encode(base))
+            chain.append(raw)
+        epoch, base = await merge(chain, keep_replies)
+        key = base_key(p, epoch)
+        await blobs.put(key, base)
         deltas[p] = [key]
     return msgspec.structs.replace(manifest, deltas=deltas)
 

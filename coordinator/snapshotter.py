@@ -15,7 +15,7 @@ from typing import Any
 
 from styx_py.coordinator.cluster import Cluster
 from styx_py.coordinator.metrics import CoordinatorMetrics
-from styx_py.coordinator.snapshots import compact, extend, manifest_encoder, retain
+from styx_py.coordinator.snapshots import Merge, compact, extend, manifest_encoder, merge_here, retain
 from styx_py.coordinator.tasks import Tasks
 from styx_py.core.blobs import BlobStore, manifest_key
 from styx_py.core.ports import Clock
@@ -42,12 +42,14 @@ class Snapshotter:
         tasks: Tasks,
         blobs: BlobStore | None,
         metrics: CoordinatorMetrics,
+        merge: Merge = merge_here,
     ) -> None:
         self.cluster = cluster
         self.clock = clock
         self.tasks = tasks
         self.blobs = blobs
         self.metrics = metrics
+        self.merge = merge  # runs compaction's CPU-bound part (coordinator.main: in a child process)
         self.manifest: Manifest | None = None  # the last complete snapshot (or the empty one)
         self.pending: dict[int, _Pending] = {}
         self.last_at = 0.0  # when the last snapshot was decided (or the coordinator started)
@@ -144,7 +146,7 @@ class Snapshotter:
         try:
             cfg = self.cluster.config
             compacted = await compact(
-                self.blobs, manifest, cfg.snapshot_compact_after, cfg.dedup_replies_per_partition
+                self.blobs, manifest, cfg.snapshot_compact_after, cfg.dedup_replies_per_partition, self.merge
             )
             if compacted != manifest:
                 await self.blobs.put(manifest_key(manifest.epoch), manifest_encoder.encode(compacted))

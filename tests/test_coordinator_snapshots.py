@@ -168,6 +168,32 @@ def test_compaction_keeps_the_newest_replies_and_none_with_cap_zero() -> None:
     asyncio.run(scenario())
 
 
+def test_compaction_merges_in_a_child_process_as_it_does_in_process() -> None:
+    """The coordinator process merges snapshot chains in a child (off its event loop): the same base."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from styx_py.coordinator.snapshots import merge_chain
+
+    async def scenario() -> None:
+        here, there, m = MemoryBlobStore(), MemoryBlobStore(), empty_manifest(2)
+        for epoch, rids in [(2, ["x", "y"]), (5, ["z"]), (11, ["z", "x"])]:
+            for p in range(2):
+                data = encode(part(p, epoch, [("a", p, b"v"), ("b", epoch, None)], rids))
+                await here.put(delta_key(p, epoch), data)
+                await there.put(delta_key(p, epoch), data)
+            m = extend(m, epoch, 0, 0)
+        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+
+            async def in_child(chain: list[bytes], keep: int) -> tuple[int, bytes]:
+                return await asyncio.get_running_loop().run_in_executor(pool, merge_chain, chain, keep)
+
+            assert await compact(there, m, 1, 2, in_child) == await compact(here, m, 1, 2)
+        assert there.objects == here.objects and base_key(1, 11) in here.objects
+
+    asyncio.run(scenario())
+
+
 def test_compaction_of_a_missing_object_fails_loudly() -> None:
     m = extend(extend(empty_manifest(1), 1, 0, 0), 2, 0, 0)
     blobs = MemoryBlobStore()
