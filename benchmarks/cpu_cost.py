@@ -2,6 +2,7 @@
 
     python -m styx_py.benchmarks.cpu_cost --rate 2000 --seconds 10 [--linger-ms 0]
     python -m styx_py.benchmarks.cpu_cost --rate 8000 --seconds 10 --cluster echo [--client raw]
+    python -m styx_py.benchmarks.cpu_cost --rate 2000 --seconds 15 --extra-topics 1000
 
 Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers), loads YCSB-T, runs
 transfers at ``--rate`` through the SDK and the driver of ``styx bench`` and reads each process's CPU
@@ -141,9 +142,14 @@ def echo_cluster(data_dir: Path) -> Iterator[tuple[str, dict[str, int]]]:
 
 
 @contextlib.contextmanager
-def styx_cluster(data_dir: Path) -> Iterator[tuple[str, str, dict[str, int]]]:
-    """A local cluster with the bank app deployed; its coordinator, its broker and every pid."""
+def styx_cluster(data_dir: Path, extra_topics: int = 0) -> Iterator[tuple[str, str, dict[str, int]]]:
+    """A local cluster with the bank app deployed; its coordinator, its broker and every pid. With
+    ``extra_topics``, the broker holds that many other topics first (as after a long run with log
+    segments, which add a topic a second)."""
     with LocalStack(data_dir, workers=2, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
+        for first in range(0, extra_topics, 100):
+            last = min(extra_topics, first + 100)
+            asyncio.run(create_topics(stack.kafka, {f"styx-extra.{i}": 4 for i in range(first, last)}))
         stack.deploy("styx_py.benchmarks.bank:app")
         yield stack.coordinator, stack.kafka, stack.pids()
 
@@ -166,6 +172,12 @@ def main() -> int:
         help="sdk: the driver and the SDK; raw: bare aiokafka with pre-built records (the floor; echo only)",
     )
     parser.add_argument(
+        "--extra-topics",
+        type=int,
+        default=0,
+        help="the cluster's broker holds this many other topics first (as after a long run with segments)",
+    )
+    parser.add_argument(
         "--profile", metavar="FILE", help="cProfile the measured run into FILE (slows the client down)"
     )
     args = parser.parse_args()
@@ -177,7 +189,7 @@ def main() -> int:
         coordinator: str | None
         with contextlib.ExitStack() as stack:
             if args.cluster == "styx":
-                coordinator, bootstrap, pids = stack.enter_context(styx_cluster(data_dir))
+                coordinator, bootstrap, pids = stack.enter_context(styx_cluster(data_dir, args.extra_topics))
             else:
                 coordinator = None
                 bootstrap, pids = stack.enter_context(echo_cluster(data_dir))
