@@ -203,6 +203,39 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
         await ingress.stop()
 
 
+def test_a_broker_that_would_create_named_topics_is_never_asked_about_them() -> None:
+    """Metadata requests before v4 auto-create the topics they name: asking is refused before anything
+    is sent, and the SDK lists every topic instead."""
+    from aiokafka.errors import IncompatibleBrokerVersion
+
+    from styx_py.client.sdk.kafka import newest_segment
+    from styx_py.io.kafka_admin import _NamedMetadata
+
+    request = _NamedMetadata(["t.1"], allow_auto_topic_creation=False)
+    assert request.prepare({3: (0, 5)}).API_VERSION == 5
+    with pytest.raises(IncompatibleBrokerVersion):
+        request.prepare({3: (0, 3)})
+
+    class OldBroker:
+        def get_random_node(self) -> int:
+            return 0
+
+        async def send(self, node: int, request: _NamedMetadata) -> None:
+            request.prepare({3: (0, 1)})
+
+        async def fetch_all_metadata(self) -> object:
+            class Listing:
+                def topics(self) -> set[str]:
+                    return {"in", "in.1", "in.2", "out", "out.1"}
+
+            return Listing()
+
+    class Producer:
+        client = OldBroker()
+
+    assert asyncio.run(newest_segment(Producer(), "in", 0)) == 2
+
+
 @services
 @pytest.mark.timeout(60)
 async def test_topics_are_created_and_looked_up_by_name_without_listing_or_creating_others(

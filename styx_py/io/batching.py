@@ -144,10 +144,14 @@ class BatchLanes:
 
     async def _submit(self, lane: tuple[str, int], builder: Any, part: list[Entry]) -> None:
         topic, partition = lane
+        delivery: asyncio.Future[Any] | None = None
         try:
             delivery = await self.producer.send_batch(builder, topic, partition=partition)
             metadata = await delivery
         except asyncio.CancelledError:
+            if delivery is not None:
+                # Abandoned (the producer is stopping): its error, if it gets one, is not news.
+                delivery.add_done_callback(_retrieve)
             self._fail(lane, part, RuntimeError("producer stopped before the batch was acknowledged"))
             raise
         except BaseException as exc:  # noqa: BLE001
@@ -177,3 +181,8 @@ class BatchLanes:
             elif not done.done():
                 waiting.append((targets, done))
         self.flushes = waiting
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
