@@ -107,6 +107,7 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
             total = sum(
                 await asyncio.gather(*(client.call("account", f"a{i}", "balance") for i in range(ACCOUNTS)))
             )
+            rewritten = client.stats.rewritten
         assert total == ACCOUNTS * INITIAL
         status = await admin(stack.coordinator, StatusRequest(), secret=stack.secret)
         events = status["shape_changes"]
@@ -119,7 +120,8 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
         counts = Counter(r.request_id for r in logged)
         twice = [rid for rid in sent if counts[rid] != 1]
         assert not twice, (
-            f"{len(twice)} of {len(sent)} transfers answered {Counter(counts[r] for r in twice)} times"
+            f"{len(twice)} of {len(sent)} transfers answered {Counter(counts[r] for r in twice)} times; "
+            f"the client wrote {rewritten} requests again"
         )
     finally:
         with contextlib.suppress(Exception):

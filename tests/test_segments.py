@@ -203,6 +203,26 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
         await ingress.stop()
 
 
+def test_a_request_in_flight_when_the_client_moves_on_is_on_time_if_acknowledged_soon_enough() -> None:
+    """On time means: acknowledged less than FRESH_S after a look found its segment the newest (the
+    next one did not exist then), whether or not the client has moved on to a newer segment since. A
+    request in flight at the move used to count as late, and was written again (so answered twice on
+    the log) if the cluster then stalled for two rotations (tests/test_scaling.py, a lost worker)."""
+    from styx_py.client.sdk.pending import ClientStats, PendingTable
+
+    table = PendingTable(10, ClientStats())
+    table.segment = 3
+    table.listed_at = time.monotonic() - 0.3  # a look found segment 3 the newest
+    table.segment = 4
+    table.listed_at = time.monotonic()  # the next look found segment 4
+    assert table.on_time(3) and table.on_time(4)
+    table.looked[3] = time.monotonic() - FRESH_S - 0.01
+    assert not table.on_time(3) and not table.on_time(2)
+    table.segment = 9
+    table.listed_at = time.monotonic()
+    assert sorted(table.looked) == [9], "only the last few segments are remembered"
+
+
 def test_a_broker_that_would_create_named_topics_is_never_asked_about_them() -> None:
     """Metadata requests before v4 auto-create the topics they name: asking is refused before anything
     is sent, and the SDK lists every topic instead."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from styx_py.client.sdk.kafka import KafkaError
 from styx_py.client.sdk.requests import same_request
 from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError, Unavailable
-from styx_py.core.segments import FRESH_S, unread
+from styx_py.core.segments import FRESH_S, LIVE, unread
 from styx_py.core.wire import Key, Reply
 
 __all__ = [
@@ -243,7 +243,20 @@ class PendingTable:
         self._recent: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._deadlines = Deadlines(self._timed_out)
         self.segment = 0  # the newest ingress segment the client knows (core.segments)
-        self.listed_at = -math.inf  # when (time.monotonic) a listing of topics last showed it newest
+        # Segment -> when (time.monotonic) the client last looked and found it the newest: its next one
+        # did not exist then. The last few segments only.
+        self.looked: dict[int, float] = {}
+
+    @property
+    def listed_at(self) -> float:
+        """When a look last showed the newest segment the client knows as the newest."""
+        return self.looked.get(self.segment, -math.inf)
+
+    @listed_at.setter
+    def listed_at(self, when: float) -> None:
+        self.looked[self.segment] = when
+        for old in [s for s in self.looked if s < self.segment - LIVE]:
+            del self.looked[old]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -263,9 +276,10 @@ class PendingTable:
 
     def on_time(self, segment: int) -> bool:
         """Whether a record written to ``segment`` and acknowledged now is read by the workers for sure:
-        ``segment`` is the newest, as a listing of topics showed less than :data:`FRESH_S` ago (see
-        ``core.segments.LIVE``)."""
-        return segment == self.segment and time.monotonic() - self.listed_at < FRESH_S
+        a look less than :data:`FRESH_S` ago found ``segment`` the newest (see ``core.segments.LIVE``).
+        The client may have moved on to a newer segment since (the record was in flight then): what
+        counts is that the one after ``segment`` did not exist at that look."""
+        return time.monotonic() - self.looked.get(segment, -math.inf) < FRESH_S
 
     def check_reuse(self, rid: str, fingerprint: bytes) -> None:
         """Raise :class:`BadRequest` when ``rid`` is pending or was recently sent for another payload.
