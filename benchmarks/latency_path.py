@@ -39,7 +39,7 @@ from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
 from styx_py.core.requests import read_request
-from styx_py.core.segments import segment_topic, segments_in
+from styx_py.core.segments import segment_topics
 from styx_py.core.wire import reply_decoder
 from styx_py.io.kafka_logs import list_topics, read_to_end
 from styx_py.stack.local import LocalStack
@@ -55,11 +55,6 @@ def phase_totals(url: str) -> dict[str, tuple[float, float]]:
     for kind, phase, value in _SUM.findall(text):
         out.setdefault(phase, [0.0, 0.0])[0 if kind == "sum" else 1] = float(value)
     return {p: (v[0], v[1]) for p, v in out.items()}
-
-
-def _segments(topics: set[str], topic: str) -> list[str]:
-    """Every segment topic of ``topic`` (the whole log, when the cluster rotates segments)."""
-    return [segment_topic(topic, k) for k in segments_in(topics, topic)]
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -105,14 +100,18 @@ async def measure(stack: LocalStack, rate: float, seconds: float) -> dict[str, A
         partitions = max(client.operators.values())  # the bank app's topics have this many
     topics = await list_topics(stack.kafka)
     sent_ts: dict[str, float] = {}
-    ingress = {TopicPartition(t, p): 0 for t in _segments(topics, "styx-ingress") for p in range(partitions)}
+    ingress = {
+        TopicPartition(t, p): 0 for t in segment_topics(topics, "styx-ingress") for p in range(partitions)
+    }
     for r in await read_to_end(stack.kafka, ingress):
         req = read_request(r.value or b"", r.key)
         if not isinstance(req, str) and req.request_id in sched:
             sent_ts[req.request_id] = r.timestamp
     reply_ts: dict[str, float] = {}
     epochs: set[int] = set()
-    egress = {TopicPartition(t, p): 0 for t in _segments(topics, "styx-egress") for p in range(partitions)}
+    egress = {
+        TopicPartition(t, p): 0 for t in segment_topics(topics, "styx-egress") for p in range(partitions)
+    }
     for r in await read_to_end(stack.kafka, egress):
         reply = reply_decoder.decode(r.value)
         if reply.request_id in sched:

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from styx_py.benchmarks.bank import app as bank_app
 from styx_py.benchmarks.keys import KeyChooser
 from styx_py.client import StyxClient
-from styx_py.core.segments import segment_topic, segments_in
+from styx_py.core.segments import segment_topics
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
 from styx_py.stack.local import LocalStack, admin
@@ -47,7 +47,7 @@ async def read_topic(bootstrap: str, topic: str) -> list[Reply]:
         while not parts:
             await consumer.force_metadata_update()
             parts = sorted(consumer.partitions_for_topic(topic) or ())
-        names = [segment_topic(topic, s) for s in segments_in(await consumer.topics(), topic)]
+        names = segment_topics(await consumer.topics(), topic)
         tps = [TopicPartition(name, p) for name in names for p in parts]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)

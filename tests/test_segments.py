@@ -27,6 +27,7 @@ from styx_py.core.segments import (
     replies_to,
     reply_segments,
     segment_topic,
+    segment_topics,
     segments_in,
     to_read,
     unpack,
@@ -55,6 +56,7 @@ def test_segment_topics_are_found_by_name() -> None:
     topics = ["in", "in.2", "in.10", "in.x", "inx.3", "out", "in.1.2"]
     assert segments_in(topics, "in") == [0, 2, 10]
     assert segments_in(["out"], "in") == []
+    assert segment_topics(topics, "in") == ["in", "in.2", "in.10"]
     # A part written before segments has only its segment-0 position.
     assert cursor_of(7, {}) == {0: 7} and cursor_of(7, {2: 1, 3: 0}) == {2: 1, 3: 0}
     # A resumed partition reads every segment from its cursor's oldest to the newest.
@@ -225,7 +227,7 @@ def test_a_request_in_flight_when_the_client_moves_on_is_on_time_if_acknowledged
 
 def test_a_broker_that_would_create_named_topics_is_never_asked_about_them() -> None:
     """Metadata requests before v4 auto-create the topics they name: asking is refused before anything
-    is sent, and the SDK lists every topic instead."""
+    is sent, and every topic is listed instead."""
     from aiokafka.errors import IncompatibleBrokerVersion
 
     from styx_py.client.sdk.kafka import newest_segment

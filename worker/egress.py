@@ -58,10 +58,6 @@ class KafkaSink:
         return self.lanes.records_sent + self.log_lanes.records_sent
 
     @property
-    def batches_sent(self) -> int:
-        return self.lanes.batches_sent + self.log_lanes.batches_sent
-
-    @property
     def queued(self) -> int:
         """Records waiting for their batch to be sent."""
         return self.lanes.pending() + self.log_lanes.pending()

@@ -28,10 +28,7 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
     AIOKafkaProducer,
     TopicPartition,
 )
-from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]
-    IncompatibleBrokerVersion,
-    KafkaError,
-)
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
 from styx_py.core.partitioning import partition_of
@@ -132,28 +129,20 @@ async def newest_segment(producer: Any, ingress_topic: str, known: int) -> int:
     """The newest segment of the ingress topic (:mod:`styx_py.core.segments`), ``known`` or later: asks
     the broker whether the next few exist by name (:func:`~styx_py.io.kafka_admin.existing_topics`,
     which creates none, at a cost that does not grow with the broker's topics, unlike a listing of them
-    all); lists every topic on a broker that cannot be asked that way."""
+    all)."""
     newest = known
-    try:
-        while True:
-            names = [segment_topic(ingress_topic, k) for k in range(newest + 1, newest + 1 + SEGMENTS_AHEAD)]
-            found = segments_in(await existing_topics(producer.client, names), ingress_topic)
-            if not found:
-                return newest
-            newest = max(found)
-    except IncompatibleBrokerVersion:
-        topics = (await producer.client.fetch_all_metadata()).topics()
-        return max(segments_in(topics, ingress_topic), default=known)
+    while True:
+        names = [segment_topic(ingress_topic, k) for k in range(newest + 1, newest + 1 + SEGMENTS_AHEAD)]
+        found = segments_in(await existing_topics(producer.client, names), ingress_topic)
+        if not found:
+            return newest
+        newest = max(found)
 
 
 async def egress_following(producer: Any, egress_topic: str, partitions: list[int], newest: int) -> list[Any]:
     """:func:`egress_read` for ``newest``, asking the broker which of those egress segments exist."""
     names = [segment_topic(egress_topic, s) for s in reply_segments(newest)]
-    try:
-        existing = await existing_topics(producer.client, names)
-    except IncompatibleBrokerVersion:
-        existing = (await producer.client.fetch_all_metadata()).topics()
-    return egress_read(egress_topic, partitions, newest, existing)
+    return egress_read(egress_topic, partitions, newest, await existing_topics(producer.client, names))
 
 
 def _producer(settings: KafkaSettings, client_id: str) -> Any:

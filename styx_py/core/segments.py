@@ -38,6 +38,7 @@ __all__ = [
     "replies_to",
     "reply_segments",
     "segment_topic",
+    "segment_topics",
     "segments_in",
     "to_read",
     "unpack",
@@ -121,6 +122,11 @@ def segments_in(topics: Iterable[str], topic: str) -> list[int]:
     pattern = re.compile(re.escape(topic) + r"(?:\.(\d+))?")
     out = {int(m.group(1) or 0) for t in topics if (m := pattern.fullmatch(t))}
     return sorted(out)
+
+
+def segment_topics(topics: Iterable[str], topic: str) -> list[str]:
+    """The topics of every segment of ``topic`` among ``topics``, in order: the whole log."""
+    return [segment_topic(topic, s) for s in segments_in(topics, topic)]
 
 
 def cursor_of(position: int, cursor: Cursor) -> Cursor:

@@ -117,16 +117,19 @@ class _NamedMetadata(MetadataRequest):  # type: ignore[misc]
 
 async def existing_topics(client: Any, names: Iterable[str]) -> set[str]:
     """Which of ``names`` exist, asked of one broker through a started aiokafka client (a producer's
-    ``client``); what it costs does not grow with the broker's other topics. Raises
-    ``IncompatibleBrokerVersion`` if the broker cannot be asked without creating them (metadata
-    version < 4: list every topic instead), a ``KafkaError`` if it cannot be reached."""
+    ``client``) for those topics alone, so what it costs does not grow with the broker's other topics.
+    A broker that cannot be asked without creating them (metadata version < 4) is asked for every
+    topic instead. Raises a ``KafkaError`` if it cannot be reached."""
     wanted = list(dict.fromkeys(names))
     if not wanted:
         return set()
     node = client.get_random_node()
     if node is None:
         raise KafkaConnectionError("no broker known")
-    response = await client.send(node, _NamedMetadata(wanted, allow_auto_topic_creation=False))
+    try:
+        response = await client.send(node, _NamedMetadata(wanted, allow_auto_topic_creation=False))
+    except IncompatibleBrokerVersion:
+        return set(wanted) & set((await client.fetch_all_metadata()).topics())
     # (error_code, name, ...) per topic; a topic still being created reports an error and counts as
     # missing until it is usable.
     return {t[1] for t in response.topics if t[0] == 0 and t[1] in wanted}
