@@ -315,6 +315,7 @@ class Coordinator:
             "stalled_epochs": self.stalls,
             "last_recovery": self.last_recovery,
             "last_snapshot": self.last_snapshot,
+            "compactions": self.compactions,
             "kafka_bootstrap": c.kafka_bootstrap,
             "ingress_topic": c.config.ingress_topic,
             # The newest ingress segment (its topic: core.segments.segment_topic) and the period.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
@@ -72,7 +73,9 @@ async def run_until_failure(
     """Run the transport and ``tasks`` until one ends; then ``closing`` in order, and the transport.
 
     A task that returns (a worker that left the cluster) ends the run cleanly, once what the transport
-    buffered was sent. A message handler that raised ends the process with
+    buffered was sent. So does SIGTERM (a supervisor's stop): ``closing`` runs (producers flushed and
+    closed, the compaction pool shut down) and the process exits 0; a second SIGTERM meanwhile ends it
+    at once. A message handler that raised ends the process with
     :data:`~styx_py.io.tcp.EXIT_HANDLER_FAILED` (the transport logged it CRITICAL with its traceback):
     its state can no longer be trusted, and the supervisor's restart is the recovery.
     """
@@ -88,6 +91,7 @@ async def run_until_failure(
             tg.create_task(transport.run())  # raises HandlerFailed when a message handler raised
             for task in tasks:
                 tg.create_task(until_it_ends(task))
+            tg.create_task(_until_sigterm())
     except* HandlerFailed:
         handler_failed = True
     except* _Ended:
@@ -98,3 +102,20 @@ async def run_until_failure(
         await transport.close()
     if handler_failed:
         raise SystemExit(EXIT_HANDLER_FAILED)
+
+
+async def _until_sigterm() -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def terminate() -> None:
+        loop.remove_signal_handler(signal.SIGTERM)  # the next one has its default effect
+        log.info("SIGTERM: stopping")
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        await stop.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+    raise _Ended
