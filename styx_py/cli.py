@@ -260,11 +260,11 @@ def format_status(body: dict[str, Any]) -> str:
     if body["failed_workers"]:
         lines.append(f"FAILED        {', '.join(body['failed_workers'])}")
     snap = body.get("last_snapshot")
-    lines.append(
-        f"snapshot      epoch {snap['epoch']}, {snap['objects']} objects, {snap['bytes']:,} bytes"
-        if snap
-        else "snapshot      none yet"
-    )
+    if snap:
+        line = f"snapshot      epoch {snap['epoch']}, {snap['objects']} objects, {snap['bytes']:,} bytes"
+        lines.append(line + (f", {body['compactions']} compactions" if "compactions" in body else ""))
+    else:
+        lines.append("snapshot      none yet")
     rec = body.get("last_recovery")
     recoveries = f"recoveries    {body.get('recoveries', 0)}, stalled epochs {body.get('stalled_epochs', 0)}"
     if rec:

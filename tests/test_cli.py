@@ -322,6 +322,7 @@ def test_status_prints_tables() -> None:
         "totals": {"committed": 120_000, "aborted": 1500, "rejected": 3, "rescheduled": 1, "fallback": 40},
         "failed_workers": [],
         "last_snapshot": {"epoch": 1200, "objects": 8, "bytes": 12_345},
+        "compactions": 3,
         "recoveries": 1,
         "stalled_epochs": 0,
         "last_recovery": {
@@ -355,7 +356,7 @@ def test_status_prints_tables() -> None:
     text = format_status(body)
     assert "{" not in text and "'" not in text
     assert "812.5 epochs/s, 15,000.0 txn/s, abort rate 1.25% (last 10 s)" in text
-    assert "snapshot      epoch 1200, 8 objects, 12,345 bytes" in text
+    assert "snapshot      epoch 1200, 8 objects, 12,345 bytes, 3 compactions" in text
     header = "committed  aborted  rejected  fallback  rescheduled"
     assert f"{header}\n  120,000    1,500         3        40            1" in text
     assert re.search(r"^w2 +2 +127\.0\.0\.1:4002 +1,3 +1,234\.6 +0\.0 s ago$", text, re.M), text

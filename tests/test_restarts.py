@@ -22,6 +22,10 @@ ACCOUNTS = 100
 INITIAL = 1000
 
 
+async def open_accounts(client: StyxClient) -> None:
+    await asyncio.gather(*(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS)))
+
+
 async def transfers(client: StyxClient, n: int, seed: int) -> list[str]:
     import random
 
@@ -49,9 +53,7 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
     try:
         await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-            await asyncio.gather(
-                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
-            )
+            await open_accounts(client)
             before = await transfers(client, 500, 1)
             assert stack.broker is not None
             # SIGKILL: only what was acknowledged may survive, and all of that must.
@@ -75,9 +77,7 @@ async def test_snapshots_survive_an_s3_restart(s3: SeaweedS3, kafka: TansuBroker
     try:
         await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-            await asyncio.gather(
-                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
-            )
+            await open_accounts(client)
             await transfers(client, 300, 3)
             status = await admin(stack.coordinator, StatusRequest())
             while status["last_snapshot"] is None:  # poll until a snapshot is complete
@@ -108,9 +108,7 @@ async def test_hung_worker_is_detected_replaced_and_recovered(kafka: TansuBroker
     try:
         await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-            await asyncio.gather(
-                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
-            )
+            await open_accounts(client)
             os.kill(stack.procs["w1"].pid, signal.SIGSTOP)
             frozen_at = time.monotonic()
             pending = asyncio.ensure_future(transfers(client, 300, 6))  # waits on the frozen worker
@@ -145,9 +143,7 @@ async def test_sigterm_stops_workers_and_the_coordinator_cleanly(
     try:
         await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-            await asyncio.gather(
-                *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
-            )
+            await open_accounts(client)
             seed = 10
             while (await admin(stack.coordinator, StatusRequest()))["compactions"] < 1:
                 await transfers(client, 50, seed)  # the next snapshots compact (bounded by the test timeout)
