@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,23 @@ INITIAL = 1000
 
 async def open_accounts(client: StyxClient) -> None:
     await asyncio.gather(*(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS)))
+
+
+@contextlib.asynccontextmanager
+async def bank_cluster(
+    tmp_path: Path, s3: SeaweedS3, kafka: TansuBroker, env: dict[str, str]
+) -> AsyncIterator[tuple[LocalStack, StyxClient]]:
+    """Two workers on the session's broker and S3 running the bank app, its accounts open, and a
+    client; stopped on the way out."""
+    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)
+    await asyncio.to_thread(stack.start)
+    try:
+        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            await open_accounts(client)
+            yield stack, client
+    finally:
+        await asyncio.to_thread(stack.stop)
 
 
 async def transfers(client: StyxClient, n: int, seed: int) -> list[str]:
@@ -71,26 +90,18 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
 
 
 async def test_snapshots_survive_an_s3_restart(s3: SeaweedS3, kafka: TansuBroker, tmp_path: Path) -> None:
-    env = cluster_env(snapshot_interval_s="0.2")
-    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)
-    await asyncio.to_thread(stack.start)
-    try:
-        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
-        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-            await open_accounts(client)
-            await transfers(client, 300, 3)
+    async with bank_cluster(tmp_path, s3, kafka, cluster_env(snapshot_interval_s="0.2")) as (stack, client):
+        await transfers(client, 300, 3)
+        status = await admin(stack.coordinator, StatusRequest())
+        while status["last_snapshot"] is None:  # poll until a snapshot is complete
+            await transfers(client, 20, 4)
             status = await admin(stack.coordinator, StatusRequest())
-            while status["last_snapshot"] is None:  # poll until a snapshot is complete
-                await transfers(client, 20, 4)
-                status = await admin(stack.coordinator, StatusRequest())
-            await asyncio.to_thread(s3.restart, hard=True)
-            stack.kill("w1")
-            stack.start_worker("w1")
-            await transfers(client, 300, 5)
-            total = sum(await balances(client))
-            status = await admin(stack.coordinator, StatusRequest())
-    finally:
-        await asyncio.to_thread(stack.stop)
+        await asyncio.to_thread(s3.restart, hard=True)
+        stack.kill("w1")
+        stack.start_worker("w1")
+        await transfers(client, 300, 5)
+        total = sum(await balances(client))
+        status = await admin(stack.coordinator, StatusRequest())
     assert total == ACCOUNTS * INITIAL
     assert status["recoveries"] >= 1
     assert status["last_recovery"]["snapshot_epoch"] >= 0, "recovery did not use the snapshot"
@@ -138,16 +149,11 @@ async def test_sigterm_stops_workers_and_the_coordinator_cleanly(
     import signal
 
     env = cluster_env(snapshot_interval_s="0.2", snapshot_compact_after="1", log_level="INFO")
-    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)
-    await asyncio.to_thread(stack.start)
-    try:
-        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
-        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-            await open_accounts(client)
-            seed = 10
-            while (await admin(stack.coordinator, StatusRequest()))["compactions"] < 1:
-                await transfers(client, 50, seed)  # the next snapshots compact (bounded by the test timeout)
-                seed += 1
+    async with bank_cluster(tmp_path, s3, kafka, env) as (stack, client):
+        seed = 10
+        while (await admin(stack.coordinator, StatusRequest()))["compactions"] < 1:
+            await transfers(client, 50, seed)  # the next snapshots compact (bounded by the test timeout)
+            seed += 1
         for name in ("w1", "w2", "coordinator"):
             proc = stack.procs[name]
             os.killpg(proc.pid, signal.SIGTERM)
@@ -156,5 +162,3 @@ async def test_sigterm_stops_workers_and_the_coordinator_cleanly(
             assert code == 0, f"{name} exited {code} after SIGTERM:\n{said[-3000:]}"
             assert "SIGTERM: stopping" in said, said[-3000:]
             assert "leaked" not in said, said[-3000:]
-    finally:
-        await asyncio.to_thread(stack.stop)
