@@ -53,23 +53,24 @@ async def serve_coordinator(
     # Compaction merges a partition's snapshot chain with its reply table: a second or more of CPU at a
     # few thousand transactions per second, which on the event loop stalled every epoch meanwhile.
     # It runs in one child process, started on first use and kept (replaced if it dies).
-    merges: list[ProcessPoolExecutor] = []  # created on the first compaction
+    pool: ProcessPoolExecutor | None = None  # created on the first compaction
 
     async def merge(chain: list[bytes], keep_replies: int) -> tuple[int, bytes]:
-        if not merges:
-            merges.append(_merge_pool())
+        nonlocal pool
+        if pool is None:
+            pool = _merge_pool()
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                merges[0], merge_chain, chain, keep_replies
-            )
+            return await asyncio.get_running_loop().run_in_executor(pool, merge_chain, chain, keep_replies)
         except BrokenProcessPool:
-            merges.pop()  # this compaction fails (logged); the next one gets a new child
+            pool = None  # this compaction fails (logged); the next one gets a new child
             raise
 
     async def stop_merges() -> None:
-        if merges:
+        nonlocal pool
+        if pool is not None:
             # Waited for (a merge in progress is dropped), so the pool's queues are cleaned up.
-            stop = asyncio.to_thread(merges.pop().shutdown, wait=True, cancel_futures=True)
+            stop = asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+            pool = None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop, 5)
 

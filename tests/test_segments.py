@@ -214,14 +214,14 @@ def test_a_request_in_flight_when_the_client_moves_on_is_on_time_if_acknowledged
 
     table = PendingTable(10, ClientStats())
     table.segment = 3
-    table.listed_at = time.monotonic() - 0.3  # a look found segment 3 the newest
+    table.saw_newest(time.monotonic() - 0.3)  # a look found segment 3 the newest
     table.segment = 4
-    table.listed_at = time.monotonic()  # the next look found segment 4
+    table.saw_newest(time.monotonic())  # the next look found segment 4
     assert table.on_time(3) and table.on_time(4)
     table.looked[3] = time.monotonic() - FRESH_S - 0.01
     assert not table.on_time(3) and not table.on_time(2)
     table.segment = 9
-    table.listed_at = time.monotonic()
+    table.saw_newest(time.monotonic())
     assert sorted(table.looked) == [9], "only the last few segments are remembered"
 
 
@@ -310,7 +310,7 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
         # The client stops listing topics (a broker that does not answer it) and its view goes stale.
         assert client._segments is not None
         client._segments.cancel()
-        await _until(lambda: time.monotonic() - client._pending.listed_at > FRESH_S)
+        await _until(lambda: time.monotonic() - client._pending.looked[client._pending.segment] > FRESH_S)
         late = client.submit_future("acct", "k1", "echo", 1)
         await _until(lambda: client.stats.sent == 2)
         for k in (1, 2):

@@ -191,7 +191,7 @@ class StyxClient:
         self._reply_partitions = ends.reply_partitions
         self._egress_wanted = list(ends.consumer.assignment())
         self._use_segment(ends.segment)
-        self._pending.listed_at = listed
+        self._pending.saw_newest(listed)
         loop = self._loop = asyncio.get_running_loop()
         self._lanes = BatchLanes(self._producer)
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
@@ -402,12 +402,12 @@ class StyxClient:
                 log.debug("%s: cannot look for a newer segment: %r", self.client_id, exc)
                 continue
             if newest <= self.segment:
-                self._pending.listed_at = asked
+                self._pending.saw_newest(asked)
             if newest > self.segment:
                 self._egress_wanted = wanted
                 self._egress_settled = False
                 self._use_segment(newest)
-                self._pending.listed_at = asked
+                self._pending.saw_newest(asked)
                 self._write_again(self._pending.unread_late(newest))
                 self._forget_old_segments()
 

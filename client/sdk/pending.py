@@ -247,13 +247,8 @@ class PendingTable:
         # did not exist then. The last few segments only.
         self.looked: dict[int, float] = {}
 
-    @property
-    def listed_at(self) -> float:
-        """When a look last showed the newest segment the client knows as the newest."""
-        return self.looked.get(self.segment, -math.inf)
-
-    @listed_at.setter
-    def listed_at(self, when: float) -> None:
+    def saw_newest(self, when: float) -> None:
+        """A look at ``when`` (time.monotonic) found :attr:`segment` the newest: its next did not exist."""
         self.looked[self.segment] = when
         for old in [s for s in self.looked if s < self.segment - LIVE]:
             del self.looked[old]
