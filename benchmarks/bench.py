@@ -31,10 +31,14 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from aiokafka.errors import KafkaError
+
 from styx_py.benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
+from styx_py.benchmarks.log_latency import log_latencies_ms, summary_ms
 from styx_py.benchmarks.workload import Options, Workload
 from styx_py.benchmarks.workloads import make_workload, workload_names
 from styx_py.core.errors import StyxError
+from styx_py.core.segments import replies_to
 
 if TYPE_CHECKING:
     from styx_py.stack.local import LocalStack
@@ -367,6 +371,7 @@ async def bench(
                     f"(+{args.warmup:g} s warm-up) via {args.via}",
                     flush=True,
                 )
+                first_segment = replies_to(client.segment)  # replies of this run go here or later
                 result = await run_open_loop(
                     workload,
                     sender,
@@ -378,6 +383,8 @@ async def bench(
                     quiet=args.quiet,
                     processes=processes,
                 )
+                if isinstance(sender, SdkSender):
+                    await _read_log_latency(client, result, first_segment, say)
                 lost = result.statuses["error"] + result.unanswered
                 if not args.no_check and lost:
                     # Requests that timed out may still run: a check made of many reads would see a
@@ -405,6 +412,28 @@ async def bench(
             if isinstance(sender, HttpSender):
                 await sender.close()
     return runs
+
+
+async def _read_log_latency(client: Any, result: RunResult, first_segment: int, say: Any) -> None:
+    """The run's latency as the logs see it (benchmarks/log_latency.py): from the egress log, read back."""
+    first_id = result.first_request_id
+    if first_id is None:
+        return  # nothing of the window was sent
+    try:
+        topic, prefix = client.egress_topic, client.request_id_prefix
+        values = await log_latencies_ms(client.bootstrap, topic, first_segment, prefix, first_id)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        say(f"  log to log: not measured (reading the egress log failed: {exc!r})", flush=True)
+        return
+    result.latency_log_ms = summary_ms(values)
+    if values:
+        s = result.latency_log_ms
+        say(
+            "  log to log (request record -> reply record, the Styx reference harness's measure): "
+            f"p50 {s['p50']:.0f} ms  p99 {s['p99']:.0f} ms  p99.9 {s['p99.9']:.0f} ms  "
+            f"({s['count']} replies)",
+            flush=True,
+        )
 
 
 def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:

@@ -101,6 +101,7 @@ class SdkSender:
         self.client = client
         self.timeout_s = timeout_s
         self._prepared: dict[tuple[str, str], Any] = {}
+        self.last_request_id: str | None = None  # of the last request start() sent
 
     async def send(self, op: Op) -> Outcome:
         try:
@@ -121,7 +122,7 @@ class SdkSender:
                 prepared = self._prepared[(op.operator, op.function)] = self.client.prepare(
                     op.operator, op.function, timeout_s=self.timeout_s
                 )
-            prepared.send(op.key, op.args, done)
+            self.last_request_id = prepared.send(op.key, op.args, done)
         except StyxError as exc:
             return Outcome("error", type(exc).__name__)
         return None
@@ -236,6 +237,11 @@ class RunResult:
     # the same span as client_cpu_s (warm-up, measured window and drain); "client" is this process,
     # "total" their sum.
     cpu_us_per_txn: dict[str, float] = field(default_factory=dict)
+    # The request id of the first request of the measured window a sender with ``last_request_id``
+    # sent (its ids only grow), and the latency as the logs see it, request record to reply record
+    # (benchmarks/log_latency.py), when the caller could read it.
+    first_request_id: str | None = None
+    latency_log_ms: dict[str, Any] | None = None
 
     @property
     def throughput(self) -> float:
@@ -323,6 +329,7 @@ class RunResult:
             "client_cpu_us_per_request": round(self.client_cpu_s / max(1, self.requests_total) * 1e6, 1),
             "cpu_us_per_txn": dict(self.cpu_us_per_txn),
             "drift": self.drift(),
+            **({} if self.latency_log_ms is None else {"latency_log_ms": self.latency_log_ms}),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
             "latency_ms": self.percentiles_ms(),
@@ -563,6 +570,8 @@ async def _run_open_loop(
                     if failed is not None:  # failed locally (overload, bad request)
                         open_count -= 1
                         record(i, op.label, start + i / rate, failed, clock())
+                    elif i >= first_measured and result.first_request_id is None:
+                        result.first_request_id = getattr(fast, "last_request_id", None)
                     continue
                 task = loop.create_task(one(i, op, start + i / rate))
                 inflight.add(task)

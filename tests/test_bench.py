@@ -209,6 +209,7 @@ class CallbackServer:
         self.refuse_every = refuse_every
         self.lose_every = lose_every
         self.n = 0
+        self.last_request_id: str | None = None  # as SdkSender: ids that only grow
 
     async def send(self, op: Op) -> Outcome:
         raise AssertionError("the driver uses start() when a sender has it")
@@ -217,6 +218,7 @@ class CallbackServer:
         self.n += 1
         if self.refuse_every and self.n % self.refuse_every == 0:
             return Outcome("error", "Overloaded")
+        self.last_request_id = f"{self.n:06d}"
         if not (self.lose_every and self.n % self.lose_every == 0):
             asyncio.get_running_loop().call_later(self.delay_s, done, "committed", None)
         return None
@@ -244,6 +246,8 @@ async def test_driver_fast_path_measures_from_the_schedule_and_counts_every_requ
     assert result.statuses == {"committed": 1938, "error": 40}
     assert result.causes == {"error: Overloaded": 40}
     assert result.unanswered == 28 and result.answered == 1938
+    # The id of the window's first request (the 501st): where the log's view of the run starts.
+    assert result.first_request_id == "000501"
     p = result.percentiles_ms()
     assert p["p50"] == pytest.approx(4.0, abs=0.01) and p["max"] <= 4.0 + 1.01, p  # + at most one tick
     assert not result.sustainable()
@@ -336,6 +340,12 @@ def test_styx_bench_runs_each_workload_end_to_end(
     assert r["sent"] == 300 and r["answered"] == 300, r
     assert abs(r["actual_send_rate"] - 150) <= 0.02 * 150, r
     assert r["latency_ms"]["p50"] > 0
+    # Read back from the egress log: every measured request's reply once, and no later than the
+    # client saw it (Kafka timestamps are whole milliseconds: 1 ms of slack).
+    log = r["latency_log_ms"]
+    assert log["count"] == 300, log
+    assert 0 <= log["p50"] <= r["latency_ms"]["p50"] + 1, (log, r)
+    assert log["max"] <= r["latency_ms"]["max"] + 1, (log, r)
     assert len(doc["series"]) == 2 and doc["config"]["workload"] == name
     assert doc["machine"]["cpus"] and "git_revision" in doc["machine"]
     assert {p.name.rsplit("-", 1)[-1] for p in out.glob("*.png")} == {"latency.png", "time.png"}
@@ -427,6 +437,8 @@ def test_styx_bench_starts_its_own_cluster_and_goes_through_http(
         assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"), abs=1), cpu
         assert set(r["drift"]) == {"p50_slope_ms_per_s", "p50_first_third_ms", "p50_last_third_ms"}
     assert "CPU µs per transaction: " in printed
+    # Through the gateway the requests are not this client's: no latency read from the logs.
+    assert all("latency_log_ms" not in r for r in runs) and "log to log" not in printed
     assert list(out.glob("ycsbt-sweep-*-sweep.png"))
     assert "max sustainable rate (p99 < 1 s, ≥98 % served):" in printed
 
@@ -458,6 +470,8 @@ def test_styx_bench_on_an_external_broker_uses_fresh_topics_per_run(
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("ycsbt-[0-9]*.json"))]
     assert [r["config"]["kafka"] for r in runs] == [kafka.bootstrap] * 2
     assert all(r["result"]["answered"] == r["result"]["sent"] for r in runs), [r["result"] for r in runs]
+    # Each run reads its replies back from its own egress topic, on that broker.
+    assert [r["result"]["latency_log_ms"]["count"] for r in runs] == [r["result"]["sent"] for r in runs]
     new = asyncio.run(_list_topics(kafka.bootstrap)) - before
     assert len({t for t in new if t.startswith("bench-ingress-")}) == 2, new  # one per run
 

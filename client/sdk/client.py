@@ -63,9 +63,9 @@ class StyxClient:
     the durable chaos test: 6x the resends of the spread layout, and runs that never finish).
 
     ``timeout_s`` is the default reply deadline of :meth:`submit` and also bounds :meth:`start`
-    (metadata and positioning). ``fetch_wait_ms`` is the consumer's ``fetch_max_wait_ms``: a broker
-    like Tansu answers a waiting fetch only at its deadline, so it is a floor on reply latency; keep
-    it small (>= 5, Tansu never answers a 0 ms wait).
+    (metadata and positioning). ``fetch_wait_ms`` is the consumer's ``fetch_max_wait_ms``: Tansu hands
+    a waiting fetch the records that reach it after up to half of it, so it adds to reply latency;
+    keep it small (>= 5, Tansu never answers a 0 ms wait).
     """
 
     def __init__(
@@ -262,6 +262,12 @@ class StyxClient:
         self._pending.fail_all(error)
 
     # ---- requests ----------------------------------------------------------------------------------
+
+    @property
+    def request_id_prefix(self) -> str:
+        """What every request id this client generates starts with: a reader of the logs can tell this
+        client's requests and replies apart (ids chosen by callers need not)."""
+        return self._new_rid.prefix
 
     @property
     def pending_count(self) -> int:

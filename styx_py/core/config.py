@@ -148,7 +148,13 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     ] = 0.0
     kafka_fetch_wait_ms: Annotated[
         int,
-        Setting("consumer fetch wait (Tansu answers a waiting fetch only at its deadline)", "ms", 5, 10_000),
+        Setting(
+            "consumer fetch wait (Tansu answers an empty fetch at its deadline, one that records reach "
+            "after up to half of it: longer saves idle polling, costs latency)",
+            "ms",
+            5,
+            10_000,
+        ),
     ] = 5
     kafka_linger_ms: Annotated[
         int,
