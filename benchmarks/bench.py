@@ -371,7 +371,9 @@ async def bench(
                     f"(+{args.warmup:g} s warm-up) via {args.via}",
                     flush=True,
                 )
-                first_segment = replies_to(client.segment)  # replies of this run go here or later
+                # Replies of this run go to this segment or later (one more back: a worker may learn
+                # of a new segment after the client).
+                first_segment = max(0, replies_to(client.segment) - 1)
                 result = await run_open_loop(
                     workload,
                     sender,
