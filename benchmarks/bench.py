@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +41,7 @@ from styx_py.core.errors import StyxError
 from styx_py.core.segments import replies_to
 
 if TYPE_CHECKING:
+    from styx_py.client import StyxClient
     from styx_py.stack.local import LocalStack
 
 RESULTS_DIR = Path("benchmarks/results")
@@ -416,7 +417,9 @@ async def bench(
     return runs
 
 
-async def _read_log_latency(client: Any, result: RunResult, first_segment: int, say: Any) -> None:
+async def _read_log_latency(
+    client: StyxClient, result: RunResult, first_segment: int, say: Callable[..., None]
+) -> None:
     """The run's latency as the logs see it (benchmarks/log_latency.py): from the egress log, read back."""
     first_id = result.first_request_id
     if first_id is None:
