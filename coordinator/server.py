@@ -323,6 +323,8 @@ class Coordinator:
             "log_segment_s": c.config.log_segment_s,
             "egress_topic": c.config.egress_topic,
             "reply_routing": c.config.reply_routing,
+            # What the cluster's consumers wait per fetch; SDK clients that connect here do the same.
+            "kafka_fetch_wait_ms": c.config.kafka_fetch_wait_ms,
             "desired_workers": self.reshaper.desired,
             "shape_changes": list(self.reshaper.events),
         }

@@ -738,3 +738,21 @@ def test_a_cluster_without_reply_routing_makes_connected_clients_read_every_part
     chosen: dict[str, Any] = {"reply_partition": 2}
     client_arguments("c:1", {**body, "reply_routing": False}, chosen)
     assert chosen["reply_partition"] == 2, "an explicit choice wins"
+
+
+def test_connected_clients_take_the_clusters_fetch_wait() -> None:
+    from styx_py.client.sdk.deployment import client_arguments
+
+    body = {"operators": [{"name": "acct", "partitions": 4}], "kafka_bootstrap": "k:9092"}
+    kw: dict[str, Any] = {}
+    client_arguments("c:1", {**body, "kafka_fetch_wait_ms": 100}, kw)
+    assert kw["fetch_wait_ms"] == 100
+    chosen: dict[str, Any] = {"fetch_wait_ms": 20}
+    client_arguments("c:1", {**body, "kafka_fetch_wait_ms": 100}, chosen)
+    assert chosen["fetch_wait_ms"] == 20, "an explicit choice wins"
+    # An older coordinator says nothing, and a value the client would refuse is not taken.
+    odds = ({}, {"kafka_fetch_wait_ms": 2}, {"kafka_fetch_wait_ms": "100"}, {"kafka_fetch_wait_ms": True})
+    for odd in odds:
+        left: dict[str, Any] = {}
+        client_arguments("c:1", {**body, **odd}, left)
+        assert "fetch_wait_ms" not in left, odd

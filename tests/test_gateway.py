@@ -349,6 +349,23 @@ async def test_idempotent_retries_return_the_identical_body_and_run_once(cluster
 
 
 @services
+async def test_the_gateways_client_waits_per_fetch_as_the_cluster_does(cluster: LocalStack) -> None:
+    """The coordinator's status names its consumers' fetch wait (STYX_KAFKA_FETCH_WAIT_MS: 100 on
+    Apache Kafka in docker-compose and Kubernetes); the gateway's client takes it."""
+    from styx_py.client.gateway.cluster import coordinator_status
+
+    status = await coordinator_status(cluster.coordinator)()
+    assert status["kafka_fetch_wait_ms"] == 5  # the local default
+    for named, expected in ((100, 100), (None, 5)):
+        changed = {**status, "kafka_fetch_wait_ms": named}
+        backend = await connect_client(changed, config(cluster))
+        try:
+            assert isinstance(backend, StyxClient) and backend.fetch_wait_ms == expected
+        finally:
+            await backend.close()
+
+
+@services
 async def test_async_submit_then_fetch(http: httpx.AsyncClient) -> None:
     account = f"async-{uuid.uuid4().hex[:8]}"
     accepted = await http.post(

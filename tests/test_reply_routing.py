@@ -29,7 +29,10 @@ PARTITIONS = 4  # the bank app's: the egress topic has as many
 
 @pytest.fixture
 def stack(local_cluster: ClusterFactory) -> LocalStack:
-    return local_cluster(app="styx_py.benchmarks.bank:app", settings={"reply_routing": "true"})
+    # As docker-compose and Kubernetes run it on Apache Kafka: routing on, a longer fetch wait.
+    return local_cluster(
+        app="styx_py.benchmarks.bank:app", settings={"reply_routing": "true", "kafka_fetch_wait_ms": "100"}
+    )
 
 
 async def _transfers(client: StyxClient, first: int) -> list[str]:
@@ -60,6 +63,8 @@ async def test_three_clients_on_distinct_partitions_read_no_foreign_reply(stack:
     clients = [
         await StyxClient.connect(stack.coordinator, timeout_s=120, reply_partition=p) for p in range(3)
     ]
+    # Clients that connect through the coordinator wait per fetch as the cluster's consumers do.
+    assert [c.fetch_wait_ms for c in clients] == [100] * 3
     try:
         sent = await asyncio.gather(*(_transfers(c, i) for i, c in enumerate(clients)))
         for i, c in enumerate(clients):

@@ -16,6 +16,7 @@ from styx_py.client.gateway.config import GatewayConfig
 from styx_py.client.gateway.models import ClusterSummary, OperatorInfo, Readiness
 from styx_py.client.gateway.outcomes import Outcome, failure, retry_after
 from styx_py.client.sdk import StyxClient
+from styx_py.client.sdk.deployment import fetch_wait_of
 from styx_py.core.errors import ProtocolError, StyxError
 from styx_py.core.wire import Key, Reply, StatusRequest
 from styx_py.io.admin import admin_request
@@ -119,6 +120,8 @@ async def connect_client(status: Mapping[str, Any], config: GatewayConfig) -> Ba
     bootstrap = status.get("kafka_bootstrap")
     if not bootstrap:
         raise StyxError(f"the coordinator at {config.coordinator} reports no kafka_bootstrap")
+    wait = fetch_wait_of(status)
+    as_the_cluster: dict[str, Any] = {} if wait is None else {"fetch_wait_ms": wait}  # its consumers' wait
     client = StyxClient(
         str(bootstrap),
         info.operators,
@@ -129,6 +132,7 @@ async def connect_client(status: Mapping[str, Any], config: GatewayConfig) -> Ba
         timeout_s=config.connect_timeout_s,
         functions=info.functions,
         reply_partition=None if status.get("reply_routing", True) else -1,  # Config.reply_routing
+        **as_the_cluster,
     )
     await client.start()
     return client

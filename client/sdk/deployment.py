@@ -10,7 +10,7 @@ from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailab
 from styx_py.core.wire import StatusRequest
 from styx_py.io.admin import admin_request
 
-__all__ = ["client_arguments", "coordinator_status"]
+__all__ = ["client_arguments", "coordinator_status", "fetch_wait_of"]
 
 
 async def coordinator_status(
@@ -31,8 +31,9 @@ def client_arguments(
 ) -> tuple[str, dict[str, int]]:
     """The bootstrap address and the operators from a coordinator's status ``body``.
 
-    Also fills the topics and functions into the client's keyword arguments ``kw`` unless given there;
-    a ``bootstrap`` in ``kw`` overrides (and leaves) it.
+    Also fills the topics, functions, reply partition (when the cluster turns routing off) and fetch
+    wait into the client's keyword arguments ``kw`` unless given there; a ``bootstrap`` in ``kw``
+    overrides (and leaves) it.
     """
     ops = body.get("operators") or []
     if not ops:
@@ -53,4 +54,14 @@ def client_arguments(
     kw.setdefault("functions", functions)
     if body.get("reply_routing") is False:  # the cluster's broker needs replies spread (Config.reply_routing)
         kw.setdefault("reply_partition", -1)
+    wait = fetch_wait_of(body)
+    if wait is not None:
+        kw.setdefault("fetch_wait_ms", wait)
     return str(bootstrap), operators
+
+
+def fetch_wait_of(body: Mapping[str, Any]) -> int | None:
+    """The fetch wait a coordinator's status gives its consumers (``Config.kafka_fetch_wait_ms``: it suits
+    the cluster's broker), if it names one a client accepts; None from a coordinator that predates it."""
+    wait = body.get("kafka_fetch_wait_ms")
+    return wait if type(wait) is int and wait >= 5 else None

@@ -149,8 +149,10 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     kafka_fetch_wait_ms: Annotated[
         int,
         Setting(
-            "consumer fetch wait (Tansu answers an empty fetch at its deadline, one that records reach "
-            "after up to half of it: longer saves idle polling, costs latency)",
+            "consumer fetch wait, also of SDK clients that connect through the coordinator: how long "
+            "a fetch with nothing to return waits. Apache Kafka answers as soon as records come, so a "
+            "longer wait there only saves empty fetches (docker-compose and Kubernetes set 100); Tansu "
+            "notices them after up to half of it, so keep the local default",
             "ms",
             5,
             10_000,
