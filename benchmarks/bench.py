@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiokafka.errors import KafkaError
 
 from styx_py.benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
-from styx_py.benchmarks.log_latency import log_latencies_ms, summary_ms
+from styx_py.benchmarks.log_latency import log_latencies_ms
 from styx_py.benchmarks.workload import Options, Workload
 from styx_py.benchmarks.workloads import make_workload, workload_names
 from styx_py.core.errors import StyxError
@@ -430,9 +430,8 @@ async def _read_log_latency(
     except (KafkaError, OSError, TimeoutError) as exc:
         say(f"  log to log: not measured (reading the egress log failed: {exc!r})", flush=True)
         return
-    result.latency_log_ms = summary_ms(values)
+    s = result.set_latency_log(values)
     if values:
-        s = result.latency_log_ms
         say(
             "  log to log (request record -> reply record, the Styx reference harness's measure): "
             f"p50 {s['p50']:.0f} ms  p99 {s['p99']:.0f} ms  p99.9 {s['p99.9']:.0f} ms  "

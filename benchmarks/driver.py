@@ -266,6 +266,17 @@ class RunResult:
         out["mean"] = h.get_mean_value() / 1000
         return out
 
+    def set_latency_log(self, values_ms: list[int]) -> dict[str, Any]:
+        """Set (and return) :attr:`latency_log_ms` from per-request latencies read from the logs (whole
+        ms), summarised as the client-observed ones are, plus their ``count``."""
+        summary: dict[str, Any] = {"count": len(values_ms)}
+        if values_ms:
+            hist = new_histogram()
+            record_all(hist, array("q", (max(1, min(_HIST_MAX_US, v * 1000)) for v in values_ms)))
+            summary = self.percentiles_ms(hist) | summary
+        self.latency_log_ms = summary
+        return summary
+
     def latency_curve_ms(self) -> dict[str, list[tuple[float, float]]]:
         """(percentile, ms) at ten points per decade of rarity (0, 20.6, 36.9 … 90 … 99 … 99.999),
         then the maximum at 100·(1 - 1/n) where the largest of n samples sits, overall (``all``) and per

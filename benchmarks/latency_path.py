@@ -33,15 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from aiokafka import TopicPartition
 
+from styx_py.benchmarks.log_latency import segment_partitions
 from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
 from styx_py.core.requests import read_request
-from styx_py.core.segments import segment_topics
 from styx_py.core.wire import reply_decoder
-from styx_py.io.kafka_logs import list_topics, read_to_end
+from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -97,21 +96,15 @@ async def measure(stack: LocalStack, rate: float, seconds: float) -> dict[str, A
             futures.append(fut)
         await asyncio.gather(*futures, return_exceptions=True)
         after = phase_totals(metrics)
-        partitions = max(client.operators.values())  # the bank app's topics have this many
-    topics = await list_topics(stack.kafka)
     sent_ts: dict[str, float] = {}
-    ingress = {
-        TopicPartition(t, p): 0 for t in segment_topics(topics, "styx-ingress") for p in range(partitions)
-    }
+    ingress = dict.fromkeys(await segment_partitions(stack.kafka, "styx-ingress"), 0)
     for r in await read_to_end(stack.kafka, ingress):
         req = read_request(r.value or b"", r.key)
         if not isinstance(req, str) and req.request_id in sched:
             sent_ts[req.request_id] = r.timestamp
     reply_ts: dict[str, float] = {}
     epochs: set[int] = set()
-    egress = {
-        TopicPartition(t, p): 0 for t in segment_topics(topics, "styx-egress") for p in range(partitions)
-    }
+    egress = dict.fromkeys(await segment_partitions(stack.kafka, "styx-egress"), 0)
     for r in await read_to_end(stack.kafka, egress):
         reply = reply_decoder.decode(r.value)
         if reply.request_id in sched:

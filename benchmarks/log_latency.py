@@ -20,19 +20,16 @@ nothing while it measures.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from styx_py.core.segments import segment_topic, segments_in
 from styx_py.core.wire import UNDECODABLE, reply_decoder
 from styx_py.io.kafka_logs import read_to_end
 
-PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 
-
-async def _egress_partitions(bootstrap: str, topic: str, first_segment: int) -> list[TopicPartition]:
+async def segment_partitions(bootstrap: str, topic: str, first_segment: int = 0) -> list[TopicPartition]:
+    """Every partition of every segment of ``topic`` (:mod:`styx_py.core.segments`) from ``first_segment``
+    on, as the broker has them now."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     await consumer.start()
     try:
@@ -55,7 +52,7 @@ async def log_latencies_ms(
     (:class:`~styx_py.client.sdk.ids.RequestIds`), so they sort in the order they were sent. A request
     answered more than once (a resend answered again) counts once, by its first reply. Reads the egress
     segments from ``first_segment`` on."""
-    starts = dict.fromkeys(await _egress_partitions(bootstrap, egress_topic, first_segment), 0)
+    starts = dict.fromkeys(await segment_partitions(bootstrap, egress_topic, first_segment), 0)
     n = len(first_id)
     seen: set[str] = set()
     out: list[int] = []
@@ -69,18 +66,4 @@ async def log_latencies_ms(
             continue
         seen.add(rid)
         out.append(max(0, record.timestamp - reply.request_ts_ms))
-    return out
-
-
-def summary_ms(values: list[int]) -> dict[str, Any]:
-    """count, p50 … p99.9, max and mean of ``values`` (ms); a percentile is the smallest value with at
-    least that share of the values at or below it, as an HdrHistogram gives it."""
-    if not values:
-        return {"count": 0}
-    arr = np.asarray(values, dtype=np.int64)
-    out: dict[str, Any] = {"count": len(values)}
-    for p in PERCENTILES:
-        out[f"p{p:g}"] = float(np.percentile(arr, p, method="inverted_cdf"))
-    out["max"] = float(arr.max())
-    out["mean"] = round(float(arr.mean()), 2)
     return out

@@ -409,13 +409,13 @@ class StyxClient:
                 continue
             if newest <= self.segment:
                 self._pending.saw_newest(asked)
-            if newest > self.segment:
-                self._egress_wanted = wanted
-                self._egress_settled = False
-                self._use_segment(newest)
-                self._pending.saw_newest(asked)
-                self._write_again(self._pending.unread_late(newest))
-                self._forget_old_segments()
+                continue
+            self._egress_wanted = wanted
+            self._egress_settled = False
+            self._use_segment(newest)
+            self._pending.saw_newest(asked)
+            self._write_again(self._pending.unread_late(newest))
+            self._forget_old_segments()
 
     def _forget_old_segments(self) -> None:
         """Write (and ask the broker about) the two newest ingress segments only: earlier ones are
