@@ -375,6 +375,7 @@ async def bench(
                 # Replies of this run go to this segment or later (one more back: a worker may learn
                 # of a new segment after the client).
                 first_segment = max(0, replies_to(client.segment) - 1)
+                replied, pushed = client.stats.replied, client.stats.pushed
                 result = await run_open_loop(
                     workload,
                     sender,
@@ -387,6 +388,9 @@ async def bench(
                     processes=processes,
                 )
                 if isinstance(sender, SdkSender):
+                    took = client.stats.replied - replied
+                    result.replies_pushed_share = round((client.stats.pushed - pushed) / max(1, took), 4)
+                    say(f"  replies pushed by the workers: {result.replies_pushed_share:.1%}", flush=True)
                     await _read_log_latency(client, result, first_segment, say)
                 lost = result.statuses["error"] + result.unanswered
                 if not args.no_check and lost:

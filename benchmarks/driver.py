@@ -242,6 +242,9 @@ class RunResult:
     # (benchmarks/log_latency.py), when the caller could read it.
     first_request_id: str | None = None
     latency_log_ms: dict[str, Any] | None = None
+    # Of the replies the SDK client took during the run (warm-up included), the share a worker pushed
+    # before their egress copy came (client/sdk/push.py); None through the gateway.
+    replies_pushed_share: float | None = None
 
     @property
     def throughput(self) -> float:
@@ -341,6 +344,7 @@ class RunResult:
             "cpu_us_per_txn": dict(self.cpu_us_per_txn),
             "drift": self.drift(),
             **({} if self.latency_log_ms is None else {"latency_log_ms": self.latency_log_ms}),
+            **({} if (pushed := self.replies_pushed_share) is None else {"replies_pushed_share": pushed}),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
             "latency_ms": self.percentiles_ms(),

@@ -351,7 +351,8 @@ async def test_idempotent_retries_return_the_identical_body_and_run_once(cluster
 @services
 async def test_the_gateways_client_waits_per_fetch_as_the_cluster_does(cluster: LocalStack) -> None:
     """The coordinator's status names its consumers' fetch wait (STYX_KAFKA_FETCH_WAIT_MS: 100 on
-    Apache Kafka in docker-compose and Kubernetes); the gateway's client takes it."""
+    Apache Kafka in docker-compose and Kubernetes); the gateway's client takes it. It also takes the
+    replies the workers push, whose addresses it asks the same coordinator for."""
     from styx_py.client.gateway.cluster import coordinator_status
 
     status = await coordinator_status(cluster.coordinator)()
@@ -361,6 +362,7 @@ async def test_the_gateways_client_waits_per_fetch_as_the_cluster_does(cluster: 
         backend = await connect_client(changed, config(cluster))
         try:
             assert isinstance(backend, StyxClient) and backend.fetch_wait_ms == expected
+            assert backend.coordinator == cluster.coordinator
         finally:
             await backend.close()
 

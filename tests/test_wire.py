@@ -147,6 +147,8 @@ ALL_MESSAGES = [
         True,
     ),
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
+    wire.SubscribeReplies("0123456789abcdef0123"),
+    wire.PushedReply(Reply("r1", 9, 12, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, RAW, None, None, 17)),
 ]
 
 INBOXES: dict[wire.Inbox, object] = {
@@ -173,12 +175,14 @@ def test_every_message_type_is_covered_and_belongs_to_a_channel() -> None:
 def test_the_channels() -> None:
     """Workers' reports and admin requests go to the coordinator; its orders and peers' transaction
     messages to a worker; admin replies to an admin client. Heartbeats go both ways, and so do the
-    epoch reports (every worker decides from its peers' too)."""
+    epoch reports (every worker decides from its peers' too). A client subscribes on a worker's port
+    and is pushed replies there."""
     to_coordinator, to_worker = _members(wire.ToCoordinator), _members(wire.ToWorker)
     assert to_coordinator & to_worker == {Heartbeat, ExecDone, Vote, wire.Revote}
     assert {Invoke, CallResult, Ack, Final} <= to_worker - to_coordinator
     assert {DeployRequest, StatusRequest, Register} <= to_coordinator - to_worker
-    assert _members(wire.ToAdmin) == {AdminReply}
+    assert _members(wire.ToAdmin) == {AdminReply, wire.PushedReply}
+    assert wire.SubscribeReplies in to_worker - to_coordinator
 
 
 @pytest.mark.parametrize("msg", ALL_MESSAGES, ids=lambda m: type(m).__name__)

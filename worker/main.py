@@ -63,7 +63,7 @@ async def serve_worker(
         host=advertise_host or host,
         port=transport.port,
     )
-    transport.on_disconnect = lambda peer: worker.on_coordinator_lost() if peer == COORDINATOR else None
+    transport.on_disconnect = worker.on_disconnect
     log.info("worker %s listening on %s:%d", node_id, host, transport.port)
     worker.metrics.registry.register(transport.collector("styx_worker"))
     if config.metrics_port:

@@ -9,10 +9,11 @@ SDK so that a client reads only its own partition), else this epoch's *lane*: on
 this worker owns, taken in turn epoch by epoch (:meth:`ReplyOut.route`). So a worker writes all the
 unrouted replies of an epoch as one batch, not one per partition they came from, and every egress
 partition still has one producer, its owner (Tansu was seen to expose one producer's later batch
-before another's earlier one). The broker's cost grows with the batches it stores per partition, not
-with records (benchmarks/results/issue15-broker.md: 1 record per batch costs Tansu ~4 times the CPU of
-5, and 3 times the latency). A resent request is answered on the partition *it* names, if any; the
-reply table itself stays keyed by ingress partition.
+before another's earlier one). A reply whose client subscribed on this worker's port is also pushed
+to it as it leaves (:mod:`styx_py.worker.feed`). The broker's cost grows with the batches it stores
+per partition, not with records (benchmarks/results/issue15-broker.md: 1 record per batch costs
+Tansu ~4 times the CPU of 5, and 3 times the latency). A resent request is answered on the
+partition *it* names, if any; the reply table itself stays keyed by ingress partition.
 
 After a recovery, replayed epochs produce their replies a second time. Those already on the egress
 log (read back by recovery into ``on_log``) are not sent again; determinism makes the replayed reply
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from styx_py.core.ports import Egress
 from styx_py.core.wire import IngressRecord, Reply, Request
 from styx_py.worker.dedup import ReplyTable
+from styx_py.worker.feed import ReplyFeed
 from styx_py.worker.txn import RootTxn
 
 Diverged = Callable[[int, Reply, Reply], None]  # (epoch, the reply on the log, the replayed one)
@@ -48,8 +50,10 @@ class ReplyOut:
         replies_per_partition: int,
         before_send: Callable[[], None],
         on_diverged: Diverged = _diverged,
+        feed: ReplyFeed | None = None,
     ) -> None:
         self.egress = egress
+        self.feed = feed  # clients that asked for their replies on this worker's port (worker/feed.py)
         self.before_send = before_send  # fencing: a worker that may have been replaced must not reply
         self.on_diverged = on_diverged
         self.stopped = False  # a replay diverged: nothing more leaves this worker
@@ -101,6 +105,8 @@ class ReplyOut:
                     self.on_diverged(epoch, logged, reply)
                 return
         self.egress.send(partition, reply, epoch)
+        if self.feed is not None:
+            self.feed.offer(reply)
 
     def live(self) -> None:
         """Replay is over: what is left of the replies found on the egress log belongs to epochs up to

@@ -48,6 +48,7 @@ from styx_py.core.wire import (
     Retire,
     SeqLogEntry,
     SnapshotResult,
+    SubscribeReplies,
     WorkAvailable,
     decode_value,
 )
@@ -55,6 +56,7 @@ from styx_py.worker import recovery
 from styx_py.worker.batch import BatchFormer
 from styx_py.worker.dedup import ReplyTable
 from styx_py.worker.epoch import EPOCH_MESSAGES, EpochDriver, EpochMessage
+from styx_py.worker.feed import ReplyFeed
 from styx_py.worker.handoff import HandoffRefused, Inbox, outgoing, refusal
 from styx_py.worker.lookup import find_replies
 from styx_py.worker.metrics import WorkerGauges, WorkerMetrics
@@ -138,8 +140,9 @@ class Worker:
         self.retired = asyncio.Event()  # no longer part of the cluster (Retire): run() returns
         self.consistent = True  # no restore left the state half-done (a shape change may keep it)
         self.handoffs = Inbox()  # partitions handed to this worker at a planned change (worker/handoff)
+        self.feed = ReplyFeed(transport.send)
         self.replies = ReplyOut(
-            egress, config.dedup_replies_per_partition, self._check_lease, self._reply_diverged
+            egress, config.dedup_replies_per_partition, self._check_lease, self._reply_diverged, self.feed
         )
         self.batch = BatchFormer(node_id, config.epoch_size_max, ingress, self.replies, self._batch_diverged)
         self.snapshots = Snapshotter(node_id, blobs, transport, self.spawn, self.metrics.snapshot)
@@ -209,9 +212,13 @@ class Worker:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
-    def on_coordinator_lost(self) -> None:
-        """The coordinator's connection broke: register again (delivered once it is back)."""
-        self._register()
+    def on_disconnect(self, peer: str) -> None:
+        """A connection broke. The coordinator's: register again (delivered once it is back). A
+        client's: push it nothing more."""
+        if peer == COORDINATOR:
+            self._register()
+        else:
+            self.feed.drop(peer)
 
     def _on_ingress_available(self) -> None:
         if self.view is not None:
@@ -270,6 +277,8 @@ class Worker:
                 self.transport.send(COORDINATOR, self._find_replies(msg))
             case PrepareGraph():
                 self.transport.send(COORDINATOR, self._prepare(msg))
+            case SubscribeReplies():
+                self.feed.subscribe(src, msg.prefix)
             case Recover() if self.halted:
                 log.error("%s: the cluster is degraded; no recovery (%s)", self.node_id, self.halted)
             case Recover() if self.view is None or self.view.gen != msg.gen:

@@ -132,6 +132,9 @@ async def connect_client(status: Mapping[str, Any], config: GatewayConfig) -> Ba
         timeout_s=config.connect_timeout_s,
         functions=info.functions,
         reply_partition=None if status.get("reply_routing", True) else -1,  # Config.reply_routing
+        # Replies pushed by the workers (client/sdk/push.py), found through the same coordinator.
+        coordinator=config.coordinator,
+        cluster_secret=config.cluster_secret,
         **as_the_cluster,
     )
     await client.start()

@@ -22,6 +22,7 @@ from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
 from styx_py.client.sdk.kafka import KafkaError, egress_following, newest_segment, open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
+from styx_py.client.sdk.push import PushedReplies
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError
@@ -66,6 +67,11 @@ class StyxClient:
     (metadata and positioning). ``fetch_wait_ms`` is the consumer's ``fetch_max_wait_ms``: Tansu hands
     a waiting fetch the records that reach it after up to half of it, so it adds to reply latency;
     keep it small (>= 5, Tansu never answers a 0 ms wait).
+
+    ``coordinator`` (filled in by :meth:`connect`) lets the client also take replies the workers push
+    on their ports (:mod:`styx_py.client.sdk.push`), a broker hop sooner than the egress topic, which
+    stays the record and the fallback; ``cluster_secret`` authenticates those connections (default:
+    ``$STYX_CLUSTER_SECRET``). ``push_replies=False`` reads the egress topic only.
     """
 
     def __init__(
@@ -82,6 +88,9 @@ class StyxClient:
         functions: Mapping[str, Collection[str]] | None = None,
         client_id: str | None = None,
         reply_partition: int | None = None,
+        coordinator: str | None = None,
+        cluster_secret: str | None = None,
+        push_replies: bool = True,
     ) -> None:
         """Store the configuration; nothing connects before :meth:`start`.
 
@@ -101,6 +110,11 @@ class StyxClient:
         if reply_partition is not None and reply_partition < -1:
             raise ConfigError(f"reply_partition must be >= 0, or -1 for all, not {reply_partition!r}")
         self._wanted_partition = reply_partition
+        # Where the worker addresses come from, for replies pushed by the workers (sdk/push.py).
+        self.coordinator = coordinator if push_replies else None
+        self._cluster_secret = cluster_secret
+        self._push: PushedReplies | None = None
+        self._pusher: asyncio.Task[None] | None = None
         self.reply_partition = -1  # the egress partition read (-1: all), known once started
         self.stats = ClientStats()
         self._pending = PendingTable(max_pending, self.stats)
@@ -166,6 +180,8 @@ class StyxClient:
             cluster_secret = default_secret(coordinator)
         body = await coordinator_status(coordinator, float(kw.get("timeout_s", 30.0)), cluster_secret)
         bootstrap, operators = client_arguments(coordinator, body, kw)
+        kw.setdefault("coordinator", coordinator)
+        kw.setdefault("cluster_secret", cluster_secret)
         client = cls(bootstrap, operators, **kw)
         await client.start()
         return client
@@ -201,6 +217,16 @@ class StyxClient:
         self._reader = loop.create_task(reader, name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)
         self._segments = loop.create_task(self._follow_segments(), name=f"{client_id}-segments")
+        if self.coordinator is not None:
+            coordinator, secret, timeout_s = self.coordinator, self._cluster_secret, self.timeout_s
+            self._push = PushedReplies(
+                lambda: coordinator_status(coordinator, timeout_s, secret),
+                secret,
+                self._new_rid.prefix,
+                self._pending.resolve_pushed,
+                timeout_s,
+            )
+            self._pusher = loop.create_task(self._push.run(), name=f"{client_id}-pushed")
         self._started = True
         log.debug(
             "%s: started; reading replies from egress partition %d (-1: all)", client_id, self.reply_partition
@@ -223,11 +249,11 @@ class StyxClient:
             # wait() instead of awaiting the task: its CancelledError must not be mistaken for ours.
             await asyncio.wait([reader])
         self._pending.fail_all(StyxError("StyxClient closed before the reply arrived"))
-        for task in (self._sender, self._segments):
+        for task in (self._sender, self._segments, self._pusher):
             if task is not None:
                 task.cancel()
                 await asyncio.wait([task])
-        self._sender = self._segments = None
+        self._sender = self._segments = self._pusher = None
         producer, self._producer = self._producer, None
         consumer, self._consumer = self._consumer, None
         await stop_quietly(producer, "producer")

@@ -54,6 +54,12 @@ Done = Callable[[Reply | None, StyxError | None], None]
 send, the client closing). Runs inside the reply reader or the deadline timer: it must not raise."""
 
 
+EGRESS = 1
+"""A reply read from the egress topic."""
+PUSHED = 2
+"""A reply a worker pushed on its port."""
+
+
 @dataclass(slots=True)
 class ClientStats:
     """Counters of one client, for monitoring and tests (monotonic, never reset)."""
@@ -65,7 +71,13 @@ class ClientStats:
     timeouts: int = 0
     """Waits that ended in :class:`~styx_py.core.errors.RequestTimeout` (one per waiting caller)."""
     duplicates_ignored: int = 0
-    """Replies for a request id that had just been answered (server or broker redelivery)."""
+    """Replies for a request id that had just been answered, by the same path (server or broker
+    redelivery)."""
+    pushed: int = 0
+    """Of ``replied``, replies a worker pushed that came before their egress copy
+    (:mod:`styx_py.client.sdk.push`)."""
+    echoes_ignored: int = 0
+    """The later copy of a reply that came both ways: pushed by a worker and read from the egress topic."""
     unmatched_ignored: int = 0
     """Replies for an id nobody waits for (another client's, or one whose caller gave up)."""
     foreign_ignored: int = 0
@@ -237,7 +249,8 @@ class PendingTable:
         self._entries: dict[str, Pending] = {}
         # Ids answered recently: a later reply with one of them is a duplicate, not a stranger. Bounded,
         # because redeliveries arrive close to the original and the table must not grow forever.
-        self._answered: collections.OrderedDict[str, None] = collections.OrderedDict()
+        # The value: the paths (EGRESS | PUSHED) its reply came by so far.
+        self._answered: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._answered_cap = max(1024, 2 * max_pending)
         # What was sent under the ids that left the table (module docstring), bounded the same way.
         self._recent: collections.OrderedDict[str, bytes] = collections.OrderedDict()
@@ -435,27 +448,39 @@ class PendingTable:
             # anyone awaited): no "exception was never retrieved" noise at GC.
             entry.future.exception()
 
-    def resolve(self, reply: Reply) -> None:
-        """Hand ``reply`` to the request waiting for it; count it as a duplicate or a stranger if none."""
+    def resolve(self, reply: Reply, path: int = EGRESS) -> None:
+        """Hand ``reply``, which came by ``path`` (:data:`EGRESS` or :data:`PUSHED`), to the request
+        waiting for it. If none waits: the other path's copy of a reply already taken (an echo), a
+        second copy by the same path (a duplicate), or a stranger's."""
         rid = reply.request_id
         entry = self._entries.get(rid)
         if entry is None or entry.future.done():
-            if rid in self._answered:
-                self.stats.duplicates_ignored += 1
-            else:
+            came = self._answered.get(rid)
+            if came is None:
                 self.stats.unmatched_ignored += 1
                 if rid not in self._recent:
                     self.stats.foreign_ignored += 1
+            elif came & path:
+                self.stats.duplicates_ignored += 1
+            else:
+                self._answered[rid] = came | path
+                self.stats.echoes_ignored += 1
             return
         del self._entries[rid]
         self._remember(rid, entry)
         entry.future.set_result(reply)
         self.stats.replied += 1
-        self._answered[rid] = None
+        if path == PUSHED:
+            self.stats.pushed += 1
+        self._answered[rid] = path
         if len(self._answered) > self._answered_cap:
             self._answered.popitem(last=False)
         if entry.listeners:
             self._settle(entry, reply, None)
+
+    def resolve_pushed(self, reply: Reply) -> None:
+        """A reply a worker pushed (:mod:`styx_py.client.sdk.push`)."""
+        self.resolve(reply, PUSHED)
 
     def fail(self, entry: Pending, error: StyxError, cause: BaseException | None) -> None:
         """Fail ``entry`` (unless it is settled already): its send failed, or the client stops."""

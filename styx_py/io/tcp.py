@@ -298,6 +298,11 @@ class TcpTransport:
             self.links.pop(link.writer, None)
             if self.writers.get(link.peer) is link:
                 del self.writers[link.peer]
+                if link.peer not in self.addresses:
+                    # A client's connection (an admin request, a reply subscription): it is never
+                    # dialed, so what waits for it could never leave.
+                    self.buffers.pop(link.peer, None)
+                    self.peer_incarnation.pop(link.peer, None)
                 if self.on_disconnect is not None and self.failure is None:
                     try:
                         self.on_disconnect(link.peer)

@@ -161,7 +161,7 @@ class SimCluster:
             assert await coordinator.resume(), "no coordinator state to resume from"
             self.network.register(COORDINATOR, coordinator.on_message)
             for w in self.workers:
-                w.on_coordinator_lost()  # what a broken TCP connection tells a worker
+                w.on_disconnect(COORDINATOR)  # what a broken TCP connection tells a worker
             await coordinator.run()
 
         self.coordinator_task = asyncio.create_task(resume())

@@ -8,6 +8,7 @@ Every message is a ``msgspec.Struct``, tagged, in one module per part of the pro
   recovery);
 * :mod:`.peer` — a transaction's messages between workers (Invoke, CallResult, Ack, Final);
 * :mod:`.admin` — the coordinator's admin API;
+* :mod:`.push` — replies pushed to clients on the workers' ports;
 * :mod:`.lookup` — finding a request's reply in the workers' reply tables (any gateway replica);
 * :mod:`.logs` — Kafka payloads: requests, replies, sequencer-log batches with typed entries
   (:class:`Run`, :class:`Answered`, :class:`Waiting`);
@@ -94,6 +95,7 @@ from styx_py.core.wire.lookup import (
     ReplyLookup,
 )
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
+from styx_py.core.wire.push import MAX_PREFIX, MIN_PREFIX, PushedReply, SubscribeReplies
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
@@ -102,6 +104,8 @@ __all__ = [
     "HEADER_BYTES",
     "MAX_LOOKUP_IDS",
     "MAX_LOOKUP_REPLY_BYTES",
+    "MAX_PREFIX",
+    "MIN_PREFIX",
     "NIL",
     "UNDECODABLE",
     "Ack",
@@ -138,6 +142,7 @@ __all__ = [
     "PeerMessage",
     "Phase",
     "PrepareGraph",
+    "PushedReply",
     "Recover",
     "RecoverDone",
     "Register",
@@ -155,6 +160,7 @@ __all__ = [
     "SnapshotResult",
     "Status",
     "StatusRequest",
+    "SubscribeReplies",
     "ToAdmin",
     "ToCoordinator",
     "ToWorker",

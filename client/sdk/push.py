@@ -1,0 +1,156 @@
+"""Replies pushed by the workers (:mod:`styx_py.core.wire.push`): the reply path without the broker.
+
+A client made by :meth:`StyxClient.connect <styx_py.client.sdk.StyxClient.connect>` knows its
+coordinator, whose status lists every worker's address. :class:`PushedReplies` dials each worker's
+port, proves the cluster secret, and subscribes with the prefix of the client's generated request ids;
+each worker then sends it every reply to such a request as the reply leaves for the egress topic,
+which saves the reply its trip through the broker (a produce, then a fetch that Tansu answers after up
+to half its wait).
+
+Nothing depends on it: the client reads the egress topic as before and takes whichever copy of a reply
+comes first (:meth:`PendingTable.resolve <styx_py.client.sdk.pending.PendingTable.resolve>` counts
+the later one as an echo). A worker that cannot be reached, a connection that drops, a worker that
+restarts elsewhere: the replies keep coming through the egress topic while the addresses are asked
+again (every :data:`RETRY_S` while a connection is down, every :data:`REFRESH_S` otherwise, so a worker
+that joins is found too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from styx_py.core.errors import ProtocolError, StyxError
+from styx_py.core.wire import (
+    HEADER_BYTES,
+    Batch,
+    PushedReply,
+    Reply,
+    SubscribeReplies,
+    decode_batch,
+    encode_frame,
+    frame_length,
+)
+from styx_py.io.handshake import client_secret, dial_handshake
+
+__all__ = ["REFRESH_S", "RETRY_S", "PushedReplies", "worker_addresses"]
+
+log = logging.getLogger("styx.client")
+
+RETRY_S = 1.0
+"""How long a connection that failed or dropped waits before its worker's address is asked again."""
+REFRESH_S = 10.0
+"""How often the worker addresses are asked again while every connection is up."""
+KEEPALIVE_S = 1.0
+"""An empty frame this often, so the worker does not close the connection as idle (its idle timeout
+is at least 1 s; a keepalive of its own arrives every third of it)."""
+
+
+def worker_addresses(status: Mapping[str, Any]) -> set[str]:
+    """The ``host:port`` of every worker in a coordinator's status body."""
+    rows = status.get("workers") or []
+    return {str(row["address"]) for row in rows if isinstance(row, Mapping) and row.get("address")}
+
+
+class PushedReplies:
+    """One subscription per worker, kept up while the client runs (:meth:`run`)."""
+
+    def __init__(
+        self,
+        status: Callable[[], Any],
+        secret: str | None,
+        prefix: str,
+        deliver: Callable[[Reply], None],
+        timeout_s: float,
+    ) -> None:
+        self.status = status  # coroutine function: the coordinator's status body
+        self.key = client_secret(secret).encode()
+        self.prefix = prefix
+        self.name = f"client-{prefix}"
+        self.deliver = deliver
+        self.timeout_s = timeout_s
+        self.links: dict[str, asyncio.Task[None]] = {}
+        self.subscribed: set[str] = set()  # addresses whose worker took the subscription
+        self.received = 0
+        self._reported: set[str] = set()  # addresses whose failure was logged at INFO already
+
+    async def run(self) -> None:
+        """Keep one subscription per worker until cancelled."""
+        asked = -REFRESH_S
+        try:
+            while True:
+                down = [a for a, t in self.links.items() if t.done()]
+                for address in down:
+                    task = self.links.pop(address)
+                    if not task.cancelled() and (exc := task.exception()) is not None:
+                        log.error("%s: the subscription to %s failed: %r", self.name, address, exc)
+                now = time.monotonic()
+                if down or not self.links or now - asked >= REFRESH_S:
+                    asked = now
+                    await self._follow_workers()
+                await asyncio.sleep(RETRY_S)
+        finally:
+            for task in self.links.values():
+                task.cancel()
+            if self.links:
+                await asyncio.wait(self.links.values())
+            self.links.clear()
+
+    async def _follow_workers(self) -> None:
+        try:
+            addresses = worker_addresses(await self.status())
+        except (StyxError, OSError, TimeoutError) as exc:
+            log.debug("%s: cannot ask for the worker addresses: %r", self.name, exc)
+            return
+        for address in self.links.keys() - addresses:
+            self.links.pop(address).cancel()  # a worker that left
+        for address in addresses - self.links.keys():
+            self.links[address] = asyncio.get_running_loop().create_task(
+                self._subscribe(address), name=f"{self.name}-{address}"
+            )
+
+    async def _subscribe(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                reader, writer = await asyncio.open_connection(host or "127.0.0.1", int(port))
+                await dial_handshake(reader, writer, self.key, self.name, self.name)
+            writer.write(encode_frame(Batch(self.name, [SubscribeReplies(self.prefix)])))
+            self.subscribed.add(address)
+            self._reported.discard(address)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(_keepalive(writer, encode_frame(Batch(self.name, []))))
+                tg.create_task(self._read(reader))
+        except* (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, ValueError) as group:
+            exc = group.exceptions[0]
+            level = logging.DEBUG if address in self._reported else logging.INFO
+            self._reported.add(address)
+            log.log(level, "%s: no replies pushed from %s (%r); egress has them", self.name, address, exc)
+        finally:
+            self.subscribed.discard(address)
+            if writer is not None:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        deliver = self.deliver
+        while True:
+            header = await reader.readexactly(HEADER_BYTES)
+            payload = await reader.readexactly(frame_length(header))
+            for msg in decode_batch(payload, "admin").msgs:
+                if isinstance(msg, PushedReply):
+                    self.received += 1
+                    deliver(msg.reply)
+
+
+async def _keepalive(writer: asyncio.StreamWriter, frame: bytes) -> None:
+    while True:
+        await asyncio.sleep(KEEPALIVE_S)
+        writer.write(frame)
+        await writer.drain()
