@@ -96,6 +96,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "no batch in flight, and what accumulates meanwhile goes as the next batch, so batches grow "
         "with the load and add no fixed delay; benchmarks/results/client-cpu.md)",
     )
+    p.add_argument(
+        "--no-push",
+        action="store_true",
+        help="the SDK client reads every reply from the egress topic, none pushed by the workers "
+        "(client/sdk/push.py): the reply path before pushes, for comparison",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")
     p.add_argument("--no-plots", action="store_true", help="write the JSON results only")
@@ -351,7 +357,7 @@ async def bench(
     out = Path(args.out)
     max_pending = max(100_000, int(max(rates) * (args.timeout + args.warmup + args.duration)))
     async with await StyxClient.connect(
-        coordinator, max_pending=max_pending, linger_ms=args.linger_ms
+        coordinator, max_pending=max_pending, linger_ms=args.linger_ms, push_replies=not args.no_push
     ) as client:
         if not args.no_load:
             t0 = time.perf_counter()
@@ -451,6 +457,7 @@ def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
         "app": workload.app,
         "options": {k: v for k, v in dataclasses.asdict(workload.options).items() if k != "extra"},
         "via": args.via,
+        "pushed_replies": args.via == "sdk" and not getattr(args, "no_push", False),
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "workers": None if args.coordinator else args.workers,

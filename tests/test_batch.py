@@ -77,7 +77,7 @@ def test_live_batch_classifies_resends_and_assigns_mencius_tids() -> None:
         f.arrive(partition, rid)
     roots, entry, resends = f.batch.form(epoch=4, gen=1, version=1)
     assert [(r.request.request_id, r.tid) for r in roots] == [("a", 2), ("b", 5)]
-    assert resends == [(1, done)], "a request resent after its reply is answered from the table"
+    assert resends == [(1, done, "")], "a request resent after its reply is answered from the table"
     assert [rec.offset for rec in f.replies.waiting["a"]] == [2], "a copy of a running request waits"
     assert entry.entries == [Run(2, 0, 0, "a"), Run(5, 0, 1, "b"), Answered(1, 0, "old"), Waiting(0, 2, "a")]
     assert (entry.epoch, entry.gen, entry.lc_start, entry.lc_end) == (4, 1, 0, 2)
@@ -131,7 +131,7 @@ async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_l
     replay.batch.replay = {0: entry}
     again, again_resends = await replay.batch.replayed(0)
     assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
-    assert again_resends == resends == [(0, done)]
+    assert again_resends == resends == [(0, done, "")]
     assert [rec.offset for rec in replay.replies.waiting["x"]] == [2]
     assert replay.batch.ingress.positions() == {0: {0: 4}, 1: {0: 1}}
 
@@ -182,7 +182,7 @@ def test_replies_go_to_the_partition_each_copy_of_the_request_names() -> None:
     # A resend after the reply is answered from the table, on the partition the resend names.
     arrive(0, "a", 1)
     _, _, resends = f.batch.form(epoch=1, gen=0, version=1)
-    assert [(q, r.request_id) for q, r in resends] == [(1, "a")]
+    assert [(q, r.request_id) for q, r, _ in resends] == [(1, "a")]
 
 
 def test_unrouted_replies_of_an_epoch_go_out_together_on_one_owned_partition() -> None:

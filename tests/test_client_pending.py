@@ -11,6 +11,7 @@ from styx_py.client.sdk import ClientStats
 from styx_py.client.sdk.pending import PendingTable
 from styx_py.client.sdk.requests import encode_request, same_request
 from styx_py.core.errors import BadRequest, RequestTimeout, StyxError
+from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.wire import NIL, Reply
 
 pytestmark = pytest.mark.looptime
@@ -107,7 +108,8 @@ async def test_a_failed_send_or_close_fails_every_caller() -> None:
 async def test_a_reused_id_is_compared_without_its_timestamp() -> None:
     sent = encode_request("id", "acct", "fn", "k", (1, "x"))
     assert same_request(sent, encode_request("id", "acct", "fn", "k", (1, "x")))
-    later = encode_request("id", "acct", "fn", "k", (1, "x"))[:-1] + b"\x00"  # another timestamp
+    # Another timestamp, reply partition and client to push to (another gateway replica resending it).
+    later = checked_request("id", "acct", "fn", "k", (1, "x"), 1, 3, "client-other")
     assert sent != later and same_request(sent, later)
     for other in (("k", (1, "y")), ("k2", (1, "x")), ("k", ())):
         assert not same_request(sent, encode_request("id", "acct", "fn", other[0], other[1]))

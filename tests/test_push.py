@@ -1,11 +1,11 @@
 """Replies pushed by the workers to the clients that subscribed (worker/feed.py, client/sdk/push.py).
 
 The unit tests pin down who is pushed what: only replies that also leave for the egress log, only to
-the client whose request-id prefix they carry, nothing after its connection closed. The client counts
+the client their request names (``Request.reply_to``), nothing after its connection closed. The client counts
 a reply that comes both ways once, and the later copy as an echo, not a duplicate. On real services,
 a client made by ``StyxClient.connect`` subscribes on every worker's port and takes most replies from
-the push, every one of which also reaches it through the egress topic; a dropped subscription is made
-again, and replies keep coming meanwhile.
+the push, every one of which also reaches it through the egress topic (read with a longer fetch wait
+while every worker pushes); a dropped subscription is made again, and replies keep coming meanwhile.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from styx_py.client import StyxClient
 from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
-from styx_py.client.sdk.push import worker_addresses
+from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, worker_addresses
 from styx_py.core.wire import (
     NIL,
     IngressRecord,
@@ -31,13 +31,10 @@ from styx_py.core.wire import (
 )
 from styx_py.stack.local import LocalStack
 from styx_py.testing.memory import MemoryEgress, MemoryLog
-from styx_py.worker.feed import ReplyFeed
+from styx_py.worker.feed import MAX_SUBSCRIBERS, ReplyFeed
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.txn import RootTxn
 from tests.service_fixtures import ClusterFactory
-
-PREFIX_A = "a" * 20
-PREFIX_B = "b" * 20
 
 
 def _reply(rid: str, tid: int = 1) -> Reply:
@@ -55,56 +52,56 @@ class Sent:
         return [m.reply.request_id for d, m in self.msgs if d == dest and isinstance(m, PushedReply)]
 
 
-def test_each_reply_goes_to_the_client_whose_prefix_it_carries() -> None:
+def test_each_reply_goes_to_the_client_its_request_names() -> None:
     sent = Sent()
     feed = ReplyFeed(sent)
-    assert feed.subscribe("client-a", PREFIX_A)
-    assert feed.subscribe("client-b", PREFIX_B)
-    for rid in (PREFIX_A + "1", PREFIX_B + "2", "someone-else-3", PREFIX_A + "4"):
-        feed.offer(_reply(rid))
-    assert sent.rids("client-a") == [PREFIX_A + "1", PREFIX_A + "4"]
-    assert sent.rids("client-b") == [PREFIX_B + "2"]
+    assert feed.subscribe("client-a") and feed.subscribe("client-b")
+    for rid, reply_to in (("1", "client-a"), ("2", "client-b"), ("3", "client-gone"), ("4", "client-a")):
+        feed.offer(_reply(rid), reply_to)
+    assert sent.rids("client-a") == ["1", "4"]
+    assert sent.rids("client-b") == ["2"]
     assert feed.pushed == 3
     feed.drop("client-a")  # its connection closed
-    feed.offer(_reply(PREFIX_A + "5"))
-    feed.offer(_reply(PREFIX_B + "6"))
-    assert sent.rids("client-a") == [PREFIX_A + "1", PREFIX_A + "4"]
-    assert sent.rids("client-b") == [PREFIX_B + "2", PREFIX_B + "6"]
+    feed.offer(_reply("5"), "client-a")
+    feed.offer(_reply("6"), "client-b")
+    assert sent.rids("client-a") == ["1", "4"]
+    assert sent.rids("client-b") == ["2", "6"]
 
 
-def test_a_prefix_too_short_to_be_one_clients_is_refused() -> None:
-    sent = Sent()
-    feed = ReplyFeed(sent)
-    assert not feed.subscribe("greedy", "")
-    assert not feed.subscribe("greedy", "ab")
-    assert not feed.subscribe("greedy", "x" * 65)
-    feed.offer(_reply("ab" + "0" * 30))
-    assert sent.msgs == [] and feed.clients == {}
+def test_a_worker_pushes_to_a_bounded_number_of_clients() -> None:
+    feed = ReplyFeed(Sent())
+    for i in range(MAX_SUBSCRIBERS):
+        assert feed.subscribe(f"client-{i}")
+    assert not feed.subscribe("client-one-too-many")
+    assert feed.subscribe("client-0")  # already there
+    feed.drop("client-0")
+    assert feed.subscribe("client-one-too-many")
 
 
-def _root(rid: str, tid: int = 1) -> RootTxn:
-    request = Request(rid, "account", "deposit", "k1", msgspec.Raw(b"\x90"))
+def _root(rid: str, tid: int = 1, reply_to: str = "client-a") -> RootTxn:
+    request = Request(rid, "account", "deposit", "k1", msgspec.Raw(b"\x90"), reply_to=reply_to)
     return RootTxn(tid, IngressRecord(0, 0, request, 0))
 
 
 def test_only_what_leaves_for_the_egress_log_is_pushed() -> None:
     """Pushed at the moment of the egress send, so with its fencing and holding: a held worker (a newer
-    generation was announced) pushes nothing, nor does a replay for a reply already on the log."""
+    generation was announced) pushes nothing, nor does a replay for a reply already on the log. A
+    request that names no client is not pushed."""
     sent = Sent()
     log = MemoryLog()
     log.create("egress", 1)
     out = ReplyOut(MemoryEgress(log, "egress"), 100, lambda: None, feed=ReplyFeed(sent))
-    assert out.feed is not None and out.feed.subscribe("client-a", PREFIX_A)
-    out.send(3, [(_root(PREFIX_A + "1", 1), _reply(PREFIX_A + "1", 1))])
-    assert sent.rids("client-a") == [PREFIX_A + "1"]
-    assert [r.request_id for r in log.records("egress")] == [PREFIX_A + "1"]
+    assert out.feed is not None and out.feed.subscribe("client-a")
+    out.send(3, [(_root("r1", 1), _reply("r1", 1)), (_root("r0", 4, reply_to=""), _reply("r0", 4))])
+    assert sent.rids("client-a") == ["r1"]
+    assert [r.request_id for r in log.records("egress")] == ["r1", "r0"]
 
-    out.on_log = {PREFIX_A + "2": [_reply(PREFIX_A + "2", 2)]}  # a replay: this one was logged already
-    out.send(3, [(_root(PREFIX_A + "2", 2), _reply(PREFIX_A + "2", 2))])
+    out.on_log = {"r2": [_reply("r2", 2)]}  # a replay: this one was logged already
+    out.send(3, [(_root("r2", 2), _reply("r2", 2))])
     out.held = True
-    out.send(3, [(_root(PREFIX_A + "3", 3), _reply(PREFIX_A + "3", 3))])
-    assert sent.rids("client-a") == [PREFIX_A + "1"]
-    assert [r.request_id for r in log.records("egress")] == [PREFIX_A + "1"]
+    out.send(3, [(_root("r3", 3), _reply("r3", 3))])
+    assert sent.rids("client-a") == ["r1"]
+    assert [r.request_id for r in log.records("egress")] == ["r1", "r0"]
 
 
 def test_the_second_copy_of_a_reply_is_an_echo_not_a_duplicate() -> None:
@@ -147,6 +144,11 @@ async def _until(what: str, ok: object, timeout_s: float = 60.0) -> None:
         await asyncio.sleep(0.05)
 
 
+def _fetch_wait(client: StyxClient) -> int:
+    """The egress consumer's current fetch wait (styx_py.io.fetching.set_fetch_wait)."""
+    return int(client._consumer._fetcher._fetch_max_wait_ms)
+
+
 async def _transfers(client: StyxClient, n: int, tag: str) -> None:
     replies = await asyncio.gather(
         *(
@@ -172,6 +174,8 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         push = client._push
         assert push is not None
         await _until("subscribed on both workers", lambda: push.subscribed == workers)
+        # While every worker pushes, the egress reader waits longer per fetch (the log only confirms).
+        await _until("the longer fetch wait", lambda: _fetch_wait(client) == PUSHED_FETCH_WAIT_MS)
         await asyncio.gather(*(client.call("account", f"t{i}", "deposit", 100) for i in range(ACCOUNTS)))
         await _transfers(client, 200, "t")
         stats = client.stats
@@ -186,12 +190,19 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         for task in list(push.links.values()):
             task.cancel()
         await _until("the subscriptions dropped", lambda: not push.subscribed)
+        await _until("the cluster's fetch wait", lambda: _fetch_wait(client) == client.fetch_wait_ms)
         await _transfers(client, 100, "t")
         await _until("subscribed again", lambda: push.subscribed == workers)
         pushed = stats.pushed
         await _transfers(client, 100, "t")
         assert stats.replied == ACCOUNTS + 400
         assert stats.pushed > pushed, stats
+        # Request ids the caller chose are pushed too: the request names the client, not its id.
+        pushed = stats.pushed
+        chosen = await asyncio.gather(
+            *(client.submit("account", f"t{i}", "deposit", 0, request_id=f"my-own-id-{i}") for i in range(20))
+        )
+        assert all(r.status == "committed" for r in chosen) and stats.pushed > pushed, stats
         balances = await asyncio.gather(
             *(client.call("account", f"t{i}", "balance") for i in range(ACCOUNTS))
         )

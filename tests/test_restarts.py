@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -74,6 +75,14 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
             await open_accounts(client)
             before = await transfers(client, 500, 1)
+            # The workers push replies as they produce them to the egress topic: wait until the log
+            # has every one (its copy reached the client too), so that the broker dies with nothing
+            # in flight. (Tansu has no idempotent producer: a produce in flight when it dies may be
+            # stored twice, a limit of the broker, not what this test is about.)
+            deadline = time.monotonic() + 60
+            while client.stats.echoes_ignored < client.stats.pushed:
+                assert time.monotonic() < deadline, client.stats
+                await asyncio.sleep(0.05)
             assert stack.broker is not None
             # SIGKILL: only what was acknowledged may survive, and all of that must.
             await asyncio.to_thread(stack.broker.restart, hard=True)

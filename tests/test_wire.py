@@ -147,7 +147,7 @@ ALL_MESSAGES = [
         True,
     ),
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
-    wire.SubscribeReplies("0123456789abcdef0123"),
+    wire.SubscribeReplies(),
     wire.PushedReply(Reply("r1", 9, 12, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, RAW, None, None, 17)),
 ]
 
@@ -449,30 +449,34 @@ _ARG = st.recursive(
     key=st.text(max_size=8) | st.integers(-(2**63), 2**63 - 1),
     ts_ms=st.integers(0, 2**63 - 1),
     reply_partition=st.integers(-1, 1000),
+    reply_to=st.sampled_from(["", "client-0123456789abcdef0123"]),
 )
 def test_request_records_are_encoded_in_one_call_as_the_struct_would_be(
-    args: list[object], key: str | int, ts_ms: int, reply_partition: int
+    args: list[object], key: str | int, ts_ms: int, reply_partition: int, reply_to: str
 ) -> None:
     """encode_request encodes a tuple (one encoder call): the very bytes of the Request struct."""
     from styx_py.core.requests import encode_request
 
     raw_args = msgspec.Raw(wire.encode_value(args))
     expected = wire.request_encoder.encode(
-        wire.Request("rid", "op", "fn", key, raw_args, ts_ms, reply_partition)
+        wire.Request("rid", "op", "fn", key, raw_args, ts_ms, reply_partition, reply_to)
     )
-    assert encode_request("rid", "op", "fn", key, tuple(args), ts_ms, reply_partition) == expected
-    assert encode_request("rid", "op", "fn", key, args, ts_ms, reply_partition) == expected
-    if reply_partition == -1:
+    assert encode_request("rid", "op", "fn", key, tuple(args), ts_ms, reply_partition, reply_to) == expected
+    assert encode_request("rid", "op", "fn", key, args, ts_ms, reply_partition, reply_to) == expected
+    if reply_partition == -1 and not reply_to:
         assert encode_request("rid", "op", "fn", key, args, ts_ms) == expected
 
 
 def test_requests_without_a_reply_partition_still_decode() -> None:
-    """Records of clients from before reply routing (six fields) decode with no reply partition."""
+    """Records of clients from before reply routing (six fields) decode with no reply partition, and
+    those from before pushed replies (seven) with no client to push to."""
     old = wire.request_encoder.encode(("rid", "op", "fn", "k", [1], 5))
     req = wire.request_decoder.decode(old)
-    assert (req.request_id, req.ts_ms, req.reply_partition) == ("rid", 5, -1)
+    assert (req.request_id, req.ts_ms, req.reply_partition, req.reply_to) == ("rid", 5, -1, "")
     routed = wire.request_decoder.decode(wire.request_encoder.encode(("rid", "op", "fn", "k", [1], 5, 3)))
-    assert routed.reply_partition == 3
+    assert (routed.reply_partition, routed.reply_to) == (3, "")
+    pushed = wire.request_encoder.encode(("rid", "op", "fn", "k", [1], 5, 3, "client-c1"))
+    assert wire.request_decoder.decode(pushed).reply_to == "client-c1"
 
 
 def test_a_reply_decodes_its_result_on_demand() -> None:

@@ -22,7 +22,8 @@ from styx_py.worker.replies import ReplyOut
 from styx_py.worker.sequencer import Sequencer
 from styx_py.worker.txn import RootTxn
 
-Resend = tuple[int, Reply]  # (egress partition the resend names, the earlier reply to give again)
+# (egress partition the resend names, the earlier reply to give again, the client it names to push to)
+Resend = tuple[int, Reply, str]
 
 
 def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[RootTxn]]:
@@ -167,7 +168,8 @@ class BatchFormer:
         rid = rec.request.request_id
         earlier = self.replies.answered.get(rec.partition, rid)
         if earlier is not None:
-            resends.append((self.replies.route(rec.partition, rec.request, epoch), earlier))
+            request = rec.request
+            resends.append((self.replies.route(rec.partition, request, epoch), earlier, request.reply_to))
             return Answered
         if rid in running:
             self.replies.waiting.setdefault(rid, []).append(rec)

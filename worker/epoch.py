@@ -368,8 +368,8 @@ class EpochDriver:
         es.decided = True
         replies = commit_lock_free(es, frozenset(fallback_tids) | frozenset(serial), self.store)
         self.replies.send(es.epoch, replies)
-        for partition, reply in es.resends:
-            self.replies.emit(es.epoch, partition, reply)
+        for partition, reply, reply_to in es.resends:
+            self.replies.emit(es.epoch, partition, reply, reply_to)
 
         es.tally.fallback = len(fallback_tids) + len(serial)
         fallback.open_fallback(es, fallback_tids, serial)

@@ -83,12 +83,14 @@ class ReplyOut:
         self.before_send()
         for root, reply in replies:
             self.answered.record(root.partition, reply)
-            self.emit(epoch, self.route(root.partition, root.request, epoch), reply)
+            request = root.request
+            self.emit(epoch, self.route(root.partition, request, epoch), reply, request.reply_to)
             for rec in self.waiting.pop(reply.request_id, ()):
-                self.emit(epoch, self.route(rec.partition, rec.request, epoch), reply)
+                self.emit(epoch, self.route(rec.partition, rec.request, epoch), reply, rec.request.reply_to)
 
-    def emit(self, epoch: int, partition: int, reply: Reply) -> None:
-        """Send ``reply`` unless a replayed epoch finds it already on the egress log."""
+    def emit(self, epoch: int, partition: int, reply: Reply, reply_to: str = "") -> None:
+        """Send ``reply`` unless a replayed epoch finds it already on the egress log (and push it to
+        the client ``reply_to`` names, if it subscribed here)."""
         if self.stopped or self.held:
             return
         if self.on_log:
@@ -105,8 +107,8 @@ class ReplyOut:
                     self.on_diverged(epoch, logged, reply)
                 return
         self.egress.send(partition, reply, epoch)
-        if self.feed is not None:
-            self.feed.offer(reply)
+        if reply_to and self.feed is not None:
+            self.feed.offer(reply, reply_to)
 
     def live(self) -> None:
         """Replay is over: what is left of the replies found on the egress log belongs to epochs up to

@@ -278,7 +278,7 @@ class Worker:
             case PrepareGraph():
                 self.transport.send(COORDINATOR, self._prepare(msg))
             case SubscribeReplies():
-                self.feed.subscribe(src, msg.prefix)
+                self.feed.subscribe(src)
             case Recover() if self.halted:
                 log.error("%s: the cluster is degraded; no recovery (%s)", self.node_id, self.halted)
             case Recover() if self.view is None or self.view.gen != msg.gen:

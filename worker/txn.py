@@ -174,7 +174,8 @@ class EpochState:
         self.snapshot = False
         self.decided = False
         self.invoked: set[tuple[int, int, Path]] = set()
-        self.resends: list[tuple[int, Reply]] = []  # resent request ids answered from earlier replies
+        # Resent request ids answered from earlier replies: (egress partition, reply, client to push to).
+        self.resends: list[tuple[int, Reply, str]] = []
         self.tally = Tally()
 
     @property

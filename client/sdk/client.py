@@ -119,6 +119,9 @@ class StyxClient:
         self.stats = ClientStats()
         self._pending = PendingTable(max_pending, self.stats)
         self._new_rid = RequestIds()
+        # The node id of this client's connections to the workers, named in every request it sends so
+        # that the workers push the reply there; empty without pushes.
+        self.reply_to = "" if self.coordinator is None else f"client-{self._new_rid.prefix}"
         self._producer: Any = None
         self._consumer: Any = None
         self._reader: asyncio.Task[None] | None = None
@@ -211,22 +214,27 @@ class StyxClient:
         loop = self._loop = asyncio.get_running_loop()
         self._lanes = BatchLanes(self._producer)
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
-        reader = read_replies(
-            self._consumer, self._pending.resolve, self.stats, self.egress_topic, self._follow_egress
-        )
-        self._reader = loop.create_task(reader, name=f"{client_id}-reader")
-        self._reader.add_done_callback(self._reader_done)
-        self._segments = loop.create_task(self._follow_segments(), name=f"{client_id}-segments")
         if self.coordinator is not None:
             coordinator, secret, timeout_s = self.coordinator, self._cluster_secret, self.timeout_s
             self._push = PushedReplies(
                 lambda: coordinator_status(coordinator, timeout_s, secret),
                 secret,
-                self._new_rid.prefix,
+                self.reply_to,
                 self._pending.resolve_pushed,
                 timeout_s,
             )
             self._pusher = loop.create_task(self._push.run(), name=f"{client_id}-pushed")
+        reader = read_replies(
+            self._consumer,
+            self._pending.resolve,
+            self.stats,
+            self.egress_topic,
+            self._follow_egress,
+            None if self._push is None else self._push.egress_wait_floor_ms,
+        )
+        self._reader = loop.create_task(reader, name=f"{client_id}-reader")
+        self._reader.add_done_callback(self._reader_done)
+        self._segments = loop.create_task(self._follow_segments(), name=f"{client_id}-segments")
         self._started = True
         log.debug(
             "%s: started; reading replies from egress partition %d (-1: all)", client_id, self.reply_partition
@@ -369,7 +377,7 @@ class StyxClient:
         self._check_usable()
         partition = self._targets.partition(operator, key, function)
         rid = request_id if request_id is not None else self._new_rid()
-        payload = encode_request(rid, operator, function, key, args, self.reply_partition)
+        payload = encode_request(rid, operator, function, key, args, self.reply_partition, self.reply_to)
         self._pending.check_reuse(rid, payload)
         entry = self._pending.get(rid)
         if entry is not None:
@@ -588,7 +596,9 @@ class Prepared:
             partition = client._targets.partition(operator, key, function)
         rid = client._new_rid()
         ts_ms = time.time_ns() // 1_000_000
-        record = checked_request(rid, operator, function, key, args, ts_ms, client.reply_partition)
+        record = checked_request(
+            rid, operator, function, key, args, ts_ms, client.reply_partition, client.reply_to
+        )
         table = client._pending
         table.check_reuse(rid, record)
         table.check_room()

@@ -2,14 +2,15 @@
 
 A client made by :meth:`StyxClient.connect <styx_py.client.sdk.StyxClient.connect>` knows its
 coordinator, whose status lists every worker's address. :class:`PushedReplies` dials each worker's
-port, proves the cluster secret, and subscribes with the prefix of the client's generated request ids;
-each worker then sends it every reply to such a request as the reply leaves for the egress topic,
-which saves the reply its trip through the broker (a produce, then a fetch that Tansu answers after up
-to half its wait).
+port as ``name`` (the client's ``reply_to``, which every request it sends names), proves the cluster
+secret and subscribes; each worker then sends it the reply to each of its requests as the reply
+leaves for the egress topic, which saves the reply its trip through the broker (a produce, then a
+fetch that Tansu answers after up to half its wait).
 
-Nothing depends on it: the client reads the egress topic as before and takes whichever copy of a reply
-comes first (:meth:`PendingTable.resolve <styx_py.client.sdk.pending.PendingTable.resolve>` counts
-the later one as an echo). A worker that cannot be reached, a connection that drops, a worker that
+Nothing depends on it: the client reads the egress topic as before (waiting longer per fetch while
+every worker pushes, :data:`PUSHED_FETCH_WAIT_MS`) and takes whichever copy of a reply comes first
+(:meth:`PendingTable.resolve <styx_py.client.sdk.pending.PendingTable.resolve>` counts the later
+one as an echo). A worker that cannot be reached, a connection that drops, a worker that
 restarts elsewhere: the replies keep coming through the egress topic while the addresses are asked
 again (every :data:`RETRY_S` while a connection is down, every :data:`REFRESH_S` otherwise, so a worker
 that joins is found too).
@@ -37,7 +38,7 @@ from styx_py.core.wire import (
 )
 from styx_py.io.handshake import client_secret, dial_handshake
 
-__all__ = ["REFRESH_S", "RETRY_S", "PushedReplies", "worker_addresses"]
+__all__ = ["PUSHED_FETCH_WAIT_MS", "REFRESH_S", "RETRY_S", "PushedReplies", "worker_addresses"]
 
 log = logging.getLogger("styx.client")
 
@@ -45,6 +46,11 @@ RETRY_S = 1.0
 """How long a connection that failed or dropped waits before its worker's address is asked again."""
 REFRESH_S = 10.0
 """How often the worker addresses are asked again while every connection is up."""
+PUSHED_FETCH_WAIT_MS = 25
+"""The egress consumer's fetch wait while every worker pushes: the log then only confirms, and an idle
+consumer polling Tansu every 5 ms cost the client ~7 % and the broker ~2 % of a core at 500/s
+(benchmarks/results/issue15-push.md). Replies that are not pushed (ids chosen by the caller, a worker
+not subscribed yet) wait for it: Tansu answers a waiting fetch after up to half of it."""
 KEEPALIVE_S = 1.0
 """An empty frame this often, so the worker does not close the connection as idle (its idle timeout
 is at least 1 s; a keepalive of its own arrives every third of it)."""
@@ -63,20 +69,29 @@ class PushedReplies:
         self,
         status: Callable[[], Any],
         secret: str | None,
-        prefix: str,
+        name: str,
         deliver: Callable[[Reply], None],
         timeout_s: float,
     ) -> None:
         self.status = status  # coroutine function: the coordinator's status body
         self.key = client_secret(secret).encode()
-        self.prefix = prefix
-        self.name = f"client-{prefix}"
+        self.name = name  # the node id the connections prove, named by the requests' reply_to
         self.deliver = deliver
         self.timeout_s = timeout_s
         self.links: dict[str, asyncio.Task[None]] = {}
         self.subscribed: set[str] = set()  # addresses whose worker took the subscription
         self.received = 0
         self._reported: set[str] = set()  # addresses whose failure was logged at INFO already
+
+    @property
+    def healthy(self) -> bool:
+        """Subscribed on every worker known."""
+        return bool(self.links) and len(self.subscribed) == len(self.links)
+
+    def egress_wait_floor_ms(self) -> int:
+        """The least fetch wait the egress reader needs now (:data:`PUSHED_FETCH_WAIT_MS` while
+        :attr:`healthy`, else none)."""
+        return PUSHED_FETCH_WAIT_MS if self.healthy else 0
 
     async def run(self) -> None:
         """Keep one subscription per worker until cancelled."""
@@ -120,7 +135,7 @@ class PushedReplies:
             async with asyncio.timeout(self.timeout_s):
                 reader, writer = await asyncio.open_connection(host or "127.0.0.1", int(port))
                 await dial_handshake(reader, writer, self.key, self.name, self.name)
-            writer.write(encode_frame(Batch(self.name, [SubscribeReplies(self.prefix)])))
+            writer.write(encode_frame(Batch(self.name, [SubscribeReplies()])))
             self.subscribed.add(address)
             self._reported.discard(address)
             async with asyncio.TaskGroup() as tg:

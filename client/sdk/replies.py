@@ -11,7 +11,7 @@ import msgspec
 from styx_py.client.sdk.pending import ClientStats
 from styx_py.core.errors import BadRequest, ProtocolError, TransactionAborted, TransactionFailed
 from styx_py.core.wire import Reply, reply_decoder
-from styx_py.io.fetching import FetchWait
+from styx_py.io.fetching import FetchWait, set_fetch_wait
 
 __all__ = ["decode_reply", "read_replies", "result_of"]
 
@@ -37,15 +37,23 @@ async def read_replies(
     stats: ClientStats,
     topic: str,
     follow: Callable[[Any], Awaitable[None]] | None = None,
+    wait_floor_ms: Callable[[], int] | None = None,
 ) -> None:
     """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped).
-    ``follow(consumer)`` runs before each poll (the client changes what it reads there)."""
+    ``follow(consumer)`` runs before each poll (the client changes what it reads there). The fetch wait
+    is the consumer's own, raised if the broker starves it, and at least ``wait_floor_ms()`` (asked
+    before each poll: longer while the workers push the replies, client/sdk/push.py)."""
     wait = FetchWait.of(consumer, f"replies {topic}")  # raised if the broker starves it (Tansu on S3)
+    applied = wait.wait_ms
     while True:
         if follow is not None:
             await follow(consumer)
+        if wait_floor_ms is not None and (wanted := max(wait.wait_ms, wait_floor_ms())) != applied:
+            set_fetch_wait(consumer, wanted)
+            applied = wanted
         batches = await consumer.getmany(timeout_ms=_READ_POLL_MS)
-        await wait.after_poll(consumer, batches)
+        if await wait.after_poll(consumer, batches):
+            applied = wait.wait_ms
         for records in batches.values():
             for record in records:
                 value = record.value

@@ -62,16 +62,24 @@ class Targets:
 
 
 def encode_request(
-    rid: str, operator: str, function: str, key: Key, args: tuple[Any, ...], reply_partition: int = -1
+    rid: str,
+    operator: str,
+    function: str,
+    key: Key,
+    args: tuple[Any, ...],
+    reply_partition: int = -1,
+    reply_to: str = "",
 ) -> bytes:
     """The ingress record of one request, stamped with the wall-clock time in ms; its reply goes to
-    egress partition ``reply_partition``."""
-    return checked_request(rid, operator, function, key, args, time.time_ns() // 1_000_000, reply_partition)
+    egress partition ``reply_partition`` and is pushed to the client connection ``reply_to``."""
+    ts_ms = time.time_ns() // 1_000_000
+    return checked_request(rid, operator, function, key, args, ts_ms, reply_partition, reply_to)
 
 
 def same_request(sent: bytes, record: bytes) -> bool:
     """Whether two records of :func:`encode_request` carry the same request: all but the timestamp and
-    the reply partition (the cluster answers a resent id on the partition of the copy it just read).
+    where the reply goes (the cluster answers a resent id on the partition, and to the client, of the
+    copy it just read).
 
     Only called when a request id is reused, so the decoding is no cost per request."""
     if sent == record:

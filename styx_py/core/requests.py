@@ -156,19 +156,23 @@ def encode_request(
     args: Sequence[Any],
     ts_ms: int = 0,
     reply_partition: int = -1,
+    reply_to: str = "",
 ) -> bytes:
     """The ingress record of one request, checked as the worker will check it; its reply goes to egress
-    partition ``reply_partition`` (-1: the request's ingress partition).
+    partition ``reply_partition`` (-1: the request's ingress partition) and is also pushed to the
+    client connection ``reply_to`` names, if any (:mod:`styx_py.core.wire.push`).
 
     Raises :class:`~styx_py.core.errors.BadRequest` naming the limit it breaks, or saying why the
     arguments cannot be encoded; never a RecursionError, however deep they nest.
     """
     try:
-        # A Request is array-like, so this tuple encodes to the very bytes of
-        # Request(request_id, …, Raw(encode_value(list(args))), ts_ms, reply_partition), in one encoder
-        # call instead of two and without building the Struct (tests/test_wire.py checks the equality).
+        # A Request is array-like, so this tuple encodes to the very bytes of Request(request_id, …,
+        # Raw(encode_value(list(args))), ts_ms, reply_partition, reply_to), in one encoder call instead
+        # of two and without building the Struct (tests/test_wire.py checks the equality).
         args = args if type(args) is tuple or type(args) is list else list(args)
-        record = request_encoder.encode((request_id, operator, function, key, args, ts_ms, reply_partition))
+        record = request_encoder.encode(
+            (request_id, operator, function, key, args, ts_ms, reply_partition, reply_to)
+        )
     except RecursionError:
         raise BadRequest(TOO_DEEP) from None
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:

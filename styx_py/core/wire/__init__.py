@@ -95,7 +95,7 @@ from styx_py.core.wire.lookup import (
     ReplyLookup,
 )
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
-from styx_py.core.wire.push import MAX_PREFIX, MIN_PREFIX, PushedReply, SubscribeReplies
+from styx_py.core.wire.push import PushedReply, SubscribeReplies
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
@@ -104,8 +104,6 @@ __all__ = [
     "HEADER_BYTES",
     "MAX_LOOKUP_IDS",
     "MAX_LOOKUP_REPLY_BYTES",
-    "MAX_PREFIX",
-    "MIN_PREFIX",
     "NIL",
     "UNDECODABLE",
     "Ack",

@@ -29,6 +29,9 @@ class Request(msgspec.Struct, array_like=True, gc=False):
     # the egress topic does not have: the request's ingress partition. Last, with a default, so records
     # of clients that do not set it still decode.
     reply_partition: int = -1
+    # The client connection the reply is also pushed to (its node id on the workers' ports, wire/push.py);
+    # empty: none. Last, with a default, like reply_partition.
+    reply_to: str = ""
 
 
 # Kafka header on every egress record: the epoch that sent it (decimal). A resent request's reply is

@@ -1,10 +1,11 @@
 """Replies pushed to clients on the workers' ports: the reply path without the broker hop.
 
 A client (the SDK, and through it the gateway) dials every worker's port, proves the cluster secret
-like any admin client, and sends :class:`SubscribeReplies` with the prefix its generated request ids
-start with. From then on the worker also sends it, as :class:`PushedReply`, every reply to such a
-request at the moment the reply is handed to the egress producer. The egress topic stays the record
-(and the path for every reply the push missed): the client takes whichever copy comes first.
+like any admin client, and sends :class:`SubscribeReplies`. Every request it sends names that
+connection's node id in ``Request.reply_to``; a worker on which that node subscribed also sends it,
+as :class:`PushedReply`, the request's reply at the moment the reply is handed to the egress
+producer. The egress topic stays the record (and the path for every reply the push missed): the
+client takes whichever copy comes first.
 """
 
 from __future__ import annotations
@@ -12,15 +13,10 @@ from __future__ import annotations
 from styx_py.core.wire.codes import Msg
 from styx_py.core.wire.logs import Reply
 
-MIN_PREFIX = 8
-"""Shortest prefix a worker accepts: a shorter one would claim other clients' replies."""
-MAX_PREFIX = 64
-
 
 class SubscribeReplies(Msg, tag="sub"):
-    """Client -> worker: push the replies to request ids that start with ``prefix`` on this connection."""
-
-    prefix: str
+    """Client -> worker: push on this connection the replies to requests whose ``reply_to`` names the
+    node id this connection proved."""
 
 
 class PushedReply(Msg, tag="push"):
