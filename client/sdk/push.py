@@ -49,8 +49,9 @@ REFRESH_S = 10.0
 PUSHED_FETCH_WAIT_MS = 25
 """The egress consumer's fetch wait while every worker pushes: the log then only confirms, and an idle
 consumer polling Tansu every 5 ms cost the client ~7 % and the broker ~2 % of a core at 500/s
-(benchmarks/results/issue15-push.md). Replies that are not pushed (ids chosen by the caller, a worker
-not subscribed yet) wait for it: Tansu answers a waiting fetch after up to half of it."""
+(benchmarks/results/issue15-push.md). A reply that is not pushed (a worker that refused the
+subscription, a copy written by a worker not subscribed to yet) waits for it: Tansu answers a waiting
+fetch after up to half of it."""
 KEEPALIVE_S = 1.0
 """An empty frame this often, so the worker does not close the connection as idle (its idle timeout
 is at least 1 s; a keepalive of its own arrives every third of it)."""
