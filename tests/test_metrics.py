@@ -161,6 +161,13 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
 
         # Transactions of every outcome: commits, user aborts, user errors, bad requests.
         async with await StyxClient.connect(stack.coordinator, timeout_s=60) as client:
+            push = client._push
+            assert push is not None
+
+            async def subscribed() -> bool:
+                return push.healthy
+
+            await poll(subscribed, 60, "the client subscribed on every worker")
             await asyncio.gather(*(client.submit("account", f"a{i}", "deposit", 100) for i in range(20)))
             transfers = [client.submit("account", f"a{i}", "transfer", f"a{i + 1}", 10) for i in range(19)]
             aborts = [client.submit("account", f"a{i}", "transfer", "a0", 10_000) for i in range(5)]
@@ -223,6 +230,7 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
     assert both("styx_worker_transactions_aborted_total", cause="bad_request") == 2
     assert both("styx_worker_snapshot_upload_duration_seconds_count") >= 2
     assert both("styx_worker_partitions") == 4
+    assert both("styx_worker_replies_pushed_total") > 0  # the client's, subscribed before it sent
     assert value(scrapes["gateway"], "styx_gateway_requests_total") >= 2
 
     present = {n for scrape in scrapes.values() for n, _ in scrape}

@@ -37,6 +37,8 @@ class WorkerGauges:
     partitions: int
     generation: int
     completed_epoch: int
+    push_clients: int  # clients subscribed to their replies (worker/feed.py)
+    replies_pushed: int  # since the start (a counter)
 
 
 class MetricsSource(Protocol):
@@ -180,6 +182,14 @@ class _Collector(Collector):
         )
         yield GaugeMetricFamily(
             "styx_worker_completed_epoch", "the last epoch completed", value=g.completed_epoch
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_push_clients", "clients this worker pushes their replies to", value=g.push_clients
+        )
+        yield CounterMetricFamily(
+            "styx_worker_replies_pushed",
+            "replies pushed to their clients as they left for the egress topic",
+            value=g.replies_pushed,
         )
         if self.ingress is not None:
             lag = GaugeMetricFamily(

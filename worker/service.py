@@ -619,6 +619,8 @@ class Worker:
             partitions=len(self.table.owned()),
             generation=self.driver.gen,
             completed_epoch=self.driver.completed_epoch,
+            push_clients=len(self.feed.clients),
+            replies_pushed=self.feed.pushed,
         )
 
     def readiness(self) -> tuple[bool, str]:
