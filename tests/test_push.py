@@ -11,7 +11,6 @@ while every worker pushes); a dropped subscription is made again, and replies ke
 from __future__ import annotations
 
 import asyncio
-import time
 
 import msgspec
 import pytest
@@ -35,6 +34,7 @@ from styx_py.worker.feed import MAX_SUBSCRIBERS, ReplyFeed
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.txn import RootTxn
 from tests.service_fixtures import ClusterFactory
+from tests.test_transport_security import until
 
 
 def _reply(rid: str, tid: int = 1) -> Reply:
@@ -136,14 +136,6 @@ def test_worker_addresses_come_from_the_status() -> None:
 ACCOUNTS = 50
 
 
-async def _until(what: str, ok: object, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ok():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        await asyncio.sleep(0.05)
-
-
 def _fetch_wait(client: StyxClient) -> int:
     """The egress consumer's current fetch wait (styx_py.io.fetching.set_fetch_wait)."""
     return int(client._consumer._fetcher._fetch_max_wait_ms)
@@ -173,9 +165,10 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
         push = client._push
         assert push is not None
-        await _until("subscribed on both workers", lambda: push.subscribed == workers)
+        assert push.known == workers  # from the status connect() read: no second request for them
+        await until(lambda: push.subscribed == workers, "subscribed on both workers", 60)
         # While every worker pushes, the egress reader waits longer per fetch (the log only confirms).
-        await _until("the longer fetch wait", lambda: _fetch_wait(client) == PUSHED_FETCH_WAIT_MS)
+        await until(lambda: _fetch_wait(client) == PUSHED_FETCH_WAIT_MS, "the longer fetch wait", 60)
         await asyncio.gather(*(client.call("account", f"t{i}", "deposit", 100) for i in range(ACCOUNTS)))
         await _transfers(client, 200, "t")
         stats = client.stats
@@ -183,16 +176,16 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         # Most replies came pushed (a reply can still win through the log now and then) ...
         assert stats.pushed > stats.replied // 2, stats
         # ... and every one of them also through the egress topic, the record.
-        await _until("every reply's other copy", lambda: stats.echoes_ignored == stats.replied)
+        await until(lambda: stats.echoes_ignored == stats.replied, "every reply's other copy", 60)
         assert (stats.duplicates_ignored, stats.unmatched_ignored) == (0, 0), stats
 
         # A dropped subscription is made again; meanwhile replies come through the log.
         for task in list(push.links.values()):
             task.cancel()
-        await _until("the subscriptions dropped", lambda: not push.subscribed)
-        await _until("the cluster's fetch wait", lambda: _fetch_wait(client) == client.fetch_wait_ms)
+        await until(lambda: not push.subscribed, "the subscriptions dropped", 60)
+        await until(lambda: _fetch_wait(client) == client.fetch_wait_ms, "the cluster's fetch wait", 60)
         await _transfers(client, 100, "t")
-        await _until("subscribed again", lambda: push.subscribed == workers)
+        await until(lambda: push.subscribed == workers, "subscribed again", 60)
         pushed = stats.pushed
         await _transfers(client, 100, "t")
         assert stats.replied == ACCOUNTS + 400

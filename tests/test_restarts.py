@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3, TansuBroker
 from tests.service_fixtures import cluster_env
 from tests.test_integration import read_topic
+from tests.test_transport_security import until
 
 pytestmark = pytest.mark.services
 
@@ -79,10 +79,8 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
             # has every one (its copy reached the client too), so that the broker dies with nothing
             # in flight. (Tansu has no idempotent producer: a produce in flight when it dies may be
             # stored twice, a limit of the broker, not what this test is about.)
-            deadline = time.monotonic() + 60
-            while client.stats.echoes_ignored < client.stats.pushed:
-                assert time.monotonic() < deadline, client.stats
-                await asyncio.sleep(0.05)
+            stats = client.stats
+            await until(lambda: stats.echoes_ignored >= stats.pushed, "the log has every pushed reply", 60)
             assert stack.broker is not None
             # SIGKILL: only what was acknowledged may survive, and all of that must.
             await asyncio.to_thread(stack.broker.restart, hard=True)

@@ -22,7 +22,7 @@ from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
 from styx_py.client.sdk.kafka import KafkaError, egress_following, newest_segment, open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
-from styx_py.client.sdk.push import PushedReplies
+from styx_py.client.sdk.push import PushedReplies, worker_addresses
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError
@@ -71,7 +71,9 @@ class StyxClient:
     ``coordinator`` (filled in by :meth:`connect`) lets the client also take replies the workers push
     on their ports (:mod:`styx_py.client.sdk.push`), a broker hop sooner than the egress topic, which
     stays the record and the fallback; ``cluster_secret`` authenticates those connections (default:
-    ``$STYX_CLUSTER_SECRET``). ``push_replies=False`` reads the egress topic only.
+    ``$STYX_CLUSTER_SECRET``); ``workers`` are the workers' addresses if known already (from the
+    coordinator's status, which is otherwise asked at the start). ``push_replies=False`` reads the
+    egress topic only.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class StyxClient:
         coordinator: str | None = None,
         cluster_secret: str | None = None,
         push_replies: bool = True,
+        workers: Collection[str] = (),
     ) -> None:
         """Store the configuration; nothing connects before :meth:`start`.
 
@@ -113,6 +116,7 @@ class StyxClient:
         # Where the worker addresses come from, for replies pushed by the workers (sdk/push.py).
         self.coordinator = coordinator if push_replies else None
         self._cluster_secret = cluster_secret
+        self._workers = tuple(workers)
         self._push: PushedReplies | None = None
         self._pusher: asyncio.Task[None] | None = None
         self.reply_partition = -1  # the egress partition read (-1: all), known once started
@@ -185,6 +189,7 @@ class StyxClient:
         bootstrap, operators = client_arguments(coordinator, body, kw)
         kw.setdefault("coordinator", coordinator)
         kw.setdefault("cluster_secret", cluster_secret)
+        kw.setdefault("workers", worker_addresses(body))
         client = cls(bootstrap, operators, **kw)
         await client.start()
         return client
@@ -222,6 +227,7 @@ class StyxClient:
                 self.reply_to,
                 self._pending.resolve_pushed,
                 timeout_s,
+                self._workers,
             )
             self._pusher = loop.create_task(self._push.run(), name=f"{client_id}-pushed")
         reader = read_replies(

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from styx_py.core.errors import ProtocolError, StyxError
@@ -73,15 +73,16 @@ class PushedReplies:
         name: str,
         deliver: Callable[[Reply], None],
         timeout_s: float,
+        known: Collection[str] = (),
     ) -> None:
         self.status = status  # coroutine function: the coordinator's status body
+        self.known = set(known)  # worker addresses already known at the start (no status request then)
         self.key = client_secret(secret).encode()
         self.name = name  # the node id the connections prove, named by the requests' reply_to
         self.deliver = deliver
         self.timeout_s = timeout_s
         self.links: dict[str, asyncio.Task[None]] = {}
         self.subscribed: set[str] = set()  # addresses whose worker took the subscription
-        self.received = 0
         self._reported: set[str] = set()  # addresses whose failure was logged at INFO already
 
     @property
@@ -97,6 +98,9 @@ class PushedReplies:
     async def run(self) -> None:
         """Keep one subscription per worker until cancelled."""
         asked = -REFRESH_S
+        if self.known:
+            self._follow(self.known)
+            asked = time.monotonic()
         try:
             while True:
                 down = [a for a, t in self.links.items() if t.done()]
@@ -107,7 +111,7 @@ class PushedReplies:
                 now = time.monotonic()
                 if down or not self.links or now - asked >= REFRESH_S:
                     asked = now
-                    await self._follow_workers()
+                    await self._ask_workers()
                 await asyncio.sleep(RETRY_S)
         finally:
             for task in self.links.values():
@@ -116,12 +120,16 @@ class PushedReplies:
                 await asyncio.wait(self.links.values())
             self.links.clear()
 
-    async def _follow_workers(self) -> None:
+    async def _ask_workers(self) -> None:
         try:
             addresses = worker_addresses(await self.status())
         except (StyxError, OSError, TimeoutError) as exc:
             log.debug("%s: cannot ask for the worker addresses: %r", self.name, exc)
             return
+        self._follow(addresses)
+
+    def _follow(self, addresses: set[str]) -> None:
+        """One subscription per address in ``addresses``, and none to a worker that left."""
         for address in self.links.keys() - addresses:
             self.links.pop(address).cancel()  # a worker that left
         for address in addresses - self.links.keys():
@@ -161,7 +169,6 @@ class PushedReplies:
             payload = await reader.readexactly(frame_length(header))
             for msg in decode_batch(payload, "admin").msgs:
                 if isinstance(msg, PushedReply):
-                    self.received += 1
                     deliver(msg.reply)
 
 
