@@ -37,6 +37,7 @@ from styx_py.benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, 
 from styx_py.benchmarks.log_latency import log_latencies_ms
 from styx_py.benchmarks.workload import Options, Workload
 from styx_py.benchmarks.workloads import make_workload, workload_names
+from styx_py.client.sdk.client import BUSY_LINGER_MS
 from styx_py.core.errors import StyxError
 from styx_py.core.segments import replies_to
 
@@ -95,6 +96,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="client producer linger in ms (default 0: a partition's records leave at once when it has "
         "no batch in flight, and what accumulates meanwhile goes as the next batch, so batches grow "
         "with the load and add no fixed delay; benchmarks/results/client-cpu.md)",
+    )
+    p.add_argument(
+        "--busy-linger-ms",
+        type=float,
+        default=None,
+        help="the SDK client's busy linger in ms (default: the client's, "
+        f"{BUSY_LINGER_MS:g}): a partition whose last batch carried several requests waits this long "
+        "before its next one, so more share it (styx_py/io/batching.py); 0: off",
     )
     p.add_argument(
         "--no-push",
@@ -356,8 +365,13 @@ async def bench(
     say = print
     out = Path(args.out)
     max_pending = max(100_000, int(max(rates) * (args.timeout + args.warmup + args.duration)))
+    busy_linger_ms = BUSY_LINGER_MS if args.busy_linger_ms is None else args.busy_linger_ms
     async with await StyxClient.connect(
-        coordinator, max_pending=max_pending, linger_ms=args.linger_ms, push_replies=not args.no_push
+        coordinator,
+        max_pending=max_pending,
+        linger_ms=args.linger_ms,
+        busy_linger_ms=busy_linger_ms,
+        push_replies=not args.no_push,
     ) as client:
         if not args.no_load:
             t0 = time.perf_counter()
@@ -382,6 +396,7 @@ async def bench(
                 # of a new segment after the client).
                 first_segment = max(0, replies_to(client.segment) - 1)
                 replied, pushed = client.stats.replied, client.stats.pushed
+                batching = client.batching
                 result = await run_open_loop(
                     workload,
                     sender,
@@ -397,6 +412,11 @@ async def bench(
                     took = client.stats.replied - replied
                     result.replies_pushed_share = round((client.stats.pushed - pushed) / max(1, took), 4)
                     say(f"  replies pushed by the workers: {result.replies_pushed_share:.1%}", flush=True)
+                    now = client.batching
+                    batches = now.batches - batching.batches
+                    result.requests_per_batch = round((now.records - batching.records) / max(1, batches), 2)
+                    lingered = now.lingered - batching.lingered
+                    result.batches_lingered_share = round(lingered / max(1, batches), 4)
                     await _read_log_latency(client, result, first_segment, say)
                 lost = result.statuses["error"] + result.unanswered
                 if not args.no_check and lost:
@@ -458,6 +478,14 @@ def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
         "options": {k: v for k, v in dataclasses.asdict(workload.options).items() if k != "extra"},
         "via": args.via,
         "pushed_replies": args.via == "sdk" and not getattr(args, "no_push", False),
+        "linger_ms": getattr(args, "linger_ms", 0),
+        "busy_linger_ms": (
+            None
+            if args.via != "sdk"
+            else BUSY_LINGER_MS
+            if getattr(args, "busy_linger_ms", None) is None
+            else args.busy_linger_ms
+        ),
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "workers": None if args.coordinator else args.workers,

@@ -45,6 +45,7 @@ from styx_py.benchmarks.raw_load import RawSettings, run_raw
 from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
+from styx_py.client.sdk.client import BUSY_LINGER_MS
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, create_topics
 
@@ -57,15 +58,24 @@ async def measure(
     seconds: float,
     linger_ms: int = 0,
     profile: str | None = None,
+    busy_linger_ms: float = BUSY_LINGER_MS,
 ) -> None:
     """Warm up for 1 s, then measure ``seconds`` at ``rate``; through the coordinator's cluster, or
     (``coordinator`` None) straight to the echo responder's topics."""
     workload = make_workload("ycsbt", Options())
     if coordinator is not None:
-        connect = StyxClient.connect(coordinator, max_pending=1_000_000, linger_ms=linger_ms)
+        connect = StyxClient.connect(
+            coordinator, max_pending=1_000_000, linger_ms=linger_ms, busy_linger_ms=busy_linger_ms
+        )
         client = await connect
     else:
-        client = StyxClient(bootstrap, {"account": 4}, max_pending=1_000_000, linger_ms=linger_ms)
+        client = StyxClient(
+            bootstrap,
+            {"account": 4},
+            max_pending=1_000_000,
+            linger_ms=linger_ms,
+            busy_linger_ms=busy_linger_ms,
+        )
         await client.start()
     async with client:
         if coordinator is not None:
@@ -160,6 +170,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--linger-ms", type=int, default=0, help="client producer linger (as styx bench)")
     parser.add_argument(
+        "--busy-linger-ms",
+        type=float,
+        default=BUSY_LINGER_MS,
+        help="the SDK client's busy linger (as styx bench)",
+    )
+    parser.add_argument(
         "--cluster",
         choices=("styx", "echo"),
         default="styx",
@@ -207,6 +223,7 @@ def main() -> int:
                             args.seconds,
                             args.linger_ms,
                             args.profile,
+                            args.busy_linger_ms,
                         )
                     )
     finally:

@@ -10,16 +10,14 @@ Requests scheduled during the warm-up are sent but not counted. Latencies go int
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import gc
 import json
 import math
 import re
 import time
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -29,14 +27,16 @@ from hdrh.histogram import HdrHistogram
 from styx_py.benchmarks.cpu import ProcessCpu
 from styx_py.benchmarks.workload import Op, Workload
 from styx_py.core.errors import StyxError
+from styx_py.io.runtime import steady_gc
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 _HIST_MAX_US = 600_000_000
 # The driver wakes at most once per tick and sends every request due by then (see run_open_loop).
 _TICK_S = 0.001
-# Young-generation threshold of the cyclic GC while the driver runs (Python's default is 700). See
-# steady_gc.
-_GC_GEN0 = 20_000
+# While the driver runs, the cyclic GC runs as in the servers (styx_py.io.runtime.steady_gc). The load
+# generator's objects die young (a request lives until its reply): at 8 000/s Python's default
+# threshold ran ~1 300 collections in a 10 s run, full ones among them, 1.4 s of CPU (16 µs per
+# request) and pauses of 60 to 160 ms (a gc.callbacks probe, cpu_cost --cluster echo).
 
 
 def new_histogram() -> HdrHistogram:
@@ -245,6 +245,10 @@ class RunResult:
     # Of the replies the SDK client took during the run (warm-up included), the share a worker pushed
     # before their egress copy came (client/sdk/push.py); None through the gateway.
     replies_pushed_share: float | None = None
+    # Of the SDK client's ingress batches during the run: requests per batch, and the share that waited
+    # for more first (busy linger, styx_py/io/batching.py); None through the gateway.
+    requests_per_batch: float | None = None
+    batches_lingered_share: float | None = None
 
     @property
     def throughput(self) -> float:
@@ -345,6 +349,8 @@ class RunResult:
             "drift": self.drift(),
             **({} if self.latency_log_ms is None else {"latency_log_ms": self.latency_log_ms}),
             **({} if (pushed := self.replies_pushed_share) is None else {"replies_pushed_share": pushed}),
+            **({} if (per := self.requests_per_batch) is None else {"requests_per_batch": per}),
+            **({} if (share := self.batches_lingered_share) is None else {"batches_lingered_share": share}),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
             "latency_ms": self.percentiles_ms(),
@@ -377,27 +383,6 @@ class RunResult:
                 }
             )
         return out
-
-
-@contextlib.contextmanager
-def steady_gc() -> Iterator[None]:
-    """The cyclic GC as a load generator wants it: what exists at start-up frozen (never scanned
-    again), young collections every ``_GC_GEN0`` allocations instead of 700; restored afterwards.
-
-    Each request allocates a few container objects (its op, record, table entry, callback), and at
-    8 000/s the default threshold ran ~1 300 collections in a 10 s run, full ones among them whose cost
-    grows with every object of the process: 1.4 s of CPU, 16 µs per request, and pauses of 60 to
-    160 ms (a ``gc.callbacks`` probe, cpu_cost --cluster echo). The load generator's objects die young
-    (a request lives until its reply), so fewer, larger young collections find the same garbage."""
-    gc.collect()
-    gc.freeze()
-    threshold = gc.get_threshold()
-    gc.set_threshold(_GC_GEN0, *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 async def run_open_loop(

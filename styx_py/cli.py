@@ -151,7 +151,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     config = load_config()  # fails here, naming the setting, on a bad value
     setup_logging("coordinator", config.log_level)
     kafka = _kafka(args, config)
-    run(serve_coordinator(config, kafka, args.workers, args.host, args.port, args.deploy))
+    run(serve_coordinator(config, kafka, args.workers, args.host, args.port, args.deploy), server_gc=True)
     return 0
 
 
@@ -165,7 +165,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not coordinator:
         raise ConfigError("no coordinator address: pass --coordinator HOST:PORT or set STYX_COORDINATOR")
     kafka = _kafka(args, config)
-    run(serve_worker(args.id, coordinator, kafka, config, args.host, args.port, args.advertise_host))
+    run(
+        serve_worker(args.id, coordinator, kafka, config, args.host, args.port, args.advertise_host),
+        server_gc=True,
+    )
     return 0
 
 

@@ -331,3 +331,83 @@ def test_order_once_only_and_flush_on_random_interleavings(script: list[tuple[st
             assert offsets == list(range(len(offsets))), "acknowledged records: consecutive, in order"
 
     asyncio.run(scenario())
+
+
+class Timers:
+    """Stands in for ``loop.call_later``: records each linger, fired by the test."""
+
+    def __init__(self) -> None:
+        self.due: list[tuple[float, Callable[[], None]]] = []
+        self.cancelled = 0
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> Timers:
+        self.due.append((delay, callback))
+        return self
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+
+    def fire(self) -> None:
+        due, self.due = self.due, []
+        for _, callback in due:
+            callback()
+
+
+async def test_a_busy_lane_lingers_and_a_quiet_one_sends_at_once() -> None:
+    """A lane whose last batch carried busy_records or more waits busy_linger_s before its next
+    batch (records arriving meanwhile join it); after a smaller batch it sends at once; flush still
+    completes; the linger is counted."""
+    out = Outcomes()
+    timers = Timers()
+    producer = FakeProducer(max_bytes=1000)
+    lanes = BatchLanes(producer, busy_linger_s=0.002, busy_records=3)
+    lanes.call_later = timers
+    async with asyncio.TaskGroup() as tg:
+        drain = tg.create_task(lanes.run())
+        add(lanes, out, A, "q0")  # quiet: one record
+        await settle()
+        add(lanes, out, A, "q1")
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+        assert timers.due == [] and [k for k, _, _ in producer.in_flight(A)[0].records] == [b"q1"]
+        for i in range(3):
+            add(lanes, out, A, f"b{i}")
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+        assert [k for k, _, _ in producer.in_flight(A)[0].records] == [b"b0", b"b1", b"b2"]
+        producer.ack(producer.in_flight(A)[0])  # a batch of 3: busy
+        await settle()
+        assert [delay for delay, _ in timers.due] == [0.002]
+        add(lanes, out, A, "late0")
+        add(lanes, out, B, "other")  # another lane is not held
+        add(lanes, out, A, "late1")
+        flushed = lanes.flush()
+        await settle()
+        assert producer.in_flight(A) == [] and len(producer.in_flight(B)) == 1, "A lingers"
+        timers.fire()
+        await settle()
+        assert [k for k, _, _ in producer.in_flight(A)[0].records] == [b"late0", b"late1"]
+        for sent in producer.in_flight():
+            producer.ack(sent)
+        await settle()
+        assert flushed.done() and timers.due == [], "a batch of 2 is quiet: no linger after it"
+        for i in range(3):
+            add(lanes, out, A, f"c{i}")
+        await settle()
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+        assert len(timers.due) == 1, "busy again"
+        drain.cancel()
+    assert timers.cancelled == 1 and lanes.lingering == {}, "closing cancels a linger in progress"
+    assert (lanes.records_sent, lanes.batches_sent, lanes.lingered) == (11, 6, 2)
+    assert all(len(calls) == 1 for calls in out.calls.values())
+
+
+def test_busy_linger_settings_are_checked() -> None:
+    for linger, records in ((-0.001, 4), (0.002, 0)):
+        try:
+            BatchLanes(FakeProducer(), busy_linger_s=linger, busy_records=records)
+        except ValueError as exc:
+            assert "busy_linger_s" in str(exc)
+        else:
+            raise AssertionError(f"accepted busy_linger_s={linger}, busy_records={records}")

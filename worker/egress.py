@@ -52,6 +52,10 @@ class KafkaSink:
         self.seqlog_acked = 0
         self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
         self.topic = config.egress_topic
+        # Per reply, made once: the acknowledgement callback of each (segment, partition), and the
+        # epoch header of the epoch whose replies are being sent.
+        self._acked_by: dict[tuple[int, int], Callable[[int, BaseException | None], None]] = {}
+        self._header: tuple[int, list[tuple[str, bytes]]] = (-1, [])
 
     @property
     def sent(self) -> int:
@@ -97,6 +101,7 @@ class KafkaSink:
         from now on (never back to an older one)."""
         segment = replies_to(newest)
         if segment > self.segment:
+            self._acked_by.clear()
             previous, self.segment = self.topic, segment
             self.topic = segment_topic(self.config.egress_topic, segment)
             self.lanes.retire({previous, self.topic})
@@ -120,13 +125,18 @@ class KafkaSink:
 
     # Egress
     def send(self, partition: int, reply: Reply, epoch: int) -> None:
+        acked = self._acked_by.get((self.segment, partition))
+        if acked is None:
+            acked = self._acked_by[self.segment, partition] = self._on_reply_sent(partition)
+        if self._header[0] != epoch:
+            self._header = (epoch, [(EPOCH_HEADER, str(epoch).encode())])
         self.lanes.add(
             self.topic,
             partition,
             reply.request_id.encode(),
             self.encoder.encode(reply),
-            self._on_reply_sent(partition),
-            [(EPOCH_HEADER, str(epoch).encode())],
+            acked,
+            self._header[1],
         )
 
     # Sequencer log

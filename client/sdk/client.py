@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
@@ -33,13 +33,28 @@ from styx_py.core.wire import Key, Reply
 from styx_py.io.batching import BatchLanes
 from styx_py.io.clusterfile import default_coordinator, default_secret
 
-__all__ = ["Call", "Prepared", "StyxClient"]
+__all__ = ["BUSY_LINGER_MS", "Batching", "Call", "Prepared", "StyxClient"]
 
 log = logging.getLogger("styx.client")
 
 # How often the client looks for a newer ingress segment (its writes count as read for sure for
 # core.segments.FRESH_S after a listing; workers read the newest two segments, core.segments.LIVE).
 SEGMENT_POLL_S = 0.5
+
+# The default busy linger (StyxClient): 2 ms measured best at 8 000-12 000/s here
+# (benchmarks/results/issue15-linger.md); it is a cap on the added wait, not a fixed one.
+BUSY_LINGER_MS = 2.0
+MAX_BUSY_LINGER_MS = 1000.0
+
+
+class Batching(NamedTuple):
+    """Requests acknowledged by the broker, the Kafka batches they went in, and how many of those
+    batches waited for more requests first (busy linger)."""
+
+    records: int
+    batches: int
+    lingered: int
+
 
 Call = tuple[str, Key, str, tuple[Any, ...]]
 """One entry of :meth:`StyxClient.submit_many`: ``(operator, key, function, args)``."""
@@ -68,6 +83,12 @@ class StyxClient:
     a waiting fetch the records that reach it after up to half of it, so it adds to reply latency;
     keep it small (>= 5, Tansu never answers a 0 ms wait).
 
+    ``linger_ms`` delays every batch of requests (aiokafka's linger; default 0). ``busy_linger_ms``
+    delays only the batches of a busy ingress partition, one whose previous batch carried at least
+    :data:`~styx_py.io.batching.BUSY_RECORDS` requests: more requests share the next batch, which at
+    high rates saves CPU in the client and the broker, and costs nothing at low rates (0: off;
+    :mod:`styx_py.io.batching`).
+
     ``coordinator`` (filled in by :meth:`connect`) lets the client also take replies the workers push
     on their ports (:mod:`styx_py.client.sdk.push`), a broker hop sooner than the egress topic, which
     stays the record and the fallback; ``cluster_secret`` authenticates those connections (default:
@@ -86,6 +107,7 @@ class StyxClient:
         max_pending: int = 10_000,
         timeout_s: float = 30.0,
         linger_ms: int = 0,
+        busy_linger_ms: float = BUSY_LINGER_MS,
         fetch_wait_ms: int = 5,
         functions: Mapping[str, Collection[str]] | None = None,
         client_id: str | None = None,
@@ -102,12 +124,15 @@ class StyxClient:
         """
         self._targets = Targets(operators, functions)
         _check_limits(max_pending, timeout_s, linger_ms, fetch_wait_ms)
+        if not 0 <= busy_linger_ms <= MAX_BUSY_LINGER_MS:
+            raise ConfigError(f"busy_linger_ms must be in 0..{MAX_BUSY_LINGER_MS}, not {busy_linger_ms!r}")
         self.bootstrap = bootstrap
         self.ingress_topic = ingress_topic
         self.egress_topic = egress_topic
         self.max_pending = max_pending
         self.timeout_s = timeout_s
         self.linger_ms = linger_ms
+        self.busy_linger_ms = busy_linger_ms
         self.fetch_wait_ms = fetch_wait_ms
         self.client_id = client_id if client_id is not None else f"styx-client-{uuid.uuid4().hex[:8]}"
         if reply_partition is not None and reply_partition < -1:
@@ -143,6 +168,14 @@ class StyxClient:
         self._broken: BaseException | None = None
         self._started = False
         self._closed = False
+
+    @property
+    def batching(self) -> Batching:
+        """How the requests sent so far were batched (all zero before :meth:`start`)."""
+        lanes = self._lanes
+        if lanes is None:
+            return Batching(0, 0, 0)
+        return Batching(lanes.records_sent, lanes.batches_sent, lanes.lingered)
 
     @property
     def operators(self) -> dict[str, int]:
@@ -217,7 +250,7 @@ class StyxClient:
         self._use_segment(ends.segment)
         self._pending.saw_newest(listed)
         loop = self._loop = asyncio.get_running_loop()
-        self._lanes = BatchLanes(self._producer)
+        self._lanes = BatchLanes(self._producer, busy_linger_s=self.busy_linger_ms / 1000)
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
         if self.coordinator is not None:
             coordinator, secret, timeout_s = self.coordinator, self._cluster_secret, self.timeout_s

@@ -7,6 +7,12 @@ partition) and a drain task turns each lane's queue into as few ``BatchBuilder``
 submitted with ``send_batch``. While a lane's batch is in flight, its next records accumulate: the
 batch size adapts to the load with no added latency when idle.
 
+With ``busy_linger_s``, a lane whose last batch carried at least ``busy_records`` records (a busy
+lane) waits that long after the batch is acknowledged before it sends the next one, so more records
+share it. A lane that sends batches of fewer records sends at once: the linger costs nothing at low
+load, and at high load it cuts the produce requests and the batches the broker stores, both of which
+cost CPU per batch (benchmarks/results/issue15-linger.md).
+
 Each record carries an ``on_done(offset, error)`` callback, called once: with the record's offset
 when the broker acknowledged its batch, or with the error that failed it, and optionally Kafka headers.
 """
@@ -14,8 +20,9 @@ when the broker acknowledged its batch, or with the error that failed it, and op
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 OnDone = Callable[[int, BaseException | None], None]
 Headers = list[tuple[str, bytes]]  # aiokafka's C record builder takes a list, nothing else
@@ -27,9 +34,25 @@ _NO_HEADERS: Headers = []  # shared, never modified
 MAX_BATCH_BYTES = 512 * 1024
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+# A lane whose last batch carried at least this many records is busy (module docstring).
+BUSY_RECORDS = 4
+
+
 class BatchLanes:
-    def __init__(self, producer: Any) -> None:
+    def __init__(self, producer: Any, busy_linger_s: float = 0.0, busy_records: int = BUSY_RECORDS) -> None:
+        if busy_linger_s < 0 or busy_records < 1:
+            raise ValueError(f"busy_linger_s={busy_linger_s} must be >= 0, busy_records={busy_records} >= 1")
         self.producer = producer
+        self.busy_linger_s = busy_linger_s
+        self.busy_records = busy_records
+        self.lingering: dict[tuple[str, int], Cancellable] = {}  # busy lanes waiting (in busy)
+        # How a linger is timed: the loop's call_later, unless a test gives its own.
+        self.call_later: Callable[[float, Callable[[], None]], Cancellable] | None = None
+        self.lingered = 0  # batches that waited busy_linger_s first
         self.lanes: dict[tuple[str, int], list[Entry]] = {}
         self.wakeup = asyncio.Event()
         self.busy: set[tuple[str, int]] = set()  # lanes with a batch in flight
@@ -106,6 +129,9 @@ class BatchLanes:
         finally:
             for task in list(self.tasks):
                 task.cancel()
+            for handle in self.lingering.values():
+                handle.cancel()
+            self.lingering.clear()
 
     async def _send(self, lane: tuple[str, int], records: list[Entry]) -> None:
         settled = 0  # records[:settled] were handed to the producer or failed: their owners will hear
@@ -137,10 +163,26 @@ class BatchLanes:
         except BaseException as exc:  # noqa: BLE001 - every record's owner learns of the failure
             # Including those already in the builder that raised: they were never sent.
             self._fail(lane, records[settled:], exc)
+        else:
+            if self.busy_linger_s > 0 and len(records) >= self.busy_records:
+                # Busy: the lane stays in ``busy`` while it lingers, so its records keep joining the
+                # queue that becomes its next batch.
+                self.lingered += 1
+                later = self.call_later or asyncio.get_running_loop().call_later
+                self.lingering[lane] = later(self.busy_linger_s, functools.partial(self._linger_over, lane))
+                return
         finally:
-            self.busy.discard(lane)
-            if self.lanes.get(lane):
-                self.wakeup.set()
+            if lane not in self.lingering:
+                self._idle(lane)
+
+    def _linger_over(self, lane: tuple[str, int]) -> None:
+        del self.lingering[lane]
+        self._idle(lane)
+
+    def _idle(self, lane: tuple[str, int]) -> None:
+        self.busy.discard(lane)
+        if self.lanes.get(lane):
+            self.wakeup.set()
 
     async def _submit(self, lane: tuple[str, int], builder: Any, part: list[Entry]) -> None:
         topic, partition = lane
