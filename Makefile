@@ -40,17 +40,17 @@ lock: install
 		--generate-hashes --custom-compile-command "make lock" --quiet $(LOCK_ARGS) -o deploy/docker/requirements.lock
 
 # The results table of docs/benchmarks.md: each workload swept over rates, one fresh local cluster per rate; results
-# (JSON + PNG) in benchmarks/results/. About 17 minutes on 2 cores.
+# (JSON + PNG) in benchmarks/results/. About 19 minutes on 2 cores.
 bench: install
-	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000,9000 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000,9000,10000,11000,12000 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench tpcc --warehouses 1 --sweep 50,100,200,300,400 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench deathstar-hotel --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench deathstar-movie --sweep 250,500,1000,1500,2000,2500 --duration 15 --warmup 3 --quiet
 
-# TPC-C with 10 warehouses: one cluster, loaded once (2.2 M rows, ~2.5 minutes), then a sweep; the check
+# TPC-C with 10 warehouses: one cluster, loaded once (2.2 M rows, ~75 s), then a sweep; the check
 # reads ~1 M entities (~5 minutes), so it is skipped here (the tests check TPC-C at small scale).
 bench-tpcc10: install
-	$(VENV)/bin/styx bench tpcc --warehouses 10 --one-cluster --sweep 100,200,400,600 --duration 15 --warmup 3 \
+	$(VENV)/bin/styx bench tpcc --warehouses 10 --one-cluster --sweep 100,200,400,600,800 --duration 15 --warmup 3 \
 		--no-check --quiet
 
 # What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (docs/http-api.md).
