@@ -237,6 +237,31 @@ async def test_500_concurrent_calls_get_their_own_results(client: StyxClient, cl
     assert cluster.echo.received[-1].request_id not in set(ids)
 
 
+async def test_a_burst_is_batched_and_lingers_and_one_request_at_a_time_never_waits(cluster: Cluster) -> None:
+    """Busy linger (styx_py/io/batching.py): a burst goes out in few batches and its partitions
+    linger after them; requests sent one at a time go one per batch and never linger; 0 turns it off."""
+    async with (
+        cluster.client(timeout_s=20.0) as busy,
+        cluster.client(timeout_s=20.0, busy_linger_ms=0) as eager,
+    ):
+        assert busy.busy_linger_ms == 2.0 and busy.batching.records == 0
+        for c in (busy, eager):
+            results = await asyncio.gather(*(c.call("acct", i, "echo", i) for i in range(200)))
+            assert [r["args"] for r in results] == [[i] for i in range(200)]
+            await _until(lambda c=c: c.batching.records == 200)  # every batch acknowledged
+        assert busy.batching.batches < 200 and busy.batching.lingered >= 1
+        assert eager.batching.batches < 200 and eager.batching.lingered == 0
+        before = busy.batching
+        for i in range(5):
+            assert await busy.call("acct", i, "echo") == {"key": i, "fn": "echo", "args": []}
+        await _until(lambda: busy.batching.records == 205)
+        after = busy.batching
+        assert (after.batches - before.batches, after.lingered) == (5, before.lingered)
+    for bad in (-1.0, 1001.0):
+        with pytest.raises(ConfigError, match=r"busy_linger_ms must be in 0\.\.1000"):
+            cluster.client(busy_linger_ms=bad)
+
+
 async def test_aborted_failed_and_bad_replies_raise_the_matching_error(client: StyxClient) -> None:
     with pytest.raises(TransactionAborted, match="insufficient funds for alice") as aborted:
         await client.call("acct", "alice", "fail", 100)

@@ -41,8 +41,8 @@ log = logging.getLogger("styx.client")
 # core.segments.FRESH_S after a listing; workers read the newest two segments, core.segments.LIVE).
 SEGMENT_POLL_S = 0.5
 
-# The default busy linger (StyxClient): 2 ms measured best at 8 000-12 000/s here
-# (benchmarks/results/issue15-linger.md); it is a cap on the added wait, not a fixed one.
+# The default busy linger (StyxClient): how long a busy partition waits before its next batch; a quiet
+# one never waits. 2 ms measured best at 8 000-12 000/s here (benchmarks/results/issue15-linger.md).
 BUSY_LINGER_MS = 2.0
 MAX_BUSY_LINGER_MS = 1000.0
 
