@@ -17,9 +17,11 @@ import pytest
 
 from styx_py.client import StyxClient
 from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
-from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, worker_addresses
+from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, PushedReplies, worker_addresses
 from styx_py.core.wire import (
+    HEADER_BYTES,
     NIL,
+    Batch,
     IngressRecord,
     Message,
     Phase,
@@ -27,7 +29,13 @@ from styx_py.core.wire import (
     Reply,
     ReplyStatus,
     Request,
+    SubscribeRefused,
+    SubscribeReplies,
+    decode_batch,
+    encode_frame,
+    frame_length,
 )
+from styx_py.io.handshake import accept_handshake
 from styx_py.stack.local import LocalStack
 from styx_py.testing.memory import MemoryEgress, MemoryLog
 from styx_py.worker.feed import MAX_SUBSCRIBERS, ReplyFeed
@@ -69,13 +77,53 @@ def test_each_reply_goes_to_the_client_its_request_names() -> None:
 
 
 def test_a_worker_pushes_to_a_bounded_number_of_clients() -> None:
-    feed = ReplyFeed(Sent())
+    sent = Sent()
+    feed = ReplyFeed(sent)
     for i in range(MAX_SUBSCRIBERS):
         assert feed.subscribe(f"client-{i}")
+    assert sent.msgs == []
     assert not feed.subscribe("client-one-too-many")
+    assert sent.msgs == [("client-one-too-many", SubscribeRefused(MAX_SUBSCRIBERS))], "told so"
+    feed.offer(_reply("1"), "client-one-too-many")
+    assert sent.rids("client-one-too-many") == []
     assert feed.subscribe("client-0")  # already there
     feed.drop("client-0")
     assert feed.subscribe("client-one-too-many")
+
+
+async def test_a_refused_client_reads_that_workers_replies_from_the_log_and_does_not_ask_again() -> None:
+    """Against a stand-in worker that refuses: the client is not healthy (the egress reader keeps the
+    cluster's fetch wait), remembers the refusal and keeps its one connection open."""
+    secret = "refusal-test-secret"
+    asked: list[tuple[str, list[Message]]] = []
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hello = await accept_handshake(reader, writer, secret.encode())
+        header = await reader.readexactly(HEADER_BYTES)
+        msgs = decode_batch(await reader.readexactly(frame_length(header)), "worker").msgs
+        asked.append((hello.node_id, list(msgs)))
+        writer.write(encode_frame(Batch("w1", [SubscribeRefused(MAX_SUBSCRIBERS)])))
+        await reader.read()  # keepalives, until the client closes
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+    async def status() -> dict[str, object]:
+        return {"workers": [{"address": address}]}
+
+    push = PushedReplies(status, secret, "client-refused", lambda _: None, 10.0, known={address})
+    task = asyncio.get_running_loop().create_task(push.run())
+    try:
+        await until(lambda: push.refused == {address}, "the refusal taken")
+        assert asked == [("client-refused", [SubscribeReplies()])]
+        assert push.subscribed == set() and not push.healthy and push.egress_wait_floor_ms() == 0
+        assert not push.links[address].done(), "the connection stays open: no asking again"
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+        server.close()
+        await server.wait_closed()
+    assert len(asked) == 1
 
 
 def _root(rid: str, tid: int = 1, reply_to: str = "client-a") -> RootTxn:

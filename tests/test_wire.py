@@ -149,6 +149,7 @@ ALL_MESSAGES = [
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
     wire.SubscribeReplies(),
     wire.PushedReply(Reply("r1", 9, 12, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, RAW, None, None, 17)),
+    wire.SubscribeRefused(1024),
 ]
 
 INBOXES: dict[wire.Inbox, object] = {
@@ -181,7 +182,7 @@ def test_the_channels() -> None:
     assert to_coordinator & to_worker == {Heartbeat, ExecDone, Vote, wire.Revote}
     assert {Invoke, CallResult, Ack, Final} <= to_worker - to_coordinator
     assert {DeployRequest, StatusRequest, Register} <= to_coordinator - to_worker
-    assert _members(wire.ToAdmin) == {AdminReply, wire.PushedReply}
+    assert _members(wire.ToAdmin) == {AdminReply, wire.PushedReply, wire.SubscribeRefused}
     assert wire.SubscribeReplies in to_worker - to_coordinator
 
 

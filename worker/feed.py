@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from styx_py.core.wire import Message, PushedReply, Reply
+from styx_py.core.wire import Message, PushedReply, Reply, SubscribeRefused
 
 log = logging.getLogger("styx.worker")
 
 MAX_SUBSCRIBERS = 1024
-"""Clients one worker pushes to; more are refused (they read the egress topic only)."""
+"""Clients one worker pushes to; more are refused with :class:`SubscribeRefused` (they read the egress
+topic only)."""
 
 
 class ReplyFeed:
@@ -34,10 +35,11 @@ class ReplyFeed:
         self.pushed = 0  # replies pushed since the start (metrics, tests)
 
     def subscribe(self, client: str) -> bool:
-        """Push to ``client`` the replies to requests that name it; False (nothing changes) when the
-        worker has :data:`MAX_SUBSCRIBERS` clients already."""
+        """Push to ``client`` the replies to requests that name it; False when the worker has
+        :data:`MAX_SUBSCRIBERS` clients already: the client is told so, nothing else changes."""
         if client not in self.clients and len(self.clients) >= MAX_SUBSCRIBERS:
             log.warning("refusing %s's reply subscription: %d clients subscribed", client, MAX_SUBSCRIBERS)
+            self.send(client, SubscribeRefused(MAX_SUBSCRIBERS))
             return False
         self.clients.add(client)
         return True

@@ -13,7 +13,9 @@ every worker pushes, :data:`PUSHED_FETCH_WAIT_MS`) and takes whichever copy of a
 one as an echo). A worker that cannot be reached, a connection that drops, a worker that
 restarts elsewhere: the replies keep coming through the egress topic while the addresses are asked
 again (every :data:`RETRY_S` while a connection is down, every :data:`REFRESH_S` otherwise, so a worker
-that joins is found too).
+that joins is found too). A worker that pushes to as many clients as it takes answers
+``SubscribeRefused``: the client then reads that worker's replies from the egress topic at the
+cluster's fetch wait, and keeps the connection open without asking again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from styx_py.core.wire import (
     Batch,
     PushedReply,
     Reply,
+    SubscribeRefused,
     SubscribeReplies,
     decode_batch,
     encode_frame,
@@ -83,6 +86,10 @@ class PushedReplies:
         self.timeout_s = timeout_s
         self.links: dict[str, asyncio.Task[None]] = {}
         self.subscribed: set[str] = set()  # addresses whose worker took the subscription
+        # Addresses whose worker refused it (SubscribeRefused: it pushes to as many clients as it
+        # takes). The connection stays open and idle, so the client does not ask again and again;
+        # a new connection (the worker restarted) asks again.
+        self.refused: set[str] = set()
         self._reported: set[str] = set()  # addresses whose failure was logged at INFO already
 
     @property
@@ -146,10 +153,11 @@ class PushedReplies:
                 await dial_handshake(reader, writer, self.key, self.name, self.name)
             writer.write(encode_frame(Batch(self.name, [SubscribeReplies()])))
             self.subscribed.add(address)
+            self.refused.discard(address)
             self._reported.discard(address)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(_keepalive(writer, encode_frame(Batch(self.name, []))))
-                tg.create_task(self._read(reader))
+                tg.create_task(self._read(reader, address))
         except* (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, ValueError) as group:
             exc = group.exceptions[0]
             level = logging.DEBUG if address in self._reported else logging.INFO
@@ -162,7 +170,7 @@ class PushedReplies:
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, reader: asyncio.StreamReader, address: str) -> None:
         deliver = self.deliver
         while True:
             header = await reader.readexactly(HEADER_BYTES)
@@ -170,6 +178,16 @@ class PushedReplies:
             for msg in decode_batch(payload, "admin").msgs:
                 if isinstance(msg, PushedReply):
                     deliver(msg.reply)
+                elif isinstance(msg, SubscribeRefused):
+                    self.subscribed.discard(address)
+                    self.refused.add(address)
+                    log.info(
+                        "%s: %s pushes to %d clients already and refused this one; its replies come "
+                        "from the egress topic",
+                        self.name,
+                        address,
+                        msg.limit,
+                    )
 
 
 async def _keepalive(writer: asyncio.StreamWriter, frame: bytes) -> None:

@@ -95,7 +95,7 @@ from styx_py.core.wire.lookup import (
     ReplyLookup,
 )
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
-from styx_py.core.wire.push import PushedReply, SubscribeReplies
+from styx_py.core.wire.push import PushedReply, SubscribeRefused, SubscribeReplies
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
@@ -158,6 +158,7 @@ __all__ = [
     "SnapshotResult",
     "Status",
     "StatusRequest",
+    "SubscribeRefused",
     "SubscribeReplies",
     "ToAdmin",
     "ToCoordinator",

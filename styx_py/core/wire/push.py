@@ -5,7 +5,8 @@ like any admin client, and sends :class:`SubscribeReplies`. Every request it sen
 connection's node id in ``Request.reply_to``; a worker on which that node subscribed also sends it,
 as :class:`PushedReply`, the request's reply at the moment the reply is handed to the egress
 producer. The egress topic stays the record (and the path for every reply the push missed): the
-client takes whichever copy comes first.
+client takes whichever copy comes first. A worker that pushes to as many clients as it takes answers
+:class:`SubscribeRefused` instead.
 """
 
 from __future__ import annotations
@@ -23,3 +24,10 @@ class PushedReply(Msg, tag="push"):
     """Worker -> client: one reply, as it leaves for the egress topic."""
 
     reply: Reply
+
+
+class SubscribeRefused(Msg, tag="subno"):
+    """Worker -> client: this worker pushes to ``limit`` clients already and took not this
+    subscription; the client reads this worker's replies from the egress topic."""
+
+    limit: int
