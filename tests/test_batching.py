@@ -33,14 +33,18 @@ class FakeBuilder:
     def __init__(self, max_bytes: int, max_record: int, poison: bytes | None) -> None:
         self.max_bytes, self.max_record, self.poison = max_bytes, max_record, poison
         self.records: list[tuple[bytes | None, bytes, Headers]] = []
+        self.timestamps: list[int | None] = []
         self.size = 0
 
-    def append(self, *, timestamp: None, key: bytes | None, value: bytes, headers: Headers) -> Meta | None:
+    def append(
+        self, *, timestamp: int | None, key: bytes | None, value: bytes, headers: Headers
+    ) -> Meta | None:
         if value == self.poison:
             raise TypeError("value of a type the record builder cannot encode")
         if len(value) > self.max_record or (self.records and self.size + len(value) > self.max_bytes):
             return None
         self.records.append((key, value, headers))
+        self.timestamps.append(timestamp)
         self.size += len(value)
         return Meta(-1)
 
@@ -50,6 +54,7 @@ class Sent:
     lane: Lane
     records: list[tuple[bytes | None, bytes, Headers]]
     delivery: asyncio.Future[Meta]
+    timestamps: list[int | None] = field(default_factory=list)
 
 
 @dataclass
@@ -69,7 +74,7 @@ class FakeProducer:
         if self.refuse:
             raise self.refuse.pop(0)
         delivery: asyncio.Future[Meta] = asyncio.get_running_loop().create_future()
-        self.sent.append(Sent((topic, partition), builder.records, delivery))
+        self.sent.append(Sent((topic, partition), builder.records, delivery, builder.timestamps))
         return delivery
 
     def in_flight(self, lane: Lane | None = None) -> list[Sent]:
@@ -411,3 +416,21 @@ def test_busy_linger_settings_are_checked() -> None:
             assert "busy_linger_s" in str(exc)
         else:
             raise AssertionError(f"accepted busy_linger_s={linger}, busy_records={records}")
+
+
+async def test_a_record_keeps_the_timestamp_it_was_added_with() -> None:
+    """An explicit timestamp (the worker stamps a reply when it is pushed) reaches the batch, however
+    long the record waited for its lane; without one the builder stamps it (None)."""
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=100)) as lanes:
+        producer = lanes.producer
+        lanes.add(A[0], A[1], b"first", b"v", out.callback("first"), None, 1_000)
+        await settle()
+        lanes.add(A[0], A[1], b"waited", b"v", out.callback("waited"), None, 2_000)  # behind "first"
+        lanes.add(A[0], A[1], b"unstamped", b"v", out.callback("unstamped"))
+        producer.ack(producer.in_flight(A)[0])
+        await settle()
+        [second] = producer.in_flight(A)
+        producer.ack(second)
+        await settle()
+    assert [s.timestamps for s in producer.sent] == [[1_000], [2_000, None]]

@@ -13,6 +13,7 @@ previous epoch's replies, and the replies behind the log entry.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -130,6 +131,9 @@ class KafkaSink:
             acked = self._acked_by[self.segment, partition] = self._on_reply_sent(partition)
         if self._header[0] != epoch:
             self._header = (epoch, [(EPOCH_HEADER, str(epoch).encode())])
+        # Stamped now, when the reply is also pushed to its client (ReplyOut.emit), not when its batch
+        # is built, which waits for the lane's batch in flight to be acknowledged: the log's reply time
+        # is when the client could have it.
         self.lanes.add(
             self.topic,
             partition,
@@ -137,6 +141,7 @@ class KafkaSink:
             self.encoder.encode(reply),
             acked,
             self._header[1],
+            time.time_ns() // 1_000_000,
         )
 
     # Sequencer log

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 OnDone = Callable[[int, BaseException | None], None]
 Headers = list[tuple[str, bytes]]  # aiokafka's C record builder takes a list, nothing else
-Entry = tuple[bytes | None, bytes, OnDone | None, Headers]
+# key, value, on_done, headers, timestamp (ms; None: when its batch is built)
+Entry = tuple[bytes | None, bytes, OnDone | None, Headers, int | None]
 _NO_HEADERS: Headers = []  # shared, never modified
 
 # Largest batch a lane builds (also the producer's max_batch_size; records larger than this still go,
@@ -104,12 +105,15 @@ class BatchLanes:
         value: bytes,
         on_done: OnDone | None,
         headers: Headers | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
+        """Queue one record. ``timestamp_ms`` is its Kafka timestamp; None: the time its batch is
+        built, which for a lane with a batch in flight is after that batch is acknowledged."""
         lane = (topic, partition)
         queue = self.lanes.get(lane)
         if queue is None:
             queue = self.lanes[lane] = []
-        queue.append((key, value, on_done, _NO_HEADERS if headers is None else headers))
+        queue.append((key, value, on_done, _NO_HEADERS if headers is None else headers, timestamp_ms))
         self.added[lane] = self.added.get(lane, 0) + 1
         if lane not in self.busy:
             self.wakeup.set()
@@ -141,14 +145,14 @@ class BatchLanes:
                 builder = self.producer.create_batch()
                 start = i
                 while i < len(records):
-                    key, value, _, headers = records[i]
-                    if builder.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    key, value, _, headers, ts = records[i]
+                    if builder.append(key=key, value=value, timestamp=ts, headers=headers) is None:
                         break
                     i += 1
                 if i == start:  # one record larger than a batch: aiokafka's builder takes it alone
-                    key, value, _, headers = records[i]
+                    key, value, _, headers, ts = records[i]
                     builder = self.producer.create_batch()
-                    if builder.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    if builder.append(key=key, value=value, timestamp=ts, headers=headers) is None:
                         self._fail(
                             lane, records[i : i + 1], ValueError(f"record of {len(value)} bytes too large")
                         )
@@ -202,13 +206,13 @@ class BatchLanes:
         self.batches_sent += 1
         self.records_sent += len(part)
         base = metadata.offset
-        for j, (_, _, on_done, _) in enumerate(part):
+        for j, (_, _, on_done, _, _) in enumerate(part):
             if on_done is not None:
                 on_done(base + j, None)
         self._finished(lane, len(part))
 
     def _fail(self, lane: tuple[str, int], part: list[Entry], exc: BaseException) -> None:
-        for _, _, on_done, _ in part:
+        for _, _, on_done, _, _ in part:
             if on_done is not None:
                 on_done(-1, exc)
         self._finished(lane, len(part))
