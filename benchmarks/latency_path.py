@@ -6,10 +6,12 @@ Starts a local cluster (SeaweedFS, Tansu in memory, coordinator, 2 workers), loa
 sends transfers open-loop at ``--rate`` through the SDK. Afterwards it reads the ingress and egress
 topics back and splits every answered request's latency (from its scheduled send time) into:
 
-* ``client``: scheduled time → the ingress record's timestamp (the SDK's producer appended it);
-* ``cluster``: → the reply record's timestamp (the worker's producer appended it): the ingress fetch,
-  the wait for an epoch, the epoch itself;
-* ``reply``: → the client resolved the reply (egress produce, broker, the client's fetch).
+* ``client``: scheduled time → the ingress record's timestamp (the SDK handed it to its producer:
+  styx_py/io/batching.py stamps records then, as Kafka producers do);
+* ``cluster``: → the reply record's timestamp (the worker handed it to its producer and pushed it):
+  the client's batch and produce, the ingress fetch, the wait for an epoch, the epoch itself;
+* ``reply``: → the client resolved the reply (pushed by the worker, else egress produce, broker and the
+  client's fetch).
 
 Timestamps are wall-clock milliseconds of one machine. The coordinator's epoch phase histograms (from
 its ``/metrics``) split the epoch itself. Prints p50/p90/p99 per part and writes them to

@@ -33,12 +33,10 @@ class FakeBuilder:
     def __init__(self, max_bytes: int, max_record: int, poison: bytes | None) -> None:
         self.max_bytes, self.max_record, self.poison = max_bytes, max_record, poison
         self.records: list[tuple[bytes | None, bytes, Headers]] = []
-        self.timestamps: list[int | None] = []
+        self.timestamps: list[int] = []
         self.size = 0
 
-    def append(
-        self, *, timestamp: int | None, key: bytes | None, value: bytes, headers: Headers
-    ) -> Meta | None:
+    def append(self, *, timestamp: int, key: bytes | None, value: bytes, headers: Headers) -> Meta | None:
         if value == self.poison:
             raise TypeError("value of a type the record builder cannot encode")
         if len(value) > self.max_record or (self.records and self.size + len(value) > self.max_bytes):
@@ -54,7 +52,7 @@ class Sent:
     lane: Lane
     records: list[tuple[bytes | None, bytes, Headers]]
     delivery: asyncio.Future[Meta]
-    timestamps: list[int | None] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -418,19 +416,22 @@ def test_busy_linger_settings_are_checked() -> None:
             raise AssertionError(f"accepted busy_linger_s={linger}, busy_records={records}")
 
 
-async def test_a_record_keeps_the_timestamp_it_was_added_with() -> None:
-    """An explicit timestamp (the worker stamps a reply when it is pushed) reaches the batch, however
-    long the record waited for its lane; without one the builder stamps it (None)."""
+async def test_a_record_is_stamped_when_it_is_added_not_when_its_batch_is_built() -> None:
+    """As Kafka's producers do: a worker's reply record carries the time the reply was handed over (and
+    pushed to its client), however long it waited for its lane's batch in flight."""
     out = Outcomes()
+    now = [1_000_000_000]
     async with draining(FakeProducer(max_bytes=100)) as lanes:
+        lanes.clock_ns = lambda: now[0]
         producer = lanes.producer
-        lanes.add(A[0], A[1], b"first", b"v", out.callback("first"), None, 1_000)
+        add(lanes, out, A, "first")  # at 1 000 ms
         await settle()
-        lanes.add(A[0], A[1], b"waited", b"v", out.callback("waited"), None, 2_000)  # behind "first"
-        lanes.add(A[0], A[1], b"unstamped", b"v", out.callback("unstamped"))
-        producer.ack(producer.in_flight(A)[0])
+        now[0] = 2_000_000_000
+        add(lanes, out, A, "waited")  # at 2 000 ms, behind "first"
+        now[0] = 3_000_000_000
+        producer.ack(producer.in_flight(A)[0])  # its batch is built at 3 000 ms
         await settle()
         [second] = producer.in_flight(A)
         producer.ack(second)
         await settle()
-    assert [s.timestamps for s in producer.sent] == [[1_000], [2_000, None]]
+    assert [s.timestamps for s in producer.sent] == [[1_000], [2_000]]

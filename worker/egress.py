@@ -13,7 +13,6 @@ previous epoch's replies, and the replies behind the log entry.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 import msgspec
@@ -53,9 +52,9 @@ class KafkaSink:
         self.seqlog_acked = 0
         self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
         self.topic = config.egress_topic
-        # Per reply, made once: the acknowledgement callback of each (segment, partition), and the
-        # epoch header of the epoch whose replies are being sent.
-        self._acked_by: dict[tuple[int, int], Callable[[int, BaseException | None], None]] = {}
+        # Per reply, made once: the acknowledgement callback of each partition in the current segment
+        # (forgotten when the segment changes), and the epoch header of the epoch being sent.
+        self._acked_by: dict[int, Callable[[int, BaseException | None], None]] = {}
         self._header: tuple[int, list[tuple[str, bytes]]] = (-1, [])
 
     @property
@@ -126,14 +125,11 @@ class KafkaSink:
 
     # Egress
     def send(self, partition: int, reply: Reply, epoch: int) -> None:
-        acked = self._acked_by.get((self.segment, partition))
+        acked = self._acked_by.get(partition)
         if acked is None:
-            acked = self._acked_by[self.segment, partition] = self._on_reply_sent(partition)
+            acked = self._acked_by[partition] = self._on_reply_sent(partition)
         if self._header[0] != epoch:
             self._header = (epoch, [(EPOCH_HEADER, str(epoch).encode())])
-        # Stamped now, when the reply is also pushed to its client (ReplyOut.emit), not when its batch
-        # is built, which waits for the lane's batch in flight to be acknowledged: the log's reply time
-        # is when the client could have it.
         self.lanes.add(
             self.topic,
             partition,
@@ -141,7 +137,6 @@ class KafkaSink:
             self.encoder.encode(reply),
             acked,
             self._header[1],
-            time.time_ns() // 1_000_000,
         )
 
     # Sequencer log

@@ -15,19 +15,24 @@ cost CPU per batch (benchmarks/results/issue15-linger.md).
 
 Each record carries an ``on_done(offset, error)`` callback, called once: with the record's offset
 when the broker acknowledged its batch, or with the error that failed it, and optionally Kafka headers.
+Its Kafka timestamp is the time it was added, as aiokafka's ``send`` and Kafka's own producers stamp a
+record when it is handed over, not when its batch is built (which for a lane with a batch in flight
+comes after that batch is acknowledged): a worker's reply record is stamped when the reply is also
+pushed to its client, a client's request when the SDK sent it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 OnDone = Callable[[int, BaseException | None], None]
 Headers = list[tuple[str, bytes]]  # aiokafka's C record builder takes a list, nothing else
-# key, value, on_done, headers, timestamp (ms; None: when its batch is built)
-Entry = tuple[bytes | None, bytes, OnDone | None, Headers, int | None]
+# key, value, on_done, headers, Kafka timestamp (ms: when it was added)
+Entry = tuple[bytes | None, bytes, OnDone | None, Headers, int]
 _NO_HEADERS: Headers = []  # shared, never modified
 
 # Largest batch a lane builds (also the producer's max_batch_size; records larger than this still go,
@@ -51,8 +56,10 @@ class BatchLanes:
         self.busy_linger_s = busy_linger_s
         self.busy_records = busy_records
         self.lingering: dict[tuple[str, int], Cancellable] = {}  # busy lanes waiting (in busy)
-        # How a linger is timed: the loop's call_later, unless a test gives its own.
+        # How a linger is timed and records stamped: the loop's call_later and the wall clock, unless a
+        # test gives its own.
         self.call_later: Callable[[float, Callable[[], None]], Cancellable] | None = None
+        self.clock_ns: Callable[[], int] = time.time_ns
         self.lingered = 0  # batches that waited busy_linger_s first
         self.lanes: dict[tuple[str, int], list[Entry]] = {}
         self.wakeup = asyncio.Event()
@@ -105,15 +112,13 @@ class BatchLanes:
         value: bytes,
         on_done: OnDone | None,
         headers: Headers | None = None,
-        timestamp_ms: int | None = None,
     ) -> None:
-        """Queue one record. ``timestamp_ms`` is its Kafka timestamp; None: the time its batch is
-        built, which for a lane with a batch in flight is after that batch is acknowledged."""
         lane = (topic, partition)
         queue = self.lanes.get(lane)
         if queue is None:
             queue = self.lanes[lane] = []
-        queue.append((key, value, on_done, _NO_HEADERS if headers is None else headers, timestamp_ms))
+        stamp = self.clock_ns() // 1_000_000
+        queue.append((key, value, on_done, _NO_HEADERS if headers is None else headers, stamp))
         self.added[lane] = self.added.get(lane, 0) + 1
         if lane not in self.busy:
             self.wakeup.set()
