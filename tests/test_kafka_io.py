@@ -79,6 +79,37 @@ async def test_fetch_wait_looks_at_most_every_50_ms_and_forgets_a_paused_consume
     assert not await wait.after_poll(consumer, {}), "behind since 1.0 for 0.3 s, but at the cap"
 
 
+class _Fetcher:
+    _fetch_max_wait_ms = 5
+
+
+class _WaitingConsumer(_Consumer):
+    """Also the fetcher attribute set_fetch_wait changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fetcher = _Fetcher()
+
+
+async def test_a_fetch_wait_floor_and_a_starvation_raise_give_the_larger_wait() -> None:
+    """The SDK's egress reader waits longer while the workers push (a floor); a starved consumer's
+    raised wait wins over a smaller floor, and dropping the floor keeps the raise."""
+    now = [0.0]
+    consumer = _WaitingConsumer()
+    wait = FetchWait(5, "test", clock=lambda: now[0])
+    wait.at_least(consumer, 25)
+    assert consumer._fetcher._fetch_max_wait_ms == 25
+    wait.at_least(consumer, 0)
+    assert consumer._fetcher._fetch_max_wait_ms == 5
+    wait.at_least(consumer, 25)
+    for t in (0.0, 0.2, 0.3):  # behind at one position for longer than the patience: raised to 10
+        now[0] = t
+        await wait.after_poll(consumer, {})
+    assert wait.wait_ms == 10 and consumer._fetcher._fetch_max_wait_ms == 25, "the floor is larger"
+    wait.at_least(consumer, 0)
+    assert consumer._fetcher._fetch_max_wait_ms == 10, "the raise stays"
+
+
 async def _one_record_batches(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]]) -> None:
     """Each record in a produce request of its own: one stored batch object each on Tansu-on-S3."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)

@@ -11,7 +11,7 @@ import msgspec
 from styx_py.client.sdk.pending import ClientStats
 from styx_py.core.errors import BadRequest, ProtocolError, TransactionAborted, TransactionFailed
 from styx_py.core.wire import Reply, reply_decoder
-from styx_py.io.fetching import FetchWait, set_fetch_wait
+from styx_py.io.fetching import FetchWait
 
 __all__ = ["decode_reply", "read_replies", "result_of"]
 
@@ -44,16 +44,13 @@ async def read_replies(
     is the consumer's own, raised if the broker starves it, and at least ``wait_floor_ms()`` (asked
     before each poll: longer while the workers push the replies, client/sdk/push.py)."""
     wait = FetchWait.of(consumer, f"replies {topic}")  # raised if the broker starves it (Tansu on S3)
-    applied = wait.wait_ms
     while True:
         if follow is not None:
             await follow(consumer)
-        if wait_floor_ms is not None and (wanted := max(wait.wait_ms, wait_floor_ms())) != applied:
-            set_fetch_wait(consumer, wanted)
-            applied = wanted
+        if wait_floor_ms is not None:
+            wait.at_least(consumer, wait_floor_ms())
         batches = await consumer.getmany(timeout_ms=_READ_POLL_MS)
-        if await wait.after_poll(consumer, batches):
-            applied = wait.wait_ms
+        await wait.after_poll(consumer, batches)
         for records in batches.values():
             for record in records:
                 value = record.value

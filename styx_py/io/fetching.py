@@ -74,6 +74,8 @@ class FetchWait:
         self.name = name  # for the log line
         self.clock = clock
         self.raised = 0  # times the wait was doubled
+        self.floor_ms = 0  # the least wait the owner wants now (:meth:`at_least`)
+        self._applied = wait_ms  # the wait the consumer uses now
         # partition -> (the position it is behind at, since when)
         self._behind: dict[Hashable, tuple[int, float]] = {}
         self._checked = -float("inf")  # when after_poll last looked
@@ -138,5 +140,17 @@ class FetchWait:
                 starving[tp] = position
         if not self.observe(starving, now):
             return False
-        set_fetch_wait(consumer, self.wait_ms)
+        self._apply(consumer)
         return True
+
+    def at_least(self, consumer: Any, floor_ms: int) -> None:
+        """Let ``consumer`` wait at least ``floor_ms`` per fetch from its next one (0: no floor): the
+        consumer's wait is the larger of the floor and the starvation-raised wait."""
+        self.floor_ms = floor_ms
+        self._apply(consumer)
+
+    def _apply(self, consumer: Any) -> None:
+        wanted = max(self.wait_ms, self.floor_ms)
+        if wanted != self._applied:
+            set_fetch_wait(consumer, wanted)
+            self._applied = wanted
