@@ -100,7 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--busy-linger-ms",
         type=float,
-        default=None,
+        default=BUSY_LINGER_MS,
         help="the SDK client's busy linger in ms (default: the client's, "
         f"{BUSY_LINGER_MS:g}): a partition whose last batch carried several requests waits this long "
         "before its next one, so more share it (styx_py/io/batching.py); 0: off",
@@ -365,12 +365,11 @@ async def bench(
     say = print
     out = Path(args.out)
     max_pending = max(100_000, int(max(rates) * (args.timeout + args.warmup + args.duration)))
-    busy_linger_ms = BUSY_LINGER_MS if args.busy_linger_ms is None else args.busy_linger_ms
     async with await StyxClient.connect(
         coordinator,
         max_pending=max_pending,
         linger_ms=args.linger_ms,
-        busy_linger_ms=busy_linger_ms,
+        busy_linger_ms=args.busy_linger_ms,
         push_replies=not args.no_push,
     ) as client:
         if not args.no_load:
@@ -479,13 +478,7 @@ def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
         "via": args.via,
         "pushed_replies": args.via == "sdk" and not getattr(args, "no_push", False),
         "linger_ms": getattr(args, "linger_ms", 0),
-        "busy_linger_ms": (
-            None
-            if args.via != "sdk"
-            else BUSY_LINGER_MS
-            if getattr(args, "busy_linger_ms", None) is None
-            else args.busy_linger_ms
-        ),
+        "busy_linger_ms": getattr(args, "busy_linger_ms", BUSY_LINGER_MS) if args.via == "sdk" else None,
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "workers": None if args.coordinator else args.workers,
