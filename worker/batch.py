@@ -17,13 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from styx_py.core.ports import Ingress
-from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Reply, Run, SeqLogEntry, Waiting
+from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Run, SeqLogEntry, Waiting
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.sequencer import Sequencer
-from styx_py.worker.txn import RootTxn
-
-# (egress partition the resend names, the earlier reply to give again, the client it names to push to)
-Resend = tuple[int, Reply, str]
+from styx_py.worker.txn import Resend, RootTxn
 
 
 def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[RootTxn]]:

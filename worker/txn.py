@@ -32,6 +32,9 @@ from styx_py.worker.locks import LockTable
 from styx_py.worker.state import Writes
 
 Path = tuple[int, ...]  # an invocation's position in its call tree (child indices from the root)
+# A resent request answered from its earlier reply: (egress partition the resend names, the earlier
+# reply to give again, the client it names to push to).
+Resend = tuple[int, Reply, str]
 
 
 class RootTxn:
@@ -174,8 +177,7 @@ class EpochState:
         self.snapshot = False
         self.decided = False
         self.invoked: set[tuple[int, int, Path]] = set()
-        # Resent request ids answered from earlier replies: (egress partition, reply, client to push to).
-        self.resends: list[tuple[int, Reply, str]] = []
+        self.resends: list[Resend] = []  # resent request ids answered from earlier replies
         self.tally = Tally()
 
     @property
