@@ -111,6 +111,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the SDK client reads every reply from the egress topic, none pushed by the workers "
         "(client/sdk/push.py): the reply path before pushes, for comparison",
     )
+    p.add_argument(
+        "--no-push-requests",
+        action="store_true",
+        help="the SDK client pushes no request to the workers, which fetch every one from the ingress "
+        "topic (client/sdk/push.py): the request path before pushes, for comparison",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request reply timeout in s (60)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")
     p.add_argument("--no-plots", action="store_true", help="write the JSON results only")
@@ -371,6 +377,7 @@ async def bench(
         linger_ms=args.linger_ms,
         busy_linger_ms=args.busy_linger_ms,
         push_replies=not args.no_push,
+        push_requests=not args.no_push_requests,
     ) as client:
         if not args.no_load:
             t0 = time.perf_counter()
@@ -395,6 +402,7 @@ async def bench(
                 # of a new segment after the client).
                 first_segment = max(0, replies_to(client.segment) - 1)
                 replied, pushed = client.stats.replied, client.stats.pushed
+                requests_pushed = client.requests_pushed
                 batching = client.batching
                 result = await run_open_loop(
                     workload,
@@ -411,6 +419,10 @@ async def bench(
                     took = client.stats.replied - replied
                     result.replies_pushed_share = round((client.stats.pushed - pushed) / max(1, took), 4)
                     say(f"  replies pushed by the workers: {result.replies_pushed_share:.1%}", flush=True)
+                    result.requests_pushed_share = round(
+                        (client.requests_pushed - requests_pushed) / max(1, took), 4
+                    )
+                    say(f"  requests pushed to the workers: {result.requests_pushed_share:.1%}", flush=True)
                     now = client.batching
                     batches = now.batches - batching.batches
                     result.requests_per_batch = round((now.records - batching.records) / max(1, batches), 2)
@@ -477,6 +489,9 @@ def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
         "options": {k: v for k, v in dataclasses.asdict(workload.options).items() if k != "extra"},
         "via": args.via,
         "pushed_replies": args.via == "sdk" and not getattr(args, "no_push", False),
+        "pushed_requests": args.via == "sdk"
+        and not getattr(args, "no_push", False)
+        and not getattr(args, "no_push_requests", False),
         "linger_ms": getattr(args, "linger_ms", 0),
         "busy_linger_ms": getattr(args, "busy_linger_ms", BUSY_LINGER_MS) if args.via == "sdk" else None,
         "duration_s": args.duration,

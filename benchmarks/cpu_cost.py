@@ -59,13 +59,18 @@ async def measure(
     linger_ms: int = 0,
     profile: str | None = None,
     busy_linger_ms: float = BUSY_LINGER_MS,
+    push_requests: bool = True,
 ) -> None:
     """Warm up for 1 s, then measure ``seconds`` at ``rate``; through the coordinator's cluster, or
     (``coordinator`` None) straight to the echo responder's topics."""
     workload = make_workload("ycsbt", Options())
     if coordinator is not None:
         connect = StyxClient.connect(
-            coordinator, max_pending=1_000_000, linger_ms=linger_ms, busy_linger_ms=busy_linger_ms
+            coordinator,
+            max_pending=1_000_000,
+            linger_ms=linger_ms,
+            busy_linger_ms=busy_linger_ms,
+            push_requests=push_requests,
         )
         client = await connect
     else:
@@ -194,6 +199,9 @@ def main() -> int:
         help="the cluster's broker holds this many other topics first (as after a long run with segments)",
     )
     parser.add_argument(
+        "--no-push-requests", action="store_true", help="the workers fetch every request (as styx bench)"
+    )
+    parser.add_argument(
         "--profile", metavar="FILE", help="cProfile the measured run into FILE (slows the client down)"
     )
     args = parser.parse_args()
@@ -224,6 +232,7 @@ def main() -> int:
                             args.linger_ms,
                             args.profile,
                             args.busy_linger_ms,
+                            not args.no_push_requests,
                         )
                     )
     finally:

@@ -245,6 +245,7 @@ class RunResult:
     # Of the replies the SDK client took during the run (warm-up included), the share a worker pushed
     # before their egress copy came (client/sdk/push.py); None through the gateway.
     replies_pushed_share: float | None = None
+    requests_pushed_share: float | None = None
     # Of the SDK client's ingress batches during the run: requests per batch, and the share that waited
     # for more first (busy linger, styx_py/io/batching.py); None through the gateway.
     requests_per_batch: float | None = None
@@ -349,6 +350,7 @@ class RunResult:
             "drift": self.drift(),
             **({} if self.latency_log_ms is None else {"latency_log_ms": self.latency_log_ms}),
             **({} if (pushed := self.replies_pushed_share) is None else {"replies_pushed_share": pushed}),
+            **({} if (share := self.requests_pushed_share) is None else {"requests_pushed_share": share}),
             **({} if (per := self.requests_per_batch) is None else {"requests_per_batch": per}),
             **({} if (share := self.batches_lingered_share) is None else {"batches_lingered_share": share}),
             "statuses": dict(self.statuses),

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import random
 import re
 import shutil
@@ -46,6 +47,8 @@ from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack
 
 RESULTS = Path(__file__).resolve().parent / "results"
+_PUSHED = re.compile(r'^styx_worker_ingress_pushed_total\{outcome="(\w+)"\} (\S+)$', re.M)
+_WAIT = re.compile(r"^styx_worker_ingress_fetch_wait_ms (\S+)$", re.M)
 _SUM = re.compile(r'^styx_coordinator_epoch_phase_duration_seconds_(sum|count)\{phase="(\w+)"\} (\S+)$', re.M)
 
 
@@ -58,6 +61,18 @@ def phase_totals(url: str) -> dict[str, tuple[float, float]]:
     return {p: (v[0], v[1]) for p, v in out.items()}
 
 
+def pushed_outcomes(urls: list[str]) -> dict[str, int]:
+    """Ingress records pushed by clients, by outcome (taken, late, mismatched), summed over workers."""
+    out: dict[str, int] = {}
+    for url in urls:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        for outcome, value in _PUSHED.findall(text):
+            out[outcome] = out.get(outcome, 0) + int(float(value))
+        for value in _WAIT.findall(text):
+            out["max_fetch_wait_ms"] = max(out.get("max_fetch_wait_ms", 0), int(float(value)))
+    return out
+
+
 def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -67,10 +82,14 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-async def measure(stack: LocalStack, rate: float, seconds: float) -> dict[str, Any]:
+async def measure(
+    stack: LocalStack, rate: float, seconds: float, push_requests: bool = True
+) -> dict[str, Any]:
     workload = make_workload("ycsbt", Options())
     metrics = stack.metrics_url("coordinator")
-    async with await StyxClient.connect(stack.coordinator, max_pending=1_000_000) as client:
+    async with await StyxClient.connect(
+        stack.coordinator, max_pending=1_000_000, push_requests=push_requests
+    ) as client:
         await workload.load(client, progress=lambda _: None)
         sched: dict[str, float] = {}
         got: dict[str, float] = {}
@@ -98,6 +117,7 @@ async def measure(stack: LocalStack, rate: float, seconds: float) -> dict[str, A
             futures.append(fut)
         await asyncio.gather(*futures, return_exceptions=True)
         after = phase_totals(metrics)
+    pushed = pushed_outcomes([stack.metrics_url(w) for w in stack.metrics_ports if w != "coordinator"])
     sent_ts: dict[str, float] = {}
     ingress = dict.fromkeys(await segment_partitions(stack.kafka, "styx-ingress"), 0)
     for r in await read_to_end(stack.kafka, ingress):
@@ -135,6 +155,8 @@ async def measure(stack: LocalStack, rate: float, seconds: float) -> dict[str, A
         "epoch_phase_mean_ms": phases,
         "epochs": epoch_count,
         "epochs_with_replies": len(epochs),
+        "push_requests": push_requests,
+        "requests_pushed": pushed,
     }
 
 
@@ -143,19 +165,28 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--no-push-requests", action="store_true", help="the workers only fetch the requests")
     args = parser.parse_args()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(tempfile.mkdtemp(prefix="styx-lat-"))
     try:
-        with LocalStack(data_dir, workers=2, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
+        with LocalStack(
+            data_dir,
+            workers=2,
+            env={
+                "STYX_LOG_LEVEL": "WARNING",
+                **({"STYX_KAFKA_FETCH_WAIT_MS": os.environ["LP_WAIT"]} if "LP_WAIT" in os.environ else {}),
+            },
+        ) as stack:
             stack.deploy("styx_py.benchmarks.bank:app")
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                out = runner.run(measure(stack, args.rate, args.seconds))
+                out = runner.run(measure(stack, args.rate, args.seconds, not args.no_push_requests))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     for part, p in out["ms"].items():
         print(f"  {part:<8} " + "  ".join(f"{k} {v:7.2f}" for k, v in p.items()))
     print(f"  epoch phases (mean ms): {out['epoch_phase_mean_ms']}  epochs {out['epochs']:.0f}")
+    print(f"  requests pushed to the workers, by outcome: {out['requests_pushed']}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"latency-path-{args.rate:g}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(out, indent=1))

@@ -25,6 +25,7 @@ Lane = tuple[str, int]
 @dataclass
 class Meta:
     offset: int
+    timestamp_type: int = 0  # CreateTime: the records keep the timestamps they were added with
 
 
 class FakeBuilder:

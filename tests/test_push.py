@@ -11,6 +11,8 @@ while every worker pushes); a dropped subscription is made again, and replies ke
 from __future__ import annotations
 
 import asyncio
+import re
+import urllib.request
 
 import msgspec
 import pytest
@@ -39,6 +41,7 @@ from styx_py.io.handshake import accept_handshake
 from styx_py.stack.local import LocalStack
 from styx_py.testing.memory import MemoryEgress, MemoryLog
 from styx_py.worker.feed import MAX_SUBSCRIBERS, ReplyFeed
+from styx_py.worker.ingress import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.txn import RootTxn
 from tests.service_fixtures import ClusterFactory
@@ -199,6 +202,17 @@ async def _transfers(client: StyxClient, n: int, tag: str) -> None:
     assert all(r.status in ("committed", "aborted") for r in replies), replies
 
 
+def _ingress_pushes(stack: LocalStack) -> list[dict[str, float]]:
+    """Per worker, its ingress's pushed records by outcome, and its fetch wait now (from /metrics)."""
+    out = []
+    for name in sorted(n for n in stack.metrics_ports if n != "coordinator"):
+        text = urllib.request.urlopen(stack.metrics_url(name), timeout=10).read().decode()
+        found = dict(re.findall(r'^styx_worker_ingress_pushed_total\{outcome="(\w+)"\} (\S+)$', text, re.M))
+        wait = re.findall(r"^styx_worker_ingress_fetch_wait_ms (\S+)$", text, re.M)
+        out.append({k: float(v) for k, v in found.items()} | {"fetch_wait_ms": float(wait[0])})
+    return out
+
+
 @pytest.fixture
 def stack(local_cluster: ClusterFactory) -> LocalStack:
     return local_cluster(app="styx_py.benchmarks.bank:app")
@@ -221,6 +235,19 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         await _transfers(client, 200, "t")
         stats = client.stats
         assert stats.replied == ACCOUNTS + 200
+        # Requests go the other way on the same connections: each acknowledged one is pushed to the
+        # worker that reads its partition, which takes it before its fetch (mostly) and compares.
+        assert client.requests_pushed >= ACCOUNTS + 200 - 10, client.requests_pushed
+        outcomes = await asyncio.to_thread(_ingress_pushes, stack)
+        assert sum(o["taken"] for o in outcomes) > (ACCOUNTS + 200) // 2, outcomes
+        assert all(o["mismatched"] == 0 for o in outcomes), outcomes
+        # While every record comes pushed, the workers' ingress fetch only confirms: it waits longer.
+        deadline, extra = asyncio.get_running_loop().time() + 60, 0
+        while any(o["fetch_wait_ms"] != INGRESS_PUSHED_WAIT_MS for o in outcomes):
+            assert asyncio.get_running_loop().time() < deadline, outcomes
+            await _transfers(client, 10, "t")
+            extra += 10
+            outcomes = await asyncio.to_thread(_ingress_pushes, stack)
         # Most replies came pushed (a reply can still win through the log now and then) ...
         assert stats.pushed > stats.replied // 2, stats
         # ... and every one of them also through the egress topic, the record.
@@ -236,7 +263,7 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         await until(lambda: push.subscribed == workers, "subscribed again", 60)
         pushed = stats.pushed
         await _transfers(client, 100, "t")
-        assert stats.replied == ACCOUNTS + 400
+        assert stats.replied == ACCOUNTS + 400 + extra
         assert stats.pushed > pushed, stats
         # Request ids the caller chose are pushed too: the request names the client, not its id.
         pushed = stats.pushed

@@ -148,6 +148,7 @@ ALL_MESSAGES = [
     ),
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
     wire.SubscribeReplies(),
+    wire.PushedRequest(1, 2, 3, 1_700_000_000_000, b"rid", b"\x95record"),
     wire.PushedReply(Reply("r1", 9, 12, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, RAW, None, None, 17)),
     wire.SubscribeRefused(1024),
 ]
@@ -184,6 +185,7 @@ def test_the_channels() -> None:
     assert {DeployRequest, StatusRequest, Register} <= to_coordinator - to_worker
     assert _members(wire.ToAdmin) == {AdminReply, wire.PushedReply, wire.SubscribeRefused}
     assert wire.SubscribeReplies in to_worker - to_coordinator
+    assert wire.PushedRequest in to_worker - to_coordinator
 
 
 @pytest.mark.parametrize("msg", ALL_MESSAGES, ids=lambda m: type(m).__name__)

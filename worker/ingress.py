@@ -3,12 +3,28 @@
 Manual partition assignment (ingress partition = entity partition, no consumer group: group joins
 take seconds and would move partitions behind the coordinator's back). The fetch loop pauses when
 the local buffer holds ``max_pending_requests`` (backpressure into Kafka).
+
+Records also come pushed by the clients that wrote them (:class:`~styx_py.core.wire.PushedRequest`,
+once the broker acknowledged them: a broker fetch sooner). A pushed record is buffered only as the
+next offset of its partition, exactly like a fetched one, or kept until the records before it are
+(:data:`MAX_AHEAD`); the fetch still reads it, skips it and compares the copies
+(:attr:`KafkaIngress.push_mismatches`), so the buffer, and every epoch's batch, is the topic's records
+in offset order whichever copy came first.
+
+While the records come pushed, the fetch only confirms them, and each fetch round costs this worker
+and the broker CPU (Tansu answers a waiting fetch that finds records after up to half its wait, so its
+rounds follow the wait: 255 a second at 5 ms, 30 at 100 ms, for records arriving at 250/s). So the
+fetch waits :data:`PUSHED_FETCH_WAIT_MS` while requests are pushed and every record the fetch brought
+first was pushed too within :data:`EXCUSE_S`; a record that was not (a client that does not push, a
+push that was lost) puts the configured wait back for :data:`HOLD_S`. A request nobody pushes waits at
+most one such fetch, ~half of :data:`PUSHED_FETCH_WAIT_MS`, before the wait is short again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -18,7 +34,7 @@ from styx_py.core.config import Config
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.requests import read_request
 from styx_py.core.segments import Cursor, live, pack, segment_topic, to_read, unpack
-from styx_py.core.wire import IngressRecord
+from styx_py.core.wire import IngressRecord, PushedRequest
 from styx_py.io.fetching import FetchWait
 
 log = logging.getLogger("styx.ingress")
@@ -28,6 +44,73 @@ Source = tuple[int, int]  # (segment, partition)
 # A segment that left the live ones is read on at least this long, and then until it is taken to its
 # high watermark (a fetch answered this long after it left was asked for after it left).
 DRAIN_S = 1.0
+# Pushed records kept per source while the records before them have not come (pushed by other
+# clients, or fetched): beyond this, the fetch brings them.
+MAX_AHEAD = 1024
+# Pushed records kept per source until the fetch brings their copy to compare.
+MAX_UNCONFIRMED = 4096
+PUSHED_FETCH_WAIT_MS = 100
+"""The ingress fetch wait while the records come pushed (module docstring)."""
+EXCUSE_S = 0.2
+"""A record the fetch brought first whose push has not come this long after was not pushed."""
+HOLD_S = 10.0
+"""After a record that was not pushed, the fetch waits as configured at least this long; and it waits
+longer only while some record was pushed this recently."""
+MAX_UNEXCUSED = 10_000  # records fetched first and waiting for their push, at most (then: not pushed)
+
+
+class PushPace:
+    """Whether every record comes pushed, hence how long the ingress fetch may wait (module docstring).
+
+    Pure bookkeeping on a clock the caller reads: :meth:`pushed` for every push, :meth:`fetched_first`
+    for every record the fetch brought before its push (only asked while :meth:`tracking`),
+    :meth:`excused` for a push that came after its record was fetched, and :meth:`floor_ms` after each
+    fetch."""
+
+    def __init__(self) -> None:
+        # Records the fetch brought first: (source, offset) -> when, in the order they were fetched.
+        self.unexcused: dict[tuple[Source, int], float] = {}
+        self.pushed_at = -float("inf")  # when a record was last pushed (taken or late)
+        self.unpushed_at = -float("inf")  # when a record was last found not pushed
+        self.unpushed = 0  # records found not pushed while requests were pushed
+
+    def pushed(self, now: float) -> None:
+        self.pushed_at = now
+
+    def tracking(self, now: float) -> bool:
+        """Requests are pushed: whether every one is, is worth finding out."""
+        return now - self.pushed_at < HOLD_S
+
+    def fetched_first(self, src: Source, offset: int, now: float) -> None:
+        self.unexcused[src, offset] = now
+
+    def excused(self, src: Source, offset: int) -> None:
+        """The record at ``offset`` of ``src`` was pushed after the fetch brought it."""
+        self.unexcused.pop((src, offset), None)
+
+    def forget(self, src: Source) -> None:
+        """``src`` is read from another offset, or no more: its records fetched first are moot."""
+        if any(key[0] == src for key in self.unexcused):
+            self.unexcused = {key: t for key, t in self.unexcused.items() if key[0] != src}
+
+    def floor_ms(self, now: float) -> int:
+        """The least fetch wait now: :data:`PUSHED_FETCH_WAIT_MS` while records are pushed and none
+        was found not pushed for :data:`HOLD_S`, else 0 (the configured wait)."""
+        unexcused = self.unexcused
+        if unexcused:
+            expired = []
+            for key, since in unexcused.items():  # oldest first
+                if now - since < EXCUSE_S and len(unexcused) <= MAX_UNEXCUSED:
+                    break
+                expired.append(key)
+            if expired:
+                self.unpushed_at = now
+                self.unpushed += len(expired)
+                for key in expired:
+                    del unexcused[key]
+        if now - self.pushed_at < HOLD_S and now - self.unpushed_at >= HOLD_S:
+            return PUSHED_FETCH_WAIT_MS
+        return 0
 
 
 class KafkaIngress:
@@ -64,6 +147,15 @@ class KafkaIngress:
         self.arrived = asyncio.Event()
         self.assigned = asyncio.Event()
         self.skipped = 0
+        # Pushed records: ahead of their source's next offset (offset -> record), and taken but not
+        # yet compared with the fetched copy ((offset, key, value, timestamp), in offset order).
+        self.ahead: dict[Source, dict[int, PushedRequest]] = {}
+        self.unconfirmed: dict[Source, deque[tuple[int, bytes | None, bytes, int]]] = {}
+        self.pushed_taken = 0  # buffered from a push, before the fetch had them
+        self.pushed_late = 0  # pushed after the fetch had them, or not wanted here
+        self.push_mismatches = 0  # pushed records that differ from the topic's (never expected)
+        self.pace = PushPace()
+        self.clock: Callable[[], float] = time.monotonic
 
     async def start(self) -> None:
         await self.consumer.start()
@@ -126,6 +218,7 @@ class KafkaIngress:
             self.count -= len(self.buffers.pop(src))
             self.next_take.pop(src, None)
             self.expect.pop(src, None)
+            self._forget_pushed(src)
         self.tps = {TopicPartition(segment_topic(self.topic, s), p): (s, p) for s, p in sources}
         self.consumer.assign(list(self.tps))
         self.buffers = {src: self.buffers.get(src, deque()) for src in sources}
@@ -141,6 +234,7 @@ class KafkaIngress:
     def _seek(self, src: Source, offset: int) -> None:
         self.count -= len(self.buffers[src])
         self.buffers[src].clear()
+        self._forget_pushed(src)
         self.next_take[src] = self.expect[src] = offset
         self.consumer.seek(TopicPartition(segment_topic(self.topic, src[0]), src[1]), offset)
 
@@ -173,25 +267,25 @@ class KafkaIngress:
             max_records = self.max_pending - self.count
             batches = await self.consumer.getmany(timeout_ms=200, max_records=max_records)
             was_empty = self.count == 0
+            now = self.clock()
+            tracking = self.pace.tracking(now)
             for tp, records in batches.items():
                 src = self.tps.get(tp)
                 buf = None if src is None else self.buffers.get(src)
                 if src is None or buf is None:
                     continue
-                segment, partition = src
                 for rec in records:
                     if rec.offset < self.expect[src]:
-                        continue  # fetched before a seek moved the position
-                    self.expect[src] = rec.offset + 1
-                    req = read_request(rec.value or b"", rec.key)  # a null value: no request
-                    if isinstance(req, str):
-                        # Nothing to answer (no usable request id); skipping is deterministic. A bad
-                        # record that names one is a BadRecord: answered with BadRequest.
-                        self.skipped += 1
-                        log.error("skipping ingress record %s@%d: %s", tp, rec.offset, req)
+                        # Pushed already (compared here), or fetched before a seek moved the position.
+                        self._confirm(src, rec.offset, rec.key, rec.value or b"", rec.timestamp)
                         continue
-                    buf.append(IngressRecord(partition, pack(segment, rec.offset), req, rec.timestamp))
-                    self.count += 1
+                    if tracking:
+                        self.pace.fetched_first(src, rec.offset, now)
+                    self._accept(src, buf, rec.offset, rec.key, rec.value or b"", rec.timestamp)
+                if src in self.ahead:
+                    self._take_ahead(src, buf)
+            if (floor := self.pace.floor_ms(now)) != self.fetch_wait.floor_ms:
+                self.fetch_wait.at_least(self.consumer, floor)
             if sum(len(records) for records in batches.values()) < max_records:
                 # After the records are buffered: no seek can come in between the poll and them.
                 expect = {tp: self.expect[src] for tp, src in self.tps.items() if src in self.expect}
@@ -204,6 +298,98 @@ class KafkaIngress:
                 self.listener()
             if self.draining:
                 self._drop_drained()
+
+    def _accept(
+        self, src: Source, buf: deque[IngressRecord], offset: int, key: bytes | None, value: bytes, ts: int
+    ) -> None:
+        """Buffer the record at ``offset``, the next one of ``src`` (fetched or pushed alike)."""
+        self.expect[src] = offset + 1
+        req = read_request(value, key)  # an empty value (a null record): no request
+        if isinstance(req, str):
+            # Nothing to answer (no usable request id); skipping is deterministic. A bad record that
+            # names one is a BadRecord: answered with BadRequest.
+            self.skipped += 1
+            log.error("skipping ingress record %s@%d: %s", src, offset, req)
+            return
+        buf.append(IngressRecord(src[1], pack(src[0], offset), req, ts))
+        self.count += 1
+
+    def offer(self, pushed: PushedRequest) -> None:
+        """A record a client pushed once the broker acknowledged it (module docstring): buffered now if
+        it is the next one of a source read here, kept if it is ahead, dropped if the fetch had it (or
+        the source is not read here, or the buffer is full: the fetch brings it)."""
+        src = (pushed.segment, pushed.partition)
+        buf = self.buffers.get(src)
+        expect = self.expect.get(src)
+        self.pace.pushed(self.clock())
+        if buf is None or expect is None or pushed.offset < expect or self.count >= self.max_pending:
+            self.pushed_late += 1
+            self.pace.excused(src, pushed.offset)
+            return
+        if pushed.offset > expect:
+            ahead = self.ahead.setdefault(src, {})
+            if len(ahead) < MAX_AHEAD:
+                ahead[pushed.offset] = pushed
+            return
+        was_empty = self.count == 0
+        self._take_pushed(src, buf, pushed)
+        if src in self.ahead:
+            self._take_ahead(src, buf)
+        if self.count >= self.max_pending:
+            self.room.clear()
+        self.arrived.set()
+        if was_empty and self.count and self.listener is not None:
+            self.listener()
+
+    def _forget_pushed(self, src: Source) -> None:
+        """``src`` is read from another offset, or no more: what was pushed or fetched first is moot."""
+        self.ahead.pop(src, None)
+        self.unconfirmed.pop(src, None)
+        self.pace.forget(src)
+
+    def _take_pushed(self, src: Source, buf: deque[IngressRecord], pushed: PushedRequest) -> None:
+        self.pushed_taken += 1
+        unconfirmed = self.unconfirmed.get(src)
+        if unconfirmed is None:
+            unconfirmed = self.unconfirmed[src] = deque(maxlen=MAX_UNCONFIRMED)
+        unconfirmed.append((pushed.offset, pushed.key, pushed.value, pushed.ts_ms))
+        self._accept(src, buf, pushed.offset, pushed.key, pushed.value, pushed.ts_ms)
+
+    def _take_ahead(self, src: Source, buf: deque[IngressRecord]) -> None:
+        """Buffer the pushed records that are next now; forget those the fetch brought."""
+        ahead = self.ahead[src]
+        while (pushed := ahead.pop(self.expect[src], None)) is not None:
+            self._take_pushed(src, buf, pushed)
+        expect = self.expect[src]
+        for offset in [o for o in ahead if o < expect]:
+            del ahead[offset]
+            self.pushed_late += 1
+            self.pace.excused(src, offset)  # fetched first, but pushed
+        if not ahead:
+            del self.ahead[src]
+
+    def _confirm(self, src: Source, offset: int, key: bytes | None, value: bytes, ts: int) -> None:
+        """The fetched copy of a record buffered before: the same as the pushed one, if it was pushed."""
+        unconfirmed = self.unconfirmed.get(src)
+        while unconfirmed and unconfirmed[0][0] < offset:
+            unconfirmed.popleft()  # its fetched copy went by before a seek
+        if not unconfirmed or unconfirmed[0][0] != offset:
+            return
+        _, p_key, p_value, p_ts = unconfirmed.popleft()
+        if (p_key, p_value, p_ts) != (key, value, ts):
+            self.push_mismatches += 1
+            log.critical(
+                "ingress record %s@%d was pushed unlike the topic's copy (key %r / %r, timestamp %d / %d, "
+                "%d / %d bytes): a client pushed what the broker did not store",
+                src,
+                offset,
+                p_key,
+                key,
+                p_ts,
+                ts,
+                len(p_value),
+                len(value),
+            )
 
     def take(self, n: int) -> list[IngressRecord]:
         out: list[IngressRecord] = []

@@ -206,6 +206,23 @@ class _Collector(Collector):
                 "ingress records skipped: not a request, and no usable request id to answer",
                 value=self.ingress.skipped,
             )
+            pushed = CounterMetricFamily(
+                "styx_worker_ingress_pushed",
+                "ingress records pushed by their clients: taken (before the fetch had them), late (the "
+                "fetch had them first, or not read here), mismatched (unlike the topic's copy: never "
+                "expected; logged)",
+                labels=["outcome"],
+            )
+            pushed.add_metric(["taken"], self.ingress.pushed_taken)
+            pushed.add_metric(["late"], self.ingress.pushed_late)
+            pushed.add_metric(["mismatched"], self.ingress.push_mismatches)
+            yield pushed
+            yield GaugeMetricFamily(
+                "styx_worker_ingress_fetch_wait_ms",
+                "the ingress consumer's fetch wait now: longer while the requests come pushed, or while the "
+                "broker starves it (styx_py/io/fetching.py)",
+                value=self.ingress.fetch_wait.applied_ms,
+            )
         if self.sink is not None:
             yield GaugeMetricFamily(
                 "styx_worker_egress_queued",

@@ -39,6 +39,7 @@ from styx_py.core.wire import (
     IngressRecord,
     Message,
     PrepareGraph,
+    PushedRequest,
     Recover,
     RecoverDone,
     Register,
@@ -279,6 +280,10 @@ class Worker:
                 self.transport.send(COORDINATOR, self._prepare(msg))
             case SubscribeReplies():
                 self.feed.subscribe(src)
+            case PushedRequest() if not self.halted:
+                self.ingress.offer(msg)
+            case PushedRequest():
+                pass
             case Recover() if self.halted:
                 log.error("%s: the cluster is degraded; no recovery (%s)", self.node_id, self.halted)
             case Recover() if self.view is None or self.view.gen != msg.gen:

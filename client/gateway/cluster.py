@@ -17,7 +17,7 @@ from styx_py.client.gateway.models import ClusterSummary, OperatorInfo, Readines
 from styx_py.client.gateway.outcomes import Outcome, failure, retry_after
 from styx_py.client.sdk import StyxClient
 from styx_py.client.sdk.deployment import fetch_wait_of
-from styx_py.client.sdk.push import worker_addresses
+from styx_py.client.sdk.push import worker_partitions
 from styx_py.core.errors import ProtocolError, StyxError
 from styx_py.core.wire import Key, Reply, StatusRequest
 from styx_py.io.admin import admin_request
@@ -136,7 +136,7 @@ async def connect_client(status: Mapping[str, Any], config: GatewayConfig) -> Ba
         # Replies pushed by the workers (client/sdk/push.py), found through the same coordinator.
         coordinator=config.coordinator,
         cluster_secret=config.cluster_secret,
-        workers=worker_addresses(status),
+        workers=worker_partitions(status),
         **as_the_cluster,
     )
     await client.start()

@@ -22,7 +22,7 @@ from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
 from styx_py.client.sdk.kafka import KafkaError, egress_following, newest_segment, open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
-from styx_py.client.sdk.push import PushedReplies, worker_addresses
+from styx_py.client.sdk.push import PushedReplies, worker_partitions
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError
@@ -93,8 +93,11 @@ class StyxClient:
     on their ports (:mod:`styx_py.client.sdk.push`), a broker hop sooner than the egress topic, which
     stays the record and the fallback; ``cluster_secret`` authenticates those connections (default:
     ``$STYX_CLUSTER_SECRET``); ``workers`` are the workers' addresses if known already (from the
-    coordinator's status, which is otherwise asked at the start). ``push_replies=False`` reads the
-    egress topic only.
+    coordinator's status, which is otherwise asked at the start; a mapping of address to partitions
+    also says which worker reads which ingress partition). ``push_replies=False`` reads the egress
+    topic only. On the same connections the client pushes each request the broker acknowledged to
+    the worker that reads its partition, which can then sequence it a broker fetch sooner
+    (``push_requests=False``: the workers only fetch them).
     """
 
     def __init__(
@@ -115,7 +118,8 @@ class StyxClient:
         coordinator: str | None = None,
         cluster_secret: str | None = None,
         push_replies: bool = True,
-        workers: Collection[str] = (),
+        push_requests: bool = True,
+        workers: Collection[str] | Mapping[str, list[int]] = (),
     ) -> None:
         """Store the configuration; nothing connects before :meth:`start`.
 
@@ -141,7 +145,8 @@ class StyxClient:
         # Where the worker addresses come from, for replies pushed by the workers (sdk/push.py).
         self.coordinator = coordinator if push_replies else None
         self._cluster_secret = cluster_secret
-        self._workers = tuple(workers)
+        self._workers = workers
+        self.push_requests = push_requests and self.coordinator is not None
         self._push: PushedReplies | None = None
         self._pusher: asyncio.Task[None] | None = None
         self.reply_partition = -1  # the egress partition read (-1: all), known once started
@@ -176,6 +181,12 @@ class StyxClient:
         if lanes is None:
             return Batching(0, 0, 0)
         return Batching(lanes.records_sent, lanes.batches_sent, lanes.lingered)
+
+    @property
+    def requests_pushed(self) -> int:
+        """Requests pushed to the worker reading their partition once the broker acknowledged them
+        (client/sdk/push.py); the others are fetched only."""
+        return 0 if self._push is None else self._push.requests_pushed
 
     @property
     def operators(self) -> dict[str, int]:
@@ -222,7 +233,7 @@ class StyxClient:
         bootstrap, operators = client_arguments(coordinator, body, kw)
         kw.setdefault("coordinator", coordinator)
         kw.setdefault("cluster_secret", cluster_secret)
-        kw.setdefault("workers", worker_addresses(body))
+        kw.setdefault("workers", worker_partitions(body))
         client = cls(bootstrap, operators, **kw)
         await client.start()
         return client
@@ -263,6 +274,8 @@ class StyxClient:
                 self._workers,
             )
             self._pusher = loop.create_task(self._push.run(), name=f"{client_id}-pushed")
+            if self.push_requests:
+                self._pending.push = self._push_request
         reader = read_replies(
             self._consumer,
             self._pending.resolve,
@@ -442,14 +455,23 @@ class StyxClient:
         """
         assert self._lanes is not None
 
-        def on_done(_offset: int, exc: BaseException | None) -> None:
+        def on_done(offset: int, exc: BaseException | None) -> None:
             if exc is None:
-                self._pending.acknowledged(entry)
+                self._pending.acknowledged(entry, offset)
             else:
                 self._pending.undelivered(entry, exc)
 
         entry.partition, entry.segment = partition, self.segment
-        self._lanes.add(self._ingress_now, partition, rid.encode(), payload, on_done)
+        entry.stamp = self._lanes.add(self._ingress_now, partition, rid.encode(), payload, on_done)
+
+    def _push_request(self, entry: Pending, offset: int) -> None:
+        """The broker acknowledged ``entry``'s record at ``offset``: to its worker (client/sdk/push.py)."""
+        assert self._push is not None and self._lanes is not None
+        if self._lanes.log_append_time:
+            return  # the broker stores other timestamps than the ones this client would push
+        self._push.push_request(
+            entry.partition, entry.segment, offset, entry.stamp, entry.rid.encode(), entry.fingerprint
+        )
 
     # ---- ingress segments ----------------------------------------------------------------------------
 
@@ -648,7 +670,7 @@ class Prepared:
         lanes = client._lanes
         assert lanes is not None
         caller.entry.partition, caller.entry.segment = partition, client.segment
-        lanes.add(client._ingress_now, partition, rid.encode(), record, caller.delivered)
+        caller.entry.stamp = lanes.add(client._ingress_now, partition, rid.encode(), record, caller.delivered)
         return rid
 
 

@@ -97,7 +97,17 @@ class Pending:
     failure comes (no callback chain through ``future``).
     """
 
-    __slots__ = ("fingerprint", "future", "listeners", "on_time", "partition", "rid", "segment", "waiters")
+    __slots__ = (
+        "fingerprint",
+        "future",
+        "listeners",
+        "on_time",
+        "partition",
+        "rid",
+        "segment",
+        "stamp",
+        "waiters",
+    )
 
     def __init__(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> None:
         self.rid = rid
@@ -112,6 +122,7 @@ class Pending:
         self.partition = 0
         self.segment = 0
         self.on_time = False
+        self.stamp = 0  # its record's Kafka timestamp (ms), as the producer stamped it
 
 
 class Listener:
@@ -163,10 +174,10 @@ class Callback:
         self.wait_s = wait_s
         self.deadline = deadline
 
-    def delivered(self, _offset: int, exc: BaseException | None) -> None:
+    def delivered(self, offset: int, exc: BaseException | None) -> None:
         """The producer's verdict on the request's record (``BatchLanes`` ``on_done``)."""
         if exc is None:
-            self.table.acknowledged(self.entry)
+            self.table.acknowledged(self.entry, offset)
         else:
             self.table.undelivered(self.entry, exc)
 
@@ -256,6 +267,9 @@ class PendingTable:
         self._recent: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._deadlines = Deadlines(self._timed_out)
         self.segment = 0  # the newest ingress segment the client knows (core.segments)
+        # Called with each entry whose record the broker acknowledged, and its offset: the push of the
+        # request to its worker (client/sdk/push.py), when the client pushes requests.
+        self.push: Callable[[Pending, int], None] | None = None
         # Segment -> when (time.monotonic) the client last looked and found it the newest: its next one
         # did not exist then. The last few segments only.
         self.looked: dict[int, float] = {}
@@ -277,10 +291,12 @@ class PendingTable:
         segment the workers may have stopped reading now that ``newest`` is the newest."""
         return [e for e in self._entries.values() if not e.on_time and unread(e.segment, newest)]
 
-    def acknowledged(self, entry: Pending) -> None:
-        """The broker acknowledged ``entry``'s record."""
+    def acknowledged(self, entry: Pending, offset: int) -> None:
+        """The broker acknowledged ``entry``'s record at ``offset``."""
         self.stats.sent += 1
         entry.on_time = self.on_time(entry.segment)
+        if self.push is not None:
+            self.push(entry, offset)
 
     def on_time(self, segment: int) -> bool:
         """Whether a record written to ``segment`` and acknowledged now is read by the workers for sure:

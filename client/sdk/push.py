@@ -1,4 +1,5 @@
-"""Replies pushed by the workers (:mod:`styx_py.core.wire.push`): the reply path without the broker.
+"""Replies pushed by the workers, requests pushed to them (:mod:`styx_py.core.wire.push`): the paths
+without a broker hop.
 
 A client made by :meth:`StyxClient.connect <styx_py.client.sdk.StyxClient.connect>` knows its
 coordinator, whose status lists every worker's address. :class:`PushedReplies` dials each worker's
@@ -16,6 +17,13 @@ again (every :data:`RETRY_S` while a connection is down, every :data:`REFRESH_S`
 that joins is found too). A worker that pushes to as many clients as it takes answers
 ``SubscribeRefused``: the client then reads that worker's replies from the egress topic at the
 cluster's fetch wait, and keeps the connection open without asking again.
+
+The same connections carry the client's requests the other way (:meth:`PushedReplies.push_request`):
+once the broker acknowledged a request, it goes, with its offset, to the worker that reads its ingress
+partition (the coordinator's status names each worker's partitions), which can sequence it without
+waiting for its fetch. That worker's ingress fetch still reads it, and is the path for every request
+the push misses (no subscription to the worker yet, a placement that changed since the status was
+read, a connection with :data:`MAX_PUSH_BUFFER` bytes not yet written).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from styx_py.core.wire import (
     HEADER_BYTES,
     Batch,
     PushedReply,
+    PushedRequest,
     Reply,
     SubscribeRefused,
     SubscribeReplies,
@@ -41,7 +50,15 @@ from styx_py.core.wire import (
 )
 from styx_py.io.handshake import client_secret, dial_handshake
 
-__all__ = ["PUSHED_FETCH_WAIT_MS", "REFRESH_S", "RETRY_S", "PushedReplies", "worker_addresses"]
+__all__ = [
+    "MAX_PUSH_BUFFER",
+    "PUSHED_FETCH_WAIT_MS",
+    "REFRESH_S",
+    "RETRY_S",
+    "PushedReplies",
+    "worker_addresses",
+    "worker_partitions",
+]
 
 log = logging.getLogger("styx.client")
 
@@ -58,12 +75,26 @@ fetch after up to half of it."""
 KEEPALIVE_S = 1.0
 """An empty frame this often, so the worker does not close the connection as idle (its idle timeout
 is at least 1 s; a keepalive of its own arrives every third of it)."""
+MAX_PUSH_BUFFER = 1 << 20
+"""Bytes a worker's connection may hold unwritten before requests are no longer pushed on it (its
+worker fetches them anyway): a slow worker never makes the client buffer without bound."""
+MAX_PUSH_FRAME = 1 << 20
+"""Requests pushed in one frame, in bytes of their values, at most (a frame holds at least one)."""
 
 
 def worker_addresses(status: Mapping[str, Any]) -> set[str]:
     """The ``host:port`` of every worker in a coordinator's status body."""
+    return set(worker_partitions(status))
+
+
+def worker_partitions(status: Mapping[str, Any]) -> dict[str, list[int]]:
+    """The ``host:port`` of every worker in a coordinator's status body, with the partitions it owns."""
     rows = status.get("workers") or []
-    return {str(row["address"]) for row in rows if isinstance(row, Mapping) and row.get("address")}
+    return {
+        str(row["address"]): [int(p) for p in row.get("partitions") or []]
+        for row in rows
+        if isinstance(row, Mapping) and row.get("address")
+    }
 
 
 class PushedReplies:
@@ -76,10 +107,15 @@ class PushedReplies:
         name: str,
         deliver: Callable[[Reply], None],
         timeout_s: float,
-        known: Collection[str] = (),
+        known: Collection[str] | Mapping[str, list[int]] = (),
     ) -> None:
         self.status = status  # coroutine function: the coordinator's status body
-        self.known = set(known)  # worker addresses already known at the start (no status request then)
+        # Worker addresses already known at the start (no status request then), with their partitions
+        # when known too.
+        self.known = set(known)
+        self.owners: dict[int, str] = {}  # ingress partition -> the address of the worker reading it
+        if isinstance(known, Mapping):
+            self._own(known)
         self.key = client_secret(secret).encode()
         self.name = name  # the node id the connections prove, named by the requests' reply_to
         self.deliver = deliver
@@ -91,6 +127,10 @@ class PushedReplies:
         # a new connection (the worker restarted) asks again.
         self.refused: set[str] = set()
         self._reported: set[str] = set()  # addresses whose failure was logged at INFO already
+        self.writers: dict[str, asyncio.StreamWriter] = {}  # subscribed connections
+        self.outbox: dict[str, list[PushedRequest]] = {}  # requests to push at the end of this tick
+        self.requests_pushed = 0
+        self.requests_not_pushed = 0  # acknowledged with no subscribed owner, or its connection full
 
     @property
     def healthy(self) -> bool:
@@ -129,11 +169,53 @@ class PushedReplies:
 
     async def _ask_workers(self) -> None:
         try:
-            addresses = worker_addresses(await self.status())
+            workers = worker_partitions(await self.status())
         except (StyxError, OSError, TimeoutError) as exc:
             log.debug("%s: cannot ask for the worker addresses: %r", self.name, exc)
             return
-        self._follow(addresses)
+        self._own(workers)
+        self._follow(set(workers))
+
+    def _own(self, workers: Mapping[str, list[int]]) -> None:
+        self.owners = {p: address for address, partitions in workers.items() for p in partitions}
+
+    def push_request(
+        self, partition: int, segment: int, offset: int, ts_ms: int, key: bytes | None, value: bytes
+    ) -> None:
+        """The broker acknowledged this request at ``offset``: push it to the worker reading its
+        partition, with the others of this event-loop tick (module docstring)."""
+        address = self.owners.get(partition)
+        if address is None or address not in self.subscribed:
+            self.requests_not_pushed += 1
+            return
+        out = self.outbox.get(address)
+        if out is None:
+            if not self.outbox:
+                asyncio.get_running_loop().call_soon(self._write_requests)
+            out = self.outbox[address] = []
+        out.append(PushedRequest(segment, partition, offset, ts_ms, key, value))
+
+    def _write_requests(self) -> None:
+        outbox, self.outbox = self.outbox, {}
+        for address, requests in outbox.items():
+            writer = self.writers.get(address)
+            if (
+                writer is None
+                or writer.is_closing()
+                or writer.transport.get_write_buffer_size() > MAX_PUSH_BUFFER
+            ):
+                self.requests_not_pushed += len(requests)
+                continue
+            frame: list[PushedRequest] = []
+            size = 0
+            for request in requests:
+                if frame and size + len(request.value) > MAX_PUSH_FRAME:
+                    writer.write(encode_frame(Batch(self.name, frame)))
+                    frame, size = [], 0
+                frame.append(request)
+                size += len(request.value)
+            writer.write(encode_frame(Batch(self.name, frame)))
+            self.requests_pushed += len(requests)
 
     def _follow(self, addresses: set[str]) -> None:
         """One subscription per address in ``addresses``, and none to a worker that left."""
@@ -153,6 +235,7 @@ class PushedReplies:
                 await dial_handshake(reader, writer, self.key, self.name, self.name)
             writer.write(encode_frame(Batch(self.name, [SubscribeReplies()])))
             self.subscribed.add(address)
+            self.writers[address] = writer
             self.refused.discard(address)
             self._reported.discard(address)
             async with asyncio.TaskGroup() as tg:
@@ -165,6 +248,8 @@ class PushedReplies:
             log.log(level, "%s: no replies pushed from %s (%r); egress has them", self.name, address, exc)
         finally:
             self.subscribed.discard(address)
+            if self.writers.get(address) is writer:
+                del self.writers[address]
             if writer is not None:
                 writer.close()
                 with contextlib.suppress(OSError):

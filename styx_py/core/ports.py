@@ -26,7 +26,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from styx_py.core.segments import Cursor
-from styx_py.core.wire import IngressRecord, Message, Reply, SeqLogEntry
+from styx_py.core.wire import IngressRecord, Message, PushedRequest, Reply, SeqLogEntry
 
 __all__ = ["Clock", "Egress", "Ingress", "LogReader", "LoopClock", "SequencerLog", "Transport"]
 
@@ -60,6 +60,11 @@ class Ingress(Protocol):
         ...
 
     def set_listener(self, on_available: Callable[[], None]) -> None: ...
+
+    def offer(self, pushed: PushedRequest) -> None:
+        """A record its client pushed once the broker acknowledged it (core/wire/push.py): taken as if
+        fetched, in offset order, or left to the fetch."""
+        ...
 
 
 class Egress(Protocol):

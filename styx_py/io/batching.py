@@ -67,6 +67,9 @@ class BatchLanes:
         self.tasks: set[asyncio.Task[None]] = set()
         self.records_sent = 0
         self.batches_sent = 0
+        # The broker stamped a batch with its own append time (a topic with LogAppendTime): the
+        # records are not stored with the timestamps add() returned.
+        self.log_append_time = False
         # Per lane, records added and records done (acknowledged or failed). A lane has one batch in
         # flight at a time and finishes its records in order, so "done >= n" means its first n are.
         self.added: dict[tuple[str, int], int] = {}
@@ -112,7 +115,8 @@ class BatchLanes:
         value: bytes,
         on_done: OnDone | None,
         headers: Headers | None = None,
-    ) -> None:
+    ) -> int:
+        """Queue one record; its Kafka timestamp (ms), which it is stored with, is returned."""
         lane = (topic, partition)
         queue = self.lanes.get(lane)
         if queue is None:
@@ -122,6 +126,7 @@ class BatchLanes:
         self.added[lane] = self.added.get(lane, 0) + 1
         if lane not in self.busy:
             self.wakeup.set()
+        return stamp
 
     async def run(self) -> None:
         """Drain forever: every idle lane with records gets one send task."""
@@ -210,6 +215,8 @@ class BatchLanes:
             return
         self.batches_sent += 1
         self.records_sent += len(part)
+        if metadata.timestamp_type == 1:
+            self.log_append_time = True
         base = metadata.offset
         for j, (_, _, on_done, _, _) in enumerate(part):
             if on_done is not None:

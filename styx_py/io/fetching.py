@@ -149,6 +149,11 @@ class FetchWait:
         self.floor_ms = floor_ms
         self._apply(consumer)
 
+    @property
+    def applied_ms(self) -> int:
+        """The wait the consumer uses now."""
+        return self._applied
+
     def _apply(self, consumer: Any) -> None:
         wanted = max(self.wait_ms, self.floor_ms)
         if wanted != self._applied:

@@ -23,6 +23,7 @@ from styx_py.core.wire import (
     Inbox,
     IngressRecord,
     Message,
+    PushedRequest,
     Reply,
     Request,
     SeqLogEntry,
@@ -257,6 +258,9 @@ class MemoryIngress:
             self.skipped += 1
             return None
         return IngressRecord(p, pack(segment, offset), req, req.ts_ms)
+
+    def offer(self, pushed: PushedRequest) -> None:
+        """A record a client pushed: the in-memory log has it already."""
 
     async def take_exact(self, partition: int, offset: int) -> IngressRecord:
         segment, at = unpack(offset)

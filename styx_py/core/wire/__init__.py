@@ -95,7 +95,7 @@ from styx_py.core.wire.lookup import (
     ReplyLookup,
 )
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
-from styx_py.core.wire.push import PushedReply, SubscribeRefused, SubscribeReplies
+from styx_py.core.wire.push import PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
@@ -141,6 +141,7 @@ __all__ = [
     "Phase",
     "PrepareGraph",
     "PushedReply",
+    "PushedRequest",
     "Recover",
     "RecoverDone",
     "Register",

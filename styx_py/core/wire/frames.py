@@ -44,7 +44,7 @@ from styx_py.core.wire.control import (
 )
 from styx_py.core.wire.lookup import FindReplies, FoundReplies, ReplyLookup
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
-from styx_py.core.wire.push import PushedReply, SubscribeRefused, SubscribeReplies
+from styx_py.core.wire.push import PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
 
 ToCoordinator = (
     Register
@@ -79,7 +79,7 @@ ControlToWorker = (
 )
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).
 PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote | Handoff
-ToWorker = ControlToWorker | PeerMessage | SubscribeReplies  # the last from clients (wire/push.py)
+ToWorker = ControlToWorker | PeerMessage | SubscribeReplies | PushedRequest  # the last two from clients
 ToAdmin = AdminReply | PushedReply | SubscribeRefused  # what a client of the cluster receives
 Message = ToCoordinator | ToWorker | ToAdmin  # anything a transport may send
 

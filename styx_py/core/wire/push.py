@@ -1,4 +1,4 @@
-"""Replies pushed to clients on the workers' ports: the reply path without the broker hop.
+"""Replies pushed to clients, and requests pushed to workers: the paths without a broker hop.
 
 A client (the SDK, and through it the gateway) dials every worker's port, proves the cluster secret
 like any admin client, and sends :class:`SubscribeReplies`. Every request it sends names that
@@ -7,6 +7,12 @@ as :class:`PushedReply`, the request's reply at the moment the reply is handed t
 producer. The egress topic stays the record (and the path for every reply the push missed): the
 client takes whichever copy comes first. A worker that pushes to as many clients as it takes answers
 :class:`SubscribeRefused` instead.
+
+On the same connection the client pushes each request the broker acknowledged to the worker that
+reads its ingress partition, as :class:`PushedRequest`: the record as the broker stores it, with its
+offset. The worker takes it in offset order like a fetched one (worker/ingress.py) and skips the
+fetched copy, which the ingress fetch still reads and compares: the request is sequenced a broker
+fetch sooner, and what every epoch sequences is still exactly what the ingress topic holds.
 """
 
 from __future__ import annotations
@@ -31,3 +37,15 @@ class SubscribeRefused(Msg, tag="subno"):
     subscription; the client reads this worker's replies from the egress topic."""
 
     limit: int
+
+
+class PushedRequest(Msg, tag="preq"):
+    """Client -> worker: the ingress record the broker acknowledged at ``offset`` of ``partition`` in
+    ingress segment ``segment`` (its key, value and Kafka timestamp, exactly as stored)."""
+
+    segment: int
+    partition: int
+    offset: int
+    ts_ms: int
+    key: bytes | None
+    value: bytes

@@ -1,0 +1,264 @@
+"""Requests pushed by their clients to the worker that reads their partition (client/sdk/push.py,
+worker/ingress.py, core/wire/push.py).
+
+What must hold: a pushed record is taken only as the next offset of its partition, so the worker's
+buffer (and every epoch's batch) is the topic's records in offset order whichever copy came first;
+each record is taken once; the fetched copy is compared with the pushed one; a push for a partition
+not read here is left to the fetch. The ingress fetch waits longer only while every record comes
+pushed. The client pushes each acknowledged request to its partition's worker, the requests of one
+event-loop tick in one frame, and nothing to a worker it is not subscribed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import msgspec
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from styx_py.client.sdk.push import PushedReplies
+from styx_py.core.config import load_config
+from styx_py.core.wire import (
+    HEADER_BYTES,
+    Batch,
+    Message,
+    PushedRequest,
+    Request,
+    SubscribeReplies,
+    decode_batch,
+    encode_value,
+    frame_length,
+    request_encoder,
+)
+from styx_py.io.handshake import accept_handshake
+from styx_py.stack.services import TansuBroker, create_topics
+from styx_py.worker.ingress import EXCUSE_S, HOLD_S, PUSHED_FETCH_WAIT_MS, KafkaIngress, PushPace
+from tests.test_transport_security import until
+
+# ---- the fetch wait while requests come pushed (pure) -----------------------------------------------
+
+
+def test_the_fetch_waits_longer_only_while_requests_are_pushed() -> None:
+    pace = PushPace()
+    assert pace.floor_ms(0.0) == 0 and not pace.tracking(0.0), "nothing pushed: the configured wait"
+    pace.pushed(1.0)
+    assert pace.floor_ms(1.0) == PUSHED_FETCH_WAIT_MS and pace.tracking(1.0)
+    # Pushes stop (the clients left, or their connections): the configured wait once HOLD_S went by.
+    assert pace.floor_ms(1.0 + HOLD_S - 0.01) == PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(1.0 + HOLD_S) == 0 and not pace.tracking(1.0 + HOLD_S)
+
+
+def test_a_record_the_fetch_brought_first_is_excused_by_its_late_push() -> None:
+    pace = PushPace()
+    pace.pushed(1.0)
+    pace.fetched_first((0, 2), 7, 1.0)  # the fetch was quicker than the push ...
+    assert pace.floor_ms(1.0 + EXCUSE_S / 2) == PUSHED_FETCH_WAIT_MS, "... which has time to come"
+    pace.excused((0, 2), 7)
+    pace.pushed(1.1)
+    assert pace.floor_ms(1.0 + 2 * EXCUSE_S) == PUSHED_FETCH_WAIT_MS and pace.unpushed == 0
+
+
+def test_a_record_nobody_pushed_puts_the_configured_wait_back_for_a_while() -> None:
+    pace = PushPace()
+    pace.pushed(1.0)
+    pace.fetched_first((0, 2), 7, 1.0)
+    pace.fetched_first((0, 2), 8, 1.1)
+    now = 1.01 + EXCUSE_S
+    assert pace.floor_ms(now) == 0, "7 was not pushed: a client that does not push is served at once"
+    assert pace.unpushed == 1 and list(pace.unexcused) == [((0, 2), 8)], "8 may still be"
+    pace.excused((0, 2), 8)  # it was
+    for t in (now + 1, now + HOLD_S / 2):
+        pace.pushed(t)  # other clients keep pushing
+        assert pace.floor_ms(t) == 0
+    pace.pushed(now + HOLD_S)
+    assert pace.floor_ms(now + HOLD_S) == PUSHED_FETCH_WAIT_MS, "HOLD_S with every record pushed"
+    # A source read from elsewhere (a seek, a partition that moved): its records fetched first are moot.
+    pace.fetched_first((0, 3), 1, now + HOLD_S)
+    pace.forget((0, 3))
+    assert pace.floor_ms(now + HOLD_S + 1) == PUSHED_FETCH_WAIT_MS and pace.unpushed == 1
+
+
+# ---- the worker's ingress on a real broker ----------------------------------------------------------
+
+
+def _request(rid: str, amount: int = 1) -> Request:
+    return Request(rid, "acct", "deposit", "k", msgspec.Raw(encode_value([amount])))
+
+
+async def test_pushed_records_are_taken_in_offset_order_once_and_compared_with_the_topic(
+    kafka: TansuBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load_config({"ingress_topic": f"push-{uuid.uuid4().hex[:8]}"}, env={})
+    topic = config.ingress_topic
+    await create_topics(kafka.bootstrap, {topic: 2})
+    stored: list[PushedRequest] = []  # what a client pushes: the record as acknowledged
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(6):
+            key, value = f"r{i}".encode(), request_encoder.encode(_request(f"r{i}"))
+            meta = await producer.send_and_wait(topic, value, key=key, partition=0, timestamp_ms=1_000 + i)
+            stored.append(PushedRequest(0, 0, meta.offset, 1_000 + i, key, value))
+    finally:
+        await producer.stop()
+    assert [p.offset for p in stored] == list(range(6))
+
+    ingress = KafkaIngress(kafka.bootstrap, config)
+    available: list[int] = []
+    ingress.set_listener(lambda: available.append(ingress.pending()))
+    await ingress.start()
+    try:
+        ingress.assign([0])  # no fetch loop yet: only pushes arrive
+        ingress.offer(stored[1])
+        assert ingress.pending() == 0 and available == [], "offset 1 waits for offset 0"
+        ingress.offer(stored[0])
+        assert [r.request.request_id for r in ingress.take(10)] == ["r0", "r1"]
+        assert available == [2], "the worker says it has work, as for fetched records"
+        ingress.offer(stored[1])  # a second push of a record taken already
+        ingress.offer(msgspec.structs.replace(stored[2], partition=1))  # a partition read elsewhere
+        assert ingress.pending() == 0 and ingress.pushed_late == 2
+        # A push unlike the stored record (never expected of the SDK): taken, and found out when the
+        # fetch brings the topic's copy.
+        forged = request_encoder.encode(_request("r2", amount=1_000_000))
+        ingress.offer(msgspec.structs.replace(stored[2], value=forged))
+        assert [r.request.request_id for r in ingress.take(10)] == ["r2"]
+        assert ingress.pushed_taken == 3 and ingress.fetch_wait.floor_ms == 0
+
+        with caplog.at_level(logging.CRITICAL, logger="styx.ingress"):
+            fetching = asyncio.create_task(ingress.run())
+            try:
+                taken: list[str] = []
+
+                async def more() -> bool:
+                    taken.extend(r.request.request_id for r in ingress.take(10))
+                    return len(taken) >= 3
+
+                deadline = asyncio.get_running_loop().time() + 30
+                while not await more():
+                    assert asyncio.get_running_loop().time() < deadline, taken
+                    await asyncio.sleep(0.02)
+                # The fetch brought the others, and only them; it compared the three pushed copies.
+                assert taken == ["r3", "r4", "r5"]
+                await until(lambda: ingress.push_mismatches == 1, "the forged copy found", 30)
+                assert ingress.positions() == {0: {0: 6}} and ingress.pending() == 0
+                # The three the fetch brought first were never pushed, though requests were: the
+                # fetch keeps the configured wait.
+                await until(lambda: ingress.pace.unpushed == 3, "r3 to r5 found not pushed", 30)
+                assert ingress.fetch_wait.floor_ms == 0
+            finally:
+                fetching.cancel()
+                await asyncio.wait([fetching])
+        assert "pushed unlike the topic's copy" in caplog.text
+    finally:
+        await ingress.stop()
+
+
+async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(kafka: TansuBroker) -> None:
+    config = load_config({"ingress_topic": f"push-{uuid.uuid4().hex[:8]}"}, env={})
+    topic = config.ingress_topic
+    await create_topics(kafka.bootstrap, {topic: 1})
+    ingress = KafkaIngress(kafka.bootstrap, config)
+    await ingress.start()
+    fetching = asyncio.create_task(ingress.run())
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
+    await producer.start()
+    try:
+        ingress.assign([0])
+        got: list[str] = []
+        for i in range(20):
+            key, value = f"p{i}".encode(), request_encoder.encode(_request(f"p{i}"))
+            meta = await producer.send_and_wait(topic, value, key=key, partition=0, timestamp_ms=5_000 + i)
+            ingress.offer(PushedRequest(0, 0, meta.offset, 5_000 + i, key, value))
+            got += [r.request.request_id for r in ingress.take(10)]
+        assert got == [f"p{i}" for i in range(20)], "each taken from its push at once"
+        await until(lambda: ingress.fetch_wait.applied_ms == PUSHED_FETCH_WAIT_MS, "the longer wait", 30)
+        # A producer that does not push: its record is fetched, and the wait is short again.
+        key, value = b"np", request_encoder.encode(_request("np"))
+        await producer.send_and_wait(topic, value, key=key, partition=0)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (taken := ingress.take(10)):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
+        assert [r.request.request_id for r in taken] == ["np"]
+        await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "the wait back", 30)
+        assert ingress.pace.unpushed == 1 and ingress.push_mismatches == 0
+    finally:
+        fetching.cancel()
+        await asyncio.wait([fetching])
+        await producer.stop()
+        await ingress.stop()
+
+
+# ---- the client's side, against a stand-in worker ---------------------------------------------------
+
+
+async def test_the_client_pushes_each_request_to_its_partitions_worker_a_frame_per_tick() -> None:
+    secret = "push-requests-secret"
+    frames: dict[str, list[list[Message]]] = {}
+
+    def stand_in(name: str):
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await accept_handshake(reader, writer, secret.encode())
+            while True:
+                header = await reader.readexactly(HEADER_BYTES)
+                msgs = decode_batch(await reader.readexactly(frame_length(header)), "worker").msgs
+                if msgs:  # not a keepalive
+                    frames.setdefault(name, []).append(list(msgs))
+
+        return serve
+
+    servers = {name: await asyncio.start_server(stand_in(name), "127.0.0.1", 0) for name in ("w1", "w2")}
+    address = {name: f"127.0.0.1:{s.sockets[0].getsockname()[1]}" for name, s in servers.items()}
+    owners = {address["w1"]: [0, 2], address["w2"]: [1, 3]}
+
+    async def status() -> dict[str, object]:
+        return {"workers": [{"address": a, "partitions": p} for a, p in owners.items()]}
+
+    push = PushedReplies(status, secret, "client-p", lambda _: None, 10.0, known=owners)
+    assert push.owners == {0: address["w1"], 2: address["w1"], 1: address["w2"], 3: address["w2"]}
+    push.push_request(0, 0, 5, 1, b"k", b"v")  # no subscription yet: left to the fetch
+    assert push.requests_not_pushed == 1
+    task = asyncio.get_running_loop().create_task(push.run())
+    try:
+        await until(lambda: push.subscribed == set(address.values()), "subscribed on both", 30)
+        await until(lambda: all(frames.get(n) == [[SubscribeReplies()]] for n in address), "asked", 30)
+        for p in range(4):
+            for offset in (10, 11):
+                push.push_request(p, 1, offset, 7, f"k{p}".encode(), f"v{p}-{offset}".encode())
+        push.push_request(9, 1, 0, 7, b"k", b"v")  # a partition no worker listed
+        await until(lambda: all(len(frames[n]) == 2 for n in address), "the pushes", 30)
+        # One frame per worker for the tick, with that worker's partitions only, in order.
+        assert frames["w1"][1] == [
+            PushedRequest(1, p, o, 7, f"k{p}".encode(), f"v{p}-{o}".encode())
+            for p in (0, 2)
+            for o in (10, 11)
+        ]
+        assert [(m.partition, m.offset) for m in frames["w2"][1] if isinstance(m, PushedRequest)] == [
+            (1, 10),
+            (1, 11),
+            (3, 10),
+            (3, 11),
+        ]
+        assert (push.requests_pushed, push.requests_not_pushed) == (8, 2)
+        # A placement that changed: the next status moves the pushes.
+        owners.update({address["w1"]: [0, 1, 2, 3], address["w2"]: []})
+        await push._ask_workers()
+        push.push_request(1, 1, 12, 7, b"k1", b"v")
+        await until(lambda: len(frames["w1"]) == 3, "pushed to the new owner", 30)
+        assert [(m.partition, m.offset) for m in frames["w1"][2] if isinstance(m, PushedRequest)] == [(1, 12)]
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+        for server in servers.values():
+            server.close()
+            await server.wait_closed()
+
+
+def test_a_push_names_the_record_exactly() -> None:
+    """The wire form keeps the bytes and a null key (a request without one is still pushed as stored)."""
+    pushed = PushedRequest(3, 1, 42, 1_700_000_000_000, None, b"\x00\xff")
+    frame = msgspec.msgpack.encode(Batch("client-x", [pushed]))
+    assert decode_batch(frame, "worker").msgs == [pushed]
