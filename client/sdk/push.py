@@ -21,8 +21,9 @@ cluster's fetch wait, and keeps the connection open without asking again.
 The same connections carry the client's requests the other way (:meth:`PushedReplies.push_request`):
 once the broker acknowledged a request, it goes, with its offset, to the worker that reads its ingress
 partition (the coordinator's status names each worker's partitions), which can sequence it without
-waiting for its fetch. That worker's ingress fetch still reads it, and is the path for every request
-the push misses (no subscription to the worker yet, a placement that changed since the status was
+waiting for its fetch; not those acknowledged in a batch of a busy partition (the client decides,
+client.py). That worker's ingress fetch still reads it, and is the path for every request the push
+misses (no subscription to the worker yet, a placement that changed since the status was
 read, a connection with :data:`MAX_PUSH_BUFFER` bytes not yet written).
 """
 
