@@ -19,7 +19,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from styx_py.client.sdk.push import PushedReplies
+from styx_py.client.sdk.push import PUSH_BELOW_RATE, PushedReplies
 from styx_py.core.config import load_config
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -45,15 +45,33 @@ def test_the_fetch_waits_longer_only_while_requests_are_pushed() -> None:
     pace = PushPace()
     assert pace.floor_ms(0.0) == 0 and not pace.tracking(0.0), "nothing pushed: the configured wait"
     pace.pushed(1.0)
-    assert pace.floor_ms(1.0) == PUSHED_FETCH_WAIT_MS and pace.tracking(1.0)
+    assert pace.tracking(1.0) and pace.floor_ms(1.0) == 0, "pushed: watched for HOLD_S first"
+    for t in range(2, 12):
+        pace.pushed(float(t))
+    assert pace.floor_ms(1.0 + HOLD_S) == PUSHED_FETCH_WAIT_MS
     # Pushes stop (the clients left, or their connections): the configured wait once HOLD_S went by.
-    assert pace.floor_ms(1.0 + HOLD_S - 0.01) == PUSHED_FETCH_WAIT_MS
-    assert pace.floor_ms(1.0 + HOLD_S) == 0 and not pace.tracking(1.0 + HOLD_S)
+    assert pace.floor_ms(11.0 + HOLD_S - 0.01) == PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(11.0 + HOLD_S) == 0 and not pace.tracking(11.0 + HOLD_S)
+    # When they come again, they are watched for HOLD_S again.
+    pace.pushed(30.0)
+    assert pace.floor_ms(30.0) == 0 and pace.floor_ms(30.0 + HOLD_S - 0.01) == 0
+    pace.pushed(30.0 + HOLD_S / 2)
+    pace.pushed(30.0 + HOLD_S)
+    assert pace.floor_ms(30.0 + HOLD_S) == PUSHED_FETCH_WAIT_MS
+
+
+def _pushed_steadily(pace: PushPace, start: float, end: float) -> None:
+    """Records pushed every half second from ``start`` to ``end``."""
+    t = start
+    while t < end:
+        pace.pushed(t)
+        t += 0.5
+    pace.pushed(end)
 
 
 def test_a_record_the_fetch_brought_first_is_excused_by_its_late_push() -> None:
     pace = PushPace()
-    pace.pushed(1.0)
+    _pushed_steadily(pace, 1.0 - HOLD_S, 1.0)
     pace.fetched_first((0, 2), 7, 1.0)  # the fetch was quicker than the push ...
     assert pace.floor_ms(1.0 + EXCUSE_S / 2) == PUSHED_FETCH_WAIT_MS, "... which has time to come"
     pace.excused((0, 2), 7)
@@ -63,7 +81,7 @@ def test_a_record_the_fetch_brought_first_is_excused_by_its_late_push() -> None:
 
 def test_a_record_nobody_pushed_puts_the_configured_wait_back_for_a_while() -> None:
     pace = PushPace()
-    pace.pushed(1.0)
+    _pushed_steadily(pace, 1.0 - HOLD_S, 1.0)
     pace.fetched_first((0, 2), 7, 1.0)
     pace.fetched_first((0, 2), 8, 1.1)
     now = 1.01 + EXCUSE_S
@@ -165,15 +183,20 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(ka
     fetching = asyncio.create_task(ingress.run())
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
     await producer.start()
+    now = [1_000.0]
+    ingress.clock = lambda: now[0]  # the pace's clock: HOLD_S of pushes without waiting for them
     try:
         ingress.assign([0])
         got: list[str] = []
-        for i in range(20):
+        for i in range(21):
             key, value = f"p{i}".encode(), request_encoder.encode(_request(f"p{i}"))
             meta = await producer.send_and_wait(topic, value, key=key, partition=0, timestamp_ms=5_000 + i)
             ingress.offer(PushedRequest(0, 0, meta.offset, 5_000 + i, key, value))
             got += [r.request.request_id for r in ingress.take(10)]
-        assert got == [f"p{i}" for i in range(20)], "each taken from its push at once"
+            if now[0] < 1_000.0 + HOLD_S:
+                assert ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "not before HOLD_S"
+            now[0] += HOLD_S / 20
+        assert got == [f"p{i}" for i in range(21)], "each taken from its push at once"
         await until(lambda: ingress.fetch_wait.applied_ms == PUSHED_FETCH_WAIT_MS, "the longer wait", 30)
         # A producer that does not push: its record is fetched, and the wait is short again.
         key, value = b"np", request_encoder.encode(_request("np"))
@@ -183,6 +206,7 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(ka
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.02)
         assert [r.request.request_id for r in taken] == ["np"]
+        now[0] += EXCUSE_S  # and its push never comes
         await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "the wait back", 30)
         assert ingress.pace.unpushed == 1 and ingress.push_mismatches == 0
     finally:
@@ -255,6 +279,31 @@ async def test_the_client_pushes_each_request_to_its_partitions_worker_a_frame_p
         for server in servers.values():
             server.close()
             await server.wait_closed()
+
+
+async def test_the_client_pushes_only_while_it_sends_fewer_than_the_rate_a_second() -> None:
+    now = [100.0]
+    push = PushedReplies(_no_status, "s", "client-r", lambda _: None, 10.0, known={"w:1": [0]})
+    push.clock = lambda: now[0]
+    push.subscribed.add("w:1")  # as if subscribed (no connection: the tick's write finds none)
+
+    def send(n: int, over_s: float) -> None:
+        for _ in range(n):
+            push.push_request(0, 0, 0, 1, b"k", b"v")
+            now[0] += over_s / n
+
+    send(100, 0.5)  # 200/s
+    assert push.requests_too_fast == 0 and len(push.outbox["w:1"]) == 100
+    send(PUSH_BELOW_RATE, 0.5)  # 2 000/s: pushed until the window that measured it ends
+    assert 0 < push.requests_too_fast < PUSH_BELOW_RATE
+    too_fast = push.requests_too_fast
+    now[0] += 1.0  # quiet for a second: the next window measures a low rate again
+    send(10, 0.01)
+    assert push.requests_too_fast == too_fast
+
+
+async def _no_status() -> dict[str, object]:
+    return {}
 
 
 def test_a_push_names_the_record_exactly() -> None:

@@ -14,9 +14,10 @@ in offset order whichever copy came first.
 While the records come pushed, the fetch only confirms them, and each fetch round costs this worker
 and the broker CPU (Tansu answers a waiting fetch that finds records after up to half its wait, so its
 rounds follow the wait: 255 a second at 5 ms, 30 at 100 ms, for records arriving at 250/s). So the
-fetch waits :data:`PUSHED_FETCH_WAIT_MS` while requests are pushed and every record the fetch brought
-first was pushed too within :data:`EXCUSE_S`; a record that was not (a client that does not push, a
-push that was lost) puts the configured wait back for :data:`HOLD_S`. A request nobody pushes waits at
+fetch waits :data:`PUSHED_FETCH_WAIT_MS` once requests have been pushed for :data:`HOLD_S` and every
+record the fetch brought first in that time was pushed too within :data:`EXCUSE_S`; a record that was
+not (a client that does not push, a push that was lost) puts the configured wait back for
+:data:`HOLD_S`. A request nobody pushes waits at
 most one such fetch, ~half of :data:`PUSHED_FETCH_WAIT_MS`, before the wait is short again.
 """
 
@@ -71,10 +72,13 @@ class PushPace:
         # Records the fetch brought first: (source, offset) -> when, in the order they were fetched.
         self.unexcused: dict[tuple[Source, int], float] = {}
         self.pushed_at = -float("inf")  # when a record was last pushed (taken or late)
+        self.pushing_since = -float("inf")  # when pushes began after a pause of HOLD_S or more
         self.unpushed_at = -float("inf")  # when a record was last found not pushed
         self.unpushed = 0  # records found not pushed while requests were pushed
 
     def pushed(self, now: float) -> None:
+        if now - self.pushed_at >= HOLD_S:
+            self.pushing_since = now  # watched from now on: HOLD_S of it before the wait is longer
         self.pushed_at = now
 
     def tracking(self, now: float) -> bool:
@@ -94,8 +98,8 @@ class PushPace:
             self.unexcused = {key: t for key, t in self.unexcused.items() if key[0] != src}
 
     def floor_ms(self, now: float) -> int:
-        """The least fetch wait now: :data:`PUSHED_FETCH_WAIT_MS` while records are pushed and none
-        was found not pushed for :data:`HOLD_S`, else 0 (the configured wait)."""
+        """The least fetch wait now: :data:`PUSHED_FETCH_WAIT_MS` while records are pushed, have been
+        for :data:`HOLD_S`, and none was found not pushed for as long; else 0 (the configured wait)."""
         unexcused = self.unexcused
         if unexcused:
             expired = []
@@ -108,7 +112,7 @@ class PushPace:
                 self.unpushed += len(expired)
                 for key in expired:
                     del unexcused[key]
-        if now - self.pushed_at < HOLD_S and now - self.unpushed_at >= HOLD_S:
+        if now - self.pushed_at < HOLD_S and now - max(self.unpushed_at, self.pushing_since) >= HOLD_S:
             return PUSHED_FETCH_WAIT_MS
         return 0
 

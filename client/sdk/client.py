@@ -30,7 +30,7 @@ from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.segments import segment_topic
 from styx_py.core.wire import Key, Reply
-from styx_py.io.batching import BUSY_RECORDS, BatchLanes
+from styx_py.io.batching import BatchLanes
 from styx_py.io.clusterfile import default_coordinator, default_secret
 
 __all__ = ["BUSY_LINGER_MS", "Batching", "Call", "Prepared", "StyxClient"]
@@ -469,10 +469,6 @@ class StyxClient:
         assert self._push is not None and self._lanes is not None
         if self._lanes.log_append_time:
             return  # the broker stores other timestamps than the ones this client would push
-        if self._lanes.acked_records >= BUSY_RECORDS:
-            # A busy partition (its batches linger): its worker's fetch brings records in bulk, and at
-            # such rates a push costs both sides more CPU than its saved fetch is worth.
-            return
         self._push.push_request(
             entry.partition, entry.segment, offset, entry.stamp, entry.rid.encode(), entry.fingerprint
         )

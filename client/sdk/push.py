@@ -21,10 +21,13 @@ cluster's fetch wait, and keeps the connection open without asking again.
 The same connections carry the client's requests the other way (:meth:`PushedReplies.push_request`):
 once the broker acknowledged a request, it goes, with its offset, to the worker that reads its ingress
 partition (the coordinator's status names each worker's partitions), which can sequence it without
-waiting for its fetch; not those acknowledged in a batch of a busy partition (the client decides,
-client.py). That worker's ingress fetch still reads it, and is the path for every request the push
-misses (no subscription to the worker yet, a placement that changed since the status was
-read, a connection with :data:`MAX_PUSH_BUFFER` bytes not yet written).
+waiting for its fetch. Only while the client sends fewer than :data:`PUSH_BELOW_RATE` requests a
+second: a push saves a fetch that Tansu answers after up to half its wait, which is most of a request's
+latency at low rates, and costs a write on the client and a wake-up on the worker, which at higher rates
+cost more latency than the fetch did (benchmarks/results/issue15-pushreq.md). That worker's ingress
+fetch still reads every request, and is the path for every request the push misses (no subscription
+to the worker yet, a placement that changed since the status was read, a connection with
+:data:`MAX_PUSH_BUFFER` bytes not yet written).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from styx_py.io.handshake import client_secret, dial_handshake
 __all__ = [
     "MAX_PUSH_BUFFER",
     "PUSHED_FETCH_WAIT_MS",
+    "PUSH_BELOW_RATE",
     "REFRESH_S",
     "RETRY_S",
     "PushedReplies",
@@ -79,6 +83,9 @@ is at least 1 s; a keepalive of its own arrives every third of it)."""
 MAX_PUSH_BUFFER = 1 << 20
 """Bytes a worker's connection may hold unwritten before requests are no longer pushed on it (its
 worker fetches them anyway): a slow worker never makes the client buffer without bound."""
+PUSH_BELOW_RATE = 1_000
+"""Requests a second (acknowledged, measured over :data:`RATE_WINDOW_S`) below which they are pushed."""
+RATE_WINDOW_S = 0.25
 MAX_PUSH_FRAME = 1 << 20
 """Requests pushed in one frame, in bytes of their values, at most (a frame holds at least one)."""
 
@@ -132,6 +139,12 @@ class PushedReplies:
         self.outbox: dict[str, list[PushedRequest]] = {}  # requests to push at the end of this tick
         self.requests_pushed = 0
         self.requests_not_pushed = 0  # acknowledged with no subscribed owner, or its connection full
+        self.requests_too_fast = 0  # acknowledged while the client sent PUSH_BELOW_RATE a second or more
+        self.clock: Callable[[], float] = time.monotonic
+        # The rate of acknowledged requests: the window being counted, and whether to push during it.
+        self._window_start = -float("inf")
+        self._window_count = 0
+        self._pushing = True
 
     @property
     def healthy(self) -> bool:
@@ -184,7 +197,17 @@ class PushedReplies:
         self, partition: int, segment: int, offset: int, ts_ms: int, key: bytes | None, value: bytes
     ) -> None:
         """The broker acknowledged this request at ``offset``: push it to the worker reading its
-        partition, with the others of this event-loop tick (module docstring)."""
+        partition, with the others of this event-loop tick, unless the client sends too many a second
+        (module docstring)."""
+        now = self.clock()
+        elapsed = now - self._window_start
+        if elapsed >= RATE_WINDOW_S:
+            self._pushing = self._window_count < PUSH_BELOW_RATE * elapsed
+            self._window_start, self._window_count = now, 0
+        self._window_count += 1
+        if not self._pushing:
+            self.requests_too_fast += 1
+            return
         address = self.owners.get(partition)
         if address is None or address not in self.subscribed:
             self.requests_not_pushed += 1
