@@ -70,7 +70,6 @@ class BatchLanes:
         # The broker stamped a batch with its own append time (a topic with LogAppendTime): the
         # records are not stored with the timestamps add() returned.
         self.log_append_time = False
-        self.acked_records = 0  # records in the batch whose acknowledgement is being handed out
         # Per lane, records added and records done (acknowledged or failed). A lane has one batch in
         # flight at a time and finishes its records in order, so "done >= n" means its first n are.
         self.added: dict[tuple[str, int], int] = {}
@@ -218,7 +217,6 @@ class BatchLanes:
         self.records_sent += len(part)
         if metadata.timestamp_type == 1:
             self.log_append_time = True
-        self.acked_records = len(part)
         base = metadata.offset
         for j, (_, _, on_done, _, _) in enumerate(part):
             if on_done is not None:
