@@ -19,7 +19,7 @@ import pytest
 
 from styx_py.client import StyxClient
 from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
-from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, PushedReplies, worker_addresses
+from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, WorkerLinks, worker_addresses
 from styx_py.core.wire import (
     HEADER_BYTES,
     NIL,
@@ -114,7 +114,7 @@ async def test_a_refused_client_reads_that_workers_replies_from_the_log_and_does
     async def status() -> dict[str, object]:
         return {"workers": [{"address": address}]}
 
-    push = PushedReplies(status, secret, "client-refused", lambda _: None, 10.0, known={address})
+    push = WorkerLinks(status, secret, "client-refused", lambda _: None, 10.0, known={address})
     task = asyncio.get_running_loop().create_task(push.run())
     try:
         await until(lambda: push.refused == {address}, "the refusal taken")

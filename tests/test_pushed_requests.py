@@ -19,7 +19,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from styx_py.client.sdk.push import PUSH_BELOW_RATE, PushedReplies
+from styx_py.client.sdk.push import PUSH_BELOW_RATE, WorkerLinks
 from styx_py.core.config import load_config
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -241,7 +241,7 @@ async def test_the_client_pushes_each_request_to_its_partitions_worker_a_frame_p
     async def status() -> dict[str, object]:
         return {"workers": [{"address": a, "partitions": p} for a, p in owners.items()]}
 
-    push = PushedReplies(status, secret, "client-p", lambda _: None, 10.0, known=owners)
+    push = WorkerLinks(status, secret, "client-p", lambda _: None, 10.0, known=owners)
     assert push.owners == {0: address["w1"], 2: address["w1"], 1: address["w2"], 3: address["w2"]}
     push.push_request(0, 0, 5, 1, b"k", b"v")  # no subscription yet: left to the fetch
     assert push.requests_not_pushed == 1
@@ -282,8 +282,9 @@ async def test_the_client_pushes_each_request_to_its_partitions_worker_a_frame_p
 
 
 async def test_the_client_pushes_only_while_it_sends_fewer_than_the_rate_a_second() -> None:
+    """It stops at PUSH_BELOW_RATE a second and starts again below PUSH_AGAIN_BELOW."""
     now = [100.0]
-    push = PushedReplies(_no_status, "s", "client-r", lambda _: None, 10.0, known={"w:1": [0]})
+    push = WorkerLinks(_no_status, "s", "client-r", lambda _: None, 10.0, known={"w:1": [0]})
     push.clock = lambda: now[0]
     push.subscribed.add("w:1")  # as if subscribed (no connection: the tick's write finds none)
 
@@ -296,10 +297,13 @@ async def test_the_client_pushes_only_while_it_sends_fewer_than_the_rate_a_secon
     assert push.requests_too_fast == 0 and len(push.outbox["w:1"]) == 100
     send(PUSH_BELOW_RATE, 0.5)  # 2 000/s: pushed until the window that measured it ends
     assert 0 < push.requests_too_fast < PUSH_BELOW_RATE
+    send(900, 1.0)  # 900/s: between the two thresholds, a client that stopped does not start again
     too_fast = push.requests_too_fast
+    send(20, 0.01)
+    assert push.requests_too_fast == too_fast + 20
     now[0] += 1.0  # quiet for a second: the next window measures a low rate again
     send(10, 0.01)
-    assert push.requests_too_fast == too_fast
+    assert push.requests_too_fast == too_fast + 20
 
 
 async def _no_status() -> dict[str, object]:

@@ -22,7 +22,7 @@ from styx_py.client.sdk.deployment import client_arguments, coordinator_status
 from styx_py.client.sdk.ids import RequestIds
 from styx_py.client.sdk.kafka import KafkaError, egress_following, newest_segment, open_kafka, stop_quietly
 from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable, Send
-from styx_py.client.sdk.push import PushedReplies, worker_partitions
+from styx_py.client.sdk.push import WorkerLinks, worker_partitions
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
 from styx_py.core.errors import ConfigError, StyxError
@@ -147,7 +147,7 @@ class StyxClient:
         self._cluster_secret = cluster_secret
         self._workers = workers
         self.push_requests = push_requests and self.coordinator is not None
-        self._push: PushedReplies | None = None
+        self._push: WorkerLinks | None = None
         self._pusher: asyncio.Task[None] | None = None
         self.reply_partition = -1  # the egress partition read (-1: all), known once started
         self.stats = ClientStats()
@@ -265,7 +265,7 @@ class StyxClient:
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
         if self.coordinator is not None:
             coordinator, secret, timeout_s = self.coordinator, self._cluster_secret, self.timeout_s
-            self._push = PushedReplies(
+            self._push = WorkerLinks(
                 lambda: coordinator_status(coordinator, timeout_s, secret),
                 secret,
                 self.reply_to,

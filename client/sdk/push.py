@@ -2,7 +2,7 @@
 without a broker hop.
 
 A client made by :meth:`StyxClient.connect <styx_py.client.sdk.StyxClient.connect>` knows its
-coordinator, whose status lists every worker's address. :class:`PushedReplies` dials each worker's
+coordinator, whose status lists every worker's address. :class:`WorkerLinks` dials each worker's
 port as ``name`` (the client's ``reply_to``, which every request it sends names), proves the cluster
 secret and subscribes; each worker then sends it the reply to each of its requests as the reply
 leaves for the egress topic, which saves the reply its trip through the broker (a produce, then a
@@ -18,13 +18,14 @@ that joins is found too). A worker that pushes to as many clients as it takes an
 ``SubscribeRefused``: the client then reads that worker's replies from the egress topic at the
 cluster's fetch wait, and keeps the connection open without asking again.
 
-The same connections carry the client's requests the other way (:meth:`PushedReplies.push_request`):
+The same connections carry the client's requests the other way (:meth:`WorkerLinks.push_request`):
 once the broker acknowledged a request, it goes, with its offset, to the worker that reads its ingress
 partition (the coordinator's status names each worker's partitions), which can sequence it without
 waiting for its fetch. Only while the client sends fewer than :data:`PUSH_BELOW_RATE` requests a
-second: a push saves a fetch that Tansu answers after up to half its wait, which is most of a request's
-latency at low rates, and costs a write on the client and a wake-up on the worker, which at higher rates
-cost more latency than the fetch did (benchmarks/results/issue15-pushreq.md). That worker's ingress
+second (:data:`PUSH_AGAIN_BELOW` once it stopped): a push saves a fetch that Tansu answers after up to
+half its wait, which is most of a request's latency at low rates, and costs a write on the client and
+a wake-up on the worker, which at higher rates cost more latency than the fetch did
+(benchmarks/results/issue15-pushreq.md). That worker's ingress
 fetch still reads every request, and is the path for every request the push misses (no subscription
 to the worker yet, a placement that changed since the status was read, a connection with
 :data:`MAX_PUSH_BUFFER` bytes not yet written).
@@ -57,10 +58,11 @@ from styx_py.io.handshake import client_secret, dial_handshake
 __all__ = [
     "MAX_PUSH_BUFFER",
     "PUSHED_FETCH_WAIT_MS",
+    "PUSH_AGAIN_BELOW",
     "PUSH_BELOW_RATE",
     "REFRESH_S",
     "RETRY_S",
-    "PushedReplies",
+    "WorkerLinks",
     "worker_addresses",
     "worker_partitions",
 ]
@@ -85,6 +87,8 @@ MAX_PUSH_BUFFER = 1 << 20
 worker fetches them anyway): a slow worker never makes the client buffer without bound."""
 PUSH_BELOW_RATE = 1_000
 """Requests a second (acknowledged, measured over :data:`RATE_WINDOW_S`) below which they are pushed."""
+PUSH_AGAIN_BELOW = 800
+"""Requests a second below which a client that stopped pushing pushes again."""
 RATE_WINDOW_S = 0.25
 MAX_PUSH_FRAME = 1 << 20
 """Requests pushed in one frame, in bytes of their values, at most (a frame holds at least one)."""
@@ -105,8 +109,9 @@ def worker_partitions(status: Mapping[str, Any]) -> dict[str, list[int]]:
     }
 
 
-class PushedReplies:
-    """One subscription per worker, kept up while the client runs (:meth:`run`)."""
+class WorkerLinks:
+    """One connection per worker, kept up while the client runs (:meth:`run`): the subscription to
+    its pushed replies, and the way for pushed requests."""
 
     def __init__(
         self,
@@ -202,7 +207,10 @@ class PushedReplies:
         now = self.clock()
         elapsed = now - self._window_start
         if elapsed >= RATE_WINDOW_S:
-            self._pushing = self._window_count < PUSH_BELOW_RATE * elapsed
+            # Stopped at PUSH_BELOW_RATE, going on again below PUSH_AGAIN_BELOW: a client sending at
+            # about the threshold does not switch every window.
+            limit = PUSH_BELOW_RATE if self._pushing else PUSH_AGAIN_BELOW
+            self._pushing = self._window_count < limit * elapsed
             self._window_start, self._window_count = now, 0
         self._window_count += 1
         if not self._pushing:
