@@ -216,6 +216,20 @@ def test_round_trip_one_batch_per_channel() -> None:
         assert batch == Batch("coordinator", msgs)
 
 
+def test_messages_too_many_for_one_frame_go_in_several_in_order() -> None:
+    """What the transport and the SDK's pushed requests send (``encode_frames``)."""
+    value = b"x" * (MAX_FRAME_BYTES // 5)
+    msgs = [wire.PushedRequest(0, 0, i, 1, None, value) for i in range(12)]
+    frames = wire.encode_frames("client-a", msgs, "inc")
+    assert len(frames) > 1 and all(len(f) - wire.HEADER_BYTES <= MAX_FRAME_BYTES for f in frames)
+    batches = [decode_batch(f[wire.HEADER_BYTES :], "worker") for f in frames]
+    assert [m for b in batches for m in b.msgs] == msgs
+    assert {(b.src, b.incarnation) for b in batches} == {("client-a", "inc")}
+    assert wire.encode_frames("client-a", msgs[:1]) == [encode_frame(Batch("client-a", msgs[:1]))]
+    with pytest.raises(ProtocolError):  # one message larger than any frame
+        wire.encode_frames("client-a", [wire.PushedRequest(0, 0, 0, 1, None, value * 6)])
+
+
 def test_codes_decode_as_enums() -> None:
     ack = next(m for m in ALL_MESSAGES if isinstance(m, Ack))
     assert isinstance(ack, Ack)

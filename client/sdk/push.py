@@ -51,6 +51,7 @@ from styx_py.core.wire import (
     SubscribeReplies,
     decode_batch,
     encode_frame,
+    encode_frames,
     frame_length,
 )
 from styx_py.io.handshake import client_secret, dial_handshake
@@ -90,8 +91,6 @@ PUSH_BELOW_RATE = 1_000
 PUSH_AGAIN_BELOW = 800
 """Requests a second below which a client that stopped pushing pushes again."""
 RATE_WINDOW_S = 0.25
-MAX_PUSH_FRAME = 1 << 20
-"""Requests pushed in one frame, in bytes of their values, at most (a frame holds at least one)."""
 
 
 def worker_addresses(status: Mapping[str, Any]) -> set[str]:
@@ -238,15 +237,7 @@ class WorkerLinks:
             ):
                 self.requests_not_pushed += len(requests)
                 continue
-            frame: list[PushedRequest] = []
-            size = 0
-            for request in requests:
-                if frame and size + len(request.value) > MAX_PUSH_FRAME:
-                    writer.write(encode_frame(Batch(self.name, frame)))
-                    frame, size = [], 0
-                frame.append(request)
-                size += len(request.value)
-            writer.write(encode_frame(Batch(self.name, frame)))
+            writer.writelines(encode_frames(self.name, requests))
             self.requests_pushed += len(requests)
 
     def _follow(self, addresses: set[str]) -> None:

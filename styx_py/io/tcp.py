@@ -37,6 +37,7 @@ from styx_py.core.wire import (
     Message,
     decode_batch,
     encode_frame,
+    encode_frames,
     frame_length,
 )
 from styx_py.io.admin import admin_request
@@ -174,20 +175,10 @@ class TcpTransport:
                 link.abort()
                 continue
             try:
-                writer.writelines(self._frames(msgs))
+                writer.writelines(encode_frames(self.node_id, msgs, self.incarnation))
             except ProtocolError as exc:  # one message larger than a frame: a bug, not the peer's
                 self._fail(exc, f"sending to {dest}")
                 return
-
-    def _frames(self, msgs: list[Message]) -> list[bytes]:
-        """``msgs`` as one frame, or as several when one would exceed ``MAX_FRAME_BYTES``."""
-        try:
-            return [encode_frame(Batch(self.node_id, msgs, self.incarnation))]
-        except ProtocolError:
-            if len(msgs) == 1:
-                raise
-            half = len(msgs) // 2
-            return self._frames(msgs[:half]) + self._frames(msgs[half:])
 
     def _dial(self, dest: str) -> None:
         address = self.addresses.get(dest)

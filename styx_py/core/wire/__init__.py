@@ -65,6 +65,7 @@ from styx_py.core.wire.frames import (
     ToWorker,
     decode_batch,
     encode_frame,
+    encode_frames,
     frame_length,
 )
 from styx_py.core.wire.logs import (
@@ -171,6 +172,7 @@ __all__ = [
     "decode_batch",
     "decode_value",
     "encode_frame",
+    "encode_frames",
     "encode_value",
     "frame_length",
     "reply_decoder",

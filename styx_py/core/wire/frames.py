@@ -111,6 +111,18 @@ def encode_frame(batch: Batch[Any]) -> bytes:
     return _HEADER.pack(len(payload)) + payload
 
 
+def encode_frames(src: str, msgs: list[Any], incarnation: str = "") -> list[bytes]:
+    """``msgs`` from ``src`` as one frame, or as several when one would exceed ``MAX_FRAME_BYTES``
+    (raises ``ProtocolError`` only for a single message larger than a frame)."""
+    try:
+        return [encode_frame(Batch(src, msgs, incarnation))]
+    except ProtocolError:
+        if len(msgs) <= 1:
+            raise
+        half = len(msgs) // 2
+        return encode_frames(src, msgs[:half], incarnation) + encode_frames(src, msgs[half:], incarnation)
+
+
 def frame_length(header: bytes) -> int:
     (n,) = _HEADER.unpack(header)
     if n > MAX_FRAME_BYTES:
