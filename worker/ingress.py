@@ -17,8 +17,8 @@ rounds follow the wait: 255 a second at 5 ms, 110 at 25 ms, for records arriving
 fetch waits :data:`PUSHED_FETCH_WAIT_MS` once requests have been pushed for :data:`HOLD_S` and every
 record the fetch brought first in that time was pushed too within :data:`EXCUSE_S`; a record that was
 not (a client that does not push, a push that was lost) puts the configured wait back for
-:data:`HOLD_S`. A request nobody pushes waits at
-most one such fetch, ~half of :data:`PUSHED_FETCH_WAIT_MS`, before the wait is short again.
+:data:`HOLD_S`. A request nobody pushes waits at most one such fetch, ~half of
+:data:`PUSHED_FETCH_WAIT_MS`, before the wait is short again.
 """
 
 from __future__ import annotations
@@ -154,9 +154,9 @@ class KafkaIngress:
         self.assigned = asyncio.Event()
         self.skipped = 0
         # Pushed records: ahead of their source's next offset (offset -> record), and taken but not
-        # yet compared with the fetched copy ((offset, key, value, timestamp), in offset order).
+        # yet compared with the fetched copy (in offset order).
         self.ahead: dict[Source, dict[int, PushedRequest]] = {}
-        self.unconfirmed: dict[Source, deque[tuple[int, bytes | None, bytes, int]]] = {}
+        self.unconfirmed: dict[Source, deque[PushedRequest]] = {}
         self.pushed_taken = 0  # buffered from a push, before the fetch had them
         self.pushed_late = 0  # pushed after the fetch had them, or not wanted here
         self.push_mismatches = 0  # pushed records that differ from the topic's (never expected)
@@ -296,12 +296,8 @@ class KafkaIngress:
                 # After the records are buffered: no seek can come in between the poll and them.
                 expect = {tp: self.expect[src] for tp, src in self.tps.items() if src in self.expect}
                 await self.fetch_wait.after_poll(self.consumer, batches, expect)
-            if self.count >= self.max_pending:
-                self.room.clear()
             if batches:
-                self.arrived.set()
-            if was_empty and self.count and self.listener is not None:
-                self.listener()
+                self._buffered(was_empty)
             if self.draining:
                 self._drop_drained()
 
@@ -341,6 +337,11 @@ class KafkaIngress:
         self._take_pushed(src, buf, pushed)
         if src in self.ahead:
             self._take_ahead(src, buf)
+        self._buffered(was_empty)
+
+    def _buffered(self, was_empty: bool) -> None:
+        """Records came (fetched or pushed): pause the fetch at the limit, wake a replay waiting for
+        one, and tell the worker there is work if the buffer was empty."""
         if self.count >= self.max_pending:
             self.room.clear()
         self.arrived.set()
@@ -358,7 +359,7 @@ class KafkaIngress:
         unconfirmed = self.unconfirmed.get(src)
         if unconfirmed is None:
             unconfirmed = self.unconfirmed[src] = deque(maxlen=MAX_UNCONFIRMED)
-        unconfirmed.append((pushed.offset, pushed.key, pushed.value, pushed.ts_ms))
+        unconfirmed.append(pushed)
         self._accept(src, buf, pushed.offset, pushed.key, pushed.value, pushed.ts_ms)
 
     def _take_ahead(self, src: Source, buf: deque[IngressRecord]) -> None:
@@ -377,23 +378,23 @@ class KafkaIngress:
     def _confirm(self, src: Source, offset: int, key: bytes | None, value: bytes, ts: int) -> None:
         """The fetched copy of a record buffered before: the same as the pushed one, if it was pushed."""
         unconfirmed = self.unconfirmed.get(src)
-        while unconfirmed and unconfirmed[0][0] < offset:
+        while unconfirmed and unconfirmed[0].offset < offset:
             unconfirmed.popleft()  # its fetched copy went by before a seek
-        if not unconfirmed or unconfirmed[0][0] != offset:
+        if not unconfirmed or unconfirmed[0].offset != offset:
             return
-        _, p_key, p_value, p_ts = unconfirmed.popleft()
-        if (p_key, p_value, p_ts) != (key, value, ts):
+        pushed = unconfirmed.popleft()
+        if (pushed.key, pushed.value, pushed.ts_ms) != (key, value, ts):
             self.push_mismatches += 1
             log.critical(
                 "ingress record %s@%d was pushed unlike the topic's copy (key %r / %r, timestamp %d / %d, "
                 "%d / %d bytes): a client pushed what the broker did not store",
                 src,
                 offset,
-                p_key,
+                pushed.key,
                 key,
-                p_ts,
+                pushed.ts_ms,
                 ts,
-                len(p_value),
+                len(pushed.value),
                 len(value),
             )
 
