@@ -265,12 +265,24 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         await until(lambda: stats.echoes_ignored == stats.replied, "every reply's other copy", 60)
         assert (stats.duplicates_ignored, stats.unmatched_ignored) == (0, 0), stats
 
-        # A dropped subscription is made again; meanwhile replies come through the log.
+        # A dropped subscription is made again; meanwhile replies come through the log. The client
+        # asks the coordinator for the addresses before it dials again: held until the replies came,
+        # so the unsubscribed time is not a race between this test and the re-dial.
+        ask, asked_again = push.status, asyncio.Event()
+
+        async def held_status() -> object:
+            await asked_again.wait()
+            return await ask()
+
+        push.status = held_status
+        pushed = stats.pushed
         for task in list(push.links.values()):
             task.cancel()
         await until(lambda: not push.subscribed, "the subscriptions dropped", 60)
         await until(lambda: _fetch_wait(client) == client.fetch_wait_ms, "the cluster's fetch wait", 60)
         await _transfers(client, 100, "t")
+        assert stats.pushed == pushed, "nothing pushed while no worker is subscribed"
+        asked_again.set()
         await until(lambda: push.subscribed == workers, "subscribed again", 60)
         pushed = stats.pushed
         await _transfers(client, 100, "t")
