@@ -11,12 +11,11 @@ while every worker pushes); a dropped subscription is made again, and replies ke
 from __future__ import annotations
 
 import asyncio
-import re
-import urllib.request
 
 import msgspec
 import pytest
 
+from styx_py.benchmarks.latency_path import ingress_pushes
 from styx_py.client import StyxClient
 from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
 from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, WorkerLinks, worker_addresses
@@ -205,13 +204,7 @@ async def _transfers(client: StyxClient, n: int, tag: str) -> None:
 
 def _ingress_pushes(stack: LocalStack) -> list[dict[str, float]]:
     """Per worker, its ingress's pushed records by outcome, and its fetch wait now (from /metrics)."""
-    out = []
-    for name in sorted(n for n in stack.metrics_ports if n != "coordinator"):
-        text = urllib.request.urlopen(stack.metrics_url(name), timeout=10).read().decode()
-        found = dict(re.findall(r'^styx_worker_ingress_pushed_total\{outcome="(\w+)"\} (\S+)$', text, re.M))
-        wait = re.findall(r"^styx_worker_ingress_fetch_wait_ms (\S+)$", text, re.M)
-        out.append({k: float(v) for k, v in found.items()} | {"fetch_wait_ms": float(wait[0])})
-    return out
+    return [ingress_pushes(stack.metrics_url(n)) for n in sorted(stack.metrics_ports) if n != "coordinator"]
 
 
 @pytest.fixture
