@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import random
 import re
 import shutil
@@ -61,15 +60,23 @@ def phase_totals(url: str) -> dict[str, tuple[float, float]]:
     return {p: (v[0], v[1]) for p, v in out.items()}
 
 
+def ingress_pushes(url: str) -> dict[str, float]:
+    """One worker's ingress records pushed by clients, by outcome (taken, late, mismatched), and its
+    ingress fetch wait now (``fetch_wait_ms``), from its ``/metrics``."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    out = {outcome: float(value) for outcome, value in _PUSHED.findall(text)}
+    return out | {"fetch_wait_ms": float(wait[1])} if (wait := _WAIT.search(text)) else out
+
+
 def pushed_outcomes(urls: list[str]) -> dict[str, int]:
-    """Ingress records pushed by clients, by outcome (taken, late, mismatched), summed over workers."""
+    """Pushed ingress records by outcome summed over the workers, and the longest fetch wait."""
     out: dict[str, int] = {}
-    for url in urls:
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        for outcome, value in _PUSHED.findall(text):
-            out[outcome] = out.get(outcome, 0) + int(float(value))
-        for value in _WAIT.findall(text):
-            out["max_fetch_wait_ms"] = max(out.get("max_fetch_wait_ms", 0), int(float(value)))
+    for one in map(ingress_pushes, urls):
+        for outcome, value in one.items():
+            if outcome == "fetch_wait_ms":
+                out["max_fetch_wait_ms"] = max(out.get("max_fetch_wait_ms", 0), int(value))
+            else:
+                out[outcome] = out.get(outcome, 0) + int(value)
     return out
 
 
@@ -170,14 +177,7 @@ def main() -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(tempfile.mkdtemp(prefix="styx-lat-"))
     try:
-        with LocalStack(
-            data_dir,
-            workers=2,
-            env={
-                "STYX_LOG_LEVEL": "WARNING",
-                **({"STYX_KAFKA_FETCH_WAIT_MS": os.environ["LP_WAIT"]} if "LP_WAIT" in os.environ else {}),
-            },
-        ) as stack:
+        with LocalStack(data_dir, workers=2, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
             stack.deploy("styx_py.benchmarks.bank:app")
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 out = runner.run(measure(stack, args.rate, args.seconds, not args.no_push_requests))
