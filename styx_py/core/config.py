@@ -50,9 +50,9 @@ class Setting:
 class Config(msgspec.Struct, kw_only=True, frozen=True):
     # ---- epochs and failure detection ------------------------------------------------------------------
     # 5 ms, not 1: at 500-2 000/s epochs of 1-10 transactions ran back to back (~280 a second at
-    # 500/s), each costing every process its fixed share (Kafka requests, barrier messages); spaced by
-    # 5 ms the cluster used 3-12 % less CPU and p50 was lower at 500-2 000/s, unchanged above
-    # (benchmarks/results/issue15-interval.md).
+    # 500/s), each costing every process its fixed share (Kafka requests, barrier messages). Spaced by
+    # 5 ms the cluster used 2-14 % less CPU per transaction at 500-4 000/s and p50 was lower at
+    # 500-2 000/s; unchanged at 8 000/s and above (benchmarks/results/issue15-interval.md).
     epoch_interval_ms: Annotated[
         float, Setting("minimum spacing between epoch starts while work is waiting", "ms", ge=0)
     ] = 5.0
