@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ProcessCpu", "cpu_seconds"]
+__all__ = ["ProcessCpu", "cpu_seconds", "wakeups"]
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -53,6 +53,24 @@ def cpu_seconds(pid: int | None, descendants: bool = False) -> float:
     return total
 
 
+def wakeups(pid: int | None) -> int:
+    """Voluntary context switches of process ``pid``'s live threads so far (0 if gone or unknown): how
+    often they went to sleep and were woken (an event loop: once per idle wait). On a small VM each
+    costs tens of microseconds of CPU (benchmarks/results/issue15-client.md), so it is counted next to
+    the CPU time."""
+    if pid is None:
+        return 0
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+                        break
+    return total
+
+
 class ProcessCpu:
     """CPU seconds of named processes between :meth:`start` and :meth:`stop`."""
 
@@ -60,9 +78,12 @@ class ProcessCpu:
         self.pids = dict(pids)
         self.started: dict[str, float] = {}
         self.used: dict[str, float] = {}
+        self.woken_at_start: dict[str, int] = {}
+        self.woken: dict[str, int] = {}  # wake-ups (wakeups()) of each process between start and stop
 
     def start(self) -> None:
         self.started = {name: self._read(pid) for name, pid in self.pids.items()}
+        self.woken_at_start = {name: wakeups(pid) for name, pid in self.pids.items()}
 
     @staticmethod
     def _read(pid: int) -> float:
@@ -75,6 +96,9 @@ class ProcessCpu:
         # CPU is unknown, not negative.
         self.used = {
             name: max(0.0, self._read(pid) - self.started.get(name, 0.0)) for name, pid in self.pids.items()
+        }
+        self.woken = {
+            name: max(0, wakeups(pid) - self.woken_at_start.get(name, 0)) for name, pid in self.pids.items()
         }
 
     def per_transaction_us(self, transactions: int) -> dict[str, float]:

@@ -178,6 +178,29 @@ def test_process_cpu_charges_each_named_process_and_nothing_to_one_that_is_gone(
     assert per_txn["total"] == per_txn["me"]
 
 
+def test_process_cpu_counts_the_wakeups_of_each_process() -> None:
+    # A child that sleeps 20 times once told to (each sleep is a voluntary context switch), then waits;
+    # one that is gone reads 0.
+    child = (
+        "import sys, time\nsys.stdin.readline()\nfor _ in range(20): time.sleep(0.001)\n"
+        "print(1, flush=True)\nsys.stdin.read()"
+    )
+    sleeper = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        assert sleeper.stdin is not None and sleeper.stdout is not None
+        cpu = ProcessCpu({"sleeper": sleeper.pid, "gone": gone.pid})
+        cpu.start()
+        sleeper.stdin.write(b"go\n")
+        sleeper.stdin.flush()
+        sleeper.stdout.readline()  # it slept 20 times
+        cpu.stop()
+    finally:
+        sleeper.communicate(b"")
+    assert cpu.woken["sleeper"] >= 20 and cpu.woken["gone"] == 0, cpu.woken
+
+
 @simulated_time
 async def test_errors_and_aborts_are_counted_by_cause() -> None:
     class Mixed:

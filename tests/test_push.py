@@ -175,6 +175,31 @@ def test_the_second_copy_of_a_reply_is_an_echo_not_a_duplicate() -> None:
     assert (stats.echoes_ignored, stats.duplicates_ignored, stats.unmatched_ignored) == (2, 1, 0)
 
 
+def test_a_taken_copy_is_counted_by_its_key_as_resolve_would_count_it() -> None:
+    """The egress reader skips decoding a record whose key names a reply already taken: the stats
+    come out as if it had been decoded and resolved; anything else is left to decode."""
+
+    async def run() -> tuple[ClientStats, ClientStats]:
+        loop = asyncio.get_running_loop()
+        by_key, by_reply = ClientStats(), ClientStats()
+        for stats, skip in ((by_key, True), (by_reply, False)):
+            table = PendingTable(10, stats)
+            for rid in ("r1", "r2"):
+                table.add(rid, loop.create_future(), b"fp")
+            table.resolve_pushed(_reply("r1"))
+            for rid in ("r1", "r1", "r2", "stranger"):  # an echo, a duplicate, a pending one, a foreign one
+                if not (skip and table.taken_copy(rid.encode())):
+                    table.resolve(_reply(rid), EGRESS)
+            assert table.get("r2") is None  # the pending one was resolved, not skipped
+            assert not table.taken_copy(b"\xff\xfe")  # not a request id: decoded (and counted) as usual
+        return by_key, by_reply
+
+    by_key, by_reply = asyncio.run(run())
+    assert by_key == by_reply
+    assert (by_key.replied, by_key.echoes_ignored, by_key.duplicates_ignored) == (2, 1, 1)
+    assert (by_key.unmatched_ignored, by_key.foreign_ignored) == (1, 1)
+
+
 def test_worker_addresses_come_from_the_status() -> None:
     status = {"workers": [{"node_id": "w1", "address": "h:1"}, {"node_id": "w2", "address": "h:2"}, {}]}
     assert worker_addresses(status) == {"h:1", "h:2"}

@@ -283,6 +283,7 @@ class StyxClient:
             self.egress_topic,
             self._follow_egress,
             None if self._push is None else self._push.egress_wait_floor_ms,
+            self._pending.taken_copy,
         )
         self._reader = loop.create_task(reader, name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)

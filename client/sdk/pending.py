@@ -494,6 +494,30 @@ class PendingTable:
         if entry.listeners:
             self._settle(entry, reply, None)
 
+    def taken_copy(self, key: bytes) -> bool:
+        """Whether the egress record keyed ``key`` is a copy of a reply already taken, judged by its
+        key alone (workers key every reply record by its request id, worker/egress.py): then it is
+        counted here as :meth:`resolve` would count it (an echo, or a duplicate) and the reader skips
+        decoding it, which at high rates, with every worker pushing, is nearly every egress record
+        (0.4 instead of 0.7-1.1 µs each, benchmarks/results/issue15-client.md). False: decode it and
+        :meth:`resolve` it."""
+        try:
+            rid = key.decode()
+        except UnicodeDecodeError:
+            return False
+        entry = self._entries.get(rid)
+        if entry is not None and not entry.future.done():
+            return False
+        came = self._answered.get(rid)
+        if came is None:
+            return False
+        if came & EGRESS:
+            self.stats.duplicates_ignored += 1
+        else:
+            self._answered[rid] = came | EGRESS
+            self.stats.echoes_ignored += 1
+        return True
+
     def resolve_pushed(self, reply: Reply) -> None:
         """A reply a worker pushed (:mod:`styx_py.client.sdk.push`)."""
         self.resolve(reply, PUSHED)

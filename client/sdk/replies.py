@@ -38,11 +38,13 @@ async def read_replies(
     topic: str,
     follow: Callable[[Any], Awaitable[None]] | None = None,
     wait_floor_ms: Callable[[], int] | None = None,
+    taken: Callable[[bytes], bool] | None = None,
 ) -> None:
-    """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped).
-    ``follow(consumer)`` runs before each poll (the client changes what it reads there). The fetch wait
-    is the consumer's own, raised if the broker starves it, and at least ``wait_floor_ms()`` (asked
-    before each poll: longer while the workers push the replies, client/sdk/push.py)."""
+    """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped),
+    except a record whose key ``taken(key)`` says is a copy of a reply already delivered (and counted
+    it). ``follow(consumer)`` runs before each poll (the client changes what it reads there). The fetch
+    wait is the consumer's own, raised if the broker starves it, and at least ``wait_floor_ms()``
+    (asked before each poll: longer while the workers push the replies, client/sdk/push.py)."""
     wait = FetchWait.of(consumer, f"replies {topic}")  # raised if the broker starves it (Tansu on S3)
     while True:
         if follow is not None:
@@ -53,6 +55,8 @@ async def read_replies(
         await wait.after_poll(consumer, batches)
         for records in batches.values():
             for record in records:
+                if taken is not None and record.key is not None and taken(record.key):
+                    continue
                 value = record.value
                 try:
                     if value is None:
