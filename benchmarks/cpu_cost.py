@@ -120,8 +120,9 @@ async def measure(
     print(f"  {'total':<12} {per_txn['total']:6.1f} µs/txn  {used_cores * 100:4.0f} % of a core")
     st = client.stats
     print(
-        f"  replies: {st.replied} taken ({st.pushed} pushed), {st.echoes_ignored} echoes, "
-        f"{st.duplicates_ignored} duplicates, {st.unmatched_ignored} unmatched ignored"
+        f"  replies: {st.replied} taken ({st.pushed} pushed), {st.echoes_ignored} echoes read, "
+        f"{st.egress_skipped} egress records skipped, {st.duplicates_ignored} duplicates, "
+        f"{st.unmatched_ignored} unmatched ignored"
     )
     client_cpu = cpu.used["client+driver"]
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")

@@ -43,11 +43,9 @@ async def read_topic(bootstrap: str, topic: str) -> list[Reply]:
     )
     await consumer.start()
     try:
+        names = segment_topics(await consumer.topics(), topic)  # also fetches the metadata of every topic
         parts = sorted(consumer.partitions_for_topic(topic) or ())
-        while not parts:
-            await consumer.force_metadata_update()
-            parts = sorted(consumer.partitions_for_topic(topic) or ())
-        names = segment_topics(await consumer.topics(), topic)
+        assert parts, f"no partitions of {topic!r}"
         tps = [TopicPartition(name, p) for name in names for p in parts]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)

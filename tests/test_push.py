@@ -11,18 +11,23 @@ while every worker pushes); a dropped subscription is made again, and replies ke
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 
 import msgspec
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from styx_py.benchmarks.latency_path import ingress_pushes
 from styx_py.client import StyxClient
 from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
 from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, WorkerLinks, worker_addresses
+from styx_py.client.sdk.replies import result_of
 from styx_py.core.wire import (
     HEADER_BYTES,
     NIL,
     Batch,
+    EgressAcked,
     IngressRecord,
     Message,
     Phase,
@@ -34,16 +39,18 @@ from styx_py.core.wire import (
     SubscribeReplies,
     decode_batch,
     encode_frame,
+    encode_value,
     frame_length,
 )
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.local import LocalStack
 from styx_py.testing.memory import MemoryEgress, MemoryLog
-from styx_py.worker.feed import MAX_SUBSCRIBERS, ReplyFeed
+from styx_py.worker.feed import MARK_EVERY_S, MAX_SUBSCRIBERS, ReplyFeed
 from styx_py.worker.ingress import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
 from styx_py.worker.replies import ReplyOut
 from styx_py.worker.txn import RootTxn
 from tests.service_fixtures import ClusterFactory
+from tests.test_integration import read_topic
 from tests.test_transport_security import until
 
 
@@ -200,6 +207,30 @@ def test_a_taken_copy_is_counted_by_its_key_as_resolve_would_count_it() -> None:
     assert (by_key.unmatched_ignored, by_key.foreign_ignored) == (1, 1)
 
 
+def test_the_feed_sends_egress_acknowledgements_to_the_clients_that_asked_now_and_then() -> None:
+    sent: list[tuple[str, Message]] = []
+    acked = {0: 5, 1: 7}
+    now = [0.0]
+    feed = ReplyFeed(lambda dest, msg: sent.append((dest, msg)), lambda: dict(acked), lambda: now[0])
+    feed.subscribe("marked", marks=True)
+    feed.subscribe("plain")
+    feed.offer(_reply("r1"), "plain")
+    assert sent[-1] == ("marked", EgressAcked([(0, 5), (1, 7)]))
+    sent.clear()
+    acked[0] = 9
+    feed.offer(_reply("r2"), "marked")  # within MARK_EVERY_S: the reply only
+    now[0] += MARK_EVERY_S
+    feed.offer(_reply("r3"), "marked")  # the ends moved: sent
+    feed.offer(_reply("r4"), "marked")
+    now[0] += MARK_EVERY_S
+    feed.offer(_reply("r5"), "marked")  # unchanged: not sent again
+    marks = [msg for dest, msg in sent if isinstance(msg, EgressAcked)]
+    assert marks == [EgressAcked([(0, 9), (1, 7)])]
+    assert all(dest == "marked" for dest, _ in sent)
+    feed.drop("marked")
+    assert feed.marked == set()
+
+
 def test_worker_addresses_come_from_the_status() -> None:
     status = {"workers": [{"node_id": "w1", "address": "h:1"}, {"node_id": "w2", "address": "h:2"}, {}]}
     assert worker_addresses(status) == {"h:1", "h:2"}
@@ -243,7 +274,9 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
 ) -> None:
     workers = worker_addresses(await asyncio.to_thread(stack.status))
     assert len(workers) == 2
-    async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+    # Reading every copy from the log (rest_egress=False) is what shows the log has each reply; the
+    # resting reader, which skips them, has a test of its own below.
+    async with await StyxClient.connect(stack.coordinator, timeout_s=120, rest_egress=False) as client:
         push = client._push
         assert push is not None
         assert push.known == workers  # from the status connect() read: no second request for them
@@ -314,6 +347,63 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         assert all(r.status == "committed" for r in chosen) and stats.pushed > pushed, stats
         balances = await asyncio.gather(
             *(client.call("account", f"t{i}", "balance") for i in range(ACCOUNTS))
+        )
+        assert sum(balances) == 100 * ACCOUNTS
+
+
+@pytest.mark.services
+async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_did_not(
+    stack: LocalStack,
+) -> None:
+    async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+        push, rest = client._push, client._rest
+        assert push is not None and rest is not None
+        await until(lambda: push.healthy, "subscribed on both workers", 60)
+        await asyncio.gather(*(client.call("account", f"r{i}", "deposit", 100) for i in range(ACCOUNTS)))
+        stats = client.stats
+        # The workers' egress acknowledgements let the reader move over the copies of replies it took
+        # pushed, without reading them.
+        for _ in range(20):
+            await _transfers(client, 100, "r")
+            if stats.egress_skipped > 0:
+                break
+        await until(lambda: stats.egress_skipped > 0 and rest.resting, "a skip, and resting", 60)
+        assert stats.echoes_ignored < stats.replied, stats  # copies skipped, not read
+        assert (stats.duplicates_ignored, stats.unmatched_ignored) == (0, 0), stats
+        # The log still has every reply, once each.
+        logged = Counter(r.request_id for r in await read_topic(stack.kafka, client.egress_topic))
+        assert len(logged) >= stats.replied and set(logged.values()) == {1}
+
+        # A reply that only the log has (nothing pushed it): its request stays in flight, the reader
+        # reads again after MISS_S and finds it. Written to every partition the reader reads.
+        loop = asyncio.get_running_loop()
+        entry = client._pending.add("only-in-the-log", loop.create_future(), b"fp")
+        entry.stamp = time.time_ns() // 1_000_000
+        skipped = stats.egress_skipped
+        value = msgspec.Raw(encode_value(7))
+        reply = Reply("only-in-the-log", 1, 1, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, value, None, None)
+        producer = AIOKafkaProducer(bootstrap_servers=stack.kafka)
+        await producer.start()
+        try:
+            for tp in client._consumer.assignment():
+                await producer.send_and_wait(
+                    tp.topic, encode_value(reply), key=b"only-in-the-log", partition=tp.partition
+                )
+        finally:
+            await producer.stop()
+        # Other requests go on meanwhile, answered by push: marks keep coming, so what makes the reader
+        # read is the request in flight for MISS_S.
+        deadline = loop.time() + 60
+        while not entry.future.done():
+            assert loop.time() < deadline, "the reply only the log has was never read"
+            await _transfers(client, 10, "r")
+        got = entry.future.result()
+        assert got.request_id == "only-in-the-log" and result_of(got) == 7
+        # Requests answered meanwhile by push are still answered, and skipping goes on afterwards.
+        await _transfers(client, 100, "r")
+        await until(lambda: stats.egress_skipped > skipped, "skipping again", 60)
+        balances = await asyncio.gather(
+            *(client.call("account", f"r{i}", "balance") for i in range(ACCOUNTS))
         )
         assert sum(balances) == 100 * ACCOUNTS
 

@@ -72,7 +72,8 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
     await asyncio.to_thread(stack.start)  # LocalStack's set-up is synchronous
     try:
         await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
-        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+        # rest_egress=False: the client reads every copy of the log, which is how it waits below.
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120, rest_egress=False) as client:
             await open_accounts(client)
             before = await transfers(client, 500, 1)
             # The workers push replies as they produce them to the egress topic: wait until the log

@@ -151,6 +151,8 @@ ALL_MESSAGES = [
     wire.PushedRequest(1, 2, 3, 1_700_000_000_000, b"rid", b"\x95record"),
     wire.PushedReply(Reply("r1", 9, 12, Phase.OPTIMISTIC, ReplyStatus.COMMITTED, RAW, None, None, 17)),
     wire.SubscribeRefused(1024),
+    wire.SubscribeReplies(marks=True),
+    wire.EgressAcked([(0, 17), (3, (2 << 40) | 5)]),
 ]
 
 INBOXES: dict[wire.Inbox, object] = {
@@ -183,7 +185,7 @@ def test_the_channels() -> None:
     assert to_coordinator & to_worker == {Heartbeat, ExecDone, Vote, wire.Revote}
     assert {Invoke, CallResult, Ack, Final} <= to_worker - to_coordinator
     assert {DeployRequest, StatusRequest, Register} <= to_coordinator - to_worker
-    assert _members(wire.ToAdmin) == {AdminReply, wire.PushedReply, wire.SubscribeRefused}
+    assert _members(wire.ToAdmin) == {AdminReply, wire.PushedReply, wire.SubscribeRefused, wire.EgressAcked}
     assert wire.SubscribeReplies in to_worker - to_coordinator
     assert wire.PushedRequest in to_worker - to_coordinator
 

@@ -141,7 +141,7 @@ class Worker:
         self.retired = asyncio.Event()  # no longer part of the cluster (Retire): run() returns
         self.consistent = True  # no restore left the state half-done (a shape change may keep it)
         self.handoffs = Inbox()  # partitions handed to this worker at a planned change (worker/handoff)
-        self.feed = ReplyFeed(transport.send)
+        self.feed = ReplyFeed(transport.send, egress.offsets)
         self.replies = ReplyOut(
             egress, config.dedup_replies_per_partition, self._check_lease, self._reply_diverged, self.feed
         )
@@ -279,7 +279,7 @@ class Worker:
             case PrepareGraph():
                 self.transport.send(COORDINATOR, self._prepare(msg))
             case SubscribeReplies():
-                self.feed.subscribe(src)
+                self.feed.subscribe(src, msg.marks)
             case PushedRequest() if not self.halted:
                 self.ingress.offer(msg)
             case PushedRequest():

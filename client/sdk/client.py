@@ -25,6 +25,7 @@ from styx_py.client.sdk.pending import ClientStats, Done, Pending, PendingTable,
 from styx_py.client.sdk.push import WorkerLinks, worker_partitions
 from styx_py.client.sdk.replies import read_replies, result_of
 from styx_py.client.sdk.requests import Targets, encode_request
+from styx_py.client.sdk.resting import EgressRest
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
@@ -97,7 +98,10 @@ class StyxClient:
     also says which worker reads which ingress partition). ``push_replies=False`` reads the egress
     topic only. On the same connections the client pushes each request the broker acknowledged to
     the worker that reads its partition, which can then sequence it a broker fetch sooner
-    (``push_requests=False``: the workers only fetch them).
+    (``push_requests=False``: the workers only fetch them). While every worker pushes, the egress
+    reader skips the parts of the log that hold only replies already taken, as the workers' egress
+    acknowledgements allow (:mod:`styx_py.client.sdk.resting`; ``rest_egress=False``: it reads every
+    copy).
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class StyxClient:
         push_replies: bool = True,
         push_requests: bool = True,
         workers: Collection[str] | Mapping[str, list[int]] = (),
+        rest_egress: bool = True,
     ) -> None:
         """Store the configuration; nothing connects before :meth:`start`.
 
@@ -147,6 +152,8 @@ class StyxClient:
         self._cluster_secret = cluster_secret
         self._workers = workers
         self.push_requests = push_requests and self.coordinator is not None
+        self.rest_egress = rest_egress and self.coordinator is not None
+        self._rest: EgressRest | None = None
         self._push: WorkerLinks | None = None
         self._pusher: asyncio.Task[None] | None = None
         self.reply_partition = -1  # the egress partition read (-1: all), known once started
@@ -265,6 +272,8 @@ class StyxClient:
         self._sender = loop.create_task(self._lanes.run(), name=f"{client_id}-sender")
         if self.coordinator is not None:
             coordinator, secret, timeout_s = self.coordinator, self._cluster_secret, self.timeout_s
+            if self.rest_egress:
+                self._rest = EgressRest(self._pending, self._pushes_healthy, self.egress_topic)
             self._push = WorkerLinks(
                 lambda: coordinator_status(coordinator, timeout_s, secret),
                 secret,
@@ -272,6 +281,7 @@ class StyxClient:
                 self._pending.resolve_pushed,
                 timeout_s,
                 self._workers,
+                None if self._rest is None else self._rest.mark,
             )
             self._pusher = loop.create_task(self._push.run(), name=f"{client_id}-pushed")
             if self.push_requests:
@@ -284,6 +294,7 @@ class StyxClient:
             self._follow_egress,
             None if self._push is None else self._push.egress_wait_floor_ms,
             self._pending.taken_copy,
+            self._rest,
         )
         self._reader = loop.create_task(reader, name=f"{client_id}-reader")
         self._reader.add_done_callback(self._reader_done)
@@ -439,6 +450,9 @@ class StyxClient:
         # Registered before producing: the reply may be read before send() even returns.
         new = self._pending.add(rid, asyncio.get_running_loop().create_future(), payload)
         return rid, new, lambda: self._produce(rid, partition, payload, new)
+
+    def _pushes_healthy(self) -> bool:
+        return self._push is not None and self._push.healthy
 
     def _check_usable(self) -> None:
         if self._closed:

@@ -87,6 +87,9 @@ class ClientStats:
     """Requests written again to a newer ingress segment (the workers may have stopped reading theirs)."""
     undecodable: int = 0
     """Egress records that are not a valid :class:`~styx_py.core.wire.Reply` (logged and skipped)."""
+    egress_skipped: int = 0
+    """Egress records the reader moved over without reading them: all replies already taken pushed
+    (:mod:`styx_py.client.sdk.resting`)."""
 
 
 class Pending:
@@ -105,6 +108,7 @@ class Pending:
         "partition",
         "rid",
         "segment",
+        "seq",
         "stamp",
         "waiters",
     )
@@ -123,6 +127,7 @@ class Pending:
         self.segment = 0
         self.on_time = False
         self.stamp = 0  # its record's Kafka timestamp (ms), as the producer stamped it
+        self.seq = 0  # how many entries the table registered before this one (PendingTable.registered)
 
 
 class Listener:
@@ -257,7 +262,9 @@ class PendingTable:
     def __init__(self, max_pending: int, stats: ClientStats) -> None:
         self.max_pending = max_pending
         self.stats = stats
+        # In the order they were registered (a dict keeps it): the first is the oldest in flight.
         self._entries: dict[str, Pending] = {}
+        self.registered = 0  # entries registered so far (each one's Pending.seq is the count before it)
         # Ids answered recently: a later reply with one of them is a duplicate, not a stranger. Bounded,
         # because redeliveries arrive close to the original and the table must not grow forever.
         # The value: the paths (EGRESS | PUSHED) its reply came by so far.
@@ -285,6 +292,13 @@ class PendingTable:
 
     def get(self, rid: str) -> Pending | None:
         return self._entries.get(rid)
+
+    def oldest(self) -> tuple[int, int]:
+        """The ``seq`` and ``stamp`` of the oldest request in flight; ``(registered, 0)`` if none: every
+        request registered before ``seq`` has left the table (answered, failed or given up)."""
+        for entry in self._entries.values():
+            return entry.seq, entry.stamp
+        return self.registered, 0
 
     def unread_late(self, newest: int) -> list[Pending]:
         """The requests in flight not acknowledged on time (:class:`Pending`) and last written to a
@@ -326,6 +340,7 @@ class PendingTable:
     def add(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> Pending:
         """Register ``rid`` (not in flight yet): before it is produced, as its reply may come at once."""
         entry = self._entries[rid] = Pending(rid, future, fingerprint)
+        entry.seq, self.registered = self.registered, self.registered + 1
         return entry
 
     def _remember(self, rid: str, entry: Pending) -> None:
@@ -387,6 +402,7 @@ class PendingTable:
         The lean path of :meth:`future`: no caller future, done callback or join. Later callers of
         the same id join the entry as usual (:meth:`wait`, :meth:`future`)."""
         entry = self._entries[rid] = Pending(rid, loop.create_future(), record)
+        entry.seq, self.registered = self.registered, self.registered + 1
         caller = Callback(self, entry, done, named, wait_s, loop.time() + wait_s)
         entry.waiters = 1
         entry.listeners.append(caller)

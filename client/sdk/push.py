@@ -44,6 +44,7 @@ from styx_py.core.errors import ProtocolError, StyxError
 from styx_py.core.wire import (
     HEADER_BYTES,
     Batch,
+    EgressAcked,
     PushedReply,
     PushedRequest,
     Reply,
@@ -120,8 +121,11 @@ class WorkerLinks:
         deliver: Callable[[Reply], None],
         timeout_s: float,
         known: Collection[str] | Mapping[str, list[int]] = (),
+        marks: Callable[[list[tuple[int, int]]], None] | None = None,
     ) -> None:
         self.status = status  # coroutine function: the coordinator's status body
+        # Where each worker's EgressAcked goes (client/sdk/resting.py); None: not asked for.
+        self.marks = marks
         # Worker addresses already known at the start (no status request then), with their partitions
         # when known too.
         self.known = set(known)
@@ -256,7 +260,7 @@ class WorkerLinks:
             async with asyncio.timeout(self.timeout_s):
                 reader, writer = await asyncio.open_connection(host or "127.0.0.1", int(port))
                 await dial_handshake(reader, writer, self.key, self.name, self.name)
-            writer.write(encode_frame(Batch(self.name, [SubscribeReplies()])))
+            writer.write(encode_frame(Batch(self.name, [SubscribeReplies(self.marks is not None)])))
             self.subscribed.add(address)
             self.writers[address] = writer
             self.refused.discard(address)
@@ -279,13 +283,16 @@ class WorkerLinks:
                     await writer.wait_closed()
 
     async def _read(self, reader: asyncio.StreamReader, address: str) -> None:
-        deliver = self.deliver
+        deliver, marks = self.deliver, self.marks
         while True:
             header = await reader.readexactly(HEADER_BYTES)
             payload = await reader.readexactly(frame_length(header))
             for msg in decode_batch(payload, "admin").msgs:
                 if isinstance(msg, PushedReply):
                     deliver(msg.reply)
+                elif isinstance(msg, EgressAcked):
+                    if marks is not None:
+                        marks(msg.ends)
                 elif isinstance(msg, SubscribeRefused):
                     self.subscribed.discard(address)
                     self.refused.add(address)

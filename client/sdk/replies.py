@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import msgspec
 
 from styx_py.client.sdk.pending import ClientStats
+from styx_py.client.sdk.resting import REST_S, EgressRest
 from styx_py.core.errors import BadRequest, ProtocolError, TransactionAborted, TransactionFailed
 from styx_py.core.wire import Reply, reply_decoder
 from styx_py.io.fetching import FetchWait
@@ -39,16 +41,21 @@ async def read_replies(
     follow: Callable[[Any], Awaitable[None]] | None = None,
     wait_floor_ms: Callable[[], int] | None = None,
     taken: Callable[[bytes], bool] | None = None,
+    rest: EgressRest | None = None,
 ) -> None:
     """The one consumer loop: decode every egress record and ``deliver`` it (undecodable ones skipped),
     except a record whose key ``taken(key)`` says is a copy of a reply already delivered (and counted
     it). ``follow(consumer)`` runs before each poll (the client changes what it reads there). The fetch
     wait is the consumer's own, raised if the broker starves it, and at least ``wait_floor_ms()``
-    (asked before each poll: longer while the workers push the replies, client/sdk/push.py)."""
+    (asked before each poll: longer while the workers push the replies, client/sdk/push.py). While
+    ``rest`` says the reader may rest, it does not poll (client/sdk/resting.py)."""
     wait = FetchWait.of(consumer, f"replies {topic}")  # raised if the broker starves it (Tansu on S3)
     while True:
         if follow is not None:
             await follow(consumer)
+        if rest is not None and await rest.rest(consumer):
+            await asyncio.sleep(REST_S)
+            continue
         if wait_floor_ms is not None:
             wait.at_least(consumer, wait_floor_ms())
         batches = await consumer.getmany(timeout_ms=_READ_POLL_MS)

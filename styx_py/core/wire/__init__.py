@@ -96,7 +96,7 @@ from styx_py.core.wire.lookup import (
     ReplyLookup,
 )
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
-from styx_py.core.wire.push import PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
+from styx_py.core.wire.push import EgressAcked, PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
@@ -118,6 +118,7 @@ __all__ = [
     "ControlToWorker",
     "DeployRequest",
     "DrainRequest",
+    "EgressAcked",
     "EpochDone",
     "EpochStart",
     "ExecDone",

@@ -44,7 +44,7 @@ from styx_py.core.wire.control import (
 )
 from styx_py.core.wire.lookup import FindReplies, FoundReplies, ReplyLookup
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
-from styx_py.core.wire.push import PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
+from styx_py.core.wire.push import EgressAcked, PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
 
 ToCoordinator = (
     Register
@@ -80,7 +80,7 @@ ControlToWorker = (
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).
 PeerMessage = Invoke | CallResult | Ack | Final | ExecDone | Vote | Revote | Handoff
 ToWorker = ControlToWorker | PeerMessage | SubscribeReplies | PushedRequest  # the last two from clients
-ToAdmin = AdminReply | PushedReply | SubscribeRefused  # what a client of the cluster receives
+ToAdmin = AdminReply | PushedReply | SubscribeRefused | EgressAcked  # what a client of the cluster receives
 Message = ToCoordinator | ToWorker | ToAdmin  # anything a transport may send
 
 Inbox = Literal["coordinator", "worker", "admin"]  # which channel a receiving endpoint is

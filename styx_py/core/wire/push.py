@@ -23,7 +23,19 @@ from styx_py.core.wire.logs import Reply
 
 class SubscribeReplies(Msg, tag="sub"):
     """Client -> worker: push on this connection the replies to requests whose ``reply_to`` names the
-    node id this connection proved."""
+    node id this connection proved; with ``marks``, also :class:`EgressAcked` now and then."""
+
+    marks: bool = False
+
+
+class EgressAcked(Msg, tag="eack"):
+    """Worker -> client (subscribed with ``marks``): per egress partition, the packed offset
+    (:func:`~styx_py.core.segments.pack`: segment and Kafka offset) below which the broker acknowledged
+    this worker's replies. Every record below it was appended before this message was sent, whoever
+    wrote it: a client whose requests sent before it arrived are all answered may skip that part of the
+    log (client/sdk/resting.py)."""
+
+    ends: list[tuple[int, int]]
 
 
 class PushedReply(Msg, tag="push"):
