@@ -575,3 +575,28 @@ def test_a_terminated_bench_stops_the_cluster_it_started(tmp_path: Path) -> None
     finally:
         if bench.poll() is None:
             bench.kill()
+
+
+def test_the_offline_sdk_harness_answers_every_request_and_times_each_stage() -> None:
+    # benchmarks/sdk_cpu.py: the SDK and the driver without Kafka. It raises (exit status 1) when a
+    # request is left unanswered, so a run that prints its numbers answered all of them.
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "styx_py.benchmarks.sdk_cpu", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    loop = run("--rate", "1000", "--seconds", "1")
+    assert "1000/s for 1 s, 1000 requests:" in loop and "µs of CPU per request" in loop, loop
+    stages = run("--stages", "--burst", "4", "--bursts", "50").splitlines()
+    assert [line.split(":")[0] for line in stages] == [
+        "bursts of 4, warm (back to back)",
+        "bursts of 4, cold (1 ms sleep before each)",
+    ], stages
+    for line in stages:
+        for name in ("next_op", "send", "batch append", "acknowledged", "decode reply", "resolve"):
+            assert f" {name} " in line, line

@@ -20,8 +20,9 @@ from aiokafka import AIOKafkaProducer
 
 from styx_py.benchmarks.latency_path import ingress_pushes
 from styx_py.client import StyxClient
+from styx_py.client.sdk import push as push_module
 from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
-from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, WorkerLinks, worker_addresses
+from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, REFRESH_S, RETRY_S, WorkerLinks, worker_addresses
 from styx_py.client.sdk.replies import result_of
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -237,6 +238,45 @@ def test_worker_addresses_come_from_the_status() -> None:
     assert worker_addresses({}) == set()
 
 
+@pytest.mark.looptime
+async def test_asking_soon_for_the_workers_asks_at_once_but_not_more_often_than_every_retry() -> None:
+    loop = asyncio.get_running_loop()
+    asked_at: list[float] = []
+
+    async def status() -> dict[str, object]:
+        asked_at.append(loop.time())
+        return {"workers": [{"node_id": "w1", "address": "h:1", "partitions": [0, 1]}]}
+
+    links = WorkerLinks(status, "secret", "client-x", lambda reply: None, 5.0)
+    links.clock = loop.time
+
+    async def subscribed_for_good(address: str) -> None:  # the connection, as if it stayed up
+        links.subscribed.add(address)
+        await asyncio.Event().wait()
+
+    links._subscribe = subscribed_for_good  # type: ignore[method-assign]
+    runs = loop.create_task(links.run())
+    try:
+        await asyncio.sleep(REFRESH_S / 2)
+        assert len(asked_at) == 1 and links.healthy  # at the start; the next refresh is REFRESH_S later
+        links.ask_soon()  # a reply came through the log only
+        await asyncio.sleep(0.001)
+        assert asked_at[1:] == [REFRESH_S / 2]  # at once
+        links.ask_soon()
+        links.ask_soon()
+        await asyncio.sleep(RETRY_S / 2)
+        assert len(asked_at) == 2  # not again within RETRY_S ...
+        await asyncio.sleep(RETRY_S)
+        assert asked_at[2:] == [REFRESH_S / 2 + RETRY_S]  # ... but once, after it
+        await asyncio.sleep(REFRESH_S - RETRY_S)
+        assert len(asked_at) == 3  # and the regular refresh comes REFRESH_S after the last time
+        await asyncio.sleep(2 * RETRY_S)
+        assert len(asked_at) == 4 and links.asked == 4
+    finally:
+        runs.cancel()
+        await asyncio.gather(runs, return_exceptions=True)
+
+
 # ---- on real services ------------------------------------------------------------------------------
 
 ONE_BY_ONE = 30  # requests sent one at a time and pushed to their worker
@@ -353,8 +393,10 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
 
 @pytest.mark.services
 async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_did_not(
-    stack: LocalStack,
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The worker addresses are asked again only when something asks for it, not every REFRESH_S.
+    monkeypatch.setattr(push_module, "REFRESH_S", 3600.0)
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
         push, rest = client._push, client._rest
         assert push is not None and rest is not None
@@ -377,6 +419,7 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         # A reply that only the log has (nothing pushed it): its request stays in flight, the reader
         # reads again after MISS_S and finds it. Written to every partition the reader reads.
         loop = asyncio.get_running_loop()
+        asked = push.asked
         entry = client._pending.add("only-in-the-log", loop.create_future(), b"fp")
         entry.stamp = time.time_ns() // 1_000_000
         skipped = stats.egress_skipped
@@ -399,6 +442,9 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
             await _transfers(client, 10, "r")
         got = entry.future.result()
         assert got.request_id == "only-in-the-log" and result_of(got) == 7
+        # A reply the log had and no subscribed worker pushed: the client asks the coordinator for the
+        # workers again (one may have joined that does not push to it yet), not REFRESH_S later.
+        await until(lambda: push.asked > asked, "the workers asked for again", 60)
         # Requests answered meanwhile by push are still answered, and skipping goes on afterwards.
         await _transfers(client, 100, "r")
         await until(lambda: stats.egress_skipped > skipped, "skipping again", 60)

@@ -288,7 +288,7 @@ class StyxClient:
                 self._pending.push = self._push_request
         reader = read_replies(
             self._consumer,
-            self._pending.resolve,
+            self._from_log,
             self.stats,
             self.egress_topic,
             self._follow_egress,
@@ -453,6 +453,15 @@ class StyxClient:
 
     def _pushes_healthy(self) -> bool:
         return self._push is not None and self._push.healthy
+
+    def _from_log(self, reply: Reply) -> None:
+        """A reply read from the egress topic."""
+        push = self._push
+        if self._pending.resolve(reply) and push is not None and push.healthy:
+            # Every worker this client knows pushes to it, and still this reply came through the log
+            # only: its request's partition may belong to a worker that joined since the client last
+            # asked (client/sdk/push.py). Asking now ends that sooner than the next REFRESH_S.
+            push.ask_soon()
 
     def _check_usable(self) -> None:
         if self._closed:

@@ -480,10 +480,10 @@ class PendingTable:
             # anyone awaited): no "exception was never retrieved" noise at GC.
             entry.future.exception()
 
-    def resolve(self, reply: Reply, path: int = EGRESS) -> None:
+    def resolve(self, reply: Reply, path: int = EGRESS) -> bool:
         """Hand ``reply``, which came by ``path`` (:data:`EGRESS` or :data:`PUSHED`), to the request
-        waiting for it. If none waits: the other path's copy of a reply already taken (an echo), a
-        second copy by the same path (a duplicate), or a stranger's."""
+        waiting for it, and say so (True). If none waits (False): the other path's copy of a reply
+        already taken (an echo), a second copy by the same path (a duplicate), or a stranger's."""
         rid = reply.request_id
         entry = self._entries.get(rid)
         if entry is None or entry.future.done():
@@ -497,7 +497,7 @@ class PendingTable:
             else:
                 self._answered[rid] = came | path
                 self.stats.echoes_ignored += 1
-            return
+            return False
         del self._entries[rid]
         self._remember(rid, entry)
         entry.future.set_result(reply)
@@ -509,6 +509,7 @@ class PendingTable:
             self._answered.popitem(last=False)
         if entry.listeners:
             self._settle(entry, reply, None)
+        return True
 
     def taken_copy(self, key: bytes) -> bool:
         """Whether the egress record keyed ``key`` is a copy of a reply already taken, judged by its

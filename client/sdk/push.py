@@ -14,9 +14,12 @@ every worker pushes, :data:`PUSHED_FETCH_WAIT_MS`) and takes whichever copy of a
 one as an echo). A worker that cannot be reached, a connection that drops, a worker that
 restarts elsewhere: the replies keep coming through the egress topic while the addresses are asked
 again (every :data:`RETRY_S` while a connection is down, every :data:`REFRESH_S` otherwise, so a worker
-that joins is found too). A worker that pushes to as many clients as it takes answers
-``SubscribeRefused``: the client then reads that worker's replies from the egress topic at the
-cluster's fetch wait, and keeps the connection open without asking again.
+that joins is found too). A reply that came through the log only, while every connection was up, asks
+again at once (:meth:`WorkerLinks.ask_soon`, at most every :data:`RETRY_S`): its request's partition
+may belong to a worker that joined since the last look, which does not push to this client yet. A
+worker that pushes to as many clients as it takes answers ``SubscribeRefused``: the client then reads
+that worker's replies from the egress topic at the cluster's fetch wait, and keeps the connection open
+without asking again.
 
 The same connections carry the client's requests the other way (:meth:`WorkerLinks.push_request`):
 once the broker acknowledged a request, it goes, with its offset, to the worker that reads its ingress
@@ -149,6 +152,8 @@ class WorkerLinks:
         self.requests_not_pushed = 0  # acknowledged with no subscribed owner, or its connection full
         self.requests_too_fast = 0  # acknowledged while the client sent PUSH_BELOW_RATE a second or more
         self.clock: Callable[[], float] = time.monotonic
+        self.asked = 0  # times the addresses were asked for
+        self._ask_now = asyncio.Event()  # ask_soon() was called since the last look
         # The rate of acknowledged requests: the window being counted, and whether to push during it.
         self._window_start = -float("inf")
         self._window_count = 0
@@ -164,12 +169,19 @@ class WorkerLinks:
         :attr:`healthy`, else none)."""
         return PUSHED_FETCH_WAIT_MS if self.healthy else 0
 
+    def ask_soon(self) -> None:
+        """Ask the coordinator for the workers again without waiting for :data:`REFRESH_S`: at once, or
+        :data:`RETRY_S` after the last time if that was sooner. For a reply that came through the log
+        only while every connection was up (module docstring)."""
+        self._ask_now.set()
+
     async def run(self) -> None:
         """Keep one subscription per worker until cancelled."""
+        clock = self.clock
         asked = -REFRESH_S
         if self.known:
             self._follow(self.known)
-            asked = time.monotonic()
+            asked = clock()
         try:
             while True:
                 down = [a for a, t in self.links.items() if t.done()]
@@ -177,11 +189,18 @@ class WorkerLinks:
                     task = self.links.pop(address)
                     if not task.cancelled() and (exc := task.exception()) is not None:
                         log.error("%s: the subscription to %s failed: %r", self.name, address, exc)
-                now = time.monotonic()
-                if down or not self.links or now - asked >= REFRESH_S:
+                now = clock()
+                soon = self._ask_now.is_set() and now - asked >= RETRY_S
+                if down or not self.links or now - asked >= REFRESH_S or soon:
                     asked = now
+                    self._ask_now.clear()
                     await self._ask_workers()
-                await asyncio.sleep(RETRY_S)
+                # RETRY_S, cut short by ask_soon(); but never asking more often than every RETRY_S.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(RETRY_S):
+                        await self._ask_now.wait()
+                if self._ask_now.is_set():
+                    await asyncio.sleep(max(0.0, asked + RETRY_S - clock()))
         finally:
             for task in self.links.values():
                 task.cancel()
@@ -190,6 +209,7 @@ class WorkerLinks:
             self.links.clear()
 
     async def _ask_workers(self) -> None:
+        self.asked += 1
         try:
             workers = worker_partitions(await self.status())
         except (StyxError, OSError, TimeoutError) as exc:

@@ -24,7 +24,11 @@ as soon as:
 - a subscription is down (:attr:`WorkerLinks.healthy <styx_py.client.sdk.push.WorkerLinks.healthy>`);
 - or no mark came for :data:`STALE_S` (workers that send none: an older version).
 
-It reads until none of these holds, then rests again.
+It reads until none of these holds, then rests again. A reply it finds there, while every
+subscription is up, also makes the client ask the coordinator for the workers at once
+(:meth:`WorkerLinks.ask_soon <styx_py.client.sdk.push.WorkerLinks.ask_soon>`): a worker that joined
+since the client last asked does not push to it yet, and its replies would otherwise each wait
+:data:`MISS_S` until the next regular look.
 """
 
 from __future__ import annotations
