@@ -24,6 +24,8 @@ from styx_py.client.sdk import push as push_module
 from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
 from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, REFRESH_S, RETRY_S, WorkerLinks, worker_addresses
 from styx_py.client.sdk.replies import result_of
+from styx_py.client.sdk.resting import MISS_S, STALE_S, EgressRest
+from styx_py.core.segments import REPLY_SEGMENTS, segments_in
 from styx_py.core.wire import (
     HEADER_BYTES,
     NIL,
@@ -277,6 +279,39 @@ async def test_asking_soon_for_the_workers_asks_at_once_but_not_more_often_than_
         await asyncio.gather(runs, return_exceptions=True)
 
 
+async def test_the_reader_rests_only_while_pushed_marked_not_overdue_and_settled() -> None:
+    table = PendingTable(100, ClientStats())
+    now, wall = [100.0], [1_000_000]
+    healthy, settled = [True], [True]
+    rest = EgressRest(
+        table,
+        lambda: healthy[0],
+        "styx-egress",
+        clock=lambda: now[0],
+        wall_ms=lambda: wall[0],
+        settled=lambda: settled[0],
+    )
+    assert not rest.may_rest()  # no mark yet
+    rest.mark([(0, 5)])
+    assert rest.may_rest()
+    entry = table.add("r1", asyncio.get_running_loop().create_future(), b"fp")
+    entry.stamp = wall[0]
+    assert rest.may_rest()  # in flight, not overdue
+    wall[0] += int(MISS_S * 1000)
+    assert not rest.may_rest()  # overdue: its reply may be in the log only
+    entry.stamp = wall[0]
+    healthy[0] = False
+    assert not rest.may_rest()  # a subscription down
+    healthy[0] = True
+    settled[0] = False
+    assert not rest.may_rest()  # moving to other segments: an old one is dropped once read to its end
+    settled[0] = True
+    now[0] += STALE_S
+    assert not rest.may_rest()  # no mark for STALE_S
+    rest.mark([(0, 6)])
+    assert rest.may_rest()
+
+
 # ---- on real services ------------------------------------------------------------------------------
 
 ONE_BY_ONE = 30  # requests sent one at a time and pushed to their worker
@@ -448,8 +483,41 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         # Requests answered meanwhile by push are still answered, and skipping goes on afterwards.
         await _transfers(client, 100, "r")
         await until(lambda: stats.egress_skipped > skipped, "skipping again", 60)
+
         balances = await asyncio.gather(
             *(client.call("account", f"r{i}", "balance") for i in range(ACCOUNTS))
+        )
+        assert sum(balances) == 100 * ACCOUNTS
+
+
+@pytest.mark.services
+async def test_a_resting_client_keeps_only_the_egress_segments_it_reads(
+    local_cluster: ClusterFactory,
+) -> None:
+    # New segments every 2 s, as `styx up` has them. The reader rests through the rotations, and keeps
+    # the egress segments it reads and at most one it is draining, not every segment it ever read.
+    stack = await asyncio.to_thread(
+        local_cluster, app="styx_py.benchmarks.bank:app", settings={"log_segment_s": "2"}
+    )
+    async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+        rest = client._rest
+        assert rest is not None
+        await asyncio.gather(*(client.call("account", f"s{i}", "deposit", 100) for i in range(ACCOUNTS)))
+
+        def oldest_assigned() -> int:
+            return segments_in([tp.topic for tp in client._consumer.assignment()], client.egress_topic)[0]
+
+        loop = asyncio.get_running_loop()
+        first, deadline, rested = client.segment, loop.time() + 120, 0
+        while (
+            client.segment < first + REPLY_SEGMENTS + 2 or oldest_assigned() < client.segment - REPLY_SEGMENTS
+        ):
+            assert loop.time() < deadline, (first, client.segment, sorted(client._consumer.assignment()))
+            await _transfers(client, 20, "s")
+            rested += rest.resting
+        assert rested > 0 and client.stats.egress_skipped > 0, client.stats  # it did rest meanwhile
+        balances = await asyncio.gather(
+            *(client.call("account", f"s{i}", "balance") for i in range(ACCOUNTS))
         )
         assert sum(balances) == 100 * ACCOUNTS
 
