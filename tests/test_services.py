@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import io
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from styx_py.stack.local import LocalStack
 from styx_py.stack.services import (
     S3Config,
     SeaweedS3,
@@ -192,3 +195,22 @@ def test_port_taken_by_another_server_is_refused(kafka: TansuBroker) -> None:
         squatter.start(timeout_s=5)
     assert not squatter.running
     squatter.stop()
+
+
+class _NeverReady(LocalStack):
+    """A local cluster whose processes start, and whose wait for them then fails."""
+
+    started: dict[str, Any]
+
+    def _wait_registered(self, timeout_s: float) -> None:
+        self.started = dict(self.procs)
+        raise ServiceError("workers did not register (made to fail)")
+
+
+def test_a_cluster_that_fails_to_start_stops_what_it_started(kafka: TansuBroker, tmp_path: Path) -> None:
+    env = {"STYX_INGRESS_TOPIC": f"in-{uuid.uuid4().hex[:8]}", "STYX_LOG_LEVEL": "WARNING"}
+    stack = _NeverReady(tmp_path, workers=2, kafka=kafka.bootstrap, env=env)
+    with pytest.raises(ServiceError, match="made to fail"), stack:
+        pytest.fail("the stack started")
+    assert sorted(stack.started) == ["coordinator", "w1", "w2"]
+    assert all(proc.poll() is not None for proc in stack.started.values()), "a process was left running"

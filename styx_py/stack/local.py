@@ -366,7 +366,13 @@ class LocalStack:
             self.s3.stop()
 
     def __enter__(self) -> LocalStack:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            # A start that fails half way (a process that exits, a timeout, Ctrl-C) stops what it
+            # started: __exit__ does not run when __enter__ raises.
+            self.stop()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
