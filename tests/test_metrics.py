@@ -192,11 +192,18 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
         assert missing.status_code == 404
 
         scrapes: dict[str, Samples] = {}
+        seen: dict[str, object] = {}  # what the last scrape showed, for the message of a timeout
 
         async def caught_up() -> bool:
             for name in ["coordinator", *workers, "gateway"]:
                 scrapes[name] = await scrape(name)
             c = scrapes["coordinator"]
+            seen["committed"] = value(c, "styx_coordinator_transactions_total", outcome="committed")
+            seen["snapshots ok"] = value(c, "styx_coordinator_snapshots_total", result="ok")
+            seen["ingress lag"] = {
+                w: [(ls, v) for (n, ls), v in scrapes[w].items() if n == "styx_worker_ingress_lag"]
+                for w in workers
+            }
             lag = sum(value(scrapes[w], "styx_worker_ingress_lag") for w in workers)
             lag_known = all(any(n == "styx_worker_ingress_lag" for n, _ in scrapes[w]) for w in workers)
             return (
@@ -206,7 +213,10 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
                 and lag == 0
             )
 
-        await poll(caught_up, 60, "the transactions, a snapshot and zero ingress lag in the scrapes")
+        try:
+            await poll(caught_up, 60, "the transactions, a snapshot and zero ingress lag in the scrapes")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the last scrapes showed {seen}") from None
 
     c = scrapes["coordinator"]
     assert value(c, "styx_coordinator_epochs_total") > 0
