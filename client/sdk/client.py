@@ -274,7 +274,10 @@ class StyxClient:
             coordinator, secret, timeout_s = self.coordinator, self._cluster_secret, self.timeout_s
             if self.rest_egress:
                 self._rest = EgressRest(
-                    self._pending, self._pushes_healthy, self.egress_topic, settled=self._egress_is_settled
+                    self._pending,
+                    self._pushes_healthy,
+                    self.egress_topic,
+                    settled=lambda: self._egress_settled,
                 )
             self._push = WorkerLinks(
                 lambda: coordinator_status(coordinator, timeout_s, secret),
@@ -455,9 +458,6 @@ class StyxClient:
 
     def _pushes_healthy(self) -> bool:
         return self._push is not None and self._push.healthy
-
-    def _egress_is_settled(self) -> bool:
-        return self._egress_settled
 
     def _from_log(self, reply: Reply) -> None:
         """A reply read from the egress topic."""

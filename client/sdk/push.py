@@ -190,12 +190,11 @@ class WorkerLinks:
                     if not task.cancelled() and (exc := task.exception()) is not None:
                         log.error("%s: the subscription to %s failed: %r", self.name, address, exc)
                 now = clock()
-                soon = self._ask_now.is_set() and now - asked >= RETRY_S
-                if down or not self.links or now - asked >= REFRESH_S or soon:
+                if down or not self.links or now - asked >= REFRESH_S or self._ask_now.is_set():
                     asked = now
                     self._ask_now.clear()
                     await self._ask_workers()
-                # RETRY_S, cut short by ask_soon(); but never asking more often than every RETRY_S.
+                # RETRY_S, cut short by ask_soon(), but never less than RETRY_S since the last ask.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(RETRY_S):
                         await self._ask_now.wait()

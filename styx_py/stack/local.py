@@ -134,6 +134,17 @@ class LocalStack:
 
     # ---- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> LocalStack:
+        """Start S3 and Tansu (unless external), the coordinator and the workers, and wait for the
+        workers to register. A start that fails half way (a process that exits, a timeout, Ctrl-C)
+        stops what it started before it raises; :meth:`stop` may still be called."""
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout_s: float) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault(SECRET_ENV, self.secret)  # this process is the stack's client
         if self.external_kafka is None:
@@ -183,7 +194,6 @@ class LocalStack:
         self._wait_registered(timeout_s)
         if self.with_gateway:
             self._start_gateway(timeout_s)
-        return self
 
     def _note(self, name: str, wanted: int, got: str) -> None:
         self.port_notes.append(f"{name}: port {wanted} is taken, using {got.rpartition(':')[2]}")
@@ -366,13 +376,7 @@ class LocalStack:
             self.s3.stop()
 
     def __enter__(self) -> LocalStack:
-        try:
-            return self.start()
-        except BaseException:
-            # A start that fails half way (a process that exits, a timeout, Ctrl-C) stops what it
-            # started: __exit__ does not run when __enter__ raises.
-            self.stop()
-            raise
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
