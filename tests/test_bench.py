@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import random
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from styx_py.benchmarks import snapshot_hold
 from styx_py.benchmarks.cpu import ProcessCpu
 from styx_py.benchmarks.driver import (
     _HIST_MAX_US,
@@ -600,3 +602,17 @@ def test_the_offline_sdk_harness_answers_every_request_and_times_each_stage() ->
     for line in stages:
         for name in ("next_op", "send", "batch append", "acknowledged", "decode reply", "resolve"):
             assert f" {name} " in line, line
+
+
+def test_the_snapshot_hold_benchmark_checks_the_bytes_and_reports_both_ways() -> None:
+    # benchmarks/snapshot_hold.py exits non-zero when a part encoded in steps differs from the part
+    # encoded at once; the report names both ways of taking a snapshot.
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert snapshot_hold.main(["--writes", "2500", "--replies", "3000", "--repeat", "1"]) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("snapshot of 2500 writes and 3000 replies over 2 partitions"), lines
+    assert lines[1].startswith("  at once:  at the cut "), lines
+    assert lines[2].startswith("  in steps: at the cut "), lines
+    delta, replies = snapshot_hold.workload(2500, 3000)
+    assert len(delta) == 2500 and sum(map(len, replies.values())) == 3000

@@ -5,10 +5,15 @@ every owned partition gets a part (in partition order) even when it has nothing;
 transactions are sorted by tid and waiting requests by offset; a failed snapshot's delta is merged
 back with newer writes winning and its replies restored older-first, so the successful snapshots
 alone (the verdict reaching the worker before its next capture, as the coordinator guarantees)
-rebuild the live state and reply table.
+rebuild the live state and reply table. Done in steps (so the event loop runs between them), the
+capture reads all but the delta and the replies at once, and a part encoded a slice at a time is the
+same bytes as the part encoded at once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TypeVar
 
 import msgspec
 from hypothesis import given, settings
@@ -17,9 +22,18 @@ from hypothesis import strategies as st
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import NIL, IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
 from styx_py.worker.dedup import ReplyTable
-from styx_py.worker.snapshot import Unconfirmed, capture, on_result
+from styx_py.worker.snapshot import (
+    SLICE,
+    Unconfirmed,
+    capture_steps,
+    encode_steps,
+    on_result,
+    run_steps,
+    snapshot_decoder,
+)
 from styx_py.worker.state import StateStore, Writes
 
+T = TypeVar("T")
 PARTITIONS = {"acct": 4, "item": 2}  # operator -> partition count
 OWNED = [0, 1, 2, 3]
 
@@ -49,9 +63,9 @@ def test_capture_splits_by_partition(
 ) -> None:
     resched = [(p, tid, tid + 1, 5, request(f"t{tid}")) for p, tid in rescheduled]
     held = [IngressRecord(p, off, request(f"w{off}"), 9) for p, off in waiting]
-    parts = capture(
-        7, delta, PARTITIONS, [3, 1, 0, 2], {1: {0: 11, 2: 4}}, resched, {2: 22}, 33, {0: [reply("r")]}, held
-    )
+    positions, replies = {1: {0: 11, 2: 4}}, {0: [reply("r")]}
+    steps = capture_steps(7, delta, PARTITIONS, [3, 1, 0, 2], positions, resched, {2: 22}, 33, replies, held)
+    parts = run_steps(steps)
     assert [part.partition for part in parts] == OWNED
     assert all(part.epoch == 7 and part.seqlog_offset == 33 for part in parts)
     assert [(part.position, part.egress_offset) for part in parts] == [(0, 0), (11, 0), (0, 22), (0, 0)]
@@ -72,7 +86,7 @@ def test_capture_splits_by_partition(
 
 
 def test_capture_of_nothing_still_gives_every_owned_partition_a_part() -> None:
-    parts = capture(0, {}, PARTITIONS, [2, 0], {}, [], {}, 5, {}, [])
+    parts = run_steps(capture_steps(0, {}, PARTITIONS, [2, 0], {}, [], {}, 5, {}, []))
     assert parts == [PartitionSnapshot(0, p, [], 0, [], 0, 5, [], []) for p in (0, 2)]
 
 
@@ -131,7 +145,7 @@ def test_successful_snapshots_rebuild_state_and_replies(
 
     def snapshot(epoch: int, ok: bool, late: list[dict[int, bytes | None]]) -> None:
         delta, replies = store.take_delta(), answered.take_delta()
-        parts = capture(epoch, delta, PARTITIONS, OWNED, {}, [], {}, 0, replies, [])
+        parts = run_steps(capture_steps(epoch, delta, PARTITIONS, OWNED, {}, [], {}, 0, replies, []))
         unconfirmed[epoch] = (delta, replies)
         for writes in late:  # epochs that run while the upload is in flight
             commit(writes)
@@ -156,3 +170,43 @@ def test_successful_snapshots_rebuild_state_and_replies(
     assert {p: dict(t) for p, t in restored_replies.replies.items() if t} == {
         p: dict(t) for p, t in answered.replies.items() if t
     }
+
+
+def steps_taken(steps: Generator[None, None, T]) -> tuple[int, T]:
+    """How many times ``steps`` let other work run, and its result."""
+    n = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return n, stop.value
+        n += 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_writes=st.integers(0, 3 * SLICE + 1),
+    n_replies=st.sampled_from([0, 1, 15, 16, SLICE, SLICE + 1, 2**16 + 5]),
+)
+def test_a_part_encoded_in_steps_is_the_part_encoded_at_once(n_writes: int, n_replies: int) -> None:
+    writes = [
+        ("acct", i if i % 3 else str(i), None if i % 7 == 0 else b"v" * (i % 5)) for i in range(n_writes)
+    ]
+    part = PartitionSnapshot(3, 1, writes, 9, [], 4, 5, [reply(f"r{i}") for i in range(n_replies)], [])
+    steps, data = steps_taken(encode_steps(part))
+    assert data == msgspec.msgpack.encode(part)
+    assert snapshot_decoder.decode(data) == part
+    slices = -(-n_writes // SLICE) if n_writes > SLICE else 0
+    slices += -(-n_replies // SLICE) if n_replies > SLICE else 0
+    assert steps == slices, "a long list is encoded a slice per step, a short one at once"
+
+
+def test_capture_takes_a_step_per_slice_of_writes_and_reads_the_rest_at_once() -> None:
+    delta: Writes = {("acct", i): b"x" for i in range(2 * SLICE + 10)}
+    positions = {0: {0: 7}}
+    steps = capture_steps(1, delta, PARTITIONS, OWNED, positions, [], {}, 0, {}, [])
+    positions[0][0] = 99  # read at the call: later changes are not in the snapshot
+    taken, parts = steps_taken(steps)
+    assert taken == 2
+    assert parts[0].position == 7 and parts[0].cursor == {0: 7}
+    assert sum(len(part.writes) for part in parts) == len(delta)

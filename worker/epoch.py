@@ -451,13 +451,14 @@ class EpochDriver:
             self.on_message(m)
 
     def _snapshot(self, es: EpochState) -> None:
-        """Cut a snapshot at this epoch boundary (synchronous: nothing runs in between)."""
+        """Cut a snapshot at this epoch boundary (synchronous: nothing runs in between; the parts are made
+        and encoded in steps afterwards, worker/snapshot.py)."""
         delta = self.store.take_delta()
         replies = self.replies.answered.take_delta()
         resched = [(r.partition, r.tid, r.offset, r.ts_ms, r.request) for r in self.batch.rescheduled]
         waiting = [rec for recs in self.replies.waiting.values() for rec in recs]
         seqlog_acked = self.seqlog.acked()
-        parts = snapshot.capture(
+        parts = snapshot.capture_steps(
             es.epoch,
             delta,
             self.table.op_partitions,

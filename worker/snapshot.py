@@ -3,10 +3,12 @@
 At the end of an epoch flagged by the coordinator, a worker takes its delta map (every committed
 write since the previous snapshot, deletes included) and, per owned partition, records where its
 ingress consumption stands, its rescheduled transactions (with their tids) and its egress position.
-The capture is synchronous (a consistent cut between two epochs); the upload runs off the epoch loop.
-The delta is kept until the coordinator confirms the snapshot complete; if any part failed, the delta
-is merged back so the next snapshot carries it (a half-failed snapshot is never used: the
-coordinator writes no manifest for it).
+The cut is synchronous (a consistent cut between two epochs) and takes the delta and the replies whole,
+without copying them; splitting them by partition and encoding the parts run afterwards, between
+epochs, :data:`SLICE` rows at a time, and the upload runs off the epoch loop. The delta is kept until
+the coordinator confirms the snapshot complete; if any part failed, the delta is merged back so the
+next snapshot carries it (a half-failed snapshot is never used: the coordinator writes no manifest
+for it).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator, Iterable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -39,9 +41,11 @@ __all__ = [
     "PartitionSnapshot",
     "Snapshotter",
     "Unconfirmed",
-    "capture",
+    "capture_steps",
+    "encode_steps",
     "on_result",
     "rows_by_partition",
+    "run_steps",
     "snapshot_decoder",
     "upload",
 ]
@@ -53,8 +57,36 @@ snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
 
 Rescheduled = tuple[int, int, int, int, Request]  # (partition, tid, offset, ts_ms, request)
 
+SLICE = 1_000
+"""Rows a snapshot splits or encodes between two returns to the event loop. Done at once, a snapshot of
+~5 000 writes and ~10 000 replies per worker (10 s at 2 000/s) held the loop 5-20 ms, and the epoch
+barrier with it (benchmarks/results/snapshot-stall.md)."""
 
-def capture(
+T = TypeVar("T")
+Steps = Generator[None, None, T]
+"""Work done in steps: it yields where other work may run, and returns its result."""
+
+
+def run_steps(steps: Steps[T]) -> T:
+    """Every step of ``steps`` at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
+async def run_steps_async(steps: Steps[T]) -> T:
+    """``steps``, letting the event loop run whatever is ready between two of them."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        await asyncio.sleep(0)
+
+
+def capture_steps(
     epoch: int,
     delta: Writes,
     partition: dict[str, int],
@@ -65,17 +97,18 @@ def capture(
     seqlog_offset: int,
     replies: dict[int, list[Reply]],
     waiting: list[IngressRecord],
-) -> list[PartitionSnapshot]:
-    """Split a delta map by partition into the parts of one snapshot (pure)."""
-    writes: dict[int, list[tuple[str, str | int, bytes | None]]] = {p: [] for p in owned}
-    for (op, key), value in delta.items():
-        writes[partition_of(key, partition[op])].append((op, key, value))
+) -> Steps[list[PartitionSnapshot]]:
+    """Split a delta map by partition into the parts of one snapshot, :data:`SLICE` writes per step
+    (pure: :func:`run_steps` takes every step at once). Everything but ``delta`` and ``replies`` is read
+    now; those two are read in the steps, so nothing may change them meanwhile (the worker takes them
+    whole: :meth:`StateStore.take_delta <styx_py.worker.state.StateStore.take_delta>`)."""
+    partition, owned = dict(partition), sorted(owned)
     resched, held = rows_by_partition(owned, rescheduled, waiting)
-    return [
+    parts = [
         PartitionSnapshot(
             epoch,
             p,
-            writes[p],
+            [],
             positions.get(p, {}).get(0, 0),
             resched[p],
             egress_offsets.get(p, 0),
@@ -85,8 +118,44 @@ def capture(
             dict(sorted(egress_offsets.items())),
             dict(sorted(positions.get(p, {}).items())),
         )
-        for p in sorted(owned)
+        for p in owned
     ]
+    return _split(delta, partition, {part.partition: part.writes for part in parts}, parts)
+
+
+def _split(
+    delta: Writes,
+    partition: dict[str, int],
+    writes: dict[int, list[tuple[str, str | int, bytes | None]]],
+    parts: list[PartitionSnapshot],
+) -> Steps[list[PartitionSnapshot]]:
+    for n, ((op, key), value) in enumerate(delta.items(), 1):
+        writes[partition_of(key, partition[op])].append((op, key, value))
+        if n % SLICE == 0:
+            yield
+    return parts
+
+
+def encode_steps(part: PartitionSnapshot) -> Steps[bytes]:
+    """``part`` encoded (the same bytes as at once), its writes and replies :data:`SLICE` at a time."""
+    writes = yield from _array_steps(part.writes)
+    replies = yield from _array_steps(part.replies)
+    return _encoder.encode(msgspec.structs.replace(part, writes=writes, replies=replies))
+
+
+def _array_steps(items: list[Any]) -> Steps[msgspec.Raw]:
+    """``items`` as one MessagePack array, encoded :data:`SLICE` items at a time and spliced: each slice's
+    own array header (``0x90 | n`` below 16 items, else ``0xdc`` and two bytes) gives way to one for
+    all of them (``0xdc`` and two bytes, or ``0xdd`` and four from 2**16 items)."""
+    if len(items) <= SLICE:
+        return msgspec.Raw(_encoder.encode(items))
+    n = len(items)
+    body = [b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")]
+    for start in range(0, n, SLICE):
+        data = _encoder.encode(items[start : start + SLICE])
+        body.append(data[1:] if data[0] < 0xDC else data[3:])
+        yield
+    return msgspec.Raw(b"".join(body))
 
 
 ResumeRow = tuple[int, int, int, Request]  # (tid, offset, ts_ms, request): a rescheduled transaction
@@ -109,14 +178,16 @@ def rows_by_partition(
     return resched, held
 
 
-async def upload(blobs: BlobStore, parts: list[PartitionSnapshot]) -> int:
-    """Write every part; returns the bytes written. Any failure propagates (the snapshot fails)."""
+async def upload(blobs: BlobStore, parts: Steps[list[PartitionSnapshot]]) -> tuple[int, int]:
+    """Split, encode and write every part, in steps; returns the parts and the bytes written. Any failure
+    propagates (the snapshot fails)."""
+    done = await run_steps_async(parts)
     size = 0
-    for part in parts:
-        data = _encoder.encode(part)
+    for part in done:
+        data = await run_steps_async(encode_steps(part))
         size += len(data)
         await blobs.put(delta_key(part.partition, part.epoch), data)
-    return size
+    return len(done), size
 
 
 Unconfirmed = dict[int, tuple[Writes, dict[int, list[Reply]]]]  # epoch -> (state delta, replies)
@@ -160,12 +231,13 @@ class Snapshotter:
         self,
         epoch: int,
         gen: int,
-        parts: list[PartitionSnapshot],
+        parts: Steps[list[PartitionSnapshot]],
         kept: tuple[Writes, dict[int, list[Reply]]],
         flushed: asyncio.Future[None],
         seqlog_acked: int,
     ) -> None:
-        """Upload ``parts``; ``kept`` (the delta and replies they hold) waits for the verdict.
+        """Upload ``parts`` (:func:`capture_steps`); ``kept`` (the delta and replies they hold) waits for the
+        verdict.
 
         The snapshot's replies must be on the egress log before it can be confirmed: recovery from it
         replays only later epochs, so a reply still queued in the producer when this process dies
@@ -177,14 +249,14 @@ class Snapshotter:
         self,
         epoch: int,
         gen: int,
-        parts: list[PartitionSnapshot],
+        parts: Steps[list[PartitionSnapshot]],
         flushed: asyncio.Future[None],
         seqlog_acked: int,
     ) -> None:
         assert self.blobs is not None, "snapshots need a blob store"
         started = time.perf_counter()
         try:
-            size, _ = await asyncio.gather(upload(self.blobs, parts), flushed)
+            (count, size), _ = await asyncio.gather(upload(self.blobs, parts), flushed)
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
             log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
             self.observe(False, time.perf_counter() - started, 0)
@@ -193,8 +265,7 @@ class Snapshotter:
             )
         else:
             self.observe(True, time.perf_counter() - started, size)
-            seqlog_offset = parts[0].seqlog_offset if parts else seqlog_acked
-            done = SnapshotDone(epoch, self.node_id, True, "", len(parts), size, seqlog_offset, gen)
+            done = SnapshotDone(epoch, self.node_id, True, "", count, size, seqlog_acked, gen)
         self.transport.send(COORDINATOR, done)
 
     def on_result(self, msg: SnapshotResult, store: StateStore, answered: ReplyTable) -> None:
