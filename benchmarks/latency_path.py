@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import random
@@ -90,8 +91,10 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 async def measure(
-    stack: LocalStack, rate: float, seconds: float, push_requests: bool = True
+    stack: LocalStack, rate: float, seconds: float, push_requests: bool = True, keep_rows: bool = False
 ) -> dict[str, Any]:
+    """The latency split of ``rate`` transfers a second for ``seconds``; with ``keep_rows`` also every
+    request's ``rows``: (scheduled, sent, replied, resolved, epoch), wall-clock ms."""
     workload = make_workload("ycsbt", Options())
     metrics = stack.metrics_url("coordinator")
     async with await StyxClient.connect(
@@ -104,6 +107,11 @@ async def measure(
         futures = []
         rng = random.Random(1)
         before = phase_totals(metrics)
+        # Every request's task stays referenced until the end: a full collection would scan them all,
+        # and pauses this process for tens of ms every few seconds, growing (counted as latency).
+        gc.collect()
+        gc.freeze()
+        gc.disable()
         start_wall, start = time.time(), loop.time()
         n = int(rate * seconds)
         for i in range(n):
@@ -123,6 +131,8 @@ async def measure(
             fut.add_done_callback(done)
             futures.append(fut)
         await asyncio.gather(*futures, return_exceptions=True)
+        gc.enable()
+        gc.unfreeze()
         after = phase_totals(metrics)
     pushed = pushed_outcomes([stack.metrics_url(w) for w in stack.metrics_ports if w != "coordinator"])
     sent_ts: dict[str, float] = {}
@@ -132,16 +142,18 @@ async def measure(
         if not isinstance(req, str) and req.request_id in sched:
             sent_ts[req.request_id] = r.timestamp
     reply_ts: dict[str, float] = {}
-    epochs: set[int] = set()
+    epochs: dict[str, int] = {}
     egress = dict.fromkeys(await segment_partitions(stack.kafka, "styx-egress"), 0)
     for r in await read_to_end(stack.kafka, egress):
         reply = reply_decoder.decode(r.value)
         if reply.request_id in sched:
             reply_ts[reply.request_id] = r.timestamp
-            epochs.add(reply.epoch)
+            epochs[reply.request_id] = reply.epoch
     parts: dict[str, list[float]] = {"total": [], "client": [], "cluster": [], "reply": []}
+    rows = []
     for rid, t0 in sched.items():
         if rid in got and rid in sent_ts and rid in reply_ts:
+            rows.append((t0, sent_ts[rid], reply_ts[rid], got[rid], epochs[rid]))
             parts["total"].append(got[rid] - t0)
             parts["client"].append(sent_ts[rid] - t0)
             parts["cluster"].append(reply_ts[rid] - sent_ts[rid])
@@ -161,10 +173,10 @@ async def measure(
         "ms": {k: percentiles(v) for k, v in parts.items()},
         "epoch_phase_mean_ms": phases,
         "epochs": epoch_count,
-        "epochs_with_replies": len(epochs),
+        "epochs_with_replies": len(set(epochs.values())),
         "push_requests": push_requests,
         "requests_pushed": pushed,
-    }
+    } | ({"rows": rows} if keep_rows else {})
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from styx_py.benchmarks import snapshot_hold
+from styx_py.benchmarks import snapshot_hold, snapshot_stall
 from styx_py.benchmarks.cpu import ProcessCpu
 from styx_py.benchmarks.driver import (
     _HIST_MAX_US,
@@ -616,3 +616,21 @@ def test_the_snapshot_hold_benchmark_checks_the_bytes_and_reports_both_ways() ->
     assert lines[2].startswith("  in steps: at the cut "), lines
     delta, replies = snapshot_hold.workload(2500, 3000)
     assert len(delta) == 2500 and sum(map(len, replies.values())) == 3000
+
+
+def test_the_snapshot_stall_measure_finds_the_late_epochs_after_a_snapshot_and_none_elsewhere() -> None:
+    # Epochs 5 ms apart, 20 requests each, epoch 103 without any; the epoch after the snapshot of
+    # epoch 100 comes 40 ms late. The stall is measured over the 10 epochs after each snapshot, the
+    # baseline 40 epochs later.
+    rows: list[snapshot_stall.Row] = []
+    t = 0.0
+    for epoch in range(1, 300):
+        t += 5 + (40 if epoch == 101 else 0)
+        if epoch != 103:
+            rows += [(t - 20, t - 10, t + i / 10, t + 2 + i / 10, epoch) for i in range(20)]
+    out = snapshot_stall.stalls(rows, [100, 200])
+    assert out["epoch_gap_ms"] == 5
+    assert out["stall_ms"] == [40.0, 0.0]
+    assert out["baseline_ms"] == [0.0, 0.0]
+    assert out["latency_ms"]["p50"] == 23.0 and out["latency_ms"]["p99.9"] == 23.9
+    assert snapshot_stall.stalls(rows[:20], [1])["stall_ms"] == []  # one epoch: nothing to measure

@@ -469,6 +469,7 @@ class EpochDriver:
             seqlog_acked,
             replies,
             waiting,
+            self.snapshots.rows,
         )
         flushed = self.replies.egress.flush()
         self.snapshots.take(es.epoch, es.gen, parts, (delta, replies), flushed, seqlog_acked)

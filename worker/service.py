@@ -146,7 +146,15 @@ class Worker:
             egress, config.dedup_replies_per_partition, self._check_lease, self._reply_diverged, self.feed
         )
         self.batch = BatchFormer(node_id, config.epoch_size_max, ingress, self.replies, self._batch_diverged)
-        self.snapshots = Snapshotter(node_id, blobs, transport, self.spawn, self.metrics.snapshot)
+        self.snapshots = Snapshotter(
+            node_id,
+            blobs,
+            transport,
+            self.spawn,
+            self.metrics.snapshot,
+            config.snapshot_step_rows,
+            config.snapshot_step_pause_ms / 1000,
+        )
         self.driver = EpochDriver(
             config, transport, self.table, self.batch, self.replies, seqlog, self.snapshots, self.spawn
         )

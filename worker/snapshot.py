@@ -57,10 +57,13 @@ snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
 
 Rescheduled = tuple[int, int, int, int, Request]  # (partition, tid, offset, ts_ms, request)
 
-SLICE = 1_000
-"""Rows a snapshot splits or encodes between two returns to the event loop. Done at once, a snapshot of
-~5 000 writes and ~10 000 replies per worker (10 s at 2 000/s) held the loop 5-20 ms, and the epoch
-barrier with it (benchmarks/results/snapshot-stall.md)."""
+SLICE = 300
+"""Rows a snapshot splits or encodes between two returns to the event loop (``snapshot_step_rows``).
+Done at once, a snapshot of ~5 000 writes and ~10 000 replies per worker (10 s at 2 000/s) held the loop
+5-20 ms, and the epoch barrier with it. In steps of 1 000 rows run back to back, the epoch after the cut
+still took ~20 ms longer: every message of its many hops waited for a step, on every process.
+Steps of 300 rows 2 ms apart (``snapshot_step_pause_ms``) cut that to a few ms
+(benchmarks/results/snapshot-stall.md)."""
 
 T = TypeVar("T")
 Steps = Generator[None, None, T]
@@ -76,14 +79,14 @@ def run_steps(steps: Steps[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
 
 
-async def run_steps_async(steps: Steps[T]) -> T:
-    """``steps``, letting the event loop run whatever is ready between two of them."""
+async def run_steps_async(steps: Steps[T], pause_s: float = 0.0) -> T:
+    """``steps``, letting the event loop run between two of them: whatever is ready, and for ``pause_s``."""
     while True:
         try:
             next(steps)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        await asyncio.sleep(0)
+        await asyncio.sleep(pause_s)
 
 
 def capture_steps(
@@ -97,8 +100,9 @@ def capture_steps(
     seqlog_offset: int,
     replies: dict[int, list[Reply]],
     waiting: list[IngressRecord],
+    rows: int = SLICE,
 ) -> Steps[list[PartitionSnapshot]]:
-    """Split a delta map by partition into the parts of one snapshot, :data:`SLICE` writes per step
+    """Split a delta map by partition into the parts of one snapshot, ``rows`` writes per step
     (pure: :func:`run_steps` takes every step at once). Everything but ``delta`` and ``replies`` is read
     now; those two are read in the steps, so nothing may change them meanwhile (the worker takes them
     whole: :meth:`StateStore.take_delta <styx_py.worker.state.StateStore.take_delta>`)."""
@@ -120,7 +124,7 @@ def capture_steps(
         )
         for p in owned
     ]
-    return _split(delta, partition, {part.partition: part.writes for part in parts}, parts)
+    return _split(delta, partition, {part.partition: part.writes for part in parts}, parts, rows)
 
 
 def _split(
@@ -128,31 +132,32 @@ def _split(
     partition: dict[str, int],
     writes: dict[int, list[tuple[str, str | int, bytes | None]]],
     parts: list[PartitionSnapshot],
+    rows: int,
 ) -> Steps[list[PartitionSnapshot]]:
     for n, ((op, key), value) in enumerate(delta.items(), 1):
         writes[partition_of(key, partition[op])].append((op, key, value))
-        if n % SLICE == 0:
+        if n % rows == 0:
             yield
     return parts
 
 
-def encode_steps(part: PartitionSnapshot) -> Steps[bytes]:
-    """``part`` encoded (the same bytes as at once), its writes and replies :data:`SLICE` at a time."""
-    writes = yield from _array_steps(part.writes)
-    replies = yield from _array_steps(part.replies)
+def encode_steps(part: PartitionSnapshot, rows: int = SLICE) -> Steps[bytes]:
+    """``part`` encoded (the same bytes as at once), its writes and replies ``rows`` at a time."""
+    writes = yield from _array_steps(part.writes, rows)
+    replies = yield from _array_steps(part.replies, rows)
     return _encoder.encode(msgspec.structs.replace(part, writes=writes, replies=replies))
 
 
-def _array_steps(items: list[Any]) -> Steps[msgspec.Raw]:
-    """``items`` as one MessagePack array, encoded :data:`SLICE` items at a time and spliced: each slice's
+def _array_steps(items: list[Any], rows: int) -> Steps[msgspec.Raw]:
+    """``items`` as one MessagePack array, encoded ``rows`` items at a time and spliced: each slice's
     own array header (``0x90 | n`` below 16 items, else ``0xdc`` and two bytes) gives way to one for
     all of them (``0xdc`` and two bytes, or ``0xdd`` and four from 2**16 items)."""
-    if len(items) <= SLICE:
+    if len(items) <= rows:
         return msgspec.Raw(_encoder.encode(items))
     n = len(items)
     body = [b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")]
-    for start in range(0, n, SLICE):
-        data = _encoder.encode(items[start : start + SLICE])
+    for start in range(0, n, rows):
+        data = _encoder.encode(items[start : start + rows])
         body.append(data[1:] if data[0] < 0xDC else data[3:])
         yield
     return msgspec.Raw(b"".join(body))
@@ -178,13 +183,15 @@ def rows_by_partition(
     return resched, held
 
 
-async def upload(blobs: BlobStore, parts: Steps[list[PartitionSnapshot]]) -> tuple[int, int]:
-    """Split, encode and write every part, in steps; returns the parts and the bytes written. Any failure
-    propagates (the snapshot fails)."""
-    done = await run_steps_async(parts)
+async def upload(
+    blobs: BlobStore, parts: Steps[list[PartitionSnapshot]], rows: int = SLICE, pause_s: float = 0.0
+) -> tuple[int, int]:
+    """Split, encode (``rows`` at a time) and write every part, in steps ``pause_s`` apart; returns the
+    parts and the bytes written. Any failure propagates (the snapshot fails)."""
+    done = await run_steps_async(parts, pause_s)
     size = 0
     for part in done:
-        data = await run_steps_async(encode_steps(part))
+        data = await run_steps_async(encode_steps(part, rows), pause_s)
         size += len(data)
         await blobs.put(delta_key(part.partition, part.epoch), data)
     return len(done), size
@@ -219,12 +226,16 @@ class Snapshotter:
         transport: Transport,
         spawn: Callable[[Coroutine[Any, Any, None]], None],
         observe: UploadObserver,
+        rows: int = SLICE,
+        pause_s: float = 0.0,
     ) -> None:
         self.node_id = node_id
         self.blobs = blobs
         self.transport = transport
         self.spawn = spawn
         self.observe = observe
+        self.rows = rows  # per step of the split and the encoding (``snapshot_step_rows``)
+        self.pause_s = pause_s  # between two steps (``snapshot_step_pause_ms``)
         self.unconfirmed: Unconfirmed = {}  # a snapshot's deltas, until the coordinator confirms it
 
     def take(
@@ -256,7 +267,8 @@ class Snapshotter:
         assert self.blobs is not None, "snapshots need a blob store"
         started = time.perf_counter()
         try:
-            (count, size), _ = await asyncio.gather(upload(self.blobs, parts), flushed)
+            uploaded = upload(self.blobs, parts, self.rows, self.pause_s)
+            (count, size), _ = await asyncio.gather(uploaded, flushed)
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
             log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
             self.observe(False, time.perf_counter() - started, 0)

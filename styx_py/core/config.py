@@ -202,6 +202,16 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         int,
         Setting("if > 0, snapshot every this many epochs instead (deterministic tests)", "epochs", ge=0),
     ] = 0
+    snapshot_step_rows: Annotated[
+        int,
+        Setting(
+            "rows a worker splits or encodes for a snapshot before it lets the epochs run again", "rows", ge=1
+        ),
+    ] = 300
+    snapshot_step_pause_ms: Annotated[
+        float,
+        Setting("pause between two such steps, so that a snapshot never holds the worker's loop", "ms", ge=0),
+    ] = 2.0
     snapshot_compact_after: Annotated[
         int, Setting("merge a partition's deltas into one base beyond this many", "deltas", ge=1)
     ] = 8
