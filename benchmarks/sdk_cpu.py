@@ -42,6 +42,7 @@ from styx_py.benchmarks.driver import SdkSender, run_open_loop
 from styx_py.benchmarks.workload import Options
 from styx_py.benchmarks.workloads import make_workload
 from styx_py.client import StyxClient
+from styx_py.client.sdk.client import BUSY_LINGER_MS
 from styx_py.core.wire import Batch, Phase, PushedReply, Reply, ReplyStatus
 from styx_py.core.wire.frames import HEADER_BYTES, decode_batch, encode_frame
 from styx_py.core.wire.logs import NIL
@@ -217,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=8000.0)
     parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--busy-linger-ms", type=float, default=2.0, help="the client's busy linger")
+    parser.add_argument(
+        "--busy-linger-ms", type=float, default=BUSY_LINGER_MS, help="the client's busy linger"
+    )
     parser.add_argument("--stages", action="store_true", help="time each stage instead, warm and cold")
     parser.add_argument("--burst", type=int, default=8, help="requests per burst (--stages)")
     parser.add_argument("--bursts", type=int, default=4000, help="bursts timed (--stages)")

@@ -38,6 +38,7 @@ from styx_py.client import (
     TransactionFailed,
 )
 from styx_py.client.sdk import ClientStats, decode_reply
+from styx_py.client.sdk.client import BUSY_LINGER_MS
 from styx_py.client.sdk.pending import PendingTable
 from styx_py.client.sdk.requests import encode_request
 from styx_py.core.errors import ConfigError
@@ -244,7 +245,7 @@ async def test_a_burst_is_batched_and_lingers_and_one_request_at_a_time_never_wa
         cluster.client(timeout_s=20.0) as busy,
         cluster.client(timeout_s=20.0, busy_linger_ms=0) as eager,
     ):
-        assert busy.busy_linger_ms == 2.0 and busy.batching.records == 0
+        assert busy.busy_linger_ms == BUSY_LINGER_MS == 8.0 and busy.batching.records == 0
         for c in (busy, eager):
             results = await asyncio.gather(*(c.call("acct", i, "echo", i) for i in range(200)))
             assert [r["args"] for r in results] == [[i] for i in range(200)]
