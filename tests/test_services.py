@@ -106,6 +106,32 @@ def test_s3_rejects_wrong_credentials(s3: SeaweedS3) -> None:
         _put(wrong, "styx-snapshots", _unique("denied"), b"x")
 
 
+async def test_the_s3_blob_store_deletes_many_keys_in_few_requests_and_keeps_the_rest(s3: SeaweedS3) -> None:
+    """Retention (coordinator/snapshots.py) deletes a compaction's old objects with S3's multi-object
+    delete, up to 1 000 keys a request, not a request per key; missing keys are no error."""
+    from minio.error import S3Error
+
+    from styx_py.io.s3 import MinioBlobStore
+
+    store = MinioBlobStore(minio_client(s3.config), "styx-snapshots")
+    prefix = _unique("retain")
+    keys = [f"{prefix}/{i:05d}" for i in range(1_003)]
+    await asyncio.gather(*(store.put(k, b"x") for k in keys))
+    trace = io.StringIO()
+    store.client.trace_on(trace)  # minio writes every HTTP request it sends here
+    await store.delete([*keys[:1_001], f"{prefix}/missing"])
+    store.client.trace_off()
+    assert trace.getvalue().count("START-HTTP") == 2, "1 002 keys: two requests of up to 1 000"
+    assert await store.list(prefix) == keys[1_001:]
+    await store.delete([])
+    assert await store.list(prefix) == keys[1_001:]
+    wrong_keys = S3Config(s3.config.endpoint, s3.access_key, "not-it")
+    wrong = MinioBlobStore(minio_client(wrong_keys), "styx-snapshots")
+    with pytest.raises(S3Error):
+        await wrong.delete(keys[1_001:])
+    assert await store.list(prefix) == keys[1_001:]
+
+
 @pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "sigkill"])
 def test_seaweed_keeps_objects_across_restart(s3: SeaweedS3, hard: bool) -> None:
     key = _unique("durable/obj")
