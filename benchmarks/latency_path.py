@@ -81,11 +81,12 @@ def pushed_outcomes(urls: list[str]) -> dict[str, int]:
     return out
 
 
-def percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float], qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, float]:
+    """``p50``, … for each percentile in ``qs``, and the ``mean`` (empty without values)."""
     if not values:
         return {}
     s = sorted(values)
-    return {f"p{q:g}": round(s[min(len(s) - 1, int(len(s) * q / 100))], 2) for q in (50, 90, 99)} | {
+    return {f"p{q:g}": round(s[min(len(s) - 1, int(len(s) * q / 100))], 2) for q in qs} | {
         "mean": round(sum(s) / len(s), 2)
     }
 

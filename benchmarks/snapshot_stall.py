@@ -33,8 +33,10 @@ from typing import Any
 
 import uvloop
 
-from styx_py.benchmarks.latency_path import RESULTS, measure
+from styx_py.benchmarks.latency_path import RESULTS, measure, percentiles
 from styx_py.core.blobs import epoch_of
+from styx_py.core.config import Config
+from styx_py.io.s3 import MinioBlobStore
 from styx_py.stack.local import LocalStack
 from styx_py.stack.seaweed import minio_client
 
@@ -42,11 +44,6 @@ K = 10  # epochs after a snapshot that its stall is measured over
 BEFORE = {"STYX_SNAPSHOT_STEP_ROWS": "1000", "STYX_SNAPSHOT_STEP_PAUSE_MS": "0"}
 
 Row = tuple[float, float, float, float, int]  # scheduled, sent, replied, resolved (ms), epoch
-
-
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(len(s) * q))], 1) if s else 0.0
 
 
 def stalls(rows: list[Row], snapshots: list[int], k: int = K) -> dict[str, Any]:
@@ -75,15 +72,15 @@ def stalls(rows: list[Row], snapshots: list[int], k: int = K) -> dict[str, Any]:
         "epoch_gap_ms": round(gap, 2),
         "stall_ms": measured(snapshots),
         "baseline_ms": measured([s + 4 * k for s in snapshots]),
-        "latency_ms": {"p50": _pct(total, 0.5), "p99": _pct(total, 0.99), "p99.9": _pct(total, 0.999)},
+        "latency_ms": percentiles(total, (50, 99, 99.9)),
     }
 
 
-def snapshot_epochs(stack: LocalStack) -> list[int]:
+async def snapshot_epochs(stack: LocalStack) -> list[int]:
     """The epochs of the snapshots whose deltas are in S3 (every one, without compaction)."""
     assert stack.s3 is not None
-    names = minio_client(stack.s3.config).list_objects("styx-snapshots", "snapshots/", recursive=True)
-    return sorted({epoch_of(str(o.object_name)) for o in names})
+    blobs = MinioBlobStore(minio_client(stack.s3.config), Config().snapshot_bucket)
+    return sorted({epoch_of(key) for key in await blobs.list("snapshots/")})
 
 
 def run_once(rate: float, seconds: float, interval: float, env: dict[str, str]) -> dict[str, Any]:
@@ -95,7 +92,7 @@ def run_once(rate: float, seconds: float, interval: float, env: dict[str, str]) 
             stack.deploy("styx_py.benchmarks.bank:app")
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 out = runner.run(measure(stack, rate, seconds, keep_rows=True))
-            snaps = snapshot_epochs(stack)
+                snaps = runner.run(snapshot_epochs(stack))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     # The last snapshot may be cut off by the end of the run.
