@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokafka.errors import KafkaError
 
+from styx_py.benchmarks.cpu import loop_ms
 from styx_py.benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
 from styx_py.benchmarks.log_latency import log_latencies_ms
 from styx_py.benchmarks.workload import Options, Workload
@@ -404,6 +405,7 @@ async def bench(
                 replied, pushed = client.stats.replied, client.stats.pushed
                 requests_pushed = client.requests_pushed
                 batching = client.batching
+                loop_before = loop_ms()
                 result = await run_open_loop(
                     workload,
                     sender,
@@ -414,6 +416,12 @@ async def bench(
                     progress=lambda m: say(m, flush=True),
                     quiet=args.quiet,
                     processes=processes,
+                )
+                result.machine_loop_ms = {"before": loop_before, "after": loop_ms()}
+                say(
+                    f"  machine: a 10⁶-step Python loop took {loop_before:g} ms before the run, "
+                    f"{result.machine_loop_ms['after']:g} after (benchmarks/cpu.py loop_ms)",
+                    flush=True,
                 )
                 if isinstance(sender, SdkSender):
                     took = client.stats.replied - replied

@@ -9,12 +9,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ProcessCpu", "cpu_seconds", "wakeups"]
+__all__ = ["ProcessCpu", "cpu_seconds", "loop_ms", "wakeups"]
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def loop_ms(repeat: int = 5) -> float:
+    """How fast this machine runs Python now: the best of ``repeat`` timings, in ms, of a fixed loop of
+    10⁶ steps (a fraction of a second in all).
+
+    The CPU of the 2-core VM these results come from is not equally fast all day: ten times this loop
+    took from 0.23 to 1.56 s at different hours, and every latency and CPU figure moved with it
+    (benchmarks/results/issue15-client.md, issue15-pushreq.md). Every result carries this, taken just
+    before and after its run, so two runs can be told apart by the machine as well as by the code."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        [0 for _ in range(1_000_000)]
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 1)
 
 
 def _stat(pid: int) -> list[str]:

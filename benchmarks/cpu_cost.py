@@ -40,7 +40,7 @@ from pathlib import Path
 
 import uvloop
 
-from styx_py.benchmarks.cpu import ProcessCpu
+from styx_py.benchmarks.cpu import ProcessCpu, loop_ms
 from styx_py.benchmarks.driver import SdkSender, run_open_loop
 from styx_py.benchmarks.raw_load import RawSettings, run_raw
 from styx_py.benchmarks.workload import Options
@@ -88,6 +88,7 @@ async def measure(
             await workload.load(client, progress=lambda _: None)
         sender = SdkSender(client, 60)
         await run_open_loop(workload, sender, rate=rate, duration_s=1, warmup_s=0, progress=None)
+        loop_before = loop_ms()
         cpu = ProcessCpu(pids)
         cpu.start()
         profiler = cProfile.Profile() if profile else None
@@ -102,6 +103,7 @@ async def measure(
             profiler.dump_stats(profile)
         wall = time.perf_counter() - t0
         cpu.stop()
+        loop_after = loop_ms()
     p = result.percentiles_ms()
     print(
         f"YCSB-T at {rate:g}/s for {seconds:g} s: {result.sent} sent, {result.answered} answered, "
@@ -125,6 +127,7 @@ async def measure(
         f"{st.unmatched_ignored} unmatched ignored"
     )
     client_cpu = cpu.used["client+driver"]
+    print(f"  machine: a 10⁶-step Python loop took {loop_before:g} ms before the run, {loop_after:g} after")
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
 
 
@@ -134,12 +137,14 @@ async def measure_raw(
     """The floor: :func:`run_raw` (bare aiokafka) against the echo responder, 1 s warm-up first."""
     settings = RawSettings(bootstrap, {"account": 4}, linger_ms=linger_ms)
     await run_raw(settings, rate, 1.0)
+    loop_before = loop_ms()
     cpu = ProcessCpu(pids)
     cpu.start()
     t0 = time.perf_counter()
     result = await run_raw(settings, rate, seconds)
     wall = time.perf_counter() - t0
     cpu.stop()
+    loop_after = loop_ms()
     print(
         f"raw aiokafka at {rate:g}/s for {seconds:g} s: {result.sent} sent, {result.answered} answered "
         f"(last reply after {result.wall_s:.1f} s)"
@@ -151,6 +156,7 @@ async def measure_raw(
             f"{cpu.woken[name] / wall:6.0f} wake-ups/s"
         )
     client_cpu = cpu.used["client+driver"]
+    print(f"  machine: a 10⁶-step Python loop took {loop_before:g} ms before the run, {loop_after:g} after")
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
 
 

@@ -250,6 +250,8 @@ class RunResult:
     # for more first (busy linger, styx_py/io/batching.py); None through the gateway.
     requests_per_batch: float | None = None
     batches_lingered_share: float | None = None
+    # How fast the machine ran Python just before and just after the run (benchmarks.cpu.loop_ms).
+    machine_loop_ms: dict[str, float] | None = None  # {"before": ms, "after": ms}
 
     @property
     def throughput(self) -> float:
@@ -353,6 +355,7 @@ class RunResult:
             **({} if (share := self.requests_pushed_share) is None else {"requests_pushed_share": share}),
             **({} if (per := self.requests_per_batch) is None else {"requests_per_batch": per}),
             **({} if (share := self.batches_lingered_share) is None else {"batches_lingered_share": share}),
+            **({} if (loop := self.machine_loop_ms) is None else {"machine_loop_ms": loop}),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
             "latency_ms": self.percentiles_ms(),

@@ -461,7 +461,11 @@ def test_styx_bench_starts_its_own_cluster_and_goes_through_http(
         assert all(cpu[name] > 0 for name in ("w1", "w2", "tansu", "client")), cpu
         assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"), abs=1), cpu
         assert set(r["drift"]) == {"p50_slope_ms_per_s", "p50_first_third_ms", "p50_last_third_ms"}
+        # How fast the machine ran Python around the run: timed, not left out.
+        assert set(r["machine_loop_ms"]) == {"before", "after"}, r
+        assert all(v > 0 for v in r["machine_loop_ms"].values()), r
     assert "CPU µs per transaction: " in printed
+    assert printed.count("machine: a 10⁶-step Python loop took ") == 2, printed
     # Through the gateway the requests are not this client's: no latency read from the logs.
     assert all("latency_log_ms" not in r for r in runs) and "log to log" not in printed
     assert list(out.glob("ycsbt-sweep-*-sweep.png"))
