@@ -291,11 +291,11 @@ async def test_the_reader_rests_only_while_pushed_marked_not_overdue_and_settled
         wall_ms=lambda: wall[0],
         settled=lambda: settled[0],
     )
-    assert not rest.may_rest()  # no mark yet
-    rest.mark([(0, 5)])
-    assert rest.may_rest()
+    assert rest.may_rest()  # nothing in flight: nothing to read for, marks or not
     entry = table.add("r1", asyncio.get_running_loop().create_future(), b"fp")
     entry.stamp = wall[0]
+    assert not rest.may_rest()  # in flight, and no mark yet
+    rest.mark([(0, 5)])
     assert rest.may_rest()  # in flight, not overdue
     wall[0] += int(MISS_S * 1000)
     assert not rest.may_rest()  # overdue: its reply may be in the log only
@@ -310,6 +310,12 @@ async def test_the_reader_rests_only_while_pushed_marked_not_overdue_and_settled
     assert not rest.may_rest()  # no mark for STALE_S
     rest.mark([(0, 6)])
     assert rest.may_rest()
+    now[0] += STALE_S
+    entry.waiters += 1  # its one caller gives up: the request leaves the table
+    table.leave("r1", entry)
+    assert len(table) == 0 and rest.may_rest(), "no mark for STALE_S, but nothing in flight"
+    healthy[0] = False
+    assert not rest.may_rest(), "a subscription down: read, in flight or not"
 
 
 # ---- on real services ------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from styx_py.core.wire import (
 )
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.services import TansuBroker, create_topics
-from styx_py.worker.ingress import EXCUSE_S, HOLD_S, PUSHED_FETCH_WAIT_MS, KafkaIngress, PushPace
+from styx_py.worker.ingress import EXCUSE_S, HOLD_S, IDLE_S, PUSHED_FETCH_WAIT_MS, KafkaIngress, PushPace
 from tests.test_transport_security import until
 
 # ---- the fetch wait while requests come pushed (pure) -----------------------------------------------
@@ -58,6 +58,25 @@ def test_the_fetch_waits_longer_only_while_requests_are_pushed() -> None:
     pace.pushed(30.0 + HOLD_S / 2)
     pace.pushed(30.0 + HOLD_S)
     assert pace.floor_ms(30.0 + HOLD_S) == PUSHED_FETCH_WAIT_MS
+
+
+def test_an_idle_ingress_waits_longer_until_a_record_comes_either_way() -> None:
+    pace = PushPace(idle_ms=100)
+    assert pace.floor_ms(0.0) == 100, "no record ever came: idle"
+    pace.fetched(5.0)
+    assert pace.floor_ms(5.0) == 0 and pace.floor_ms(5.0 + IDLE_S - 0.01) == 0, "the configured wait"
+    assert pace.floor_ms(5.0 + IDLE_S) == 100, "a second without a record: idle again"
+    pace.pushed(8.0)
+    assert pace.floor_ms(8.0) == 0, "a pushed record ends it too"
+    # Records pushed for HOLD_S: the pushed wait; once the pushes stop, the idle wait after IDLE_S.
+    _pushed_steadily(pace, 8.0, 8.0 + HOLD_S)
+    assert pace.floor_ms(8.0 + HOLD_S) == PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(8.0 + HOLD_S + IDLE_S) == 100
+    # The longer of the two when both hold, and none without an idle wait (the default).
+    short = PushPace(idle_ms=PUSHED_FETCH_WAIT_MS - 1)
+    _pushed_steadily(short, 0.0, HOLD_S)
+    assert short.floor_ms(HOLD_S + IDLE_S) == PUSHED_FETCH_WAIT_MS
+    assert PushPace().floor_ms(0.0) == 0
 
 
 def _pushed_steadily(pace: PushPace, start: float, end: float) -> None:
@@ -109,7 +128,9 @@ def _request(rid: str, amount: int = 1) -> Request:
 async def test_pushed_records_are_taken_in_offset_order_once_and_compared_with_the_topic(
     kafka: TansuBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = load_config({"ingress_topic": f"push-{uuid.uuid4().hex[:8]}"}, env={})
+    # No idle wait: what is checked here is the wait while records come pushed.
+    overrides = {"ingress_topic": f"push-{uuid.uuid4().hex[:8]}", "kafka_idle_fetch_wait_ms": 0}
+    config = load_config(overrides, env={})
     topic = config.ingress_topic
     await create_topics(kafka.bootstrap, {topic: 2})
     stored: list[PushedRequest] = []  # what a client pushes: the record as acknowledged
@@ -175,7 +196,9 @@ async def test_pushed_records_are_taken_in_offset_order_once_and_compared_with_t
 
 
 async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(kafka: TansuBroker) -> None:
-    config = load_config({"ingress_topic": f"push-{uuid.uuid4().hex[:8]}"}, env={})
+    # No idle wait: what is checked here is the wait while records come pushed.
+    overrides = {"ingress_topic": f"push-{uuid.uuid4().hex[:8]}", "kafka_idle_fetch_wait_ms": 0}
+    config = load_config(overrides, env={})
     topic = config.ingress_topic
     await create_topics(kafka.bootstrap, {topic: 1})
     ingress = KafkaIngress(kafka.bootstrap, config)
@@ -209,6 +232,43 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(ka
         now[0] += EXCUSE_S  # and its push never comes
         await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "the wait back", 30)
         assert ingress.pace.unpushed == 1 and ingress.push_mismatches == 0
+    finally:
+        fetching.cancel()
+        await asyncio.wait([fetching])
+        await producer.stop()
+        await ingress.stop()
+
+
+async def test_an_idle_ingress_fetches_with_the_idle_wait_until_a_record_comes(kafka: TansuBroker) -> None:
+    config = load_config({"ingress_topic": f"idle-{uuid.uuid4().hex[:8]}"}, env={})
+    assert config.kafka_idle_fetch_wait_ms > config.kafka_fetch_wait_ms
+    topic = config.ingress_topic
+    await create_topics(kafka.bootstrap, {topic: 1})
+    ingress = KafkaIngress(kafka.bootstrap, config)
+    await ingress.start()
+    fetching = asyncio.create_task(ingress.run())
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
+    await producer.start()
+    try:
+        ingress.assign([0])
+        await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_idle_fetch_wait_ms, "idle", 30)
+        # A record nobody pushed: fetched (after up to half the idle wait), and the wait is short again
+        # before anyone can take it.
+        key, value = b"r0", request_encoder.encode(_request("r0"))
+        meta = await producer.send_and_wait(topic, value, key=key, partition=0)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (taken := ingress.take(10)):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
+        assert [r.request.request_id for r in taken] == ["r0"]
+        assert ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms
+        await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_idle_fetch_wait_ms, "idle", 30)
+        # A pushed record ends the idle wait as well (taken at once, the wait short from the next fetch).
+        key, value = b"r1", request_encoder.encode(_request("r1"))
+        meta = await producer.send_and_wait(topic, value, key=key, partition=0, timestamp_ms=7_000)
+        ingress.offer(PushedRequest(0, 0, meta.offset, 7_000, key, value))
+        assert [r.request.request_id for r in ingress.take(10)] == ["r1"]
+        await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "short again", 30)
     finally:
         fetching.cancel()
         await asyncio.wait([fetching])

@@ -219,8 +219,8 @@ class _Collector(Collector):
             yield pushed
             yield GaugeMetricFamily(
                 "styx_worker_ingress_fetch_wait_ms",
-                "the ingress consumer's fetch wait now: longer while the requests come pushed, or while the "
-                "broker starves it (styx_py/io/fetching.py)",
+                "the ingress consumer's fetch wait now: longer while idle, while requests come pushed, or "
+                "while the broker starves it (styx_py/io/fetching.py)",
                 value=self.ingress.fetch_wait.applied_ms,
             )
         if self.sink is not None:
