@@ -61,9 +61,10 @@ async def measure(
     profile: str | None = None,
     busy_linger_ms: float = BUSY_LINGER_MS,
     push_requests: bool = True,
-) -> None:
+) -> bool:
     """Warm up for 1 s, then measure ``seconds`` at ``rate``; through the coordinator's cluster, or
-    (``coordinator`` None) straight to the echo responder's topics."""
+    (``coordinator`` None) straight to the echo responder's topics. True when every request of the
+    measured run was answered."""
     workload = make_workload("ycsbt", Options())
     if coordinator is not None:
         connect = StyxClient.connect(
@@ -129,6 +130,7 @@ async def measure(
     client_cpu = cpu.used["client+driver"]
     print(f"  machine: a 10⁶-step Python loop took {loop_before:g} ms before the run, {loop_after:g} after")
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
+    return result.answered == result.sent
 
 
 async def measure_raw(
@@ -231,6 +233,7 @@ def main() -> int:
         parser.error("--client raw needs --cluster echo (its requests are not real transactions)")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     data_dir = Path(tempfile.mkdtemp(prefix="styx-cpu-"))
+    complete = False
     try:
         coordinator: str | None
         with contextlib.ExitStack() as stack:
@@ -243,8 +246,9 @@ def main() -> int:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 if args.client == "raw":
                     runner.run(measure_raw(bootstrap, pids, args.rate, args.seconds, args.linger_ms))
+                    complete = True
                 else:
-                    runner.run(
+                    complete = runner.run(
                         measure(
                             coordinator,
                             bootstrap,
@@ -258,8 +262,12 @@ def main() -> int:
                         )
                     )
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
-    return 0
+        if complete:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        else:
+            # A run that lost requests (or failed) is worth a look: its processes' logs are kept.
+            print(f"not every request was answered: the cluster's logs are kept in {data_dir}", flush=True)
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

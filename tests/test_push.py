@@ -11,6 +11,8 @@ while every worker pushes); a dropped subscription is made again, and replies ke
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 import time
 from collections import Counter
 
@@ -101,6 +103,32 @@ def test_a_worker_pushes_to_a_bounded_number_of_clients() -> None:
     assert feed.subscribe("client-0")  # already there
     feed.drop("client-0")
     assert feed.subscribe("client-one-too-many")
+
+
+async def test_a_worker_that_cannot_be_reached_is_asked_for_again_without_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker down (its port closed): each subscription attempt ends quietly and the client asks for
+    the workers again; it used to end in a KeyError, logged as an error at every attempt."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()  # nothing listens there now
+
+    async def status() -> dict[str, object]:
+        return {"workers": [{"address": address}]}
+
+    push = WorkerLinks(status, "unreachable-secret", "client-alone", lambda _: None, 10.0, known={address})
+    with caplog.at_level(logging.DEBUG, logger="styx.client"):
+        task = asyncio.get_running_loop().create_task(push.run())
+        try:
+            await until(lambda: push.asked >= 1, "asked again after the attempt failed", 30)
+        finally:
+            task.cancel()
+            await asyncio.wait([task])
+    assert not push.healthy and push.writers == {}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("no replies pushed from " + address in r.getMessage() for r in caplog.records)
 
 
 async def test_a_refused_client_reads_that_workers_replies_from_the_log_and_does_not_ask_again() -> None:

@@ -294,7 +294,7 @@ class WorkerLinks:
             log.log(level, "%s: no replies pushed from %s (%r); egress has them", self.name, address, exc)
         finally:
             self.subscribed.discard(address)
-            if self.writers.get(address) is writer:
+            if writer is not None and self.writers.get(address) is writer:
                 del self.writers[address]
             if writer is not None:
                 writer.close()
