@@ -12,15 +12,17 @@ event-loop tick in one frame, and nothing to a worker it is not subscribed on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from styx_py.client.sdk.push import PUSH_BELOW_RATE, WorkerLinks
-from styx_py.core.config import load_config
+from styx_py.core.config import Config, load_config
 from styx_py.core.wire import (
     HEADER_BYTES,
     Batch,
@@ -195,20 +197,44 @@ async def test_pushed_records_are_taken_in_offset_order_once_and_compared_with_t
         await ingress.stop()
 
 
-async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(kafka: TansuBroker) -> None:
-    # No idle wait: what is checked here is the wait while records come pushed.
-    overrides = {"ingress_topic": f"push-{uuid.uuid4().hex[:8]}", "kafka_idle_fetch_wait_ms": 0}
+@contextlib.asynccontextmanager
+async def _fetching_ingress(
+    kafka: TansuBroker, overrides: dict[str, object]
+) -> AsyncIterator[tuple[Config, KafkaIngress, AIOKafkaProducer]]:
+    """A worker's ingress of a new one-partition topic, its fetch loop running (from ``assign``), and a
+    producer to that topic."""
     config = load_config(overrides, env={})
-    topic = config.ingress_topic
-    await create_topics(kafka.bootstrap, {topic: 1})
+    await create_topics(kafka.bootstrap, {config.ingress_topic: 1})
     ingress = KafkaIngress(kafka.bootstrap, config)
     await ingress.start()
     fetching = asyncio.create_task(ingress.run())
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
     await producer.start()
-    now = [1_000.0]
-    ingress.clock = lambda: now[0]  # the pace's clock: HOLD_S of pushes without waiting for them
     try:
+        yield config, ingress, producer
+    finally:
+        fetching.cancel()
+        await asyncio.wait([fetching])
+        await producer.stop()
+        await ingress.stop()
+
+
+async def _fetched(ingress: KafkaIngress) -> list[str]:
+    """The request ids of the next records the fetch brings (waiting up to 30 s for them)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while not (taken := ingress.take(10)):
+        assert asyncio.get_running_loop().time() < deadline, "the fetch brought nothing"
+        await asyncio.sleep(0.02)
+    return [r.request.request_id for r in taken]
+
+
+async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(kafka: TansuBroker) -> None:
+    # No idle wait: what is checked here is the wait while records come pushed.
+    overrides = {"ingress_topic": f"push-{uuid.uuid4().hex[:8]}", "kafka_idle_fetch_wait_ms": 0}
+    async with _fetching_ingress(kafka, overrides) as (config, ingress, producer):
+        topic = config.ingress_topic
+        now = [1_000.0]
+        ingress.clock = lambda: now[0]  # the pace's clock: HOLD_S of pushes without waiting for them
         ingress.assign([0])
         got: list[str] = []
         for i in range(21):
@@ -224,43 +250,27 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(ka
         # A producer that does not push: its record is fetched, and the wait is short again.
         key, value = b"np", request_encoder.encode(_request("np"))
         await producer.send_and_wait(topic, value, key=key, partition=0)
-        deadline = asyncio.get_running_loop().time() + 30
-        while not (taken := ingress.take(10)):
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.02)
-        assert [r.request.request_id for r in taken] == ["np"]
+        assert await _fetched(ingress) == ["np"]
         now[0] += EXCUSE_S  # and its push never comes
         await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "the wait back", 30)
         assert ingress.pace.unpushed == 1 and ingress.push_mismatches == 0
-    finally:
-        fetching.cancel()
-        await asyncio.wait([fetching])
-        await producer.stop()
-        await ingress.stop()
 
 
 async def test_an_idle_ingress_fetches_with_the_idle_wait_until_a_record_comes(kafka: TansuBroker) -> None:
-    config = load_config({"ingress_topic": f"idle-{uuid.uuid4().hex[:8]}"}, env={})
-    assert config.kafka_idle_fetch_wait_ms > config.kafka_fetch_wait_ms
-    topic = config.ingress_topic
-    await create_topics(kafka.bootstrap, {topic: 1})
-    ingress = KafkaIngress(kafka.bootstrap, config)
-    await ingress.start()
-    fetching = asyncio.create_task(ingress.run())
-    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
-    await producer.start()
-    try:
+    async with _fetching_ingress(kafka, {"ingress_topic": f"idle-{uuid.uuid4().hex[:8]}"}) as (
+        config,
+        ingress,
+        producer,
+    ):
+        assert config.kafka_idle_fetch_wait_ms > config.kafka_fetch_wait_ms
+        topic = config.ingress_topic
         ingress.assign([0])
         await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_idle_fetch_wait_ms, "idle", 30)
         # A record nobody pushed: fetched (after up to half the idle wait), and the wait is short again
         # before anyone can take it.
         key, value = b"r0", request_encoder.encode(_request("r0"))
-        meta = await producer.send_and_wait(topic, value, key=key, partition=0)
-        deadline = asyncio.get_running_loop().time() + 30
-        while not (taken := ingress.take(10)):
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.02)
-        assert [r.request.request_id for r in taken] == ["r0"]
+        await producer.send_and_wait(topic, value, key=key, partition=0)
+        assert await _fetched(ingress) == ["r0"]
         assert ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms
         await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_idle_fetch_wait_ms, "idle", 30)
         # A pushed record ends the idle wait as well (taken at once, the wait short from the next fetch).
@@ -269,11 +279,6 @@ async def test_an_idle_ingress_fetches_with_the_idle_wait_until_a_record_comes(k
         ingress.offer(PushedRequest(0, 0, meta.offset, 7_000, key, value))
         assert [r.request.request_id for r in ingress.take(10)] == ["r1"]
         await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "short again", 30)
-    finally:
-        fetching.cancel()
-        await asyncio.wait([fetching])
-        await producer.stop()
-        await ingress.stop()
 
 
 # ---- the client's side, against a stand-in worker ---------------------------------------------------
