@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokafka.errors import KafkaError
 
-from styx_py.benchmarks.cpu import loop_ms
+from styx_py.benchmarks.cpu import loop_ms, machine_line
 from styx_py.benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run_open_loop
 from styx_py.benchmarks.log_latency import log_latencies_ms
 from styx_py.benchmarks.workload import Options, Workload
@@ -417,12 +417,9 @@ async def bench(
                     quiet=args.quiet,
                     processes=processes,
                 )
-                result.machine_loop_ms = {"before": loop_before, "after": loop_ms()}
-                say(
-                    f"  machine: a 10⁶-step Python loop took {loop_before:g} ms before the run, "
-                    f"{result.machine_loop_ms['after']:g} after (benchmarks/cpu.py loop_ms)",
-                    flush=True,
-                )
+                loop_after = loop_ms()
+                result.machine_loop_ms = {"before": loop_before, "after": loop_after}
+                say(f"  {machine_line(loop_before, loop_after)} (benchmarks/cpu.py loop_ms)", flush=True)
                 if isinstance(sender, SdkSender):
                     took = client.stats.replied - replied
                     result.replies_pushed_share = round((client.stats.pushed - pushed) / max(1, took), 4)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import uvloop
 
-from styx_py.benchmarks.cpu import ProcessCpu, loop_ms
+from styx_py.benchmarks.cpu import ProcessCpu, loop_ms, machine_line
 from styx_py.benchmarks.driver import SdkSender, run_open_loop
 from styx_py.benchmarks.raw_load import RawSettings, run_raw
 from styx_py.benchmarks.workload import Options
@@ -128,7 +128,7 @@ async def measure(
         f"{st.unmatched_ignored} unmatched ignored"
     )
     client_cpu = cpu.used["client+driver"]
-    print(f"  machine: a 10⁶-step Python loop took {loop_before:g} ms before the run, {loop_after:g} after")
+    print(f"  {machine_line(loop_before, loop_after)}")
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
     return result.answered == result.sent
 
@@ -158,7 +158,7 @@ async def measure_raw(
             f"{cpu.woken[name] / wall:6.0f} wake-ups/s"
         )
     client_cpu = cpu.used["client+driver"]
-    print(f"  machine: a 10⁶-step Python loop took {loop_before:g} ms before the run, {loop_after:g} after")
+    print(f"  {machine_line(loop_before, loop_after)}")
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
 
 

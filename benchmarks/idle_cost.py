@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from styx_py.benchmarks.cpu import ProcessCpu, loop_ms
+from styx_py.benchmarks.cpu import ProcessCpu, loop_ms, machine_line
 from styx_py.benchmarks.cpu_cost import styx_cluster
 from styx_py.client import StyxClient
 
@@ -52,10 +52,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=10.0, help="measured time of each part")
     args = parser.parse_args()
-    with styx_cluster(Path(tempfile.mkdtemp(prefix="styx-idle-"))) as (coordinator, _, pids):
+    with (
+        tempfile.TemporaryDirectory(prefix="styx-idle-", ignore_cleanup_errors=True) as data_dir,
+        styx_cluster(Path(data_dir)) as (coordinator, _, pids),
+    ):
         before = loop_ms()
         asyncio.run(_run(coordinator, pids, args.seconds))
-    print(f"machine: a 10⁶-step Python loop took {before:g} ms before the run, {loop_ms():g} after")
+    print(machine_line(before, loop_ms()))
     return 0
 
 
