@@ -55,24 +55,6 @@ async def test_one_step_invocations_need_no_task_and_keep_fifo_order() -> None:
     assert group.tasks == []
 
 
-async def test_drained_is_called_once_a_drain_ran_its_invocations() -> None:
-    """The worker sends what a drain's invocations sent as the drain ends (``Transport.flush``), not
-    after the loop's other callbacks."""
-    events: list[str] = []
-
-    async def run(es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
-        events.append(f"ran {inv.tid}")
-
-    async with asyncio.TaskGroup() as tg:
-        runner = InvocationRunner(run, Group(tg).spawn, lambda: events.append("drained"))
-        for tid in (1, 2):
-            runner.start(EpochState(1, 0), invoke(tid), None)
-        await settle()
-        runner.start(EpochState(1, 0), invoke(3), None)
-        await settle()
-    assert events == ["ran 1", "ran 2", "drained", "ran 3", "drained"]
-
-
 async def test_a_suspended_invocation_becomes_a_task_and_resumes_with_the_value() -> None:
     loop = asyncio.get_running_loop()
     slot: asyncio.Future[str] = loop.create_future()

@@ -198,30 +198,6 @@ async def test_authenticated_nodes_talk_both_ways() -> None:
         assert not coordinator.refused and not worker.refused
 
 
-async def test_what_handling_a_frame_sends_leaves_before_the_other_callbacks_of_the_tick() -> None:
-    """An answer sent while a frame is handled is written once the frame is handled, not after every
-    callback the loop had queued by then (a fetch response to decode, another connection's frame)."""
-    loop = asyncio.get_running_loop()
-    waiting_when_the_next_callback_ran: list[dict[str, Any]] = []
-
-    def answer(src: str, msg: Message) -> None:
-        assert isinstance(msg, Heartbeat)
-        # Queued before the answer is sent: it runs after this frame, with the answer already gone.
-        loop.call_soon(lambda: waiting_when_the_next_callback_ran.append(dict(worker.transport.buffers)))
-        worker.transport.send(src, Heartbeat("w1", msg.epoch + 1))
-
-    coordinator_node, worker_node = Node("coordinator", "coordinator"), Node("w1", "worker", handler=answer)
-    async with coordinator_node as coordinator, worker_node as worker:
-        worker.transport.set_address("coordinator", "127.0.0.1", coordinator.transport.port)
-        worker.transport.send("coordinator", Heartbeat("w1", 0))  # the worker dials
-        await until(lambda: len(coordinator.got) == 1, "the coordinator hears the worker")
-        for seq in (10, 20):
-            coordinator.transport.send("w1", Heartbeat("coordinator", seq))
-        await until(lambda: len(coordinator.got) == 3, "both answers arrive")
-    assert [m for _, m in coordinator.got[1:]] == [Heartbeat("w1", 11), Heartbeat("w1", 21)]
-    assert waiting_when_the_next_callback_ran == [{}, {}]
-
-
 async def test_a_node_with_another_secret_is_refused_both_ways() -> None:
     other = "another-cluster-secret-0123"
     async with Node("coordinator", "coordinator") as coordinator, Node("w1", "worker", secret=other) as w1:

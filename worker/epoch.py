@@ -98,7 +98,7 @@ class EpochDriver:
         self.snapshots = snapshots
         self.spawn = spawn
         # Invocations run without a task of their own unless they wait (runner.py).
-        self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn, transport.flush)
+        self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn)
         self.store = StateStore()
         # Graph versions this worker loaded (prepared for a code update, or named by a view): a live
         # epoch runs the one its EpochStart names, a replayed one the one its log entry names, so the
@@ -354,7 +354,6 @@ class EpochDriver:
             await written
             if es.gen == self.gen:
                 then()
-                self.transport.flush()
 
         self.spawn(later())
 

@@ -2,8 +2,8 @@
 
 A client subscribes on its connection, whose node id its requests name in ``Request.reply_to``; every
 reply that :class:`~styx_py.worker.replies.ReplyOut` hands to the egress producer for a request that
-names a subscribed client is also sent to that client, at once (the transport batches what one unit of
-work sends into one frame per connection). So a push carries exactly what goes to the log, at the moment it
+names a subscribed client is also sent to that client, in the same event-loop tick (the transport batches
+one frame per connection per tick). So a push carries exactly what goes to the log, at the moment it
 goes: after every worker's sequencer-log entry of the epoch is durable (the Votes wait for it), with
 the fencing and holding of :meth:`ReplyOut.emit`. A replayed epoch produces the same replies
 (determinism), so a client that took the pushed copy and then sees the logged one sees the same.
@@ -44,7 +44,7 @@ class ReplyFeed:
         acked: Callable[[], dict[int, int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.send = send  # the worker's transport: one frame per connection per unit of work
+        self.send = send  # the worker's transport: buffered, one frame per connection per tick
         # Egress partition -> packed offset below which the broker acknowledged this worker's replies
         # (the egress sink's offsets()); None: no marks.
         self.acked = acked

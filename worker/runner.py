@@ -38,13 +38,11 @@ RunFunction = Callable[[EpochState, Invoke, CachedInvocation | None], Coroutine[
 
 class InvocationRunner:
     """``run(es, inv, cached)`` makes an invocation's coroutine (the executor's ``run_invocation``
-    bound to its host); ``spawn`` makes a task of the worker's task group; ``drained`` is called once
-    the invocations of a drain ran (the worker sends what they sent: ``Transport.flush``)."""
+    bound to its host); ``spawn`` makes a task of the worker's task group."""
 
-    def __init__(self, run: RunFunction, spawn: Spawn, drained: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, run: RunFunction, spawn: Spawn) -> None:
         self.run = run
         self.spawn = spawn
-        self.drained = drained
         self.ready: deque[Run] = deque()
         self.scheduled = False
         self.closed = False
@@ -83,7 +81,6 @@ class InvocationRunner:
                 self._spawn(_resume(coro, waiting_for), coro)
         finally:
             self.scheduled = False
-        self.drained()
 
     def _spawn(self, task_body: Coroutine[Any, Any, None], *started: Coroutine[Any, Any, None]) -> None:
         try:

@@ -36,10 +36,6 @@ class Transport(Protocol):
 
     def send(self, dest: str, msg: Message) -> None: ...
 
-    def flush(self) -> None:
-        """Send what ``send`` buffered now (a unit of work that sends is over)."""
-        ...
-
 
 class Ingress(Protocol):
     def assign(self, partitions: list[int]) -> None: ...

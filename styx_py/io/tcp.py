@@ -1,10 +1,8 @@
 """Length-prefixed msgspec frames over asyncio TCP, batched per destination, on authenticated connections.
 
 ``send`` never blocks: messages are appended to the destination's buffer and every buffer is
-flushed as one frame (a :class:`~styx_py.core.wire.Batch`): once the frame whose messages caused the
-sends has been handled, when the owner calls :meth:`TcpTransport.flush` at the end of a unit of work
-of its own, and otherwise at the end of the event-loop tick. Each sender uses one connection per
-destination, so every channel is FIFO, which the epoch protocol relies on.
+flushed once per event-loop tick as one frame (a :class:`~styx_py.core.wire.Batch`). Each sender uses one
+connection per destination, so every channel is FIFO, which the epoch protocol relies on.
 A peer is reached on the connection it opened to us or on one we dial from the addresses in the
 cluster view.
 
@@ -96,7 +94,7 @@ class TcpTransport:
         self.budget = InboundBudget(self.limits.inbound_bytes)
         self.refusals = Refusals(node_id, self.clock)
         self.server: asyncio.Server | None = None
-        self._flush_handle: asyncio.Handle | None = None  # the end-of-tick flush, once anything waits
+        self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.on_disconnect: Callable[[str], None] | None = None
         self.incarnation = uuid.uuid4().hex
@@ -152,24 +150,12 @@ class TcpTransport:
         if buf is None:
             buf = self.buffers[dest] = []
         buf.append(msg)
-        if self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
-
-    def flush(self) -> None:
-        """Send what is buffered now, not at the end of the loop tick.
-
-        At the end of the tick, what was sent waits behind every other callback of that tick: a fetch
-        response being decoded, another connection's frame. On a worker that was 0.4 ms on average at
-        2 000/s (p90 1 ms), on every message of the epoch protocol. Called when a unit of work that
-        sends is over (a frame handled here, the invocations run by one drain), so what it sent to one
-        destination still leaves as one frame."""
-        handle = self._flush_handle
-        if handle is not None:
-            handle.cancel()
-            self._flush()
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flush_handle = None
+        self._flush_scheduled = False
         if self.failure is not None:
             self.buffers.clear()  # sent by a process in an unknown state: better lost
             return
@@ -333,7 +319,6 @@ class TcpTransport:
         except Exception as exc:  # noqa: BLE001 - not swallowed: run() raises it and the process ends
             self._fail(exc, f"{type(msg).__name__} from {peer}")
             return False
-        self.flush()  # what handling the frame sent (a reply to it, a report it completed) leaves now
         return True
 
     def _fail(self, exc: Exception, what: str) -> None:

@@ -144,9 +144,6 @@ class MemoryTransport:
         if not self.dead:
             self.network.send(self.node_id, dest, msg)
 
-    def flush(self) -> None:
-        """Nothing is buffered here: every message is scheduled for delivery as it is sent."""
-
 
 class MemoryLog:
     """Topics of partitions of records; listeners hear appends (like a consumer's fetch)."""
