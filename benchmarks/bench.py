@@ -307,7 +307,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     ) as stack,
                 ):
                     stack.deploy(workload.app)
-                    print(f"deployed {workload.app}", flush=True)
+                    # The address, for `styx status` while it runs (with the same STYX_CLUSTER_SECRET).
+                    print(f"deployed {workload.app} on the coordinator at {stack.coordinator}", flush=True)
                     with _supervised(stack):
                         runs += _run_fast(
                             bench(

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -450,6 +451,9 @@ def test_styx_bench_starts_its_own_cluster_and_goes_through_http(
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert printed.count("starting a local cluster") == 2 and printed.count("check: OK") == 2
+    # Where each cluster's coordinator listens, so `styx status` can look at a run while it goes.
+    deployed = re.findall(r"^deployed \S+ on the coordinator at 127\.0\.0\.1:\d+$", printed, re.M)
+    assert len(deployed) == 2, printed
     [sweep] = list(out.glob("ycsbt-sweep-*.json"))
     runs = json.loads(sweep.read_text())["runs"]
     assert [r["rate"] for r in runs] == [50, 100] and all(r["answered"] == r["sent"] for r in runs)
