@@ -135,8 +135,9 @@ async def measure(
 
 async def measure_raw(
     bootstrap: str, pids: dict[str, int], rate: float, seconds: float, linger_ms: int
-) -> None:
-    """The floor: :func:`run_raw` (bare aiokafka) against the echo responder, 1 s warm-up first."""
+) -> bool:
+    """The floor: :func:`run_raw` (bare aiokafka) against the echo responder, 1 s warm-up first. True
+    when every request of the measured run was answered."""
     settings = RawSettings(bootstrap, {"account": 4}, linger_ms=linger_ms)
     await run_raw(settings, rate, 1.0)
     loop_before = loop_ms()
@@ -160,6 +161,7 @@ async def measure_raw(
     client_cpu = cpu.used["client+driver"]
     print(f"  {machine_line(loop_before, loop_after)}")
     print(f"  load generator: {client_cpu / max(1, result.sent) * 1e6:.1f} µs of CPU per request sent")
+    return result.answered == result.sent
 
 
 @contextlib.contextmanager
@@ -245,8 +247,9 @@ def main() -> int:
             pids["client+driver"] = os.getpid()
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 if args.client == "raw":
-                    runner.run(measure_raw(bootstrap, pids, args.rate, args.seconds, args.linger_ms))
-                    complete = True
+                    complete = runner.run(
+                        measure_raw(bootstrap, pids, args.rate, args.seconds, args.linger_ms)
+                    )
                 else:
                     complete = runner.run(
                         measure(

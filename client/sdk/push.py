@@ -294,9 +294,9 @@ class WorkerLinks:
             log.log(level, "%s: no replies pushed from %s (%r); egress has them", self.name, address, exc)
         finally:
             self.subscribed.discard(address)
-            if writer is not None and self.writers.get(address) is writer:
-                del self.writers[address]
             if writer is not None:
+                if self.writers.get(address) is writer:
+                    del self.writers[address]
                 writer.close()
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
