@@ -21,7 +21,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from styx_py.client.sdk.push import PUSH_BELOW_RATE, WorkerLinks
+from styx_py.client.sdk.push import PUSH_AGAIN_BELOW, PUSH_BELOW_RATE, WorkerLinks
 from styx_py.core.config import Config, load_config
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -360,9 +360,10 @@ async def test_the_client_pushes_only_while_it_sends_fewer_than_the_rate_a_secon
 
     send(100, 0.5)  # 200/s
     assert push.requests_too_fast == 0 and len(push.outbox["w:1"]) == 100
-    send(PUSH_BELOW_RATE, 0.5)  # 2 000/s: pushed until the window that measured it ends
+    send(PUSH_BELOW_RATE, 0.5)  # twice the threshold: pushed until the window that measured it ends
     assert 0 < push.requests_too_fast < PUSH_BELOW_RATE
-    send(900, 1.0)  # 900/s: between the two thresholds, a client that stopped does not start again
+    between = (PUSH_AGAIN_BELOW + PUSH_BELOW_RATE) // 2
+    send(between, 1.0)  # between the two thresholds, a client that stopped does not start again
     too_fast = push.requests_too_fast
     send(20, 0.01)
     assert push.requests_too_fast == too_fast + 20

@@ -60,7 +60,7 @@ MAX_UNCONFIRMED = 4096
 PUSHED_FETCH_WAIT_MS = 25
 """The ingress fetch wait while the records come pushed (module docstring): as the SDK's egress reader
 while replies come pushed. A record that was not pushed after all waits up to half of it once (at
-100 ms, a run right at the SDK's push threshold, 1 000/s, had a p99.9 of 125 ms)."""
+100 ms, a run right at the SDK's push threshold, then 1 000/s, had a p99.9 of 125 ms)."""
 EXCUSE_S = 0.2
 """A record the fetch brought first whose push has not come this long after was not pushed."""
 HOLD_S = 10.0

@@ -28,7 +28,7 @@ waiting for its fetch. Only while the client sends fewer than :data:`PUSH_BELOW_
 second (:data:`PUSH_AGAIN_BELOW` once it stopped): a push saves a fetch that Tansu answers after up to
 half its wait, which is most of a request's latency at low rates, and costs a write on the client and
 a wake-up on the worker, which at higher rates cost more latency than the fetch did
-(benchmarks/results/issue15-pushreq.md). That worker's ingress
+(benchmarks/results/issue15-pushreq.md, issue15-hops.md). That worker's ingress
 fetch still reads every request, and is the path for every request the push misses (no subscription
 to the worker yet, a placement that changed since the status was read, a connection with
 :data:`MAX_PUSH_BUFFER` bytes not yet written).
@@ -90,9 +90,11 @@ is at least 1 s; a keepalive of its own arrives every third of it)."""
 MAX_PUSH_BUFFER = 1 << 20
 """Bytes a worker's connection may hold unwritten before requests are no longer pushed on it (its
 worker fetches them anyway): a slow worker never makes the client buffer without bound."""
-PUSH_BELOW_RATE = 1_000
-"""Requests a second (acknowledged, measured over :data:`RATE_WINDOW_S`) below which they are pushed."""
-PUSH_AGAIN_BELOW = 800
+PUSH_BELOW_RATE = 2_500
+"""Requests a second (acknowledged, measured over :data:`RATE_WINDOW_S`) below which they are pushed
+(benchmarks/results/issue15-hops.md: at 2 000/s a push saved 3-4 ms of p50, at 3 000/s nothing, at
+4 000/s it cost 2-3 ms)."""
+PUSH_AGAIN_BELOW = 2_000
 """Requests a second below which a client that stopped pushing pushes again."""
 RATE_WINDOW_S = 0.25
 
