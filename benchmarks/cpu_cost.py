@@ -192,6 +192,8 @@ def styx_cluster(data_dir: Path, extra_topics: int = 0) -> Iterator[tuple[str, s
             last = min(extra_topics, first + 100)
             asyncio.run(create_topics(stack.kafka, {f"styx-extra.{i}": 4 for i in range(first, last)}))
         stack.deploy("styx_py.benchmarks.bank:app")
+        # As `styx bench` does: `styx status --coordinator` with the same STYX_CLUSTER_SECRET watches it.
+        print(f"deployed styx_py.benchmarks.bank:app on the coordinator at {stack.coordinator}", flush=True)
         yield stack.coordinator, stack.kafka, stack.pids()
 
 
