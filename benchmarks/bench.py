@@ -141,6 +141,12 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
+def deployed_line(app: str, coordinator: str) -> str:
+    """What a benchmark prints once its cluster runs ``app``: where the coordinator listens, for
+    `styx status --coordinator` while the run goes (with the same STYX_CLUSTER_SECRET)."""
+    return f"deployed {app} on the coordinator at {coordinator}"
+
+
 def machine_info() -> dict[str, Any]:
     def git(*cmd: str) -> str:
         try:
@@ -307,8 +313,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     ) as stack,
                 ):
                     stack.deploy(workload.app)
-                    # The address, for `styx status` while it runs (with the same STYX_CLUSTER_SECRET).
-                    print(f"deployed {workload.app} on the coordinator at {stack.coordinator}", flush=True)
+                    print(deployed_line(workload.app, stack.coordinator), flush=True)
                     with _supervised(stack):
                         runs += _run_fast(
                             bench(

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import uvloop
 
+from styx_py.benchmarks.bank import app_path
+from styx_py.benchmarks.bench import deployed_line
 from styx_py.benchmarks.cpu import ProcessCpu, loop_ms, machine_line
 from styx_py.benchmarks.driver import SdkSender, run_open_loop
 from styx_py.benchmarks.raw_load import RawSettings, run_raw
@@ -191,9 +193,9 @@ def styx_cluster(data_dir: Path, extra_topics: int = 0) -> Iterator[tuple[str, s
         for first in range(0, extra_topics, 100):
             last = min(extra_topics, first + 100)
             asyncio.run(create_topics(stack.kafka, {f"styx-extra.{i}": 4 for i in range(first, last)}))
-        stack.deploy("styx_py.benchmarks.bank:app")
-        # As `styx bench` does: `styx status --coordinator` with the same STYX_CLUSTER_SECRET watches it.
-        print(f"deployed styx_py.benchmarks.bank:app on the coordinator at {stack.coordinator}", flush=True)
+        app = app_path(4)
+        stack.deploy(app)
+        print(deployed_line(app, stack.coordinator), flush=True)
         yield stack.coordinator, stack.kafka, stack.pids()
 
 
