@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 import pytest
@@ -37,7 +39,16 @@ from styx_py.core.wire import (
 )
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.services import TansuBroker, create_topics
-from styx_py.worker.ingress import EXCUSE_S, HOLD_S, IDLE_S, PUSHED_FETCH_WAIT_MS, KafkaIngress, PushPace
+from styx_py.worker.ingress import (
+    EXCUSE_S,
+    HOLD_S,
+    IDLE_S,
+    PUSHED_FETCH_WAIT_MS,
+    PUSHED_POLL_S,
+    SETTLE_S,
+    KafkaIngress,
+    PushPace,
+)
 from tests.test_transport_security import until
 
 # ---- the fetch wait while requests come pushed (pure) -----------------------------------------------
@@ -47,19 +58,22 @@ def test_the_fetch_waits_longer_only_while_requests_are_pushed() -> None:
     pace = PushPace()
     assert pace.floor_ms(0.0) == 0 and not pace.tracking(0.0), "nothing pushed: the configured wait"
     pace.pushed(1.0)
-    assert pace.tracking(1.0) and pace.floor_ms(1.0) == 0, "pushed: watched for HOLD_S first"
+    assert pace.tracking(1.0) and pace.floor_ms(1.0) == 0, "pushed: watched for SETTLE_S first"
+    assert SETTLE_S < HOLD_S
+    pace.pushed(1.0 + SETTLE_S / 2)
+    assert pace.floor_ms(1.0 + SETTLE_S - 0.01) == 0
     for t in range(2, 12):
         pace.pushed(float(t))
-    assert pace.floor_ms(1.0 + HOLD_S) == PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(1.0 + SETTLE_S) == PUSHED_FETCH_WAIT_MS
     # Pushes stop (the clients left, or their connections): the configured wait once HOLD_S went by.
     assert pace.floor_ms(11.0 + HOLD_S - 0.01) == PUSHED_FETCH_WAIT_MS
     assert pace.floor_ms(11.0 + HOLD_S) == 0 and not pace.tracking(11.0 + HOLD_S)
-    # When they come again, they are watched for HOLD_S again.
+    # When they come again, they are watched for SETTLE_S again.
     pace.pushed(30.0)
-    assert pace.floor_ms(30.0) == 0 and pace.floor_ms(30.0 + HOLD_S - 0.01) == 0
-    pace.pushed(30.0 + HOLD_S / 2)
-    pace.pushed(30.0 + HOLD_S)
-    assert pace.floor_ms(30.0 + HOLD_S) == PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(30.0) == 0 and pace.floor_ms(30.0 + SETTLE_S - 0.01) == 0
+    pace.pushed(30.0 + SETTLE_S / 2)
+    pace.pushed(30.0 + SETTLE_S)
+    assert pace.floor_ms(30.0 + SETTLE_S) == PUSHED_FETCH_WAIT_MS
 
 
 def test_an_idle_ingress_waits_longer_until_a_record_comes_either_way() -> None:
@@ -228,13 +242,15 @@ async def _fetched(ingress: KafkaIngress) -> list[str]:
     return [r.request.request_id for r in taken]
 
 
-async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(kafka: TansuBroker) -> None:
+async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(
+    kafka: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # No idle wait: what is checked here is the wait while records come pushed.
     overrides = {"ingress_topic": f"push-{uuid.uuid4().hex[:8]}", "kafka_idle_fetch_wait_ms": 0}
     async with _fetching_ingress(kafka, overrides) as (config, ingress, producer):
         topic = config.ingress_topic
         now = [1_000.0]
-        ingress.clock = lambda: now[0]  # the pace's clock: HOLD_S of pushes without waiting for them
+        ingress.clock = lambda: now[0]  # the pace's clock: SETTLE_S of pushes without waiting for them
         ingress.assign([0])
         got: list[str] = []
         for i in range(21):
@@ -242,11 +258,34 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(ka
             meta = await producer.send_and_wait(topic, value, key=key, partition=0, timestamp_ms=5_000 + i)
             ingress.offer(PushedRequest(0, 0, meta.offset, 5_000 + i, key, value))
             got += [r.request.request_id for r in ingress.take(10)]
-            if now[0] < 1_000.0 + HOLD_S:
-                assert ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "not before HOLD_S"
-            now[0] += HOLD_S / 20
+            if now[0] < 1_000.0 + SETTLE_S:
+                assert ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "not before SETTLE_S"
+                assert ingress.paced == 0, "nor the paced polls"
+            now[0] += SETTLE_S / 20
         assert got == [f"p{i}" for i in range(21)], "each taken from its push at once"
         await until(lambda: ingress.fetch_wait.applied_ms == PUSHED_FETCH_WAIT_MS, "the longer wait", 30)
+        # From now on the loop polls at most every PUSHED_POLL_S (the pace's clock stands still here,
+        # so each pause is all of it): the gaps between polls, on the loop's clock.
+        polls: list[float] = []
+        getmany = ingress.consumer.getmany
+
+        async def timed_getmany(*args: Any, **kwargs: Any) -> Any:
+            polls.append(asyncio.get_running_loop().time())
+            return await getmany(*args, **kwargs)
+
+        monkeypatch.setattr(ingress.consumer, "getmany", timed_getmany)
+        # Records keep coming meanwhile (pushed too), so a fetch need not wait for any.
+        for i in range(21, 1_000):
+            key, value = f"p{i}".encode(), request_encoder.encode(_request(f"p{i}"))
+            meta = await producer.send_and_wait(topic, value, key=key, partition=0, timestamp_ms=5_000 + i)
+            ingress.offer(PushedRequest(0, 0, meta.offset, 5_000 + i, key, value))
+            ingress.take(10)
+            if len(polls) >= 6:
+                break
+        assert len(polls) >= 6, "six polls while the records came"
+        gaps = [b - a for a, b in itertools.pairwise(polls)]
+        assert min(gaps) >= PUSHED_POLL_S - 0.002, f"polls closer than PUSHED_POLL_S: {gaps}"
+        assert ingress.paced >= 5
         # A producer that does not push: its record is fetched, and the wait is short again.
         key, value = b"np", request_encoder.encode(_request("np"))
         await producer.send_and_wait(topic, value, key=key, partition=0)

@@ -19,13 +19,15 @@ A pushed request does not wait for the fetch; one that was not pushed waits up t
 once: the first record fetched puts the configured wait back.
 
 While the records come pushed, the fetch only confirms them, and each fetch round costs this worker
-and the broker CPU (Tansu answers a waiting fetch that finds records after up to half its wait, so its
-rounds follow the wait: 255 a second at 5 ms, 110 at 25 ms, for records arriving at 250/s). So the
-fetch waits :data:`PUSHED_FETCH_WAIT_MS` once requests have been pushed for :data:`HOLD_S` and every
-record the fetch brought first in that time was pushed too within :data:`EXCUSE_S`; a record that was
-not (a client that does not push, a push that was lost) puts the configured wait back for
-:data:`HOLD_S`. A request nobody pushes waits at most one such fetch, ~half of
-:data:`PUSHED_FETCH_WAIT_MS`, before the wait is short again.
+and the broker CPU (an idle round on Tansu: ~1 ms of each; Tansu answers a waiting fetch that finds
+records after up to half its wait, so its rounds follow the wait: 255 a second at 5 ms, 110 at 25 ms,
+for records arriving at 250/s; Apache Kafka answers at once, so its rounds would follow the records).
+So once requests have been pushed for :data:`SETTLE_S`, and every record the fetch brought first in
+that time was pushed too within :data:`EXCUSE_S`, the fetch waits :data:`PUSHED_FETCH_WAIT_MS` and the
+loop polls at most every :data:`PUSHED_POLL_S`; a record that was not pushed (a client that does not
+push, a push that was lost) puts the configured wait back for :data:`HOLD_S`. A request nobody pushes
+waits at most one such round, :data:`PUSHED_POLL_S` and ~half of :data:`PUSHED_FETCH_WAIT_MS` on
+Tansu, before the wait is short again.
 """
 
 from __future__ import annotations
@@ -57,10 +59,16 @@ DRAIN_S = 1.0
 MAX_AHEAD = 1024
 # Pushed records kept per source until the fetch brings their copy to compare.
 MAX_UNCONFIRMED = 4096
-PUSHED_FETCH_WAIT_MS = 25
-"""The ingress fetch wait while the records come pushed (module docstring): as the SDK's egress reader
-while replies come pushed. A record that was not pushed after all waits up to half of it once (at
-100 ms, a run right at the SDK's push threshold, then 1 000/s, had a p99.9 of 125 ms)."""
+PUSHED_FETCH_WAIT_MS = 50
+"""The ingress fetch wait while the records come pushed (module docstring). A record that was not
+pushed after all waits up to half of it once, and up to :data:`PUSHED_POLL_S` (at 100 ms and no
+pacing, a run right at the SDK's push threshold, then 1 000/s and without its hysteresis, had a p99.9
+of 125 ms)."""
+PUSHED_POLL_S = 0.05
+"""While the records come pushed, the fetch loop polls at most this often (module docstring): 20
+confirming rounds a second at most, on any broker (benchmarks/results/issue15-fetch.md)."""
+SETTLE_S = 2.0
+"""Requests pushed this long, with none found not pushed, before the fetch waits longer."""
 EXCUSE_S = 0.2
 """A record the fetch brought first whose push has not come this long after was not pushed."""
 HOLD_S = 10.0
@@ -92,7 +100,7 @@ class PushPace:
 
     def pushed(self, now: float) -> None:
         if now - self.pushed_at >= HOLD_S:
-            self.pushing_since = now  # watched from now on: HOLD_S of it before the wait is longer
+            self.pushing_since = now  # watched from now on: SETTLE_S of it before the wait is longer
         self.pushed_at = now
 
     def fetched(self, now: float) -> None:
@@ -116,8 +124,8 @@ class PushPace:
 
     def floor_ms(self, now: float) -> int:
         """The least fetch wait now: ``idle_ms`` once no record came for :data:`IDLE_S`;
-        :data:`PUSHED_FETCH_WAIT_MS` while records are pushed, have been for :data:`HOLD_S`, and none was
-        found not pushed for as long; else 0 (the configured wait)."""
+        :data:`PUSHED_FETCH_WAIT_MS` while records are pushed, have been for :data:`SETTLE_S`, and none
+        was found not pushed for :data:`HOLD_S`; else 0 (the configured wait)."""
         unexcused = self.unexcused
         if unexcused:
             expired = []
@@ -131,7 +139,11 @@ class PushPace:
                 for key in expired:
                     del unexcused[key]
         floor = 0
-        if now - self.pushed_at < HOLD_S and now - max(self.unpushed_at, self.pushing_since) >= HOLD_S:
+        if (
+            now - self.pushed_at < HOLD_S
+            and now - self.pushing_since >= SETTLE_S
+            and now - self.unpushed_at >= HOLD_S
+        ):
             floor = PUSHED_FETCH_WAIT_MS
         if now - max(self.fetched_at, self.pushed_at) >= IDLE_S:
             floor = max(floor, self.idle_ms)
@@ -180,6 +192,7 @@ class KafkaIngress:
         self.pushed_late = 0  # pushed after the fetch had them, or not wanted here
         self.push_mismatches = 0  # pushed records that differ from the topic's (never expected)
         self.pace = PushPace(config.kafka_idle_fetch_wait_ms)
+        self.paced = 0  # polls followed by a pause (PUSHED_POLL_S)
         self.clock: Callable[[], float] = time.monotonic
 
     async def start(self) -> None:
@@ -290,6 +303,7 @@ class KafkaIngress:
         while True:
             await self.room.wait()
             max_records = self.max_pending - self.count
+            polled_at = self.clock()
             batches = await self.consumer.getmany(timeout_ms=200, max_records=max_records)
             was_empty = self.count == 0
             now = self.clock()
@@ -321,6 +335,9 @@ class KafkaIngress:
                 self._buffered(was_empty)
             if self.draining:
                 self._drop_drained()
+            if floor == PUSHED_FETCH_WAIT_MS:  # the fetch only confirms pushed records: not so often
+                self.paced += 1
+                await asyncio.sleep(PUSHED_POLL_S - (self.clock() - polled_at))
 
     def _accept(
         self, src: Source, buf: deque[IngressRecord], offset: int, key: bytes | None, value: bytes, ts: int
