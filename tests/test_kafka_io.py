@@ -4,18 +4,20 @@ and consumers on a broker that answers fetches empty when its storage is slow (T
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from typing import Any
 
 import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from styx_py.core.config import load_config
-from styx_py.core.wire import NIL, Reply, Request, encode_value, request_encoder
+from styx_py.core.wire import NIL, Reply, Request, SeqLogEntry, encode_value, request_encoder
 from styx_py.io.fetching import FetchWait
 from styx_py.io.kafka_logs import KafkaLogReader, read_to_end, sent_epoch
 from styx_py.stack.services import TansuBroker, create_topics
-from styx_py.worker.egress import KafkaSink
+from styx_py.worker.egress import HOLD_S, KafkaSink
 from styx_py.worker.ingress import KafkaIngress
 from tests.service_fixtures import DurableKafkaFactory
 
@@ -180,7 +182,7 @@ async def test_recovery_tells_replies_apart_by_the_epoch_that_sent_them(kafka: T
         sink.send(0, first, 3)
         sink.send(1, other, 4)
         sink.send(0, first, 5)  # the same request resent, answered again by epoch 5
-        assert sink.lanes.pending() == 3
+        assert sink.queued == 3 and sink.lanes.pending() == 0, "held for the next log entry"
         await asyncio.wait_for(sink.flush(), 30)  # what recovery waits for before reading the log
         assert not drain.done(), drain
         assert sink.offsets() == {0: 2, 1: 1}
@@ -194,6 +196,75 @@ async def test_recovery_tells_replies_apart_by_the_epoch_that_sent_them(kafka: T
     assert sorted(r.request_id for r in await reader.replies_from(start, 3)) == ["r1", "r2"]
     assert await reader.replies_from(start, 4) == [first]
     assert await reader.replies_from(start, 5) == []
+
+
+async def test_replies_ride_with_the_next_sequencer_log_entry(
+    kafka: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An epoch's log entry must not queue behind a produce request of replies (the producer keeps one
+    in flight per broker): replies wait for the next entry and go in its request; with no entry coming
+    (an idle cluster) they go on their own after HOLD_S."""
+    suffix = uuid.uuid4().hex[:8]
+    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
+    await create_topics(kafka.bootstrap, {config.egress_topic: 2, config.seqlog_topic: 1})
+    sink = KafkaSink(kafka.bootstrap, config)
+    await sink.start()
+    drain = asyncio.create_task(sink.run())
+    produced: list[set[str]] = []  # the topics of each produce request, in order
+    send = sink.producer.client.send
+
+    async def recording_send(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(request).__name__ == "ProduceRequest":
+            produced.append({topic for topic, _ in request._topics})
+        return await send(node_id, request, *args, **kwargs)
+
+    monkeypatch.setattr(sink.producer.client, "send", recording_send)
+    try:
+        sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3)
+        sink.send(1, Reply("r2", 8, 3, 1, "committed", NIL, None, None), 3)
+        assert sink.queued == 2 and sink.lanes.pending() == 0, "held"
+        await asyncio.wait_for(sink.append(SeqLogEntry(4, "w1", 0, [], 1, 0)), 30)
+        await asyncio.wait_for(sink.flush(), 30)
+        assert produced == [{config.egress_topic, config.seqlog_topic}], "one request for both"
+        assert sink.offsets() == {0: 1, 1: 1} and sink.acked() == 1
+        # No entry follows: the reply goes alone once HOLD_S went by.
+        sink.send(0, Reply("r3", 9, 4, 0, "committed", NIL, None, None), 4)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while sink.offsets()[0] < 2:
+            assert loop.time() < deadline, "the held reply was never sent"
+            await asyncio.sleep(HOLD_S / 5)
+        assert produced[1:] == [{config.egress_topic}]
+        assert not drain.done(), drain
+    finally:
+        drain.cancel()
+        await sink.stop()
+
+
+async def test_a_closing_sink_leaves_what_it_held_on_the_log_stamped_when_it_was_sent(
+    kafka: TansuBroker,
+) -> None:
+    """A SIGTERM ends the worker's tasks (the drain among them), then closes the sink: the replies it
+    still held were pushed to their clients already, so they go to the log first; each is stamped
+    with the time it was sent, not the time its batch was built."""
+    suffix = uuid.uuid4().hex[:8]
+    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
+    await create_topics(kafka.bootstrap, {config.egress_topic: 1, config.seqlog_topic: 1})
+    sink = KafkaSink(kafka.bootstrap, config)
+    await sink.start()
+    drain = asyncio.create_task(sink.run())
+    now_ms = [1_000_000]
+    sink.lanes.clock_ns = lambda: now_ms[0] * 1_000_000
+    sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3)
+    now_ms[0] += 5
+    sink.send(0, Reply("r2", 8, 3, 0, "committed", NIL, None, None), 3)
+    now_ms[0] += 50  # later than either, when they are handed to the producer
+    drain.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await drain
+    await sink.stop()
+    records = await read_to_end(kafka.bootstrap, {TopicPartition(config.egress_topic, 0): 0})
+    assert [(r.key, r.timestamp) for r in records] == [(b"r1", 1_000_000), (b"r2", 1_000_005)]
 
 
 async def test_flush_waits_for_what_was_queued_before_it_not_for_a_steady_stream(kafka: TansuBroker) -> None:

@@ -1,18 +1,24 @@
-"""Kafka egress: replies (early commit) and the sequencer log, through two producers.
+"""Kafka egress: replies (early commit) and the sequencer log, through one producer.
 
 ``send`` never blocks the epoch loop: records are queued per partition and a drain task hands each
 partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce is not
 swallowed: it ends the drain task and with it the worker (a worker that cannot reply must not go on
 committing).
 
-The sequencer log has a producer of its own: an aiokafka producer keeps one produce request in flight
-per broker, so with one producer an epoch's log entry (which its Vote waits for) queued behind the
-previous epoch's replies, and the replies behind the log entry.
+Replies ride with the next sequencer-log entry. An aiokafka producer keeps one produce request in
+flight per broker, so an epoch's log entry (which its Vote waits for) must not queue behind a request
+of replies. ``send`` therefore holds the replies until the next ``append``, which hands them to the
+producer together with the entry, so both go in one produce request; or until ``flush``, a segment
+change, or :data:`HOLD_S` without an entry (an idle cluster). Each epoch used to cost a worker two
+produce requests, now one: on Tansu a request costs the broker and the worker a few hundred µs of CPU
+(benchmarks/results/issue15-fetch.md). Replies are pushed to their clients as before; what waits is
+their copy on the log, which only a client that lost its push connection reads, and at most an epoch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 import msgspec
@@ -22,7 +28,15 @@ from styx_py.core.config import Config
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.segments import pack, replies_to, segment_topic
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
-from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
+from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes, Headers, OnDone
+
+HOLD_S = 0.1
+"""Replies wait at most this long for a sequencer-log entry to ride with (module docstring)."""
+STOP_FLUSH_S = 2.0
+"""A closing sink waits at most this long for what it held or queued to be acknowledged (a supervisor
+kills a worker 5 s after its SIGTERM)."""
+
+log = logging.getLogger("styx.egress")
 
 
 def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
@@ -36,14 +50,18 @@ def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
 
 
 class KafkaSink:
-    """Egress replies and sequencer-log entries, each through its own producer, batched per partition
-    off the epoch loop."""
+    """Egress replies and sequencer-log entries through one producer, batched per partition off the
+    epoch loop, the replies held for the next log entry."""
 
     def __init__(self, bootstrap: str, config: Config) -> None:
         self.config = config
-        self.producers = (_producer(bootstrap, config), _producer(bootstrap, config))
-        self.lanes = BatchLanes(self.producers[0])  # replies
-        self.log_lanes = BatchLanes(self.producers[1])  # sequencer-log entries
+        self.producer = _producer(bootstrap, config)
+        self.lanes = BatchLanes(self.producer)  # replies
+        self.log_lanes = BatchLanes(self.producer)  # sequencer-log entries
+        # Replies held for the next log entry: partition, key, value, on acknowledged, headers, and
+        # the Kafka timestamp (ms) of the moment the reply was sent (and pushed).
+        self.held: list[tuple[int, bytes, bytes, OnDone, Headers, int]] = []
+        self.hold_timer: asyncio.TimerHandle | None = None
         self.encoder = msgspec.msgpack.Encoder()
         self.error: BaseException | None = None
         self.failed = asyncio.Event()
@@ -63,16 +81,32 @@ class KafkaSink:
 
     @property
     def queued(self) -> int:
-        """Records waiting for their batch to be sent."""
-        return self.lanes.pending() + self.log_lanes.pending()
+        """Records waiting for their batch to be sent (held replies included)."""
+        return len(self.held) + self.lanes.pending() + self.log_lanes.pending()
 
     async def start(self) -> None:
-        for producer in self.producers:
-            await producer.start()
+        await self.producer.start()
 
     async def stop(self) -> None:
-        for producer in self.producers:
-            await producer.stop()
+        """Closing (the drain task is over): what is held or queued goes to the log first, for at most
+        :data:`STOP_FLUSH_S`; a worker stopped by its supervisor leaves every reply it pushed there."""
+        self._release()
+        try:
+            queued = asyncio.gather(self.lanes.send_queued(), self.log_lanes.send_queued())
+            await asyncio.wait_for(queued, STOP_FLUSH_S)
+        except Exception:  # a timeout or a failed produce: the producer closes all the same
+            log.warning("worker egress: closing without every queued record acknowledged", exc_info=True)
+        finally:
+            await self.producer.stop()
+
+    def _release(self) -> None:
+        """Hand the held replies to their lanes (sent in the drain's next pass)."""
+        if self.hold_timer is not None:
+            self.hold_timer.cancel()
+            self.hold_timer = None
+        held, self.held = self.held, []
+        for partition, key, value, acked, headers, stamp in held:
+            self.lanes.add(self.topic, partition, key, value, acked, headers, stamp)
 
     async def run(self) -> None:
         """Drain the lanes; a failed produce ends this task and with it the worker."""
@@ -101,10 +135,12 @@ class KafkaSink:
         from now on (never back to an older one)."""
         segment = replies_to(newest)
         if segment > self.segment:
+            self._release()  # to the segment they were sent for
             self._acked_by.clear()
             previous, self.segment = self.topic, segment
             self.topic = segment_topic(self.config.egress_topic, segment)
-            self.lanes.retire({previous, self.topic})
+            # The producer is the sequencer log's too: its topic stays in the producer's metadata.
+            self.lanes.retire({previous, self.topic, self.config.seqlog_topic})
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -116,6 +152,7 @@ class KafkaSink:
 
     def flush(self) -> asyncio.Future[None]:
         """Done when every reply and log entry queued before this call is acknowledged."""
+        self._release()
         return asyncio.ensure_future(_both(self.lanes.flush(), self.log_lanes.flush()))
 
     def reset_offsets(self, offsets: dict[int, int]) -> None:
@@ -130,14 +167,12 @@ class KafkaSink:
             acked = self._acked_by[partition] = self._on_reply_sent(partition)
         if self._header[0] != epoch:
             self._header = (epoch, [(EPOCH_HEADER, str(epoch).encode())])
-        self.lanes.add(
-            self.topic,
-            partition,
-            reply.request_id.encode(),
-            self.encoder.encode(reply),
-            acked,
-            self._header[1],
+        stamp = self.lanes.clock_ns() // 1_000_000  # now: the reply is pushed now, if at all
+        self.held.append(
+            (partition, reply.request_id.encode(), self.encoder.encode(reply), acked, self._header[1], stamp)
         )
+        if self.hold_timer is None:
+            self.hold_timer = asyncio.get_running_loop().call_later(HOLD_S, self._release)
 
     # Sequencer log
     def acked(self) -> int:
@@ -156,6 +191,7 @@ class KafkaSink:
             if not done.done():
                 done.set_result(None)
 
+        self._release()  # the replies held so far ride with the entry: one produce request
         self.log_lanes.add(self.config.seqlog_topic, 0, None, self.encoder.encode(entry), resolve)
         return done
 

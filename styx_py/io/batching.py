@@ -115,13 +115,16 @@ class BatchLanes:
         value: bytes,
         on_done: OnDone | None,
         headers: Headers | None = None,
+        stamp: int | None = None,
     ) -> int:
-        """Queue one record; its Kafka timestamp (ms), which it is stored with, is returned."""
+        """Queue one record; its Kafka timestamp (ms), which it is stored with, is returned: ``stamp``,
+        or now (a record its owner held back first keeps the time it was handed over)."""
         lane = (topic, partition)
         queue = self.lanes.get(lane)
         if queue is None:
             queue = self.lanes[lane] = []
-        stamp = self.clock_ns() // 1_000_000
+        if stamp is None:
+            stamp = self.clock_ns() // 1_000_000
         queue.append((key, value, on_done, _NO_HEADERS if headers is None else headers, stamp))
         self.added[lane] = self.added.get(lane, 0) + 1
         if lane not in self.busy:
@@ -146,6 +149,15 @@ class BatchLanes:
             for handle in self.lingering.values():
                 handle.cancel()
             self.lingering.clear()
+
+    async def send_queued(self) -> None:
+        """Once :meth:`run` has stopped (the owner is closing): send what is still queued, each lane's
+        records as batches, and wait until they are acknowledged or failed. Lingers are moot."""
+        for handle in self.lingering.values():
+            handle.cancel()
+        self.lingering.clear()
+        queued = [(lane, self.lanes.pop(lane)) for lane, q in list(self.lanes.items()) if q]
+        await asyncio.gather(*(self._send(lane, records) for lane, records in queued))
 
     async def _send(self, lane: tuple[str, int], records: list[Entry]) -> None:
         settled = 0  # records[:settled] were handed to the producer or failed: their owners will hear
