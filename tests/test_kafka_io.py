@@ -182,7 +182,7 @@ async def test_recovery_tells_replies_apart_by_the_epoch_that_sent_them(kafka: T
         sink.send(0, first, 3)
         sink.send(1, other, 4)
         sink.send(0, first, 5)  # the same request resent, answered again by epoch 5
-        assert sink.queued == 3 and sink.lanes.pending() == 0, "held for the next log entry"
+        assert sink.lanes.pending() == 3, "not pushed to their clients: not held"
         await asyncio.wait_for(sink.flush(), 30)  # what recovery waits for before reading the log
         assert not drain.done(), drain
         assert sink.offsets() == {0: 2, 1: 1}
@@ -202,8 +202,8 @@ async def test_replies_ride_with_the_next_sequencer_log_entry(
     kafka: TansuBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An epoch's log entry must not queue behind a produce request of replies (the producer keeps one
-    in flight per broker): replies wait for the next entry and go in its request; with no entry coming
-    (an idle cluster) they go on their own after HOLD_S."""
+    in flight per broker): replies pushed to their clients wait for the next entry and go in its
+    request; with no entry coming (an idle cluster) they go on their own after HOLD_S."""
     suffix = uuid.uuid4().hex[:8]
     config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
     await create_topics(kafka.bootstrap, {config.egress_topic: 2, config.seqlog_topic: 1})
@@ -220,21 +220,29 @@ async def test_replies_ride_with_the_next_sequencer_log_entry(
 
     monkeypatch.setattr(sink.producer.client, "send", recording_send)
     try:
-        sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3)
-        sink.send(1, Reply("r2", 8, 3, 1, "committed", NIL, None, None), 3)
+        sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3, pushed=True)
+        sink.send(1, Reply("r2", 8, 3, 1, "committed", NIL, None, None), 3, pushed=True)
         assert sink.queued == 2 and sink.lanes.pending() == 0, "held"
         await asyncio.wait_for(sink.append(SeqLogEntry(4, "w1", 0, [], 1, 0)), 30)
         await asyncio.wait_for(sink.flush(), 30)
         assert produced == [{config.egress_topic, config.seqlog_topic}], "one request for both"
         assert sink.offsets() == {0: 1, 1: 1} and sink.acked() == 1
         # No entry follows: the reply goes alone once HOLD_S went by.
-        sink.send(0, Reply("r3", 9, 4, 0, "committed", NIL, None, None), 4)
+        sink.send(0, Reply("r3", 9, 4, 0, "committed", NIL, None, None), 4, pushed=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while sink.offsets()[0] < 2:
             assert loop.time() < deadline, "the held reply was never sent"
             await asyncio.sleep(HOLD_S / 5)
         assert produced[1:] == [{config.egress_topic}]
+        # A reply its client was not pushed goes at once (the client reads the log for it), and with
+        # it the ones held before it.
+        sink.send(1, Reply("r4", 10, 5, 1, "committed", NIL, None, None), 5, pushed=True)
+        assert sink.lanes.pending() == 0
+        sink.send(1, Reply("r5", 11, 5, 1, "committed", NIL, None, None), 5, pushed=False)
+        assert sink.queued == 2 and sink.lanes.pending() == 2 and sink.hold_timer is None
+        await asyncio.wait_for(sink.flush(), 30)
+        assert produced[2:] == [{config.egress_topic}] and sink.offsets()[1] == 3
         assert not drain.done(), drain
     finally:
         drain.cancel()
@@ -255,9 +263,9 @@ async def test_a_closing_sink_leaves_what_it_held_on_the_log_stamped_when_it_was
     drain = asyncio.create_task(sink.run())
     now_ms = [1_000_000]
     sink.lanes.clock_ns = lambda: now_ms[0] * 1_000_000
-    sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3)
+    sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3, pushed=True)
     now_ms[0] += 5
-    sink.send(0, Reply("r2", 8, 3, 0, "committed", NIL, None, None), 3)
+    sink.send(0, Reply("r2", 8, 3, 0, "committed", NIL, None, None), 3, pushed=True)
     now_ms[0] += 50  # later than either, when they are handed to the producer
     drain.cancel()
     with contextlib.suppress(asyncio.CancelledError):

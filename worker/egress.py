@@ -7,12 +7,13 @@ committing).
 
 Replies ride with the next sequencer-log entry. An aiokafka producer keeps one produce request in
 flight per broker, so an epoch's log entry (which its Vote waits for) must not queue behind a request
-of replies. ``send`` therefore holds the replies until the next ``append``, which hands them to the
-producer together with the entry, so both go in one produce request; or until ``flush``, a segment
-change, or :data:`HOLD_S` without an entry (an idle cluster). Each epoch used to cost a worker two
-produce requests, now one: on Tansu a request costs the broker and the worker a few hundred µs of CPU
-(benchmarks/results/issue15-fetch.md). Replies are pushed to their clients as before; what waits is
-their copy on the log, which only a client that lost its push connection reads, and at most an epoch.
+of replies. ``send`` therefore holds a reply whose client was pushed it until the next ``append``,
+which hands the held replies to the producer together with the entry, so both go in one produce
+request; or until ``flush``, a segment change, or :data:`HOLD_S` without an entry. A reply that was
+not pushed (``push_replies=False``, a client not connected) goes at once, with those held before it:
+its client reads the log for it. Each epoch used to cost a worker two produce requests, now one: on
+Tansu a request costs the broker and the worker a few hundred µs of CPU
+(benchmarks/results/issue15-fetch.md).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class KafkaSink:
     async def stop(self) -> None:
         """Closing (the drain task is over): what is held or queued goes to the log first, for at most
         :data:`STOP_FLUSH_S`; a worker stopped by its supervisor leaves every reply it pushed there."""
-        self._release()
+        self.release()
         try:
             queued = asyncio.gather(self.lanes.send_queued(), self.log_lanes.send_queued())
             await asyncio.wait_for(queued, STOP_FLUSH_S)
@@ -99,8 +100,9 @@ class KafkaSink:
         finally:
             await self.producer.stop()
 
-    def _release(self) -> None:
-        """Hand the held replies to their lanes (sent in the drain's next pass)."""
+    def release(self) -> None:
+        """Hand the held replies to their lanes (sent in the drain's next pass): no entry is coming
+        soon (the worker has no work waiting for the next epoch), or they must go now."""
         if self.hold_timer is not None:
             self.hold_timer.cancel()
             self.hold_timer = None
@@ -135,7 +137,7 @@ class KafkaSink:
         from now on (never back to an older one)."""
         segment = replies_to(newest)
         if segment > self.segment:
-            self._release()  # to the segment they were sent for
+            self.release()  # to the segment they were sent for
             self._acked_by.clear()
             previous, self.segment = self.topic, segment
             self.topic = segment_topic(self.config.egress_topic, segment)
@@ -152,7 +154,7 @@ class KafkaSink:
 
     def flush(self) -> asyncio.Future[None]:
         """Done when every reply and log entry queued before this call is acknowledged."""
-        self._release()
+        self.release()
         return asyncio.ensure_future(_both(self.lanes.flush(), self.log_lanes.flush()))
 
     def reset_offsets(self, offsets: dict[int, int]) -> None:
@@ -161,7 +163,9 @@ class KafkaSink:
             self.egress_acked[p] = max(self.egress_acked.get(p, 0), off)
 
     # Egress
-    def send(self, partition: int, reply: Reply, epoch: int) -> None:
+    def send(self, partition: int, reply: Reply, epoch: int, pushed: bool = False) -> None:
+        """Queue ``reply``; one its client was ``pushed`` waits for the next sequencer-log entry, one it
+        was not goes at once (with any held before it: a client reads only the log for it)."""
         acked = self._acked_by.get(partition)
         if acked is None:
             acked = self._acked_by[partition] = self._on_reply_sent(partition)
@@ -171,8 +175,10 @@ class KafkaSink:
         self.held.append(
             (partition, reply.request_id.encode(), self.encoder.encode(reply), acked, self._header[1], stamp)
         )
-        if self.hold_timer is None:
-            self.hold_timer = asyncio.get_running_loop().call_later(HOLD_S, self._release)
+        if not pushed:
+            self.release()
+        elif self.hold_timer is None:
+            self.hold_timer = asyncio.get_running_loop().call_later(HOLD_S, self.release)
 
     # Sequencer log
     def acked(self) -> int:
@@ -191,7 +197,7 @@ class KafkaSink:
             if not done.done():
                 done.set_result(None)
 
-        self._release()  # the replies held so far ride with the entry: one produce request
+        self.release()  # the replies held so far ride with the entry: one produce request
         self.log_lanes.add(self.config.seqlog_topic, 0, None, self.encoder.encode(entry), resolve)
         return done
 

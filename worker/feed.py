@@ -74,14 +74,16 @@ class ReplyFeed:
         self.clients.discard(client)
         self.marked.discard(client)
 
-    def offer(self, reply: Reply, reply_to: str) -> None:
+    def offer(self, reply: Reply, reply_to: str) -> bool:
         """``reply`` leaves for the egress topic now: push it to ``reply_to`` (its request's client),
-        if that client subscribed here."""
-        if reply_to in self.clients:
-            self.send(reply_to, PushedReply(reply))
-            self.pushed += 1
-            if self.marked:
-                self._mark()
+        if that client subscribed here; whether it was pushed."""
+        if reply_to not in self.clients:
+            return False
+        self.send(reply_to, PushedReply(reply))
+        self.pushed += 1
+        if self.marked:
+            self._mark()
+        return True
 
     def _mark(self) -> None:
         """Send the egress acknowledgements to the clients that asked, unless sent less than

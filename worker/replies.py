@@ -106,9 +106,8 @@ class ReplyOut:
                     self.stopped = True
                     self.on_diverged(epoch, logged, reply)
                 return
-        self.egress.send(partition, reply, epoch)
-        if reply_to and self.feed is not None:
-            self.feed.offer(reply, reply_to)
+        pushed = bool(reply_to) and self.feed is not None and self.feed.offer(reply, reply_to)
+        self.egress.send(partition, reply, epoch, pushed)
 
     def live(self) -> None:
         """Replay is over: what is left of the replies found on the egress log belongs to epochs up to

@@ -68,8 +68,9 @@ class Ingress(Protocol):
 
 
 class Egress(Protocol):
-    def send(self, partition: int, reply: Reply, epoch: int) -> None:
-        """Queue ``reply``, marked as sent by ``epoch`` (recovery reads the mark back)."""
+    def send(self, partition: int, reply: Reply, epoch: int, pushed: bool = False) -> None:
+        """Queue ``reply``, marked as sent by ``epoch`` (recovery reads the mark back). ``pushed``: its
+        client has it already, so its copy on the log may wait a little (for company)."""
         ...
 
     def offsets(self) -> dict[int, int]:

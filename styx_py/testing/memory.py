@@ -311,7 +311,7 @@ class MemoryEgress:
         self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
         self._flushes: list[asyncio.Future[None]] = []  # done when nothing is in flight
 
-    def send(self, partition: int, reply: Reply, epoch: int) -> None:
+    def send(self, partition: int, reply: Reply, epoch: int, pushed: bool = False) -> None:
         if self.dead:
             return  # the process died: nothing it sends reaches the log
         if self.ack_lag == 0:
