@@ -37,7 +37,7 @@ from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3
 from tests.service_fixtures import ClusterFactory, DurableKafkaFactory, start_cluster
-from tests.test_integration import read_topic
+from tests.test_integration import read_replies, read_topic
 
 pytestmark = pytest.mark.services
 
@@ -246,7 +246,7 @@ async def run_chaos(stack: LocalStack, chaos: Chaos, read_egress_log: Callable[[
     if chaos.wait_for_recovering:
         assert during_recovery >= 1, "no kill landed during a recovery"
     assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
-    logged: list[Reply] = await read_egress_log()
+    logged: list[Reply] = await read_replies(read_egress_log, requests)
     assert set(requests) <= {r.request_id for r in logged}, "requests lost"
     by_id = {r.request_id: r for r in logged if r.request_id in requests}
     for rid, reply in replies.items():

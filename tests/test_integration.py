@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
 import pytest
@@ -22,6 +23,7 @@ from styx_py.core.segments import segment_topics
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
 from styx_py.stack.local import LocalStack, admin
+from styx_py.worker.egress import HOLD_S as EGRESS_HOLD_S
 from tests.service_fixtures import ClusterFactory
 
 pytestmark = pytest.mark.services
@@ -33,6 +35,24 @@ INITIAL = 100
 @pytest.fixture
 def stack(local_cluster: ClusterFactory) -> LocalStack:
     return local_cluster(app="styx_py.benchmarks.bank:app")
+
+
+async def read_replies(
+    read: Callable[[], Awaitable[list[Reply]]], expect: Iterable[str], deadline_s: float = 60.0
+) -> list[Reply]:
+    """The egress log as ``read`` returns it, read again until it holds a reply to every request id of
+    ``expect`` (or ``deadline_s`` went by: the caller's checks then say what is missing). A pushed
+    reply's copy follows it to the log with its worker's next sequencer-log entry, or at most
+    ``HOLD_S`` later (worker/egress.py), so a test that read the log the moment its client had every
+    reply could miss the last ones."""
+    wanted = set(expect)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while True:
+        logged = await read()
+        if wanted <= {r.request_id for r in logged} or loop.time() > end:
+            return logged
+        await asyncio.sleep(EGRESS_HOLD_S)
 
 
 async def read_topic(bootstrap: str, topic: str) -> list[Reply]:
@@ -97,7 +117,7 @@ async def run_transfers(stack: LocalStack, zipf: float, n: int, seed: int) -> No
     assert aborted.error_type == "Abort"
 
     # Exactly once, on the egress log itself: one reply per request, none unknown.
-    logged = await read_topic(stack.kafka, stack.env["STYX_EGRESS_TOPIC"])
+    logged = await read_replies(lambda: read_topic(stack.kafka, stack.env["STYX_EGRESS_TOPIC"]), requests)
     counts = Counter(r.request_id for r in logged)
     assert set(counts) >= set(requests), f"{len(set(requests) - set(counts))} requests never answered"
     logged_by_id: dict[str, list[Reply]] = {}

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from styx_py.core.config import load_config
+from styx_py.core.config import Config, load_config
 from styx_py.core.wire import NIL, Reply, Request, SeqLogEntry, encode_value, request_encoder
 from styx_py.io.fetching import FetchWait
 from styx_py.io.kafka_logs import KafkaLogReader, read_to_end, sent_epoch
@@ -167,17 +167,24 @@ def test_sent_epoch_reads_the_header() -> None:
     assert sent_epoch([("styx-epoch", b"x")]) is None
 
 
+async def _started_sink(
+    kafka: TansuBroker, egress_partitions: int
+) -> tuple[Config, KafkaSink, asyncio.Task[None]]:
+    """A worker's sink on new egress and sequencer-log topics, started, its drain task running."""
+    suffix = uuid.uuid4().hex[:8]
+    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
+    await create_topics(kafka.bootstrap, {config.egress_topic: egress_partitions, config.seqlog_topic: 1})
+    sink = KafkaSink(kafka.bootstrap, config)
+    await sink.start()
+    return config, sink, asyncio.create_task(sink.run())
+
+
 async def test_recovery_tells_replies_apart_by_the_epoch_that_sent_them(kafka: TansuBroker) -> None:
     """A resent request's reply equals the first one, epoch field included; only the header says
     which epoch sent it, and recovery keeps just the replies of the epochs it is going to replay."""
-    suffix = uuid.uuid4().hex[:8]
-    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
-    await create_topics(kafka.bootstrap, {config.egress_topic: 2, config.seqlog_topic: 1})
     first = Reply("r1", 7, 3, 0, "committed", NIL, None, None)
     other = Reply("r2", 9, 4, 1, "committed", NIL, None, None)
-    sink = KafkaSink(kafka.bootstrap, config)
-    await sink.start()
-    drain = asyncio.create_task(sink.run())
+    config, sink, drain = await _started_sink(kafka, 2)
     try:
         sink.send(0, first, 3)
         sink.send(1, other, 4)
@@ -204,12 +211,7 @@ async def test_replies_ride_with_the_next_sequencer_log_entry(
     """An epoch's log entry must not queue behind a produce request of replies (the producer keeps one
     in flight per broker): replies pushed to their clients wait for the next entry and go in its
     request; with no entry coming (an idle cluster) they go on their own after HOLD_S."""
-    suffix = uuid.uuid4().hex[:8]
-    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
-    await create_topics(kafka.bootstrap, {config.egress_topic: 2, config.seqlog_topic: 1})
-    sink = KafkaSink(kafka.bootstrap, config)
-    await sink.start()
-    drain = asyncio.create_task(sink.run())
+    config, sink, drain = await _started_sink(kafka, 2)
     produced: list[set[str]] = []  # the topics of each produce request, in order
     send = sink.producer.client.send
 
@@ -255,12 +257,7 @@ async def test_a_closing_sink_leaves_what_it_held_on_the_log_stamped_when_it_was
     """A SIGTERM ends the worker's tasks (the drain among them), then closes the sink: the replies it
     still held were pushed to their clients already, so they go to the log first; each is stamped
     with the time it was sent, not the time its batch was built."""
-    suffix = uuid.uuid4().hex[:8]
-    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
-    await create_topics(kafka.bootstrap, {config.egress_topic: 1, config.seqlog_topic: 1})
-    sink = KafkaSink(kafka.bootstrap, config)
-    await sink.start()
-    drain = asyncio.create_task(sink.run())
+    config, sink, drain = await _started_sink(kafka, 1)
     now_ms = [1_000_000]
     sink.lanes.clock_ns = lambda: now_ms[0] * 1_000_000
     sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3, pushed=True)
@@ -278,12 +275,7 @@ async def test_a_closing_sink_leaves_what_it_held_on_the_log_stamped_when_it_was
 async def test_flush_waits_for_what_was_queued_before_it_not_for_a_steady_stream(kafka: TansuBroker) -> None:
     """A snapshot is confirmed after a flush of the replies queued so far; under steady load the
     egress is never idle, so a flush that waited for idleness would hold snapshots up for good."""
-    suffix = uuid.uuid4().hex[:8]
-    config = load_config({"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}"}, env={})
-    await create_topics(kafka.bootstrap, {config.egress_topic: 1, config.seqlog_topic: 1})
-    sink = KafkaSink(kafka.bootstrap, config)
-    await sink.start()
-    drain = asyncio.create_task(sink.run())
+    _, sink, drain = await _started_sink(kafka, 1)
 
     async def feed() -> None:
         for i in range(50_000):

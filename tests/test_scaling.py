@@ -21,7 +21,7 @@ import pytest
 from styx_py.client import StyxClient
 from styx_py.core.wire import StatusRequest
 from styx_py.stack.local import LocalStack, admin
-from tests.test_integration import read_topic
+from tests.test_integration import read_replies, read_topic
 
 pytestmark = pytest.mark.services
 
@@ -116,7 +116,7 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
         # The drain moved partitions at a barrier (a join may land during another one's recovery: then
         # by a full recovery); the loss always by a full recovery.
         assert [e["barrier"] for e in events if e["removed"]] == [True, False], events
-        logged = await read_topic(stack.kafka, "styx-egress")
+        logged = await read_replies(lambda: read_topic(stack.kafka, "styx-egress"), sent)
         counts = Counter(r.request_id for r in logged)
         twice = [rid for rid in sent if counts[rid] != 1]
         assert not twice, (

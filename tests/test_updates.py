@@ -345,7 +345,7 @@ async def test_a_code_update_under_load_on_real_processes(kafka: Any, s3: Any, t
     from styx_py.core.wire import StatusRequest
     from styx_py.stack.local import LocalStack, admin
     from tests.service_fixtures import cluster_env
-    from tests.test_integration import read_topic
+    from tests.test_integration import read_replies, read_topic
 
     env = cluster_env(snapshot_interval_s="0.5")
     stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)
@@ -385,7 +385,8 @@ async def test_a_code_update_under_load_on_real_processes(kafka: Any, s3: Any, t
             balances = [await client.call("acct", a, "peek") for a in accounts]
             fees = await client.call("fees", "total", "collect", 0)
         status = await admin(stack.coordinator, StatusRequest())
-        logged = await read_topic(kafka.bootstrap, env["STYX_EGRESS_TOPIC"])
+        egress, ids = env["STYX_EGRESS_TOPIC"], [r.request_id for r in replies]
+        logged = await read_replies(lambda: read_topic(kafka.bootstrap, egress), ids)
     finally:
         await asyncio.to_thread(stack.stop)
     assert [v["version"] for v in status["versions"]] == [1, 2] and status["refused_updates"] == 1
