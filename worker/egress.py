@@ -101,8 +101,9 @@ class KafkaSink:
             await self.producer.stop()
 
     def release(self) -> None:
-        """Hand the held replies to their lanes (sent in the drain's next pass): no entry is coming
-        soon (the worker has no work waiting for the next epoch), or they must go now."""
+        """Hand the held replies to their lanes, sent in the drain's next pass: with the next log
+        entry, a reply that was not pushed, a flush, a segment change, or :data:`HOLD_S` after the
+        first of them was held."""
         if self.hold_timer is not None:
             self.hold_timer.cancel()
             self.hold_timer = None
