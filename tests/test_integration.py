@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 import msgspec
 import pytest
@@ -28,6 +29,8 @@ from tests.service_fixtures import ClusterFactory
 
 pytestmark = pytest.mark.services
 
+T = TypeVar("T")
+
 ACCOUNTS = 1000
 INITIAL = 100
 
@@ -37,22 +40,27 @@ def stack(local_cluster: ClusterFactory) -> LocalStack:
     return local_cluster(app="styx_py.benchmarks.bank:app")
 
 
-async def read_replies(
-    read: Callable[[], Awaitable[list[Reply]]], expect: Iterable[str], deadline_s: float = 60.0
-) -> list[Reply]:
-    """The egress log as ``read`` returns it, read again until it holds a reply to every request id of
-    ``expect`` (or ``deadline_s`` went by: the caller's checks then say what is missing). A pushed
-    reply's copy follows it to the log with its worker's next sequencer-log entry, or at most
-    ``HOLD_S`` later (worker/egress.py), so a test that read the log the moment its client had every
-    reply could miss the last ones."""
-    wanted = set(expect)
+async def read_until(
+    read: Callable[[], Awaitable[T]], enough: Callable[[T], bool], deadline_s: float = 60.0
+) -> T:
+    """What ``read`` returns, read again until ``enough`` says so (or ``deadline_s`` went by: the
+    caller's checks then say what is missing). For the egress log: a pushed reply's copy follows it
+    there with its worker's next sequencer-log entry, or at most ``HOLD_S`` later (worker/egress.py),
+    so a test that read the log the moment its client had every reply could miss the last ones."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
     while True:
-        logged = await read()
-        if wanted <= {r.request_id for r in logged} or loop.time() > end:
-            return logged
+        got = await read()
+        if enough(got) or loop.time() > end:
+            return got
         await asyncio.sleep(EGRESS_HOLD_S)
+
+
+async def read_replies(read: Callable[[], Awaitable[list[Reply]]], expect: Iterable[str]) -> list[Reply]:
+    """The egress log as ``read`` returns it, once it holds a reply to every request id of ``expect``
+    (:func:`read_until`)."""
+    wanted = set(expect)
+    return await read_until(read, lambda logged: wanted <= {r.request_id for r in logged})
 
 
 async def read_topic(bootstrap: str, topic: str) -> list[Reply]:

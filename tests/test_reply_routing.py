@@ -18,8 +18,8 @@ from styx_py.client import StyxClient
 from styx_py.core.wire import reply_decoder
 from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack
-from styx_py.worker.egress import HOLD_S as EGRESS_HOLD_S
 from tests.service_fixtures import ClusterFactory
+from tests.test_integration import read_until
 
 pytestmark = pytest.mark.services
 
@@ -77,21 +77,16 @@ async def test_three_clients_on_distinct_partitions_read_no_foreign_reply(stack:
         for c in clients:
             await c.close()
 
-    # On the egress log itself: every reply of client i is on partition i, and only there. A pushed
-    # reply's copy follows it to the log with its worker's next sequencer-log entry, or at most
-    # HOLD_S later: read until every one is there.
+    # On the egress log itself: every reply of client i is on partition i, and only there (read until
+    # every one is there: read_until).
     topic = stack.env["STYX_EGRESS_TOPIC"]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60
-    while True:
-        records = await read_to_end(stack.kafka, {TopicPartition(topic, p): 0 for p in range(PARTITIONS)})
-        where: dict[str, set[int]] = {}
-        for r in records:
-            where.setdefault(reply_decoder.decode(r.value).request_id, set()).add(r.partition)
-        missing = sum(rid not in where for rids in sent for rid in rids)
-        if not missing:
-            break
-        assert loop.time() < deadline, f"{missing} replies never reached the log"
-        await asyncio.sleep(EGRESS_HOLD_S)
+    wanted = {rid for rids in sent for rid in rids}
+    records = await read_until(
+        lambda: read_to_end(stack.kafka, {TopicPartition(topic, p): 0 for p in range(PARTITIONS)}),
+        lambda recs: wanted <= {reply_decoder.decode(r.value).request_id for r in recs},
+    )
+    where: dict[str, set[int]] = {}
+    for r in records:
+        where.setdefault(reply_decoder.decode(r.value).request_id, set()).add(r.partition)
     for i, rids in enumerate(sent):
         assert all(where.get(rid) == {i} for rid in rids), {rid: where.get(rid) for rid in rids[:5]}
