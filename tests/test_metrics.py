@@ -112,7 +112,10 @@ def test_loop_histogram_exposes_what_prometheus_client_would() -> None:
 def stack(local_cluster: ClusterFactory, s3: SeaweedS3) -> LocalStack:
     return local_cluster(
         s3=s3,
-        settings={"snapshot_interval_epochs": "5"},
+        # A snapshot every second epoch: the test's requests come in at least two epochs one after
+        # the other (the transfers wait for the deposits), so one is certain; with every fifth it
+        # depended on how the requests fell into epochs (a fresh-clone CI run saw none in 60 s).
+        settings={"snapshot_interval_epochs": "2"},
         gateway=True,
         gateway_args=["--state-function", "account=balance"],
     )
