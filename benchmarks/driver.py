@@ -210,6 +210,102 @@ class Second:
     raw: array[int] = field(default_factory=lambda: array("q"))  # µs, histogrammed after the run
 
 
+# Outcome codes of Outcomes.codes (0: none yet).
+_COMMITTED, _ABORTED, _FAILED, _ERROR = 1, 2, 3, 4
+
+
+class Outcomes:
+    """The outcome of every measured request of a run, as it comes: when (the driver's clock), which
+    kind (an index into ``labels``) and its status (a code, with the name and cause of every status but
+    committed counted as they come). :meth:`fill` derives the run's counts, seconds and raw latencies
+    from them, exactly as recording each one into its second would have."""
+
+    def __init__(self, n: int) -> None:
+        self.finished = array("d", [math.nan]) * n
+        self.codes = bytearray(n)
+        self.kinds = bytearray(n)
+        self.labels: list[str] = []
+        self._kind: dict[str, int] = {}
+        self.other: Counter[str] = Counter()  # statuses other than committed, by name
+        self.causes: Counter[str] = Counter()  # "status: cause", as RunResult.causes
+
+    def add(self, j: int, label: str, outcome: Outcome, finished: float) -> None:
+        self.finished[j] = finished
+        kind = self._kind.get(label)
+        if kind is None:
+            kind = self._kind[label] = len(self.labels)
+            assert kind < 256, "at most 256 request kinds"
+            self.labels.append(label)
+        self.kinds[j] = kind
+        status = outcome.status
+        if status == "committed":
+            self.codes[j] = _COMMITTED
+            return
+        self.codes[j] = _ABORTED if status == "aborted" else _ERROR if status == "error" else _FAILED
+        self.other[status] += 1
+        self.causes[f"{status}: {outcome.cause}"] += 1
+
+    def latencies_us(self, lo: int, hi: int, start: float, first: int, rate: float) -> list[int]:
+        """Sorted latencies (µs) of the answered requests ``lo .. hi - 1`` (progress lines)."""
+        return sorted(
+            int((self.finished[j] - (start + (j + first) / rate)) * 1e6)
+            for j in range(lo, min(hi, len(self.codes)))
+            if self.codes[j] and self.codes[j] != _ERROR
+        )
+
+    def fill(self, result: RunResult, start: float, first: int, rate: float) -> None:
+        """Count every outcome into ``result``: statuses, causes, answers, each second's counts and raw
+        latencies (request ``j`` was scheduled at ``start + (j + first) / rate``), the last reply."""
+        codes = np.frombuffer(self.codes, dtype=np.uint8)
+        got = codes != 0
+        result.statuses.update(self.other)
+        committed = int(np.count_nonzero(codes == _COMMITTED))
+        if committed:
+            result.statuses["committed"] += committed
+        result.causes.update(self.causes)
+        answered = got & (codes != _ERROR)
+        result.answered += int(np.count_nonzero(answered))
+        if not got.any():
+            return
+        n_seconds = len(result.seconds)
+        warmup_s = result.warmup_s
+        scheduled = start + (np.arange(len(codes), dtype=np.int64) + first) / rate
+        # The same arithmetic, in the same order, as the per-request record it replaces; requests
+        # with no outcome get their schedule as a stand-in finish (they are counted nowhere).
+        finished = np.where(got, np.frombuffer(self.finished, dtype=np.float64), scheduled)
+        second = np.minimum(n_seconds - 1, (scheduled - start - warmup_s).astype(np.int64))
+
+        def per_second(mask: np.ndarray, at: np.ndarray = second) -> list[int]:
+            counts: list[int] = np.bincount(at[mask], minlength=n_seconds)[:n_seconds].tolist()
+            return counts
+
+        since = finished - start - warmup_s
+        if answered.any():
+            result.last_reply_s = max(result.last_reply_s, float(since[answered].max()))
+        arrived = since.astype(np.int64)  # truncated towards zero, as int() does
+        here = answered & (arrived >= 0) & (arrived < n_seconds)
+        columns = {
+            "committed": per_second(codes == _COMMITTED),
+            "aborted": per_second(codes == _ABORTED),
+            "failed": per_second(codes == _FAILED),
+            "errors": per_second(codes == _ERROR),
+            "completed_here": per_second(here, arrived),
+            "committed_here": per_second(here & (codes == _COMMITTED), arrived),
+        }
+        for name, counts in columns.items():
+            for sec, n in zip(result.seconds, counts, strict=True):
+                setattr(sec, name, getattr(sec, name) + n)
+        us = np.clip(((finished - scheduled) * 1e6).astype(np.int64), 1, _HIST_MAX_US)
+        kinds = np.frombuffer(self.kinds, dtype=np.uint8)
+        for kind, label in enumerate(self.labels):
+            result.raw_by_label.setdefault(label, array("q")).extend(us[answered & (kinds == kind)].tolist())
+        order = np.argsort(second[answered], kind="stable")
+        by_second = us[answered][order]
+        bounds = np.searchsorted(second[answered][order], np.arange(n_seconds + 1)).tolist()
+        for k, sec in enumerate(result.seconds):
+            sec.raw.extend(by_second[bounds[k] : bounds[k + 1]].tolist())
+
+
 @dataclass
 class RunResult:
     rate: float
@@ -467,44 +563,17 @@ async def _run_open_loop(
     done_count = 0
     first_send = last_send = 0.0
 
+    # Each measured request's outcome as it comes, in flat arrays (request i at i - first_measured);
+    # every count, second and histogram is derived from them after the run (Outcomes.fill). A record
+    # is a few stores: building the per-second counts per request was ~2 µs of the load generator at
+    # 8 000/s (py-spy: the old record() 5.8 % of its CPU; benchmarks/results/issue15-lean.md).
+    outcomes = Outcomes(total - first_measured)
+
     def record(i: int, label: str, scheduled: float, outcome: Outcome, finished: float) -> None:
         nonlocal done_count
         done_count += 1
-        if i < first_measured:
-            return
-        sec = result.seconds[min(last_second, int(scheduled - start - warmup_s))]
-        status = outcome.status
-        result.statuses[status] += 1
-        if status == "error":
-            sec.errors += 1
-            result.causes[f"error: {outcome.cause}"] += 1
-            return
-        result.answered += 1
-        since = finished - start - warmup_s
-        if since > result.last_reply_s:
-            result.last_reply_s = since
-        arrived = int(since)
-        if 0 <= arrived <= last_second:
-            here = result.seconds[arrived]
-            here.completed_here += 1
-            if status == "committed":
-                here.committed_here += 1
-        if status == "committed":
-            sec.committed += 1
-        elif status == "aborted":
-            sec.aborted += 1
-            result.causes[f"aborted: {outcome.cause}"] += 1
-        else:
-            sec.failed += 1
-            result.causes[f"{status}: {outcome.cause}"] += 1
-        # Only appended here (a fraction of a microsecond): histograms are built after the run, so
-        # recording costs the load generator next to nothing while it measures.
-        us = max(1, min(_HIST_MAX_US, int((finished - scheduled) * 1e6)))
-        sec.raw.append(us)
-        raw = result.raw_by_label.get(label)
-        if raw is None:
-            raw = result.raw_by_label[label] = array("q")
-        raw.append(us)
+        if i >= first_measured:
+            outcomes.add(i - first_measured, label, outcome, finished)
 
     async def one(i: int, op: Op, scheduled: float) -> None:
         try:
@@ -514,12 +583,14 @@ async def _run_open_loop(
         record(i, op.label, scheduled, outcome, clock())
 
     def settled(i: int, label: str, reply: Any, error: BaseException | None) -> None:
-        nonlocal open_count
+        nonlocal open_count, done_count
         if finished:
             return
         open_count -= 1
         assert fast is not None
-        record(i, label, start + i / rate, fast.outcome(reply, error), clock())
+        done_count += 1
+        if i >= first_measured:
+            outcomes.add(i - first_measured, label, fast.outcome(reply, error), clock())
         if open_count == 0 and drained is not None and not drained.done():
             drained.set_result(None)
 
@@ -528,7 +599,10 @@ async def _run_open_loop(
             return
         elapsed = clock() - start
         phase = "warm-up" if elapsed < warmup_s else "measure"
-        recent = sorted(result.seconds[max(0, min(len(result.seconds), int(elapsed - warmup_s)) - 1)].raw)
+        second = max(0, min(len(result.seconds), int(elapsed - warmup_s)) - 1)
+        lo = max(0, math.ceil((second + warmup_s) * rate) - first_measured)
+        hi = max(lo, math.ceil((second + 1 + warmup_s) * rate) - first_measured)
+        recent = outcomes.latencies_us(lo, hi, start, first_measured, rate)
         p = {
             k: (recent[min(len(recent) - 1, int(q * len(recent)))] / 1000 if recent else math.nan)
             for k, q in (("p50", 0.5), ("p99", 0.99))
@@ -536,8 +610,8 @@ async def _run_open_loop(
         progress(
             f"  [{phase} {elapsed:5.1f}s] sent {sent:>8}  done {done_count:>8}  "
             f"in flight {len(inflight) + open_count:>6}  "
-            f"p50 {p['p50']:7.1f} ms  p99 {p['p99']:7.1f} ms  aborted {result.statuses['aborted']}  "
-            f"errors {result.statuses['error']}"
+            f"p50 {p['p50']:7.1f} ms  p99 {p['p99']:7.1f} ms  aborted {outcomes.other['aborted']}  "
+            f"errors {outcomes.other['error']}"
         )
 
     def scheduled_in_window(lo: int, hi: int, now: float) -> None:
@@ -616,6 +690,7 @@ async def _run_open_loop(
         pending.cancel()
     if left:
         await asyncio.gather(*left, return_exceptions=True)
+    outcomes.fill(result, start, first_measured, rate)
     result.build_histograms()
     if progress is not None:
         p = result.percentiles_ms()
