@@ -538,15 +538,17 @@ async def test_the_ids_remembered_for_reuse_are_bounded() -> None:
     def record(rid: str, arg: str) -> bytes:
         return encode_request(rid, "acct", "fn", "k", (arg,))
 
-    for i in range(1100):
+    n, kept = 3000, 1024  # kept: max(1024, 2 * max_pending)
+    for i in range(n):
         entry = table.add(f"r{i}", loop.create_future(), record(f"r{i}", "a"))
         entry.waiters = 1
         table.leave(f"r{i}", entry)  # given up (or timed out): remembered
-    for rid in ("r76", "r1099"):
+    # At least the last ``kept`` are remembered, whatever n is; none older than the last 2 * kept.
+    for rid in (f"r{n - kept}", f"r{n - 1}"):
         with pytest.raises(BadRequest, match="recently sent"):
             table.check_reuse(rid, record(rid, "b"))
-    table.check_reuse("r75", record("r75", "b"))  # forgotten: the last max(1024, 2 * max_pending) are kept
-    table.check_reuse("r1099", record("r1099", "a"))
+    table.check_reuse(f"r{n - 2 * kept - 1}", record(f"r{n - 2 * kept - 1}", "b"))  # forgotten
+    table.check_reuse(f"r{n - 1}", record(f"r{n - 1}", "a"))
 
 
 def test_reply_decoder_round_trips_results() -> None:
