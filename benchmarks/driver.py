@@ -31,8 +31,21 @@ from styx_py.io.runtime import steady_gc
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 _HIST_MAX_US = 600_000_000
-# The driver wakes at most once per tick and sends every request due by then (see run_open_loop).
+# The driver wakes at most once per tick and sends every request due by then (see run_open_loop): 1 ms,
+# and 2 ms from BUSY_RATE requests a second up. Each wake-up costs a process on this VM ~25-35 µs of CPU
+# (a bare 1 ms sleep 25 µs, a uvloop sleep 35 µs), which at 8 000/s, where the 1 ms tick woke the load
+# generator ~700 times a second, was 2.5-3 µs of its CPU per request; the longer tick adds ~0.5 ms to
+# the mean latency, counted from each request's schedule (benchmarks/results/issue15-lean.md).
 _TICK_S = 0.001
+BUSY_TICK_S = 0.002
+BUSY_RATE = 4_000.0
+
+
+def tick_for(rate: float) -> float:
+    """The driver's tick at ``rate`` requests a second (see above)."""
+    return BUSY_TICK_S if rate >= BUSY_RATE else _TICK_S
+
+
 # While the driver runs, the cyclic GC runs as in the servers (styx_py.io.runtime.steady_gc). The load
 # generator's objects die young (a request lives until its reply): at 8 000/s Python's default
 # threshold ran ~1 300 collections in a 10 s run, full ones among them, 1.4 s of CPU (16 µs per
@@ -630,6 +643,7 @@ async def _run_open_loop(
         for i in range(lo, hi):  # a tick across a second's end: once a second
             result.seconds[min(last_second, int(start + i / rate - start - warmup_s))].scheduled += 1
 
+    tick_s = tick_for(rate)
     sent = 0
     next_report = start + 1.0
     next_op = workload.next_op
@@ -664,7 +678,7 @@ async def _run_open_loop(
             # and a loop spinning on it burns a core the cluster needs. Requests that fall due
             # within a tick leave together; latency still counts from each one's scheduled time, so
             # the tick shows in the numbers rather than hiding in them.
-            await asyncio.sleep(max(_TICK_S, start + sent / rate - clock()))
+            await asyncio.sleep(max(tick_s, start + sent / rate - clock()))
     if result.sent > 1 and last_send > first_send:
         result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
     # Drain: every request gets its reply or its own timeout; a stuck one counts as unanswered.

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from styx_py.benchmarks.driver import tick_for
 from styx_py.client.sdk.kafka import open_kafka, stop_quietly
 from styx_py.core.requests import encode_request
 from styx_py.core.segments import segment_topic
@@ -24,7 +25,6 @@ from styx_py.io.batching import BatchLanes
 
 __all__ = ["RawResult", "RawSettings", "run_raw"]
 
-_TICK_S = 0.001  # as the driver's
 _POOL = 1024  # distinct pre-built records, cycled
 
 
@@ -106,6 +106,7 @@ async def _send(
 ) -> None:
     sent = 0
     n = len(records)
+    tick_s = tick_for(rate)  # as the driver's
     add: Any = lanes.add
     while sent < total:
         due = min(total, int((time.perf_counter() - start) * rate) + 1)
@@ -114,4 +115,4 @@ async def _send(
             add(topic, i % partitions, key, value, None)
         sent = due
         if sent < total:
-            await asyncio.sleep(max(_TICK_S, start + sent / rate - time.perf_counter()))
+            await asyncio.sleep(max(tick_s, start + sent / rate - time.perf_counter()))
