@@ -29,6 +29,7 @@ from styx_py.client.sdk.resting import EgressRest
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
+from styx_py.core.requests import lean_request
 from styx_py.core.segments import segment_topic
 from styx_py.core.wire import Key, Reply
 from styx_py.io.batching import BatchLanes
@@ -688,12 +689,14 @@ class Prepared:
             partition = client._targets.partition(operator, key, function)
         rid = client._new_rid()
         ts_ms = time.time_ns() // 1_000_000
-        record = checked_request(
+        record = lean_request(
             rid, operator, function, key, args, ts_ms, client.reply_partition, client.reply_to
         )
         table = client._pending
-        table.check_reuse(rid, record)
-        table.check_room()
+        if rid in table._entries or rid in table._recent:  # a generated id a caller chose before
+            table.check_reuse(rid, record)
+        if len(table._entries) >= table.max_pending:
+            table.check_room()
         # Registered before producing: the reply may be read before add() even returns.
         caller = table.callback(
             rid, record, done, self.timeout_s, (operator, function, key, rid), client._loop

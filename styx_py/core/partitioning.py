@@ -20,6 +20,12 @@ def key_bytes(key: Key) -> bytes:
     raise TypeError(f"entity keys must be str or int, got {type(key).__name__}")
 
 
+_STR_PREFIX = crc32(b"s")  # a str key's CRC continues from its prefix's: no concatenated copy
+
+
 def partition_of(key: Key, partitions: int) -> int:
-    """The partition that owns ``key`` among ``partitions`` (stable across processes and runs)."""
+    """The partition that owns ``key`` among ``partitions`` (stable across processes and runs): the
+    CRC-32 of :func:`key_bytes`."""
+    if type(key) is str:
+        return crc32(key.encode(), _STR_PREFIX) % partitions
     return crc32(key_bytes(key)) % partitions
