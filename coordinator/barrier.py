@@ -1,7 +1,7 @@
 """The epoch barrier: collect one message per worker for a stage (pure).
 
-Per epoch the coordinator collects every worker's ExecDone, Vote, [Revote] and EpochDone; what they
-add up to is :mod:`styx_py.core.barrier`, which the workers compute too.
+Per epoch the coordinator collects every worker's Vote, [Revote] and EpochDone; what they add up to
+is :mod:`styx_py.core.barrier`, which the workers compute too (from the peers' ExecDone as well).
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-from styx_py.core.wire import EpochDone, ExecDone, Revote, Vote
+from styx_py.core.wire import EpochDone, Revote, Vote
 
 __all__ = ["Stage"]
 
-M = TypeVar("M", ExecDone, Vote, Revote, EpochDone)
+M = TypeVar("M", Vote, Revote, EpochDone)
 
 
 class Stage(Generic[M]):

@@ -1,9 +1,11 @@
 """The epoch loop: start every epoch and follow it through the barrier stages.
 
 Per epoch the coordinator broadcasts ``EpochStart`` (with whether the epoch snapshots), then collects
-every worker's ``ExecDone``, ``Vote`` [``Revote``] and ``EpochDone``. It does not announce decisions:
-workers send their reports to each other too and each decides from the same set
-(:mod:`styx_py.core.barrier`), so replies leave one hop after the last vote. The coordinator counts an
+every worker's ``Vote`` [``Revote``] and ``EpochDone``. It does not announce decisions: workers send
+their reports to each other and each decides from the same set (:mod:`styx_py.core.barrier`), so
+replies leave one hop after the last vote. The workers' ``ExecDone`` goes to their peers only: the
+``Vote`` carries what the coordinator needs of it (the sequencer counter, the work waiting), one
+message fewer to it per worker and epoch. The coordinator counts an
 epoch decided once it holds every vote itself (recovery replays up to there, and up to the last epoch
 every worker logged, which covers an epoch some worker decided before the coordinator heard all votes).
 Epochs run back to back while any worker has pending work, spaced by at least ``epoch_interval_ms``;
@@ -28,9 +30,9 @@ from styx_py.coordinator.metrics import CoordinatorMetrics
 from styx_py.coordinator.snapshotter import Snapshotter
 from styx_py.coordinator.status import Throughput
 from styx_py.coordinator.tasks import Tasks
-from styx_py.core.barrier import combine_exec, combine_votes
+from styx_py.core.barrier import combine_votes, highest_lc
 from styx_py.core.ports import Clock
-from styx_py.core.wire import EpochDone, EpochStart, ExecDone, Revote, Vote
+from styx_py.core.wire import EpochDone, EpochStart, Revote, Vote
 
 __all__ = ["EpochLoop"]
 
@@ -44,7 +46,6 @@ class EpochRun:
 
     epoch: int
     replay: bool
-    executed: Stage[ExecDone]
     voted: Stage[Vote]
     revoted: Stage[Revote]
     done: Stage[EpochDone]
@@ -72,8 +73,8 @@ class EpochLoop:
         self.last_decided = -1  # the last epoch whose every vote reached the coordinator
         self.stalls = 0
         self.pipelined = 0  # epochs started as soon as the previous one was decided
-        # Open stages with the event set once each is complete: at most two (an epoch's EpochDone and
-        # the next epoch's ExecDone, when that one was started early).
+        # Open stages with the event set once each is complete: an epoch's EpochDone and the next
+        # epoch's stages, when that one was started early.
         self.stages: dict[Stage[Any], asyncio.Event] = {}
         self.replay_until = -1  # the last epoch the running loop replays
         self.work = asyncio.Event()  # a worker has work (WorkAvailable)
@@ -121,15 +122,16 @@ class EpochLoop:
         if barrier is not None and not barrier.done():
             barrier.set_result(epoch)
 
-    def on_report(self, msg: ExecDone | Vote | Revote | EpochDone) -> None:
+    def on_report(self, msg: Vote | Revote | EpochDone) -> None:
         if msg.gen != self.cluster.gen:
             return  # from a generation a recovery ended
         for stage, done in self.stages.items():
             if stage.add(msg) and not done.is_set():
                 done.set()
-                if isinstance(msg, ExecDone):
-                    # Synchronously: before any part of the epoch's snapshot can arrive.
-                    self.snapshots.executed(stage.epoch, combine_exec(stage.messages())[1])
+                if isinstance(msg, Vote):
+                    # Synchronously: before any part of the epoch's snapshot can arrive (a worker
+                    # sends its part after its Vote, on the same connection).
+                    self.snapshots.voted(stage.epoch, highest_lc(stage.messages()))
 
     async def _run(self, replay_until: int, on_replayed: Callable[[], None] | None) -> None:
         """Run epochs back to back; epochs up to ``replay_until`` re-run their logged composition."""
@@ -166,7 +168,7 @@ class EpochLoop:
                 last_start = self.clock.now()
                 started = self._start(e, e <= replay_until)
 
-            def early(executed: list[ExecDone], e: int = e) -> EpochRun | None:
+            def early(voted: list[Vote], e: int = e) -> EpochRun | None:
                 """Start the next epoch now that this one is decided, if work waits and no replay or
                 pacing stands in the way."""
                 nonlocal last_start
@@ -174,7 +176,7 @@ class EpochLoop:
                     return None
                 if self.barrier is not None or self.before_start is not None:
                     return None  # a shape change or a code update takes its barrier first
-                if not self.work.is_set() and sum(x.pending for x in executed) == 0:
+                if not self.work.is_set() and sum(v.pending for v in voted) == 0:
                     return None
                 last_start = self.clock.now()
                 self.work.clear()
@@ -199,7 +201,6 @@ class EpochLoop:
         run = EpochRun(
             e,
             replay,
-            self._open(e, ExecDone),
             self._open(e, Vote),
             self._open(e, Revote),
             self._open(e, EpochDone),
@@ -210,15 +211,14 @@ class EpochLoop:
         return run
 
     async def _epoch(
-        self, run: EpochRun, early: Callable[[list[ExecDone]], EpochRun | None]
+        self, run: EpochRun, early: Callable[[list[Vote]], EpochRun | None]
     ) -> tuple[list[EpochDone], EpochRun | None]:
         """Follow one started epoch to its end: every worker's ``EpochDone``, and the next epoch if it
         was started as soon as this one was decided."""
         e = run.epoch
-        executed: list[ExecDone] = await self._gather(run.executed)
-        self.lc = combine_exec(executed)[1]
-        t_executed = time.perf_counter()
-        fallback, serial = combine_votes(await self._gather(run.voted))
+        voted: list[Vote] = await self._gather(run.voted)
+        self.lc = highest_lc(voted)
+        fallback, serial = combine_votes(voted)
         if serial:
             # Every worker votes again without the serial transactions' writes (an extra round, only in
             # epochs that have some); the decision is made from these.
@@ -227,9 +227,9 @@ class EpochLoop:
             self.stages.pop(run.revoted, None)
         self.last_decided = e
         t_voted = time.perf_counter()
-        following = early(executed)
+        following = early(voted)
         done: list[EpochDone] = await self._gather(run.done)
-        self.metrics.epoch(run.started_at, t_executed, t_voted, time.perf_counter(), done)
+        self.metrics.epoch(run.started_at, t_voted, time.perf_counter(), done)
         self.throughput.record(self.clock.now(), done, len(fallback) + len(serial))
         return done, following
 

@@ -23,7 +23,7 @@ from styx_py.io.metrics import EPOCH_BUCKETS_S, SLOW_BUCKETS_S, LoopHistogram, h
 __all__ = ["PHASES", "CoordinatorMetrics", "CoordinatorReadout"]
 
 # The three barrier stages of an epoch, as the coordinator sees them (see coordinator.barrier).
-PHASES = ("execute", "conflicts", "commit")
+PHASES = ("decide", "commit")
 STATES = ("starting", "running", "recovering")
 
 
@@ -69,7 +69,7 @@ class CoordinatorMetrics:
         # Updated once per epoch on the event loop: plain numbers, exposed by the collector.
         self.epochs = 0
         self.phases = {p: LoopHistogram(EPOCH_BUCKETS_S) for p in PHASES}
-        self._execute, self._conflicts, self._commit = (self.phases[p] for p in PHASES)
+        self._decide, self._commit = (self.phases[p] for p in PHASES)
         self.epoch_duration = LoopHistogram(EPOCH_BUCKETS_S)
         self.pending = 0  # requests waiting on the workers after the last epoch (ingress + rescheduled)
         self.snapshot_duration = Histogram(
@@ -85,13 +85,10 @@ class CoordinatorMetrics:
         self._snapshots_ok, self._snapshots_failed = (self.snapshots.labels(x) for x in ("ok", "failed"))
         r.register(_Collector(coordinator, self))
 
-    def epoch(
-        self, start: float, executed: float, voted: float, end: float, done: Iterable[EpochDone]
-    ) -> None:
-        """One completed epoch, from four ``time.perf_counter()`` readings."""
+    def epoch(self, start: float, voted: float, end: float, done: Iterable[EpochDone]) -> None:
+        """One completed epoch, from three ``time.perf_counter()`` readings."""
         self.epochs += 1
-        self._execute.observe(executed - start)
-        self._conflicts.observe(voted - executed)
+        self._decide.observe(voted - start)
         self._commit.observe(end - voted)
         self.epoch_duration.observe(end - start)
         self.pending = sum(d.pending for d in done)
@@ -131,7 +128,7 @@ class _Collector(Collector):
         )
         yield histogram_family(
             "styx_coordinator_epoch_phase_duration_seconds",
-            "epoch barrier stages: execute (EpochStart to every ExecDone), conflicts (to every Vote), "
+            "epoch barrier stages: decide (EpochStart to every Vote: sequencing, execution, conflicts), "
             "commit (every Vote to every EpochDone: lock-free commit, replies and the fallback phase)",
             "phase",
             m.phases,

@@ -50,7 +50,6 @@ from styx_py.core.wire import (
     DeployRequest,
     DrainRequest,
     EpochDone,
-    ExecDone,
     Fenced,
     FoundReplies,
     GraphPrepared,
@@ -216,7 +215,7 @@ class Coordinator:
     # ---- messages ---------------------------------------------------------------------------------
     def on_message(self, src: str, msg: Message) -> None:
         match msg:
-            case ExecDone() | Vote() | Revote() | EpochDone():
+            case Vote() | Revote() | EpochDone():
                 self.epochs.on_report(msg)
             case WorkAvailable():
                 self.epochs.work.set()

@@ -74,9 +74,9 @@ class Snapshotter:
         self.last_at = self.clock.now()
         return True
 
-    def executed(self, epoch: int, lc: int) -> None:
-        """Every worker executed ``epoch``: its sequencer counter, which its manifest records (told as
-        the last ExecDone arrives, before any worker can finish the epoch and send a part)."""
+    def voted(self, epoch: int, lc: int) -> None:
+        """Every worker voted on ``epoch``: its sequencer counter, which its manifest records (told as
+        the last Vote arrives, before any worker can finish the epoch and send a part)."""
         pending = self.pending.get(epoch)
         if pending is not None:
             pending.lc = lc
@@ -101,7 +101,7 @@ class Snapshotter:
         parts = pending.parts
         ok = all(p.ok for p in parts.values())
         if ok and pending.lc < 0:
-            # Workers decide from each other's reports: they finished the epoch although an ExecDone
+            # Workers decide from each other's reports: they finished the epoch although a Vote
             # never reached this coordinator (that stage stalls, and a recovery follows). Without the
             # epoch's sequencer counter the manifest cannot be written: the snapshot fails, and the
             # next one carries its deltas.
@@ -131,7 +131,7 @@ class Snapshotter:
         else:
             self.failed += 1
             errors = "; ".join(f"{n}: {p.error}" for n, p in sorted(parts.items()) if not p.ok) or (
-                "the coordinator did not hear every ExecDone of the epoch"
+                "the coordinator did not hear every Vote of the epoch"
             )
             log.warning("snapshot %d failed: %s", epoch, errors)
         self.metrics.snapshot(ok, self.clock.now() - self.last_at)

@@ -15,7 +15,7 @@ from styx_py.coordinator.membership import Membership
 from styx_py.coordinator.placement import place
 from styx_py.coordinator.server import Coordinator
 from styx_py.coordinator.status import WINDOW_S, Throughput
-from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes
+from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes, highest_lc
 from styx_py.core.config import load_config
 from styx_py.core.errors import GraphError
 from styx_py.core.wire import AdminReply, DeployRequest, EpochDone, ExecDone, Register, Revote, Vote
@@ -43,10 +43,11 @@ def test_stage_completes_only_when_every_worker_reported() -> None:
     assert stage.got["w1"].conflicts == [2], "a stale message does not replace a current one"
 
 
-def test_stage_works_for_exec_done_and_epoch_done() -> None:
-    ex: Stage[ExecDone] = Stage(0, ["a", "b"])
-    assert not ex.add(ExecDone(0, "a", [], 3, 0, 0))
-    assert ex.add(ExecDone(0, "b", [5], 4, 0, 0))
+def test_stage_works_for_epoch_done_and_ignores_other_kinds() -> None:
+    votes: Stage[Vote] = Stage(0, ["a", "b"], Vote)
+    assert not votes.add(Vote(0, "a", [], [], 0, 3, 0))
+    assert not votes.add(Revote(0, "b", [], 0))  # another stage's message
+    assert votes.add(Vote(0, "b", [5], [], 0, 4, 0))
     done: Stage[EpochDone] = Stage(9, ["a"])
     assert not done.add(EpochDone(8, "a", 0, 1, 0, 0, 0))
     assert done.add(EpochDone(9, "a", 0, 1, 0, 0, 0))
@@ -83,14 +84,13 @@ def test_a_recheck_leaves_the_serial_ones_out_of_the_fallback() -> None:
     assert combine_revotes(revotes, [4, 9]) == [3, 7]
 
 
-def test_combine_exec_unions_aborts_and_takes_max_counter() -> None:
-    msgs = [
-        ExecDone(1, "w1", [5, 2], 10, 0, 0),
-        ExecDone(1, "w2", [2, 8], 14, 0, 0),
-        ExecDone(1, "w3", [], 3, 0, 0),
-    ]
-    assert combine_exec(msgs) == ([2, 5, 8], 14)
-    assert combine_exec([]) == ([], 0)
+def test_combine_exec_unions_aborts_and_the_votes_give_the_max_counter() -> None:
+    msgs = [ExecDone(1, "w1", [5, 2], 0), ExecDone(1, "w2", [2, 8], 0), ExecDone(1, "w3", [], 0)]
+    assert combine_exec(msgs) == [2, 5, 8]
+    assert combine_exec([]) == []
+    votes = [Vote(1, "w1", [], [], 0, 10, 0), Vote(1, "w2", [], [], 0, 14, 2), Vote(1, "w3", [], [], 0, 3, 0)]
+    assert highest_lc(votes) == 14
+    assert highest_lc([]) == 0
 
 
 # ---- placement ------------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
     # Bad requests are rejected, not aborted: they say nothing about the workload's logic.
     assert value(c, "styx_coordinator_transactions_total", outcome="aborted") == 5 + 3
     assert value(c, "styx_coordinator_transactions_total", outcome="rejected") == 2
-    assert value(c, "styx_coordinator_epoch_phase_duration_seconds_count", phase="execute") > 0
+    assert value(c, "styx_coordinator_epoch_phase_duration_seconds_count", phase="decide") > 0
     assert value(c, "styx_coordinator_snapshot_bytes") > 0
     assert value(c, "styx_coordinator_workers") == 2
     assert value(c, "styx_coordinator_state", state="running") == 1

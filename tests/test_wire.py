@@ -89,8 +89,9 @@ ALL_MESSAGES = [
     wire.PrepareGraph(2, "tests.apps.versioned:v2"),
     wire.GraphPrepared("w1", 2, True, "", [OperatorSpec("fees", 3, ["collect"])]),
     wire.GraphPrepared("w2", 2, False, "cannot import 'x'", []),
-    ExecDone(12, "w1", [4, 7], 101, 3, 0),
+    ExecDone(12, "w1", [4, 7], 0),
     Vote(12, "w2", [9], [11], 0),
+    Vote(12, "w2", [9], [11], 0, 101, 3),
     wire.Revote(12, "w2", [9], 0),
     EpochDone(12, "w3", 5, 10, 2, 1, 0),
     Invoke(12, 9, Phase.OPTIMISTIC, [0, 2], "w1", "w2", "acct", "deposit", "k1", RAW, 1, 6, True, 1234, 0),
@@ -182,7 +183,8 @@ def test_the_channels() -> None:
     epoch reports (every worker decides from its peers' too). A client subscribes on a worker's port
     and is pushed replies there."""
     to_coordinator, to_worker = _members(wire.ToCoordinator), _members(wire.ToWorker)
-    assert to_coordinator & to_worker == {Heartbeat, ExecDone, Vote, wire.Revote}
+    assert to_coordinator & to_worker == {Heartbeat, Vote, wire.Revote}
+    assert ExecDone in to_worker - to_coordinator  # to the peers only: the Vote tells the coordinator
     assert {Invoke, CallResult, Ack, Final} <= to_worker - to_coordinator
     assert {DeployRequest, StatusRequest, Register} <= to_coordinator - to_worker
     assert _members(wire.ToAdmin) == {AdminReply, wire.PushedReply, wire.SubscribeRefused, wire.EgressAcked}

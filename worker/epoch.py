@@ -4,9 +4,9 @@ One epoch, as seen by a worker (the coordinator's side is :mod:`styx_py.coordina
 
     EpochStart(e, lc, snapshot?) ─► form the batch (batch.py), log it, run every root invocation
                          optimistically against the pre-epoch state (executor.py)
-    all local roots acked ─► ExecDone(e, logic aborts, lc, pending) to the coordinator and every peer
-    every worker's ExecDone ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, serial) to all,
-                         once the batch's log entry is durable
+    all local roots acked ─► ExecDone(e, logic aborts) to every peer
+    every worker's ExecDone ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, serial, lc, pending)
+                         to the coordinator and every peer, once the batch's log entry is durable
     [some Vote names serial tids ─► conflicts without their writes ─► Revote(e, conflicts) to all]
     every worker's Vote [Revote] ─► the decision (core/barrier.py, the same on every worker):
                            lock-free commit and early replies (commit.py, replies.py)
@@ -293,13 +293,15 @@ class EpochDriver:
             self._send_exec_done(es)
 
     def _send_exec_done(self, es: EpochState) -> None:
-        """Report the epoch executed here, at once (the Vote is what waits for the log entry)."""
-        failed, lc = sorted(es.local_failed), self.batch.sequencer.lc
-        self._report(ExecDone(es.epoch, self.node_id, failed, lc, self.batch.pending(), es.gen))
+        """Report the epoch executed here, at once, to the peers only (the Vote is what waits for the
+        log entry, and it tells the coordinator what it needs: one message fewer to it per epoch)."""
+        self._report(ExecDone(es.epoch, self.node_id, sorted(es.local_failed), es.gen))
 
     def _report(self, msg: ExecDone | Vote | Revote) -> None:
-        """A report of this worker's: to the coordinator, to every peer, and to itself."""
-        self.transport.send(COORDINATOR, msg)
+        """A report of this worker's: to every peer and to itself, and but for an ExecDone to the
+        coordinator."""
+        if not isinstance(msg, ExecDone):
+            self.transport.send(COORDINATOR, msg)
         self.router.to_peers(msg)
         self.on_report(msg)
 
@@ -315,7 +317,7 @@ class EpochDriver:
             case ExecDone():
                 es.exec_done[msg.node_id] = msg
                 if len(es.exec_done) == workers and es.aborted is None:
-                    es.aborted = frozenset(combine_exec(list(es.exec_done.values()))[0])
+                    es.aborted = frozenset(combine_exec(list(es.exec_done.values())))
                     self._vote(es)
             case Vote():
                 es.votes[msg.node_id] = msg
@@ -340,7 +342,9 @@ class EpochDriver:
         """
         assert es.aborted is not None
         conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
-        vote = Vote(es.epoch, self.node_id, conflicts, sorted(es.serial), es.gen)
+        # The sequencer counter after this epoch's batch: only the next EpochStart moves it.
+        lc, pending = self.batch.sequencer.lc, self.batch.pending()
+        vote = Vote(es.epoch, self.node_id, conflicts, sorted(es.serial), es.gen, lc, pending)
         self._when_logged(es, lambda: self._report(vote))
 
     def _when_logged(self, es: EpochState, then: Callable[[], None]) -> None:

@@ -35,11 +35,11 @@ class WorkAvailable(Msg, tag="work"):
 
 
 class ExecDone(Msg, tag="xd"):
+    """Every root of the epoch on this worker is done (to the peers; the Vote tells the coordinator)."""
+
     epoch: int
     node_id: str
     aborted: list[int]  # tids whose root saw a logic abort / error
-    lc: int
-    pending: int  # transactions still waiting here (the coordinator may start the next epoch early)
     gen: int
 
 
@@ -49,6 +49,10 @@ class Vote(Msg, tag="vote"):
     conflicts: list[int]
     serial: list[int]  # tids that invoked one entity twice on this worker (they run in Phase.SERIAL)
     gen: int
+    # What the coordinator needs of the ExecDone, which only the peers get: the sequencer counter after
+    # this worker's batch, and the transactions still waiting here (it may start the next epoch early).
+    lc: int = 0
+    pending: int = 0
 
 
 class Revote(Msg, tag="revote"):

@@ -50,7 +50,6 @@ ToCoordinator = (
     Register
     | Heartbeat
     | WorkAvailable
-    | ExecDone
     | Vote
     | Revote
     | EpochDone
