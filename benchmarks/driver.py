@@ -582,28 +582,26 @@ async def _run_open_loop(
     # 8 000/s (py-spy: the old record() 5.8 % of its CPU; benchmarks/results/issue15-lean.md).
     outcomes = Outcomes(total - first_measured)
 
-    def record(i: int, label: str, scheduled: float, outcome: Outcome, finished: float) -> None:
+    def record(i: int, label: str, outcome: Outcome, finished: float) -> None:
         nonlocal done_count
         done_count += 1
         if i >= first_measured:
             outcomes.add(i - first_measured, label, outcome, finished)
 
-    async def one(i: int, op: Op, scheduled: float) -> None:
+    async def one(i: int, op: Op) -> None:
         try:
             outcome = await sender.send(op)
         except Exception as exc:  # noqa: BLE001 - a sender bug is counted, never lost in a task
             outcome = Outcome("error", f"{type(exc).__name__}: {exc}"[:80])
-        record(i, op.label, scheduled, outcome, clock())
+        record(i, op.label, outcome, clock())
 
     def settled(i: int, label: str, reply: Any, error: BaseException | None) -> None:
-        nonlocal open_count, done_count
+        nonlocal open_count
         if finished:
             return
         open_count -= 1
         assert fast is not None
-        done_count += 1
-        if i >= first_measured:
-            outcomes.add(i - first_measured, label, fast.outcome(reply, error), clock())
+        record(i, label, fast.outcome(reply, error), clock())
         if open_count == 0 and drained is not None and not drained.done():
             drained.set_result(None)
 
@@ -662,11 +660,11 @@ async def _run_open_loop(
                     failed = start_op(op, partial(settled, i, op.label))
                     if failed is not None:  # failed locally (overload, bad request)
                         open_count -= 1
-                        record(i, op.label, start + i / rate, failed, clock())
+                        record(i, op.label, failed, clock())
                     elif i >= first_measured and result.first_request_id is None:
                         result.first_request_id = getattr(fast, "last_request_id", None)
                     continue
-                task = loop.create_task(one(i, op, start + i / rate))
+                task = loop.create_task(one(i, op))
                 inflight.add(task)
                 task.add_done_callback(inflight.discard)
             sent = due
