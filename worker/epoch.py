@@ -298,8 +298,8 @@ class EpochDriver:
         self._report(ExecDone(es.epoch, self.node_id, sorted(es.local_failed), es.gen))
 
     def _report(self, msg: ExecDone | Vote | Revote) -> None:
-        """A report of this worker's: to every peer and to itself, and but for an ExecDone to the
-        coordinator."""
+        """A report of this worker's: to every peer and to itself; a Vote or Revote to the coordinator
+        too."""
         if not isinstance(msg, ExecDone):
             self.transport.send(COORDINATOR, msg)
         self.router.to_peers(msg)
