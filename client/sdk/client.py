@@ -693,10 +693,7 @@ class Prepared:
             rid, operator, function, key, args, ts_ms, client.reply_partition, client.reply_to
         )
         table = client._pending
-        if rid in table._entries or rid in table._recent:  # a generated id a caller chose before
-            table.check_reuse(rid, record)
-        if len(table._entries) >= table.max_pending:
-            table.check_room()
+        table.check_new(rid, record)
         # Registered before producing: the reply may be read before add() even returns.
         caller = table.callback(
             rid, record, done, self.timeout_s, (operator, function, key, rid), client._loop

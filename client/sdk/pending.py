@@ -373,6 +373,15 @@ class PendingTable:
         if len(self._entries) >= self.max_pending:
             raise Overloaded(f"{len(self._entries)} requests in flight (max_pending={self.max_pending})")
 
+    def check_new(self, rid: str, fingerprint: bytes) -> None:
+        """:meth:`check_reuse` then :meth:`check_room`, in one call for the lean path: a new id costs
+        two look-ups and a length."""
+        entries = self._entries
+        if rid in entries or rid in self._recent:  # a generated id a caller chose before
+            self.check_reuse(rid, fingerprint)
+        if len(entries) >= self.max_pending:
+            self.check_room()
+
     def add(self, rid: str, future: asyncio.Future[Reply], fingerprint: bytes) -> Pending:
         """Register ``rid`` (not in flight yet): before it is produced, as its reply may come at once."""
         entry = self._entries[rid] = Pending(rid, future, fingerprint)
