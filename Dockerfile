@@ -36,7 +36,7 @@ COPY benchmarks ./benchmarks
 # --no-deps: nothing beyond the lock; `pip check` fails the build if the lock misses a dependency.
 RUN /opt/styx/bin/pip install --no-deps . \
     && /opt/styx/bin/pip check \
-    && /opt/styx/bin/python -c "import styx_py.coordinator.main, styx_py.worker.main, styx_py.client.gateway" \
+    && /opt/styx/bin/python -c "import styx_coordinator.main, styx_worker.main, styx_client.gateway" \
     && /opt/styx/bin/styx --help > /dev/null
 
 # ---- runtime: the environment, tini as PID 1, a non-root user ---------------------------------------

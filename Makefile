@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: install demo test lint lock bench bench-tpcc10 bench-http screenshots
 
-SOURCES := styx_py coordinator worker client benchmarks tests
+SOURCES := styx_py worker coordinator client benchmarks tests
 
 # Every extra ([local] brings [server]): the demo needs the local stack, the tests everything.
 # A plain `pip install styx-py` is only the SDK and `styx deploy|status|call` (docs/deploy.md#install).
@@ -55,8 +55,8 @@ bench-tpcc10: install
 
 # What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (docs/http-api.md).
 bench-http: install
-	$(PY) -m styx_py.benchmarks.http_overhead --rate 200 --seconds 10
+	$(PY) -m styx_benchmarks.http_overhead --rate 200 --seconds 10
 
 # What users see, rendered by headless Chromium (Debian's chromium) into docs/img/: the gateway's /docs.
 screenshots: install
-	$(PY) -m styx_py.benchmarks.screenshots --out docs/img
+	$(PY) -m styx_benchmarks.screenshots --out docs/img

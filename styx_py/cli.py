@@ -25,10 +25,10 @@ from styx_py.extras import add_parser, require
 from styx_py.io.runtime import run, setup_logging
 
 if TYPE_CHECKING:
-    from styx_py.client import StyxClient
+    from styx_client import StyxClient
     from styx_py.stack.local import LocalStack
 
-DEMO_APP = "styx_py.benchmarks.bank:app"
+DEMO_APP = "styx_benchmarks.bank:app"
 
 
 def _parse_arg(text: str) -> Any:
@@ -73,7 +73,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         stack.start()
         _announce(stack, STATE_FILE)
         if args.demo:
-            from styx_py.benchmarks.demo import run_demo
+            from styx_benchmarks.demo import run_demo
 
             stack.deploy(DEMO_APP)
             print(f"deployed {DEMO_APP}", flush=True)
@@ -146,7 +146,7 @@ def _kafka(args: argparse.Namespace, config: Config) -> str:
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     require("styx coordinator", "server")
-    from styx_py.coordinator.main import serve_coordinator
+    from styx_coordinator.main import serve_coordinator
 
     config = load_config()  # fails here, naming the setting, on a bad value
     setup_logging("coordinator", config.log_level)
@@ -157,7 +157,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     require("styx worker", "server")
-    from styx_py.worker.main import serve_worker
+    from styx_worker.main import serve_worker
 
     config = load_config()
     setup_logging(args.id, config.log_level)
@@ -249,7 +249,7 @@ def _version_line(body: dict[str, Any]) -> str:
 
 def format_status(body: dict[str, Any]) -> str:
     """``styx status`` for a person: the cluster line, rates, totals, snapshot, recoveries, tables."""
-    from styx_py.coordinator.status import WINDOW_S
+    from styx_coordinator.status import WINDOW_S
 
     lines = [
         f"graph         {body['graph'] or '(nothing deployed)'}{_version_line(body)}",
@@ -339,7 +339,7 @@ def _gateway_token(args: argparse.Namespace) -> str | None:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     require("styx gateway", "server")
-    from styx_py.client.gateway import GatewayConfig, serve_gateway
+    from styx_client.gateway import GatewayConfig, serve_gateway
     from styx_py.stack.local import cluster_secret, coordinator_address
 
     setup_logging("gateway")
@@ -364,7 +364,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from styx_py.client import StyxClient
+    from styx_client import StyxClient
     from styx_py.stack.local import cluster_secret, coordinator_address
 
     async def call() -> int:
@@ -400,7 +400,7 @@ def _client_without_coordinator(kafka: str, app: str | None, timeout_s: float) -
     """A client that talks to Kafka only. It must know each operator's partition count to produce to
     the partition that owns the key, and the coordinator is what tells it; without one, the graph
     (imported here, as the workers do) tells it. Topics: ``STYX_INGRESS_TOPIC``/``STYX_EGRESS_TOPIC``."""
-    from styx_py.client import StyxClient
+    from styx_client import StyxClient
     from styx_py.core.graph import load_graph
 
     if not app:
@@ -510,7 +510,7 @@ def use_cluster_file(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from styx_py.benchmarks.bench import cmd_bench as run_bench
+    from styx_benchmarks.bench import cmd_bench as run_bench
 
     # `kill -USR1 PID` prints every thread's stack: what a long or stuck run is doing (not when stderr
     # is no file, as under pytest's capture).
@@ -642,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
         "request's scheduled send time. Starts a local cluster unless --coordinator is given.",
     )
     if bench is not None:  # else a stand-in that names the extra
-        from styx_py.benchmarks.bench import add_arguments as bench_arguments
+        from styx_benchmarks.bench import add_arguments as bench_arguments
 
         bench_arguments(bench)
         bench.set_defaults(fn=cmd_bench)

@@ -1,6 +1,6 @@
 """The optional parts of styx-py and the extra (``[project.optional-dependencies]``) that installs each.
 
-A plain ``pip install styx-py`` is the client: the SDK (:class:`styx_py.client.StyxClient`) and
+A plain ``pip install styx-py`` is the client: the SDK (:class:`styx_client.StyxClient`) and
 ``styx deploy|status|call``. A command that needs more checks for its extra before importing anything
 from it, so a missing extra is one line that says what to install, not an ``ImportError`` traceback::
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.worker.ackshare import ONE, Share, ShareCollector, scaled, split_async, split_sync
+from styx_worker.ackshare import ONE, Share, ShareCollector, scaled, split_async, split_sync
 
 
 def frac(share: Share) -> Fraction:
@@ -180,7 +180,7 @@ def test_shares_beyond_64_bits_cross_the_wire_exactly() -> None:
     """A chain of 100 synchronous calls halves the share 100 times: the denominator outgrows msgpack's
     64-bit integers, which once stalled such a transaction forever. Shares then travel as strings."""
     from styx_py.core.wire import HEADER_BYTES, Ack, Batch, decode_batch, encode_frame
-    from styx_py.worker.ackshare import from_wire, to_wire
+    from styx_worker.ackshare import from_wire, to_wire
 
     share = ONE
     for _ in range(100):

@@ -34,15 +34,15 @@ pytest.importorskip("pyspark")
 
 from aiokafka import AIOKafkaProducer
 
+from styx_benchmarks.workload import CHECK_ID_PREFIX, Options
+from styx_benchmarks.ycsbt import YcsbT
+from styx_client import StyxClient
 from styx_py.audit.failures import EXIT_FAILED
 from styx_py.audit.job import AuditResult, run_audit, run_from_args, spark_session
 from styx_py.audit.kafka_source import iter_range, plan_ranges
 from styx_py.audit.options import AuditConfig, S3Options, add_arguments
 from styx_py.audit.rows import KafkaRecord
 from styx_py.audit.snapshot_source import list_names, load_manifest
-from styx_py.benchmarks.workload import CHECK_ID_PREFIX, Options
-from styx_py.benchmarks.ycsbt import YcsbT
-from styx_py.client import StyxClient
 from styx_py.core.wire import PartitionSnapshot, Reply, StatusRequest, decode_value, encode_value
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics

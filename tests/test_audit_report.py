@@ -39,7 +39,7 @@ def counts_of(findings: list[Finding]) -> dict[str, dict[str, int]]:
 
 
 def test_no_snapshot_skips_the_state_checks_with_the_reason() -> None:
-    found = skipped_checks("ycsbt", "styx_py.benchmarks.bank:app", True, "no snapshot in bucket 'b'")
+    found = skipped_checks("ycsbt", "styx_benchmarks.bank:app", True, "no snapshot in bucket 'b'")
     by = {v.check: v for v in verdicts(CHECKS, counts_of(found), found)}
     assert by["invariant.ycsbt"].verdict == "skipped"
     assert by["invariant.ycsbt"].reason == "no snapshot in bucket 'b': no state to check"

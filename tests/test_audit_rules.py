@@ -9,6 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from styx_benchmarks.bank import app as bank_app
+from styx_benchmarks.workload import Options
+from styx_benchmarks.ycsbt import INITIAL, YcsbT
 from styx_py.audit.rules import (
     ERROR,
     WARNING,
@@ -23,11 +26,8 @@ from styx_py.audit.rules import (
     effective_generation,
     mencius_tids,
 )
-from styx_py.benchmarks.bank import app as bank_app
-from styx_py.benchmarks.workload import Options
-from styx_py.benchmarks.ycsbt import INITIAL, YcsbT
 from styx_py.core.wire import NIL, Manifest, Reply, Request, encode_value
-from styx_py.worker.sequencer import Sequencer
+from styx_worker.sequencer import Sequencer
 
 # ---- exactly once ------------------------------------------------------------------------------------
 

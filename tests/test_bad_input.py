@@ -34,7 +34,7 @@ from tests.service_fixtures import ClusterFactory
 
 ORACLE = "tests.apps.oracle:app"
 BAD = "tests.apps.bad:app"
-BANK = "styx_py.benchmarks.bank:app"
+BANK = "styx_benchmarks.bank:app"
 LIMITS = "tests.apps.limits:app"
 
 

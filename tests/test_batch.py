@@ -25,10 +25,10 @@ from styx_py.core.wire import (
     encode_value,
 )
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog
-from styx_py.worker.batch import BatchFormer, take_rescheduled
-from styx_py.worker.recovery import plan_replay
-from styx_py.worker.replies import ReplyOut
-from styx_py.worker.txn import RootTxn
+from styx_worker.batch import BatchFormer, take_rescheduled
+from styx_worker.recovery import plan_replay
+from styx_worker.replies import ReplyOut
+from styx_worker.txn import RootTxn
 
 INGRESS, EGRESS = "in", "out"
 

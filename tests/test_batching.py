@@ -200,7 +200,7 @@ async def test_records_arriving_during_a_flight_go_together_next() -> None:
 
 
 async def test_the_lanes_know_when_the_broker_stamped_its_own_timestamps() -> None:
-    """What the SDK checks before it pushes a request (client/sdk/push.py): whether the broker kept
+    """What the SDK checks before it pushes a request (styx_client.sdk.push): whether the broker kept
     the records' timestamps (CreateTime) or stamped its append time."""
     seen: list[tuple[str, bool]] = []
     async with draining(FakeProducer(max_bytes=100)) as lanes:

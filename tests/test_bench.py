@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from styx_py.benchmarks import snapshot_hold, snapshot_stall
-from styx_py.benchmarks.cpu import ProcessCpu
-from styx_py.benchmarks.driver import (
+from styx_benchmarks import snapshot_hold, snapshot_stall
+from styx_benchmarks.cpu import ProcessCpu
+from styx_benchmarks.driver import (
     _HIST_MAX_US,
     Outcome,
     RunResult,
@@ -40,11 +40,11 @@ from styx_py.benchmarks.driver import (
     record_all,
     run_open_loop,
 )
-from styx_py.benchmarks.workload import Op, Options, Progress, State, Workload
-from styx_py.benchmarks.workloads import make_workload, workload_names
-from styx_py.benchmarks.ycsbt import YcsbT
+from styx_benchmarks.workload import Op, Options, Progress, State, Workload
+from styx_benchmarks.workloads import make_workload, workload_names
+from styx_benchmarks.ycsbt import YcsbT
+from styx_client import StyxClient
 from styx_py.cli import main as styx_main
-from styx_py.client import StyxClient
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker
 from tests.service_fixtures import ClusterFactory
@@ -311,11 +311,11 @@ def test_every_workload_is_registered() -> None:
 
 
 def test_ycsbt_runs_the_bank_app_over_the_partitions_asked_for() -> None:
-    from styx_py.benchmarks import bank
+    from styx_benchmarks import bank
     from styx_py.core.graph import load_graph
     from styx_py.core.partitioning import partition_of
 
-    for n, path in [(None, "styx_py.benchmarks.bank:app"), (16, "styx_py.benchmarks.bank:app16")]:
+    for n, path in [(None, "styx_benchmarks.bank:app"), (16, "styx_benchmarks.bank:app16")]:
         w = make_workload("ycsbt", Options(keys=500, partitions=n))
         assert w.app == path
         graph = load_graph(path)
@@ -588,11 +588,11 @@ def test_a_terminated_bench_stops_the_cluster_it_started(tmp_path: Path) -> None
 
 
 def test_the_offline_sdk_harness_answers_every_request_and_times_each_stage() -> None:
-    # benchmarks/sdk_cpu.py: the SDK and the driver without Kafka. It raises (exit status 1) when a
+    # styx_benchmarks.sdk_cpu: the SDK and the driver without Kafka. It raises (exit status 1) when a
     # request is left unanswered, so a run that prints its numbers answered all of them.
     def run(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "styx_py.benchmarks.sdk_cpu", *args],
+            [sys.executable, "-m", "styx_benchmarks.sdk_cpu", *args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -613,7 +613,7 @@ def test_the_offline_sdk_harness_answers_every_request_and_times_each_stage() ->
 
 
 def test_the_snapshot_hold_benchmark_checks_the_bytes_and_reports_both_ways() -> None:
-    # benchmarks/snapshot_hold.py exits non-zero when a part encoded in steps differs from the part
+    # styx_benchmarks.snapshot_hold exits non-zero when a part encoded in steps differs from the part
     # encoded at once; the report names both ways of taking a snapshot.
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

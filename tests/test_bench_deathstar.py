@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from styx_py.benchmarks.deathstar import (
+from styx_benchmarks.deathstar import (
     CELL_COLS,
     CELL_DEG,
     CELL_ROWS,
@@ -34,9 +34,9 @@ from styx_py.benchmarks.deathstar import (
     cell_key,
     distance_km,
 )
-from styx_py.benchmarks.workload import Op, Options, Workload
-from styx_py.benchmarks.workloads import make_workload
-from styx_py.client import StyxClient, result_of
+from styx_benchmarks.workload import Op, Options, Workload
+from styx_benchmarks.workloads import make_workload
+from styx_client import StyxClient, result_of
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import DeployRequest, Reply
 from styx_py.stack.local import LocalStack, admin
@@ -351,7 +351,7 @@ async def run_sim(
 async def test_sim_hotel_run_keeps_the_invariants() -> None:
     w = hotel_workload(mix=MANY_RESERVES)
     wrong = Op("bad-login", "user", "Cornell_3", "login", ("3333",))
-    c = await run_sim("styx_py.benchmarks.deathstar:hotel_app", w, 300, seed=1, extra=(wrong,))
+    c = await run_sim("styx_benchmarks.deathstar:hotel_app", w, 300, seed=1, extra=(wrong,))
     statuses = Counter(r.status for r in c.replies)
     assert statuses["failed"] == 0, statuses
     assert any("is full" in (r.error or "") for r in c.replies)
@@ -370,7 +370,7 @@ async def test_sim_broken_hotel_app_is_caught() -> None:
 
 async def test_sim_movie_run_keeps_the_invariants() -> None:
     w = movie_workload()
-    c = await run_sim("styx_py.benchmarks.deathstar:movie_app", w, 200, seed=2)
+    c = await run_sim("styx_benchmarks.deathstar:movie_app", w, 200, seed=2)
     assert all(r.status == "committed" for r in c.replies)
     assert w.check_state(c.state()) == []
 

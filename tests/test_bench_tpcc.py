@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from styx_py.benchmarks.tpcc import (
+from styx_benchmarks.tpcc import (
     DISTRICTS,
     LOAD_CHUNK,
     PARTITIONS,
@@ -30,9 +30,9 @@ from styx_py.benchmarks.tpcc import (
     generate,
     last_name,
 )
-from styx_py.benchmarks.workload import Op, Options
-from styx_py.benchmarks.workloads import make_workload
-from styx_py.client import StyxClient
+from styx_benchmarks.workload import Op, Options
+from styx_benchmarks.workloads import make_workload
+from styx_client import StyxClient
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.stack.local import LocalStack
@@ -373,7 +373,7 @@ def test_bulk_batches_are_partition_local_and_bounded() -> None:
 
 async def test_simulated_run_is_consistent_and_serializable() -> None:
     workload = tpcc(2, 0.01)
-    async with SimCluster("styx_py.benchmarks.tpcc:app", workers=2, seed=4) as cluster:
+    async with SimCluster("styx_benchmarks.tpcc:app", workers=2, seed=4) as cluster:
         for op in workload.load_ops():
             cluster.submit(op.operator, op.function, op.key, *op.args)
         await cluster.wait()
@@ -396,7 +396,7 @@ async def test_simulated_run_is_consistent_and_serializable() -> None:
 
 @pytest.fixture
 def stack(local_cluster: ClusterFactory) -> LocalStack:
-    return local_cluster(app="styx_py.benchmarks.tpcc:app")
+    return local_cluster(app="styx_benchmarks.tpcc:app")
 
 
 @pytest.fixture

@@ -26,10 +26,10 @@ import msgspec
 import pytest
 from aiokafka import TopicPartition
 
-from styx_py.benchmarks.bank import account
-from styx_py.benchmarks.bank import app as bank_app
-from styx_py.benchmarks.keys import KeyChooser
-from styx_py.client import StyxClient
+from styx_benchmarks.bank import account
+from styx_benchmarks.bank import app as bank_app
+from styx_benchmarks.keys import KeyChooser
+from styx_client import StyxClient
 from styx_py.core.errors import RequestTimeout, StyxError
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
@@ -63,7 +63,7 @@ class Chaos:
 
 @pytest.fixture
 def stack(local_cluster: ClusterFactory, s3: SeaweedS3) -> LocalStack:
-    return local_cluster(app="styx_py.benchmarks.bank:app", s3=s3, settings={"snapshot_interval_s": "0.5"})
+    return local_cluster(app="styx_benchmarks.bank:app", s3=s3, settings={"snapshot_interval_s": "0.5"})
 
 
 async def test_sigkill_workers_under_load(stack: LocalStack) -> None:
@@ -80,7 +80,7 @@ def durable_stack(durable_kafka: DurableKafkaFactory, s3: SeaweedS3, tmp_path: P
     """A cluster on a Tansu that keeps its log in S3 (what ``styx up --durable`` runs, reply routing
     off included: with every reply of the one client on one partition, Tansu on S3 starves its reader
     and this test resends 6x as often and does not finish; docs/operations.md "Durable mode")."""
-    app, settings = "styx_py.benchmarks.bank:app", {"snapshot_interval_s": "0.5", "reply_routing": "false"}
+    app, settings = "styx_benchmarks.bank:app", {"snapshot_interval_s": "0.5", "reply_routing": "false"}
     with start_cluster(tmp_path, durable_kafka(), s3=s3, app=app, settings=settings) as stack:
         yield stack
 
@@ -277,7 +277,7 @@ async def audit(stack: LocalStack) -> None:
     argv = ["audit", "--kafka", stack.kafka, "--ingress-topic", topics["STYX_INGRESS_TOPIC"]]
     argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
     argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]
-    argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "styx_py.benchmarks.bank:app"]
+    argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "styx_benchmarks.bank:app"]
     argv += ["--out", str(stack.data_dir / "audit")]
     code = await asyncio.to_thread(styx_main, argv)
     report = (stack.data_dir / "audit" / "report.md").read_text()

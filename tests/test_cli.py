@@ -24,7 +24,7 @@ from styx_py.stack.net import can_bind, free_port, preferred_port
 from tests.service_fixtures import ClusterFactory
 
 STYX = [sys.executable, "-m", "styx_py.cli"]
-BANK = "styx_py.benchmarks.bank:app"
+BANK = "styx_benchmarks.bank:app"
 
 
 def styx(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -52,7 +52,7 @@ def test_deploy_call_status(local_cluster: ClusterFactory) -> None:
     stack = local_cluster()
     bad = styx("deploy", "no.such.module:app", "--coordinator", stack.coordinator)
     assert bad.returncode == 2 and "cannot import 'no.such.module'" in bad.stderr
-    ok = styx("deploy", "styx_py.benchmarks.bank:app", "--coordinator", stack.coordinator)
+    ok = styx("deploy", "styx_benchmarks.bank:app", "--coordinator", stack.coordinator)
     assert ok.returncode == 0 and "account: 4 partitions" in ok.stdout, ok.stderr
     dep = styx("call", "account", "alice", "deposit", "100", "--coordinator", stack.coordinator)
     assert dep.returncode == 0, dep.stderr
@@ -63,7 +63,7 @@ def test_deploy_call_status(local_cluster: ClusterFactory) -> None:
     assert json.loads(ab.stdout)["error"].startswith("insufficient credit in alice")
     st = styx("status", "--json", "--coordinator", stack.coordinator)
     body = json.loads(st.stdout)
-    assert body["graph"] == "styx_py.benchmarks.bank:app"
+    assert body["graph"] == "styx_benchmarks.bank:app"
     assert sorted(p for w in body["workers"] for p in w["partitions"]) == [0, 1, 2, 3]
     assert body["totals"]["committed"] >= 1 and body["totals"]["aborted"] >= 1
 
@@ -98,7 +98,7 @@ def test_up_prints_settings_that_every_command_finds(tmp_path: Path) -> None:
     taken = _listening_socket()
     port = taken.getsockname()[1]
     up = subprocess.Popen(
-        [*STYX, "up", "--app", "styx_py.benchmarks.bank:app", "--coordinator-port", str(port)],
+        [*STYX, "up", "--app", "styx_benchmarks.bank:app", "--coordinator-port", str(port)],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -164,7 +164,7 @@ def test_up_prints_settings_that_every_command_finds(tmp_path: Path) -> None:
         assert unknown.returncode == 4 and "never-sent" in unknown.stderr and not unknown.stdout
 
         program = (
-            "import asyncio\nfrom styx_py.client import StyxClient\n"
+            "import asyncio\nfrom styx_client import StyxClient\n"
             "async def main():\n async with await StyxClient.connect() as c:\n"
             "  print(await c.call('account', 'alice', 'balance'))\n"
             "asyncio.run(main())"
@@ -312,7 +312,7 @@ def test_a_stale_cluster_file_is_named(tmp_path: Path) -> None:
 
 def test_status_prints_tables() -> None:
     body = {
-        "graph": "styx_py.benchmarks.bank:app",
+        "graph": "styx_benchmarks.bank:app",
         "epoch": 1234,
         "state": "running",
         "generation": 2,

@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from styx_py.client import (
+from styx_client import (
     BadRequest,
     Overloaded,
     Reply,
@@ -37,10 +37,10 @@ from styx_py.client import (
     TransactionAborted,
     TransactionFailed,
 )
-from styx_py.client.sdk import ClientStats, decode_reply
-from styx_py.client.sdk.client import BUSY_LINGER_MS
-from styx_py.client.sdk.pending import PendingTable
-from styx_py.client.sdk.requests import encode_request
+from styx_client.sdk import ClientStats, decode_reply
+from styx_client.sdk.client import BUSY_LINGER_MS
+from styx_client.sdk.pending import PendingTable
+from styx_client.sdk.requests import encode_request
 from styx_py.core.errors import ConfigError
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import (
@@ -754,7 +754,7 @@ async def test_sync_client_round_trip(cluster: Cluster) -> None:
 
 
 def test_a_cluster_without_reply_routing_makes_connected_clients_read_every_partition() -> None:
-    from styx_py.client.sdk.deployment import client_arguments
+    from styx_client.sdk.deployment import client_arguments
 
     body = {"operators": [{"name": "acct", "partitions": 4}], "kafka_bootstrap": "k:9092"}
     kw: dict[str, Any] = {}
@@ -769,7 +769,7 @@ def test_a_cluster_without_reply_routing_makes_connected_clients_read_every_part
 
 
 def test_connected_clients_take_the_clusters_fetch_wait() -> None:
-    from styx_py.client.sdk.deployment import client_arguments
+    from styx_client.sdk.deployment import client_arguments
 
     body = {"operators": [{"name": "acct", "partitions": 4}], "kafka_bootstrap": "k:9092"}
     kw: dict[str, Any] = {}

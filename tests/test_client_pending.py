@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from styx_py.client.sdk import ClientStats
-from styx_py.client.sdk.pending import PendingTable
-from styx_py.client.sdk.requests import encode_request, same_request
+from styx_client.sdk import ClientStats
+from styx_client.sdk.pending import PendingTable
+from styx_client.sdk.requests import encode_request, same_request
 from styx_py.core.errors import BadRequest, RequestTimeout, StyxError
 from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.wire import NIL, Reply
@@ -133,7 +133,7 @@ def test_a_resend_naming_another_reply_partition_is_the_same_request() -> None:
 
 
 def test_failed_transactions_name_the_users_exception_and_carry_the_reply() -> None:
-    from styx_py.client import TransactionFailed
+    from styx_client import TransactionFailed
     from styx_py.core.wire import ReplyStatus
 
     reply = Reply("rid", 12, 3, 1, ReplyStatus.FAILED, NIL, "InsufficientFunds: only 5 left", "UserError")

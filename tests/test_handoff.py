@@ -14,11 +14,11 @@ import pytest
 from styx_py.core import limits
 from styx_py.core.wire import Handoff, IngressRecord, Phase, Reply, ReplyStatus, Request
 from styx_py.testing.cluster import SimCluster, check_against_serial
-from styx_py.worker import handoff, recovery, service
-from styx_py.worker.dedup import ReplyTable
-from styx_py.worker.handoff import HandoffRefused, Inbox, pieces, refusal
-from styx_py.worker.snapshot import Snapshotter
-from styx_py.worker.state import StateStore
+from styx_worker import handoff, recovery, service
+from styx_worker.dedup import ReplyTable
+from styx_worker.handoff import HandoffRefused, Inbox, pieces, refusal
+from styx_worker.snapshot import Snapshotter
+from styx_worker.state import StateStore
 from tests.test_oracle import APP, submit_random_mix
 
 

@@ -17,14 +17,14 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
-from styx_py.benchmarks.bank import app as bank_app
-from styx_py.benchmarks.keys import KeyChooser
-from styx_py.client import StyxClient
+from styx_benchmarks.bank import app as bank_app
+from styx_benchmarks.keys import KeyChooser
+from styx_client import StyxClient
 from styx_py.core.segments import segment_topics
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
 from styx_py.stack.local import LocalStack, admin
-from styx_py.worker.egress import HOLD_S as EGRESS_HOLD_S
+from styx_worker.egress import HOLD_S as EGRESS_HOLD_S
 from tests.service_fixtures import ClusterFactory
 
 pytestmark = pytest.mark.services
@@ -37,7 +37,7 @@ INITIAL = 100
 
 @pytest.fixture
 def stack(local_cluster: ClusterFactory) -> LocalStack:
-    return local_cluster(app="styx_py.benchmarks.bank:app")
+    return local_cluster(app="styx_benchmarks.bank:app")
 
 
 async def read_until(
@@ -45,7 +45,7 @@ async def read_until(
 ) -> T:
     """What ``read`` returns, read again until ``enough`` says so (or ``deadline_s`` went by: the
     caller's checks then say what is missing). For the egress log: a pushed reply's copy follows it
-    there with its worker's next sequencer-log entry, or at most ``HOLD_S`` later (worker/egress.py),
+    there with its worker's next sequencer-log entry, or at most ``HOLD_S`` later (styx_worker.egress),
     so a test that read the log the moment its client had every reply could miss the last ones."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s

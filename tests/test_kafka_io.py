@@ -17,8 +17,8 @@ from styx_py.core.wire import NIL, Reply, Request, SeqLogEntry, encode_value, re
 from styx_py.io.fetching import FetchWait
 from styx_py.io.kafka_logs import KafkaLogReader, read_to_end, sent_epoch
 from styx_py.stack.services import TansuBroker, create_topics
-from styx_py.worker.egress import HOLD_S, KafkaSink
-from styx_py.worker.ingress import KafkaIngress
+from styx_worker.egress import HOLD_S, KafkaSink
+from styx_worker.ingress import KafkaIngress
 from tests.service_fixtures import DurableKafkaFactory
 
 pytestmark = pytest.mark.services

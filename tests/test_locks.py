@@ -7,8 +7,8 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.worker.conflicts import EntityKey
-from styx_py.worker.locks import LockTable
+from styx_worker.conflicts import EntityKey
+from styx_worker.locks import LockTable
 
 K: EntityKey = ("acct", "k")
 J: EntityKey = ("acct", "j")

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from styx_py.client import StyxClient
+from styx_client import StyxClient
 from styx_py.core.wire import DeployRequest
 from styx_py.io.metrics import LoopHistogram, MetricsServer, histogram_family
 from styx_py.stack.local import LocalStack, admin
@@ -149,7 +149,7 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
 
         assert await ready("coordinator") == 200  # waiting for a deploy is ready
         assert {await ready(w) for w in workers} == {503}  # not part of a deployed cluster yet
-        await admin(stack.coordinator, DeployRequest("styx_py.benchmarks.bank:app"))
+        await admin(stack.coordinator, DeployRequest("styx_benchmarks.bank:app"))
 
         async def all_ready() -> bool:
             return {await ready(w) for w in workers} == {200}

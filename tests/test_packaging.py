@@ -59,9 +59,9 @@ PROBE = textwrap.dedent(
 
     # The SDK: import, build an app graph, make a client, reach for a coordinator that is not there.
     import styx_py
-    import styx_py.client
+    import styx_client
     from styx_py import Context, Graph, Operator
-    from styx_py.client import StyxClient, SyncStyxClient, TransactionAborted, Unavailable
+    from styx_client import StyxClient, SyncStyxClient, TransactionAborted, Unavailable
     from styx_py.core.wire import decode_value, encode_value
 
     account = Operator("account", partitions=4)
@@ -104,7 +104,7 @@ COMMANDS: dict[tuple[str, ...], str | None] = {
     ("--help",): None,
     ("call", "--help"): None,
     ("status", "--coordinator", "127.0.0.1:1"): None,
-    ("deploy", "--coordinator", "127.0.0.1:1", "styx_py.benchmarks.bank:app"): None,
+    ("deploy", "--coordinator", "127.0.0.1:1", "styx_benchmarks.bank:app"): None,
     ("up", "--workers", "1"): "local",
     ("coordinator", "--kafka", "127.0.0.1:1"): "server",
     ("worker", "--id", "w1", "--coordinator", "127.0.0.1:1", "--kafka", "127.0.0.1:1"): "server",
@@ -189,3 +189,32 @@ def test_make_install_installs_every_extra() -> None:
         todo += [e for e in _extra_requirements(todo.pop())[1] if e not in installed]
         installed |= set(todo)
     assert installed == set(PROJECT["optional-dependencies"])
+
+
+PACKAGES = {
+    "styx_py": "styx_py",
+    "styx_worker": "worker/styx_worker",
+    "styx_coordinator": "coordinator/styx_coordinator",
+    "styx_client": "client/styx_client",
+    "styx_benchmarks": "benchmarks/styx_benchmarks",
+}
+
+
+def test_every_file_has_one_path() -> None:
+    """No symbolic link in the repository, and each import package is one folder of it (the one its
+    modules' tracebacks name), the same five that setuptools installs and mypy checks."""
+    import subprocess
+
+    staged = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    links = [line.split("\t", 1)[1] for line in staged if line.startswith("120000 ")]
+    assert not links, f"symbolic links in the repository: {links}"
+    assert not [p for p in ROOT.rglob("*") if p.is_symlink() and ".venv" not in p.parts]
+    for name, folder in PACKAGES.items():
+        module = importlib.import_module(name)
+        assert Path(module.__file__ or "").resolve().parent == ROOT / folder, name
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    assert set(tool["mypy"]["packages"]) == set(PACKAGES)
+    assert set(tool["importlinter"]["root_packages"]) == set(PACKAGES)
+    assert [f"{p}*" for p in PACKAGES] == tool["setuptools"]["packages"]["find"]["include"]

@@ -1,4 +1,4 @@
-"""The benchmark plots (benchmarks/plots.py), drawn from result documents without running anything:
+"""The benchmark plots (styx_benchmarks.plots), drawn from result documents without running anything:
 the sweep's x axis is the offered rate, over-time plots draw what was committed (not the offered
 rate), latency is plotted by percentile on a "nines" axis with plain millisecond ticks."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from matplotlib.figure import Figure
 
-from styx_py.benchmarks.driver import RunResult, new_histogram
-from styx_py.benchmarks.plots import (
+from styx_benchmarks.driver import RunResult, new_histogram
+from styx_benchmarks.plots import (
     nines,
     over_time_figure,
     percentiles_figure,

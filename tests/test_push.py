@@ -1,4 +1,4 @@
-"""Replies pushed by the workers to the clients that subscribed (worker/feed.py, client/sdk/push.py).
+"""Replies pushed by the workers to the clients that subscribed (styx_worker.feed, styx_client.sdk.push).
 
 The unit tests pin down who is pushed what: only replies that also leave for the egress log, only to
 the client their request names (``Request.reply_to``), nothing after its connection closed. The client counts
@@ -20,13 +20,13 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from styx_py.benchmarks.latency_path import ingress_pushes
-from styx_py.client import StyxClient
-from styx_py.client.sdk import push as push_module
-from styx_py.client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
-from styx_py.client.sdk.push import PUSHED_FETCH_WAIT_MS, REFRESH_S, RETRY_S, WorkerLinks, worker_addresses
-from styx_py.client.sdk.replies import result_of
-from styx_py.client.sdk.resting import MISS_S, STALE_S, EgressRest
+from styx_benchmarks.latency_path import ingress_pushes
+from styx_client import StyxClient
+from styx_client.sdk import push as push_module
+from styx_client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
+from styx_client.sdk.push import PUSHED_FETCH_WAIT_MS, REFRESH_S, RETRY_S, WorkerLinks, worker_addresses
+from styx_client.sdk.replies import result_of
+from styx_client.sdk.resting import MISS_S, STALE_S, EgressRest
 from styx_py.core.segments import REPLY_SEGMENTS, segments_in
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -50,10 +50,10 @@ from styx_py.core.wire import (
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.local import LocalStack
 from styx_py.testing.memory import MemoryEgress, MemoryLog
-from styx_py.worker.feed import MARK_EVERY_S, MAX_SUBSCRIBERS, ReplyFeed
-from styx_py.worker.ingress import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
-from styx_py.worker.replies import ReplyOut
-from styx_py.worker.txn import RootTxn
+from styx_worker.feed import MARK_EVERY_S, MAX_SUBSCRIBERS, ReplyFeed
+from styx_worker.ingress import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
+from styx_worker.replies import ReplyOut
+from styx_worker.txn import RootTxn
 from tests.service_fixtures import ClusterFactory
 from tests.test_integration import read_topic, read_until
 from tests.test_transport_security import until
@@ -374,7 +374,7 @@ def _ingress_pushes(stack: LocalStack) -> list[dict[str, float]]:
 
 @pytest.fixture
 def stack(local_cluster: ClusterFactory) -> LocalStack:
-    return local_cluster(app="styx_py.benchmarks.bank:app")
+    return local_cluster(app="styx_benchmarks.bank:app")
 
 
 @pytest.mark.services
@@ -535,7 +535,7 @@ async def test_a_resting_client_keeps_only_the_egress_segments_it_reads(
     # New segments every 2 s, as `styx up` has them. The reader rests through the rotations, and keeps
     # the egress segments it reads and at most one it is draining, not every segment it ever read.
     stack = await asyncio.to_thread(
-        local_cluster, app="styx_py.benchmarks.bank:app", settings={"log_segment_s": "2"}
+        local_cluster, app="styx_benchmarks.bank:app", settings={"log_segment_s": "2"}
     )
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
         rest = client._rest

@@ -1,5 +1,5 @@
-"""Requests pushed by their clients to the worker that reads their partition (client/sdk/push.py,
-worker/ingress.py, core/wire/push.py).
+"""Requests pushed by their clients to the worker that reads their partition (styx_client.sdk.push,
+styx_worker.ingress, core/wire/push.py).
 
 What must hold: a pushed record is taken only as the next offset of its partition, so the worker's
 buffer (and every epoch's batch) is the topic's records in offset order whichever copy came first;
@@ -23,7 +23,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from styx_py.client.sdk.push import PUSH_AGAIN_BELOW, PUSH_BELOW_RATE, WorkerLinks
+from styx_client.sdk.push import PUSH_AGAIN_BELOW, PUSH_BELOW_RATE, WorkerLinks
 from styx_py.core.config import Config, load_config
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -39,7 +39,7 @@ from styx_py.core.wire import (
 )
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.services import TansuBroker, create_topics
-from styx_py.worker.ingress import (
+from styx_worker.ingress import (
     EXCUSE_S,
     HOLD_S,
     IDLE_S,

@@ -93,7 +93,7 @@ def test_make_demo_does_what_the_readme_says(tmp_path: Path) -> None:
         "coordinator",
         "kafka",
         "s3",
-        "deployed styx_py.benchmarks.bank:app",
+        "deployed styx_benchmarks.bank:app",
         "metrics coordinator",  # every process's /metrics URL
         "metrics w2",
         "txn/s",
@@ -209,8 +209,8 @@ def run_sdk_example(cwd: Path) -> str:
 
 def test_the_example_app_is_a_deployable_graph() -> None:
     """The README's example is the bank app, abridged: it builds a graph with the same functions."""
+    from styx_benchmarks.bank import app as bank
     from styx_py import Graph
-    from styx_py.benchmarks.bank import app as bank
 
     example = next(b for b in python_blocks() if "Graph(" in b)
     namespace: dict[str, Any] = {}

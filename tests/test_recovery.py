@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import pytest
 
-from styx_py.coordinator.snapshots import empty_manifest
+from styx_coordinator.snapshots import empty_manifest
 from styx_py.core.config import load_config
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import COORDINATOR, Message, Recover, Register, SnapshotDone
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemoryNetwork, MemorySeqLog
-from styx_py.worker.service import Worker
+from styx_worker.service import Worker
 from tests.test_oracle import APP, submit_random_mix
 
 

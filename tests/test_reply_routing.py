@@ -14,7 +14,7 @@ import asyncio
 import pytest
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
 
-from styx_py.client import StyxClient
+from styx_client import StyxClient
 from styx_py.core.wire import reply_decoder
 from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack
@@ -32,7 +32,7 @@ PARTITIONS = 4  # the bank app's: the egress topic has as many
 def stack(local_cluster: ClusterFactory) -> LocalStack:
     # As docker-compose and Kubernetes run it on Apache Kafka: routing on, a longer fetch wait.
     return local_cluster(
-        app="styx_py.benchmarks.bank:app", settings={"reply_routing": "true", "kafka_fetch_wait_ms": "100"}
+        app="styx_benchmarks.bank:app", settings={"reply_routing": "true", "kafka_fetch_wait_ms": "100"}
     )
 
 

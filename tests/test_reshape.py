@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from styx_py.coordinator.load import PartitionLoad
-from styx_py.coordinator.placement import loads_of, place, rebalance
+from styx_coordinator.load import PartitionLoad
+from styx_coordinator.placement import loads_of, place, rebalance
 from styx_py.core.errors import StyxError
 from styx_py.core.partitioning import partition_of
 from styx_py.testing.cluster import SimCluster, check_against_serial

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from styx_py.client import StyxClient
+from styx_client import StyxClient
 from styx_py.core.wire import StatusRequest
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3, TansuBroker
@@ -38,7 +38,7 @@ async def bank_cluster(
     stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)
     await asyncio.to_thread(stack.start)
     try:
-        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
             await open_accounts(client)
             yield stack, client
@@ -71,7 +71,7 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path) -> None:
     stack = LocalStack(tmp_path, workers=2, durable=True, env=env)
     await asyncio.to_thread(stack.start)  # LocalStack's set-up is synchronous
     try:
-        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_benchmarks.bank:app")
         # rest_egress=False: the client reads every copy of the log, which is how it waits below.
         async with await StyxClient.connect(stack.coordinator, timeout_s=120, rest_egress=False) as client:
             await open_accounts(client)
@@ -125,7 +125,7 @@ async def test_hung_worker_is_detected_replaced_and_recovered(kafka: TansuBroker
     stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=cluster_env())
     await asyncio.to_thread(stack.start)
     try:
-        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
             await open_accounts(client)
             os.kill(stack.procs["w1"].pid, signal.SIGSTOP)

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 
 from styx_py.core.wire import Invoke, Phase, encode_value
-from styx_py.worker.runner import InvocationRunner
-from styx_py.worker.txn import CachedInvocation, EpochState
+from styx_worker.runner import InvocationRunner
+from styx_worker.txn import CachedInvocation, EpochState
 
 
 def invoke(tid: int) -> Invoke:

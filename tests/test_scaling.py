@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from styx_py.client import StyxClient
+from styx_client import StyxClient
 from styx_py.core.wire import StatusRequest
 from styx_py.stack.local import LocalStack, admin
 from tests.test_integration import read_replies, read_topic
@@ -63,7 +63,7 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
     await asyncio.to_thread(stack.start)
     sent: list[str] = []
     try:
-        await asyncio.to_thread(stack.deploy, "styx_py.benchmarks.bank:app")
+        await asyncio.to_thread(stack.deploy, "styx_benchmarks.bank:app")
         async with await StyxClient.connect(stack.coordinator, timeout_s=180) as client:
             await asyncio.gather(
                 *(client.submit("account", f"a{i}", "deposit", INITIAL) for i in range(ACCOUNTS))

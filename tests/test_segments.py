@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from styx_py.client.sdk import StyxClient
+from styx_client.sdk import StyxClient
 from styx_py.core.config import load_config
 from styx_py.core.segments import (
     FRESH_S,
@@ -37,7 +37,7 @@ from styx_py.core.wire import Request, encode_value, request_decoder, request_en
 from styx_py.io.kafka_admin import TopicAdmin, existing_topics
 from styx_py.stack.services import TansuBroker, create_topics
 from styx_py.testing.memory import MemoryIngress, MemoryLog
-from styx_py.worker.ingress import KafkaIngress
+from styx_worker.ingress import KafkaIngress
 from tests.test_recovery import run_with_crashes
 from tests.test_reshape import run_with_reshapes
 
@@ -210,7 +210,7 @@ def test_a_request_in_flight_when_the_client_moves_on_is_on_time_if_acknowledged
     next one did not exist then), whether or not the client has moved on to a newer segment since. A
     request in flight at the move used to count as late, and was written again (so answered twice on
     the log) if the cluster then stalled for two rotations (tests/test_scaling.py, a lost worker)."""
-    from styx_py.client.sdk.pending import ClientStats, PendingTable
+    from styx_client.sdk.pending import ClientStats, PendingTable
 
     table = PendingTable(10, ClientStats())
     table.segment = 3
@@ -230,7 +230,7 @@ def test_a_broker_that_would_create_named_topics_is_never_asked_about_them() -> 
     is sent, and every topic is listed instead."""
     from aiokafka.errors import IncompatibleBrokerVersion
 
-    from styx_py.client.sdk.kafka import newest_segment
+    from styx_client.sdk.kafka import newest_segment
     from styx_py.io.kafka_admin import _NamedMetadata
 
     request = _NamedMetadata(["t.1"], allow_auto_topic_creation=False)

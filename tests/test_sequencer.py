@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.worker.sequencer import Sequencer
+from styx_worker.sequencer import Sequencer
 
 
 def test_tid_formula_hand_worked() -> None:

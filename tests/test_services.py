@@ -107,7 +107,7 @@ def test_s3_rejects_wrong_credentials(s3: SeaweedS3) -> None:
 
 
 async def test_the_s3_blob_store_deletes_many_keys_in_few_requests_and_keeps_the_rest(s3: SeaweedS3) -> None:
-    """Retention (coordinator/snapshots.py) deletes a compaction's old objects with S3's multi-object
+    """Retention (styx_coordinator.snapshots) deletes a compaction's old objects with S3's multi-object
     delete, up to 1 000 keys a request, not a request per key; missing keys are no error."""
     from minio.error import S3Error
 

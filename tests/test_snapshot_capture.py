@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import NIL, IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
-from styx_py.worker.dedup import ReplyTable
-from styx_py.worker.snapshot import (
+from styx_worker.dedup import ReplyTable
+from styx_worker.snapshot import (
     SLICE,
     Unconfirmed,
     capture_steps,
@@ -31,7 +31,7 @@ from styx_py.worker.snapshot import (
     run_steps,
     snapshot_decoder,
 )
-from styx_py.worker.state import StateStore, Writes
+from styx_worker.state import StateStore, Writes
 
 T = TypeVar("T")
 PARTITIONS = {"acct": 4, "item": 2}  # operator -> partition count

@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from styx_py.worker.conflicts import EntityKey
-from styx_py.worker.state import StateStore, Writes
+from styx_worker.conflicts import EntityKey
+from styx_worker.state import StateStore, Writes
 
 keys = st.tuples(
     st.sampled_from(["acct", "order"]), st.one_of(st.integers(0, 5), st.sampled_from(["x", "y"]))

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from styx_py.client.sdk import StyxClient
+from styx_client.sdk import StyxClient
 from styx_py.core.config import load_config
 from styx_py.core.errors import ConfigError
 from styx_py.core.limits import MAX_FRAME_BYTES, MAX_INBOUND_BYTES
@@ -638,7 +638,7 @@ def test_a_spoofed_worker_changes_nothing_in_a_running_cluster(local_cluster: Cl
     """The issue's attack: one valid frame claiming to be worker w1, from an unrelated client, forced a
     cluster-wide recovery. Now it is refused and counted, as are a wrong secret and a frame of the wrong
     channel, and the cluster carries on as before (and its generated secret works for the SDK)."""
-    stack = local_cluster(app="styx_py.benchmarks.bank:app")
+    stack = local_cluster(app="styx_benchmarks.bank:app")
     port = int(stack.coordinator.rpartition(":")[2])
     before = stack.status()
     metrics_url = stack.metrics_url("coordinator")
@@ -688,7 +688,7 @@ def test_styx_up_generates_a_secret_the_cli_uses(tmp_path: Path) -> None:
     state = tmp_path / ".styx" / "cluster.json"
     with (tmp_path / "up.log").open("wb") as out:
         up = subprocess.Popen(
-            [*STYX, "up", "--no-gateway", "--app", "styx_py.benchmarks.bank:app", "--data-dir", "data"],
+            [*STYX, "up", "--no-gateway", "--app", "styx_benchmarks.bank:app", "--data-dir", "data"],
             cwd=tmp_path,
             env=env,
             stdout=out,
@@ -716,7 +716,7 @@ def test_styx_up_generates_a_secret_the_cli_uses(tmp_path: Path) -> None:
 
         status = styx("status", "--json")
         assert status.returncode == 0, status.stderr
-        assert json.loads(status.stdout)["graph"] == "styx_py.benchmarks.bank:app"
+        assert json.loads(status.stdout)["graph"] == "styx_benchmarks.bank:app"
         call = styx("call", "account", "alice", "deposit", "7")
         assert call.returncode == 0 and json.loads(call.stdout)["result"] == 7, call.stderr
         wrong = styx("status", STYX_CLUSTER_SECRET="not-the-cluster-secret-0123")

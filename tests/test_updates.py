@@ -218,7 +218,7 @@ async def test_an_update_whose_state_cannot_be_saved_is_refused() -> None:
 
 async def test_a_worker_that_cannot_load_the_new_version_refuses_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker's Python path may differ from the coordinator's: its failure refuses the update."""
-    import styx_py.worker.service as service
+    import styx_worker.service as service
 
     real = service.load_graph
 
@@ -305,9 +305,9 @@ async def test_the_audit_replays_each_epoch_with_its_version() -> None:
 async def test_the_gateway_client_learns_the_new_functions_of_an_update() -> None:
     """The SDK checks calls against the deployed graph: after a code update the gateway's client must
     accept the new operators and functions (it learns them from the coordinator's status)."""
-    from styx_py.client.gateway.cluster import Backend, ClusterLink
-    from styx_py.client.gateway.config import GatewayConfig
-    from styx_py.client.sdk import StyxClient
+    from styx_client.gateway.cluster import Backend, ClusterLink
+    from styx_client.gateway.config import GatewayConfig
+    from styx_client.sdk import StyxClient
     from styx_py.core.errors import BadRequest
     from styx_py.core.graph import load_graph
 
@@ -340,7 +340,7 @@ async def test_a_code_update_under_load_on_real_processes(kafka: Any, s3: Any, t
     run while v2 is deployed; a refused update changes nothing; a worker killed after the update
     recovers (replaying epochs of both versions when its snapshot is older than the barrier). Every
     reply is v1 before the barrier and v2 from it, each request answered once, money conserved."""
-    from styx_py.client import StyxClient
+    from styx_client import StyxClient
     from styx_py.core.errors import StyxError
     from styx_py.core.wire import StatusRequest
     from styx_py.stack.local import LocalStack, admin
@@ -411,7 +411,7 @@ async def test_a_replay_that_needs_a_version_it_cannot_import_fails_by_name(
     """All versions stay importable (docs/operations.md#code-updates): a restarted worker that must
     replay v1 epochs but cannot import v1 fails its recovery with an error naming the epoch, the
     version and the path; the recovery is retried and succeeds once v1 is importable again."""
-    import styx_py.worker.service as service
+    import styx_worker.service as service
 
     real = service.load_graph
 

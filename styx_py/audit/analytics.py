@@ -1,7 +1,7 @@
 """The analytics tables of an audit (small pandas frames for the report and Parquet): latency per
 function and per second, throughput, aborts and failures by cause, epoch sizes and durations.
 
-Requests whose id starts with :data:`~styx_py.benchmarks.workload.CHECK_ID_PREFIX` are a workload check's own
+Requests whose id starts with :data:`~styx_benchmarks.workload.CHECK_ID_PREFIX` are a workload check's own
 reads (after a benchmark run, every balance read once): they are counted apart (``traffic`` =
 ``check``) and left out of the per-second throughput and latency, which they would otherwise dwarf.
 Time is shown as seconds since the run's start (its first ingress record) and as ISO UTC time."""
@@ -14,7 +14,7 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from styx_py.benchmarks.workload import CHECK_ID_PREFIX
+from styx_benchmarks.workload import CHECK_ID_PREFIX
 
 PERCENTILES = [0.5, 0.95, 0.99]
 WORKLOAD, CHECK = "workload", "check"

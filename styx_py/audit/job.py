@@ -44,6 +44,8 @@ from pyspark import SparkConf, StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from styx_benchmarks.workload import Options as WorkloadOptions
+from styx_benchmarks.workloads import make_workload
 from styx_py.audit.analytics import CHECK, analytics
 from styx_py.audit.arrow import spark_schema
 from styx_py.audit.failures import (
@@ -87,8 +89,6 @@ from styx_py.audit.tasks import (
     serial_findings,
     tid_findings,
 )
-from styx_py.benchmarks.workload import Options as WorkloadOptions
-from styx_py.benchmarks.workloads import make_workload
 from styx_py.core.errors import StyxError
 from styx_py.core.segments import segments_in
 from styx_py.core.wire import decode_value

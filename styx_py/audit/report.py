@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from styx_benchmarks.plots import plain_ms_axis
 from styx_py.audit.rules import SKIPPED, Finding, Verdict, verdicts
-from styx_py.benchmarks.plots import plain_ms_axis
 
 MAX_TABLE_ROWS = 30
 

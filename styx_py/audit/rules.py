@@ -5,7 +5,7 @@ entry, …) and returns :class:`Finding` values; a finding of severity ``error``
 Inputs are dicts as Arrow's ``to_pylist()`` gives them, so the same functions run in a Spark task
 and in a unit test.
 
-Where the rules come from (DESIGN.md §3, §4, ``worker/epoch.py``, ``worker/sequencer.py``):
+Where the rules come from (DESIGN.md §3, §4, ``styx_worker.epoch``, ``styx_worker.sequencer``):
 
 * **Exactly once.** A request id submitted ``m`` times (clients may resend: the cluster answers a
   resent id with the earlier reply) has exactly ``m`` replies, all identical; none is missing, none
@@ -338,7 +338,7 @@ class EntrySummary:
 
 def mencius_tids(sid: int, n_seq: int, lc_start: int, lc_end: int) -> list[int]:
     """The tids sequencer ``sid`` of ``n_seq`` assigns for counters ``[lc_start, lc_end)``
-    (worker/sequencer.py)."""
+    (styx_worker.sequencer)."""
     return [sid + lc * n_seq for lc in range(lc_start, lc_end)]
 
 

@@ -18,6 +18,6 @@ MAX_HANDSHAKE_BYTES = 512  # the one frame a connection may send before it has a
 MAX_INBOUND_BYTES = 4 * MAX_FRAME_BYTES  # incomplete frames held by one process, across its connections
 MAX_CONNECTIONS = 1024  # open connections to one coordinator or worker port
 HANDSHAKE_TIMEOUT_S = 5.0  # to open a connection and authenticate it, either side
-# What one worker hands another at a planned shape change (worker/handoff), sent at once: well under
+# What one worker hands another at a planned shape change (styx_worker.handoff), sent at once: well under
 # what a connection may buffer (styx_py.io.tcp). Beyond it the change ends in a full recovery (S3).
 MAX_HANDOFF_BYTES = 2 * MAX_FRAME_BYTES

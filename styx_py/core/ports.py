@@ -5,8 +5,8 @@ Each has a real implementation and an in-memory one for the simulation:
 | port | real | in memory (``styx_py.testing.memory``) |
 |---|---|---|
 | :class:`Transport` | ``styx_py.io.tcp.TcpTransport`` | ``MemoryTransport`` |
-| :class:`Ingress` | ``styx_py.worker.ingress.KafkaIngress`` | ``MemoryIngress`` |
-| :class:`Egress`, :class:`SequencerLog` | ``styx_py.worker.egress.KafkaSink`` | ``MemoryEgress/SeqLog`` |
+| :class:`Ingress` | ``styx_worker.ingress.KafkaIngress`` | ``MemoryIngress`` |
+| :class:`Egress`, :class:`SequencerLog` | ``styx_worker.egress.KafkaSink`` | ``MemoryEgress/SeqLog`` |
 | :class:`LogReader` | ``styx_py.io.kafka_logs.KafkaLogReader`` | ``MemoryLogReader`` |
 | :class:`~styx_py.core.blobs.BlobStore` | ``styx_py.io.s3.MinioBlobStore`` | ``MemoryBlobStore`` |
 | :class:`Clock` | :class:`LoopClock` | the same, on a virtual-time event loop |

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import looptime
 import msgspec
 
-from styx_py.coordinator.server import Coordinator
+from styx_coordinator.server import Coordinator
 from styx_py.core.config import Config, load_config
 from styx_py.core.graph import Graph, load_graph, version_at
 from styx_py.core.partitioning import Key, partition_of
@@ -38,7 +38,7 @@ from styx_py.testing.memory import (
     MemoryNetwork,
     MemorySeqLog,
 )
-from styx_py.worker.service import Worker
+from styx_worker.service import Worker
 
 T = TypeVar("T")
 

@@ -7,9 +7,9 @@ list (the movie check must report each such review). Everything else is the real
 
 from __future__ import annotations
 
+from styx_benchmarks.deathstar import build_hotel_app, build_movie_app
+from styx_benchmarks.deathstar.movie import gather_review
 from styx_py import Abort, Context
-from styx_py.benchmarks.deathstar import build_hotel_app, build_movie_app
-from styx_py.benchmarks.deathstar.movie import gather_review
 
 
 async def reserve_seat_unchecked(ctx: Context, reservation_id: str) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from styx_benchmarks.tpcc import build_app
 from styx_py import Abort, Context
-from styx_py.benchmarks.tpcc import build_app
 
 
 async def insert_nothing(ctx: Context, value: Any) -> None:

@@ -10,7 +10,7 @@ client takes whichever copy comes first. A worker that pushes to as many clients
 
 On the same connection the client pushes each request the broker acknowledged to the worker that
 reads its ingress partition, as :class:`PushedRequest`: the record as the broker stores it, with its
-offset. The worker takes it in offset order like a fetched one (worker/ingress.py) and skips the
+offset. The worker takes it in offset order like a fetched one (styx_worker.ingress) and skips the
 fetched copy, which the ingress fetch still reads and compares: the request is sequenced a broker
 fetch sooner, and what every epoch sequences is still exactly what the ingress topic holds.
 """
@@ -33,7 +33,7 @@ class EgressAcked(Msg, tag="eack"):
     (:func:`~styx_py.core.segments.pack`: segment and Kafka offset) below which the broker acknowledged
     this worker's replies. Every record below it was appended before this message was sent, whoever
     wrote it: a client whose requests sent before it arrived are all answered may skip that part of the
-    log (client/sdk/resting.py)."""
+    log (styx_client.sdk.resting)."""
 
     ends: list[tuple[int, int]]
 

@@ -1,0 +1,266 @@
+"""The DeathStar hotel / travel workload (``deathstar-hotel``): population, mix and invariant check.
+
+**Mix**: DeathStarBench's hotel-reservation mix (``wrk2`` mixed workload: search 0.6, recommend 0.39,
+user login 0.005, reserve 0.005), the reserve share being the Styx paper's Table 1 "0.5% transactions"
+of 3 calls (reservation, hotel, flight); ``Options.extra["mix"]`` (label → weight) replaces it, e.g. in
+tests that need many reservations.
+
+**Population** at ``Options.scale`` 1.0 (each count is scaled and rounded, at least 1): 100 hotels and 100
+flights with ``Options.extra["capacity"]`` (default 10) rooms or seats each, as the Styx authors'
+DeathStar port loads them, and DeathStar's 500 users ``Cornell_0 …``. Hotel positions, ratings and
+password salts come from ``Random(Options.seed)``; rate plans follow DeathStar's (by hotel number).
+
+**Invariant**: no hotel or flight holds more bookings than its capacity, and hotel and flight bookings
+are exactly the reservations recorded in the users' ledgers, each with both its parts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from styx_benchmarks.deathstar.common import (
+    draw,
+    format_ids,
+    load_calls,
+    parse_mix,
+    password_hash,
+    run_load,
+    scaled,
+)
+from styx_benchmarks.deathstar.hotel import (
+    CELL_COLS,
+    CELL_ROWS,
+    LAT_MAX,
+    LAT_MIN,
+    LON_MAX,
+    LON_MIN,
+    RECOMMEND_BY,
+    cell_key,
+    cell_of,
+)
+from styx_benchmarks.workload import Op, Options, Progress, State, Workload, read_many
+from styx_py.core.partitioning import Key
+
+if TYPE_CHECKING:
+    from styx_client import Call, StyxClient
+
+HOTEL_MIX = {"search": 0.6, "recommend": 0.39, "login": 0.005, "reserve": 0.005}
+HOTEL_DEFAULTS = {"hotels": 100, "flights": 100, "users": 500}
+DEFAULT_CAPACITY = 10
+# DeathStar's rate plans: (rate, inclusive rate) by hotel number modulo 5; stays run from 2015-04-09.
+RATES = [(109.0, 123.17), (120.0, 140.0), (124.0, 144.0), (132.0, 158.0), (232.0, 258.0)]
+
+
+def hotel_key(i: int) -> str:
+    return f"hotel{i}"
+
+
+def flight_key(i: int) -> str:
+    return f"flight{i}"
+
+
+def hotel_user_key(i: int) -> str:
+    return f"Cornell_{i}"
+
+
+def hotel_password(i: int) -> str:
+    return str(i) * 10
+
+
+def _date(day: int) -> str:
+    return f"2015-04-{day:02d}"
+
+
+def _search_point(rng: random.Random) -> tuple[float, float]:
+    """A query position as DeathStar's clients draw it."""
+    lat = 38.0235 + (rng.randint(0, 481) - 240.5) / 1000.0
+    lon = -122.095 + (rng.randint(0, 325) - 157.0) / 1000.0
+    return lat, lon
+
+
+class HotelReservation(Workload):
+    """DeathStar hotel/travel reservation; see the module docstrings for the data model and the mix."""
+
+    name = "deathstar-hotel"
+    app = "styx_benchmarks.deathstar:hotel_app"
+    description = "DeathStar travel: search, recommend, login, reserve hotel + flight"
+
+    def __init__(self, options: Options | None = None) -> None:
+        super().__init__(options)
+        o = self.options
+        if not o.scale > 0:
+            raise ValueError(f"scale must be positive, got {o.scale}")
+        self.hotels = scaled(HOTEL_DEFAULTS["hotels"], o.scale)
+        self.flights = scaled(HOTEL_DEFAULTS["flights"], o.scale)
+        self.users = scaled(HOTEL_DEFAULTS["users"], o.scale)
+        capacity = o.extra.get("capacity", DEFAULT_CAPACITY)
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.capacity: int = capacity
+        self.labels, self.cumulative = parse_mix(HOTEL_MIX, o.extra.get("mix"))
+
+    # ---- load ------------------------------------------------------------------------------------------
+    def initial_state(self) -> dict[str, list[tuple[Key, Any]]]:
+        """Every entity the loader creates, by operator: ``[(key, value)]``."""
+        rng = random.Random(self.options.seed)
+        geo_cells: defaultdict[str, list[list[Any]]] = defaultdict(list)
+        recommend_cells: defaultdict[str, list[list[Any]]] = defaultdict(list)
+        rate_plans: list[tuple[Key, Any]] = []
+        for i in range(self.hotels):
+            key = hotel_key(i)
+            lat, lon = rng.uniform(LAT_MIN, LAT_MAX), rng.uniform(LON_MIN, LON_MAX)
+            rating = round(rng.uniform(2.5, 5.0), 1)
+            rate, inclusive = RATES[i % len(RATES)]
+            row, col = cell_of(lat, lon)
+            for r in range(max(0, row - 1), min(CELL_ROWS, row + 2)):
+                for c in range(max(0, col - 1), min(CELL_COLS, col + 2)):
+                    geo_cells[f"{r}:{c}"].append([key, lat, lon])
+                    recommend_cells[f"{r}:{c}"].append([key, lat, lon, rating, inclusive])
+            plan = {
+                "code": "RACK",
+                "in_date": _date(9),
+                "out_date": _date(17 if i % 2 == 0 else 24),
+                "room": "KNG",
+                "rate": rate,
+                "rate_inclusive": inclusive,
+            }
+            rate_plans.append((key, plan))
+        users: list[tuple[Key, Any]] = []
+        for i in range(self.users):
+            salt = rng.randbytes(8).hex()
+            users.append((hotel_user_key(i), {"salt": salt, "hash": password_hash(salt, hotel_password(i))}))
+        return {
+            "hotel": [
+                (hotel_key(i), {"capacity": self.capacity, "bookings": []}) for i in range(self.hotels)
+            ],
+            "flight": [
+                (flight_key(i), {"capacity": self.capacity, "bookings": []}) for i in range(self.flights)
+            ],
+            "user": users,
+            "rate": rate_plans,
+            "geo": sorted(geo_cells.items()),
+            "recommend": sorted(recommend_cells.items()),
+        }
+
+    def load_calls(self) -> list[Call]:
+        return load_calls(self.initial_state().items())
+
+    async def load(self, client: StyxClient, progress: Progress = print) -> None:
+        entities = sum(len(items) for items in self.initial_state().values())
+        await run_load(client, self.name, self.load_calls(), entities, progress)
+
+    # ---- run -------------------------------------------------------------------------------------------
+    def next_op(self, rng: random.Random) -> Op:
+        kind = draw(rng, self.labels, self.cumulative)
+        if kind == "search":
+            lat, lon = _search_point(rng)
+            in_day = rng.randint(9, 23)
+            out_day = rng.randint(in_day + 1, 24)
+            return Op(kind, "search", cell_key(lat, lon), "nearby", (lat, lon, _date(in_day), _date(out_day)))
+        if kind == "recommend":
+            require = rng.choice(RECOMMEND_BY)
+            lat, lon = _search_point(rng)
+            return Op(kind, "recommend", cell_key(lat, lon), "recommend", (require, lat, lon))
+        user = rng.randrange(self.users)
+        if kind == "login":
+            return Op(kind, "user", hotel_user_key(user), "login", (hotel_password(user),))
+        hotel, flight = rng.randrange(self.hotels), rng.randrange(self.flights)
+        return Op(
+            kind, "reservation", hotel_user_key(user), "reserve", (hotel_key(hotel), flight_key(flight))
+        )
+
+    # ---- check -----------------------------------------------------------------------------------------
+    async def read_state(self, client: StyxClient) -> State:
+        reads = [("hotel", hotel_key(i), "read") for i in range(self.hotels)]
+        reads += [("flight", flight_key(i), "read") for i in range(self.flights)]
+        reads += [("reservation", hotel_user_key(i), "read") for i in range(self.users)]
+        state = await read_many(client, reads)
+        return {k: v for k, v in state.items() if v is not None}
+
+    def check_state(self, state: State) -> list[str]:
+        errors: list[str] = []
+        expected = {"hotel": [hotel_key(i) for i in range(self.hotels)]}
+        expected["flight"] = [flight_key(i) for i in range(self.flights)]
+        for operator, keys in expected.items():
+            errors += [f"{operator} {key} is missing" for key in keys if (operator, key) not in state]
+
+        # The ledgers: reservation id -> (user, hotel, flight); each id recorded once.
+        recorded: dict[str, tuple[Key, str, str]] = {}
+        for (operator, user), ledger in sorted(state.items(), key=lambda kv: str(kv[0])):
+            if operator != "reservation":
+                continue
+            if not isinstance(ledger, list):
+                errors.append(f"user {user}'s reservation ledger is not a list: {ledger!r}")
+                continue
+            for entry in ledger:
+                fields = entry if isinstance(entry, dict) else {}
+                rid, hotel, flight = fields.get("id"), fields.get("hotel"), fields.get("flight")
+                if rid is None or hotel is None or flight is None:
+                    errors.append(f"user {user} records an incomplete reservation {entry!r}")
+                elif rid in recorded:
+                    errors.append(
+                        f"reservation {rid} is recorded twice (users {recorded[rid][0]} and {user})"
+                    )
+                else:
+                    recorded[rid] = (user, hotel, flight)
+
+        for operator, part in (("hotel", 1), ("flight", 2)):
+            wanted: defaultdict[str, set[str]] = defaultdict(set)
+            for rid, entry in recorded.items():
+                wanted[str(entry[part])].add(rid)
+            entities = sorted(
+                ((str(k), v) for (op, k), v in state.items() if op == operator), key=lambda kv: kv[0]
+            )
+            for key, entity in entities:
+                errors += self._check_bookings(operator, key, entity, wanted.pop(key, set()), recorded)
+            for key, rids in sorted(wanted.items()):
+                for rid in sorted(rids):
+                    user = recorded[rid][0]
+                    errors.append(
+                        f"reservation {rid} of user {user} names {operator} {key}, which does not exist"
+                    )
+        return errors
+
+    def _check_bookings(
+        self,
+        operator: str,
+        key: str,
+        entity: Any,
+        wanted: set[str],
+        recorded: Mapping[str, tuple[Key, str, str]],
+    ) -> list[str]:
+        """One hotel/flight: capacity respected, bookings = the reservations that name it."""
+        errors: list[str] = []
+        fields = entity if isinstance(entity, dict) else {}
+        capacity, bookings = fields.get("capacity"), fields.get("bookings")
+        if not isinstance(capacity, int) or not isinstance(bookings, list):
+            return [f"{operator} {key} is malformed: {entity!r}"]
+        if capacity != self.capacity:
+            errors.append(f"{operator} {key} has capacity {capacity}, expected {self.capacity}")
+        if len(bookings) > capacity:
+            errors.append(f"{operator} {key} is overbooked: {len(bookings)} bookings for capacity {capacity}")
+        if len(bookings) != len(wanted):
+            errors.append(
+                f"{operator} {key} has {len(bookings)} bookings, "
+                f"but {len(wanted)} recorded reservations name it"
+            )
+        for rid, n in sorted(Counter(bookings).items()):
+            if n > 1:
+                errors.append(f"{operator} {key} books reservation {rid} {n} times, expected once")
+        booked = set(bookings)
+        for rid in sorted(booked - wanted):
+            owner = recorded.get(rid)
+            if owner is None:
+                errors.append(f"{operator} {key} books reservation {rid}, which no user's ledger records")
+            else:
+                named = owner[1] if operator == "hotel" else owner[2]
+                errors.append(f"{operator} {key} books reservation {rid}, which names {operator} {named}")
+        for rid in sorted(wanted - booked):
+            errors.append(
+                f"reservation {rid} of user {recorded[rid][0]} has no {operator} part: "
+                f"{operator} {key} does not book it (it books {format_ids(bookings)})"
+            )
+        return errors

@@ -1,0 +1,81 @@
+"""Client SDK of styx-py: submit transactions to a cluster over Kafka and get their outcomes.
+
+::
+
+    from styx_client import StyxClient
+
+    async with await StyxClient.connect("127.0.0.1:7000") as styx:   # or StyxClient(bootstrap, operators)
+        balance = await styx.call("account", "alice", "deposit", 10)    # the decoded result
+        reply = await styx.submit("account", "alice", "deposit", 10)    # the Reply, whatever its status
+        print(reply.status, reply.value, reply.tid)
+
+:class:`SyncStyxClient` offers the same calls for blocking code. :class:`Reply` is the server's answer:
+``value`` (the decoded result), ``status``, ``error``, ``error_type``, ``request_id``, ``tid``,
+``epoch``. Errors are the ``styx_py`` ones (tree in :mod:`styx_py.core.errors`)::
+
+    StyxError
+    ├── TransactionFailed      did not commit: an exception in a function (``exception_type`` names it)
+    │   ├── TransactionAborted     the function raised ``Abort``
+    │   └── BadRequest             unknown operator/function, bad key or arguments, a limit
+    ├── RequestTimeout         no reply in time (``request_id``: resend it to get the reply)
+    ├── Overloaded             ``max_pending`` requests in flight in this client
+    ├── Unavailable            the cluster cannot take requests (unreachable, recovering)
+    └── ConfigError            a bad argument (e.g. ``reply_partition`` the egress topic lacks)
+
+A :class:`TransactionFailed` carries the ``reply`` and its ``request_id``, ``tid``, ``epoch``,
+``error`` and ``error_type``. Each client reads only its reply partition of the egress topic
+(``reply_partition=``, default a stable hash of ``client_id=``): see :class:`StyxClient`.
+
+The HTTP gateway (``styx gateway``, started by ``styx up``) is :class:`Gateway` with its
+:class:`GatewayConfig`; see ``styx_client.gateway`` (its ``app`` module) for the routes and status
+codes.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from styx_client.sdk import Call, ClientStats, StyxClient, SyncStyxClient, result_of
+from styx_py.core.errors import (
+    BadRequest,
+    ConfigError,
+    Overloaded,
+    RequestTimeout,
+    StyxError,
+    TransactionAborted,
+    TransactionFailed,
+    Unavailable,
+)
+from styx_py.core.wire import Reply, ReplyStatus
+
+__all__ = [
+    "BadRequest",
+    "Call",
+    "ClientStats",
+    "ConfigError",
+    "Gateway",
+    "GatewayConfig",
+    "Overloaded",
+    "Reply",
+    "ReplyStatus",
+    "RequestTimeout",
+    "StyxClient",
+    "StyxError",
+    "SyncStyxClient",
+    "TransactionAborted",
+    "TransactionFailed",
+    "Unavailable",
+    "result_of",
+]
+
+if TYPE_CHECKING:
+    from styx_client.gateway import Gateway, GatewayConfig
+
+_GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig"})
+
+
+def __getattr__(name: str) -> Any:
+    """The gateway's names, imported on first use: SDK users do not pay for FastAPI's import (~0.3 s)."""
+    if name in _GATEWAY_NAMES:
+        from styx_client import gateway
+
+        return getattr(gateway, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

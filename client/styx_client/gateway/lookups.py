@@ -1,0 +1,126 @@
+"""Replies any gateway replica can serve: request ids looked up in the cluster's reply tables.
+
+Every worker keeps the replies it gave, per ingress partition (the table that deduplicates resent
+request ids, see :mod:`styx_worker.dedup`). A ``GET /v1/invocations/{id}`` that this process has
+neither cached nor pending asks the coordinator (admin ``ReplyLookup``), which asks every worker.
+
+Lookups are coalesced: one admin request at a time per gateway, carrying every id asked for while the
+previous one was out (at most ``MAX_LOOKUP_IDS``), so a burst of polls costs one fan-out, not one
+each. Ids the workers deferred (their answer's byte budget was spent) go into the next request.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from styx_py.core.errors import StyxError
+from styx_py.core.wire import MAX_LOOKUP_IDS, UNDECODABLE, Reply, ReplyLookup, reply_decoder
+from styx_py.io.admin import admin_request
+
+__all__ = ["ClusterReplies", "Found", "LookupSource", "coordinator_lookup"]
+
+LookupSource = Callable[[list[str]], Awaitable[Mapping[str, Any]]]
+"""Sends one ``ReplyLookup`` and returns the coordinator's answer body (injectable for tests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the cluster knows of one request id."""
+
+    replies: tuple[Reply, ...] = ()
+    """Every reply recorded under the id (several only if the id was reused for other keys)."""
+    pending: bool = False
+    """Running on a worker now: no reply yet."""
+    complete: bool = True
+    """False when a worker did not answer or is recovering: a miss may not be final."""
+    error: str = ""
+    """Why the lookup could not be made (coordinator unreachable); nothing else is known then."""
+
+    @property
+    def reply(self) -> Reply | None:
+        """The latest reply in the serial order ``(epoch, phase, tid)``, the same on every replica."""
+        return max(self.replies, key=lambda r: (r.epoch, r.phase, r.tid), default=None)
+
+
+def coordinator_lookup(
+    address: str, timeout_s: float = 5.0, cluster_secret: str | None = None
+) -> LookupSource:
+    """The default :data:`LookupSource`: the coordinator's admin port, authenticated like the status."""
+
+    async def lookup(request_ids: list[str]) -> Mapping[str, Any]:
+        reply = await admin_request(
+            address, ReplyLookup(request_ids), timeout_s=timeout_s, secret=cluster_secret
+        )
+        if not reply.ok:
+            raise StyxError(f"coordinator at {address} refused the reply lookup: {reply.error}")
+        return reply.body
+
+    return lookup
+
+
+class ClusterReplies:
+    """Coalesced reply lookups; :meth:`run` (in the gateway's task group) sends them."""
+
+    def __init__(self, source: LookupSource, on_lookup: Callable[[int], None] = lambda ids: None) -> None:
+        self.source = source
+        self.on_lookup = on_lookup  # called with the number of ids of every admin request sent (metrics)
+        self._asked: dict[str, list[asyncio.Future[Found]]] = {}
+        self._wake = asyncio.Event()
+
+    def __len__(self) -> int:
+        """Request ids waiting for the next lookup."""
+        return len(self._asked)
+
+    async def find(self, rid: str) -> Found:
+        """What the cluster knows of ``rid`` (joins the next lookup)."""
+        future: asyncio.Future[Found] = asyncio.get_running_loop().create_future()
+        self._asked.setdefault(rid, []).append(future)
+        self._wake.set()
+        try:
+            return await future
+        finally:
+            waiters = self._asked.get(rid)
+            if waiters is not None and future in waiters:  # cancelled before its lookup was sent
+                waiters.remove(future)
+                if not waiters:
+                    del self._asked[rid]
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._asked:
+                continue
+            batch = {rid: self._asked.pop(rid) for rid in list(self._asked)[:MAX_LOOKUP_IDS]}
+            if self._asked:
+                self._wake.set()
+            found = await self._lookup(list(batch))
+            for rid, futures in batch.items():
+                answer = found.get(rid)
+                if answer is None:  # deferred by a worker: asked again in the next lookup
+                    self._asked.setdefault(rid, []).extend(futures)
+                    self._wake.set()
+                    continue
+                for future in futures:
+                    if not future.done():
+                        future.set_result(answer)
+
+    async def _lookup(self, rids: list[str]) -> dict[str, Found]:
+        """One admin request; every id's answer (missing: deferred)."""
+        self.on_lookup(len(rids))
+        try:
+            body = await self.source(rids)
+            replies = [reply_decoder.decode(raw) for raw in body["replies"]]
+            pending, deferred = set(body["pending"]), set(body["deferred"])
+            complete = bool(body["complete"])
+        except (StyxError, OSError, TimeoutError, EOFError, KeyError, TypeError, *UNDECODABLE) as exc:
+            return {rid: Found(complete=False, error=f"{type(exc).__name__}: {exc}") for rid in rids}
+        by_id: dict[str, list[Reply]] = {}
+        for reply in replies:
+            by_id.setdefault(reply.request_id, []).append(reply)
+        return {
+            rid: Found(tuple(by_id.get(rid, ())), rid in pending, complete)
+            for rid in rids
+            if rid in by_id or rid not in deferred
+        }

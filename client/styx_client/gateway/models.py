@@ -1,0 +1,140 @@
+"""HTTP models of the gateway: the OpenAPI schema is generated from these, with the limits on names, ids
+and keys of :mod:`styx_py.core.limits` (the ones every path checks), so the schema states them."""
+
+# No ``from __future__ import annotations``: pydantic and FastAPI read these annotations at run time.
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from styx_client.gateway.codes import ERROR_CODES, error_table
+from styx_py.core.limits import (
+    MAX_INT_KEY,
+    MAX_KEY_CHARS,
+    MAX_NAME_CHARS,
+    MAX_REQUEST_ID_CHARS,
+    MIN_INT_KEY,
+)
+
+__all__ = [
+    "ClusterSummary",
+    "ErrorBody",
+    "ErrorDetail",
+    "Health",
+    "InvocationAccepted",
+    "InvocationReply",
+    "InvocationRequest",
+    "OperatorInfo",
+    "Readiness",
+    "StateView",
+    "ValidationIssue",
+]
+
+MAX_ID_CHARS = MAX_REQUEST_ID_CHARS
+# Request ids in URLs: the core limits their length; HTTP also limits their characters.
+ID_PATTERN = r"^[A-Za-z0-9._:~@+=-]+$"
+ID_RE = re.compile(ID_PATTERN.strip("^$"))  # used with fullmatch: "$" also matches before "\n"
+INT_KEY_MIN, INT_KEY_MAX = MIN_INT_KEY, MAX_INT_KEY
+
+RequestId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN, examples=["transfer-2f1c9a"]),
+]
+StrKey = Annotated[StrictStr, Field(max_length=MAX_KEY_CHARS)]
+IntKey = Annotated[StrictInt, Field(ge=INT_KEY_MIN, le=INT_KEY_MAX)]
+
+
+class InvocationRequest(BaseModel):
+    """One transaction: call ``function`` of the entity ``(operator, key)`` with ``args``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"operator": "account", "key": "alice", "function": "transfer", "args": ["bob", 30]}]
+        },
+    )
+    operator: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    key: StrKey | IntKey = Field(description="entity key: a string or an integer (they never collide)")
+    function: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    args: list[Any] = Field(default_factory=list, description="positional arguments (JSON values)")
+    request_id: RequestId | None = Field(
+        default=None, description="client-chosen request id; the Idempotency-Key header takes precedence"
+    )
+
+
+class InvocationReply(BaseModel):
+    """The transaction's reply (also embedded in 409/422 error bodies).
+
+    A function of the cluster's reply alone, so every gateway replica and every retry returns the same
+    bytes; the gateway's own submit → reply time is in the ``Server-Timing`` header."""
+
+    request_id: str
+    status: Literal["committed", "aborted", "failed"]
+    result: Any = None
+    error: str | None = None
+    error_type: str | None = Field(default=None, description="Abort, BadRequest or UserError")
+    tid: int = Field(description="transaction id")
+    epoch: int
+    phase: int = Field(description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)")
+
+
+class InvocationAccepted(BaseModel):
+    request_id: str
+    status: Literal["pending"] = "pending"
+    location: str = Field(description="GET this to fetch the reply")
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    code: str = Field(
+        description=f"Stable machine-readable error code:\n\n{error_table()}",
+        json_schema_extra={"enum": [e.code for e in sorted(ERROR_CODES, key=lambda e: e.code)]},
+    )
+    message: str
+    request_id: str | None = None
+    reply: InvocationReply | None = Field(default=None, description="the transaction's reply (409/422)")
+    errors: list[ValidationIssue] | None = Field(default=None, description="what failed validation")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class StateView(BaseModel):
+    operator: str
+    key: str | int
+    value: Any
+    function: str
+    consistency: Literal["read-only transaction"] = "read-only transaction"
+    tid: int
+    epoch: int
+
+
+class OperatorInfo(BaseModel):
+    name: str
+    partitions: int
+    functions: list[str]
+    state_function: str | None = None
+
+
+class ClusterSummary(BaseModel):
+    state: str
+    ready: bool
+    graph: str | None
+    operators: list[OperatorInfo]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    ready: bool
+    state: str
+    reason: str | None = None

@@ -1,0 +1,46 @@
+"""The lock-free commit of an epoch (Aria) and the replies it sends right away.
+
+Which transactions commit is decided by the coordinator from the union of every worker's conflicts
+(:mod:`styx_coordinator.barrier`); here a worker applies the committed transactions' buffered
+writes in tid order and turns every finished root into its reply (the early commit reply).
+"""
+
+from __future__ import annotations
+
+from styx_py.core.wire import NIL, Phase, Reply, ReplyStatus, Status
+from styx_worker.state import StateStore
+from styx_worker.txn import EpochState, RootTxn
+
+_ERROR_TYPES = {Status.ABORT: "Abort", Status.BAD: "BadRequest"}
+
+
+def commit_lock_free(
+    es: EpochState, fallback: frozenset[int], store: StateStore
+) -> list[tuple[RootTxn, Reply]]:
+    """Apply the writes of every transaction that neither conflicted nor aborted, in tid order, and
+    return the replies of this worker's roots outside ``fallback`` (as ``(root, reply)``), in tid
+    order. The epoch's tally counts them."""
+    aborted = es.aborted or frozenset()
+    for tid in sorted(es.opt_buffers):
+        if tid not in fallback and tid not in aborted:
+            store.apply(es.opt_buffers[tid])
+    replies: list[tuple[RootTxn, Reply]] = []
+    for tid in sorted(es.roots):
+        if tid in fallback:
+            continue
+        root = es.roots[tid]
+        replies.append((root, reply_for(root, es.epoch, Phase.OPTIMISTIC)))
+        es.tally.finished(root)
+    return replies
+
+
+def reply_for(root: RootTxn, epoch: int, phase: Phase) -> Reply:
+    req = root.request
+    if not root.failed:
+        result = NIL if root.result is None else root.result
+        return Reply(
+            req.request_id, root.tid, epoch, phase, ReplyStatus.COMMITTED, result, None, None, req.ts_ms
+        )
+    status = ReplyStatus.ABORTED if root.error_status == Status.ABORT else ReplyStatus.FAILED
+    error_type = _ERROR_TYPES.get(root.error_status, "UserError")
+    return Reply(req.request_id, root.tid, epoch, phase, status, NIL, root.error, error_type, req.ts_ms)

@@ -1,0 +1,302 @@
+"""Running one function invocation: the runtime Context and the invocation runner.
+
+An invocation runs against the worker's committed state plus the transaction's own buffered writes
+on this worker. Calls to other entities become :class:`~styx_py.core.wire.Invoke` messages (local or
+remote); synchronous calls wait for a :class:`~styx_py.core.wire.CallResult`. When the invocation
+ends it acks the share it kept to the root (see :mod:`styx_worker.ackshare`).
+
+Three modes:
+
+* optimistic: reads and writes are recorded as reservations; the invocation is cached (arguments,
+  outgoing calls, kept share) for the fallback phase;
+* fallback, re-executed: the root function runs again and calls are sent as usual, each invocation
+  first taking its entity's lock in tid order;
+* fallback, cached: each worker re-invokes its cached invocations of the transaction in parallel;
+  outgoing calls are only compared with the cached ones (a difference => ``Status.CHANGED``, the
+  transaction is rescheduled) and synchronous results arrive from the callee's own re-invocation.
+
+The runner sees the worker only through :class:`InvocationHost`: committed state and where its
+messages go. The code it runs is the epoch's graph (``EpochState.graph``): every invocation of an
+epoch runs the graph version of that epoch, whichever version is the newest.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from typing import Any, Protocol
+
+import msgspec
+
+from styx_py.core.context import Context, invocation_rng
+from styx_py.core.errors import Abort
+from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
+from styx_py.core.operator import Operator, bind_error, operator_name
+from styx_py.core.partitioning import Key, key_bytes
+from styx_py.core.requests import ARGS_DEPTH, TOO_DEEP, nests_deeper
+from styx_py.core.wire import (
+    Invoke,
+    Phase,
+    Status,
+    decode_value,
+    encode_value,
+)
+from styx_worker.ackshare import ZERO, Share, from_wire, scaled, split_async, split_sync, to_wire
+from styx_worker.conflicts import EntityKey
+from styx_worker.txn import CachedInvocation, CallRecord, EpochState
+
+EMPTY_RAW = msgspec.Raw(encode_value(None))
+
+
+class InvocationHost(Protocol):
+    """What an invocation needs from its worker."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    def read(self, key: EntityKey) -> bytes | None:
+        """Committed state (as of the start of the epoch's phase)."""
+        ...
+
+    def dispatch(self, inv: Invoke) -> None:
+        """Run ``inv`` on the worker that owns its entity."""
+        ...
+
+    def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
+        """A synchronous call's result, to its caller."""
+        ...
+
+    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
+        """The invocation's outcome and kept share, to its transaction's root."""
+        ...
+
+
+class _Changed(BaseException):
+    """Internal signal: the fallback run diverged from the optimistic one (reschedule)."""
+
+
+class _CalleeFailed(BaseException):
+    """Internal signal: a synchronous callee failed; the callee reports the reason to the root."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _BadCall(Exception):
+    """A call names an unknown operator/function or has an invalid key (reported as Status.BAD)."""
+
+
+def _encode_args(args: tuple[Any, ...]) -> bytes:
+    """A call's arguments, within the nesting limit of a request's (checked on the bytes, so the
+    verdict does not depend on how deep the stack is when the call is made or replayed)."""
+    try:
+        raw = encode_value(list(args))
+    except RecursionError:
+        raise _BadCall(TOO_DEEP) from None
+    if nests_deeper(raw, ARGS_DEPTH):
+        raise _BadCall(TOO_DEEP)
+    return raw
+
+
+class RuntimeContext(Context):
+    __slots__ = (
+        "_async",
+        "_buf",
+        "_cached",
+        "_calls",
+        "_ekey",
+        "_es",
+        "_host",
+        "_inv",
+        "_rng",
+        "_share",
+        "key",
+        "operator",
+    )
+
+    def __init__(
+        self, host: InvocationHost, es: EpochState, inv: Invoke, cached: CachedInvocation | None
+    ) -> None:
+        self.key = inv.key
+        self.operator = inv.operator
+        self._host = host
+        self._es = es
+        self._inv = inv
+        self._cached = cached
+        self._ekey = (inv.operator, inv.key)
+        self._share = from_wire(inv.share_n, inv.share_d)
+        self._calls: list[CallRecord] = []
+        self._async: list[Invoke] = []
+        self._rng: _random.Random | None = None
+        self._buf = es.buffer(inv.phase, inv.tid)
+
+    # ---- state -----------------------------------------------------------------------------------
+    async def get(self, default: Any = None) -> Any:
+        buf = self._buf
+        if self._ekey in buf:
+            raw = buf[self._ekey]
+        else:
+            if self._inv.phase == Phase.OPTIMISTIC:
+                self._es.record_read(self._inv.tid, self._ekey)
+            raw = self._host.read(self._ekey)
+        return default if raw is None else decode_value(raw)
+
+    async def put(self, value: Any) -> None:
+        self._buf[self._ekey] = encode_value(value)
+
+    async def delete(self) -> None:
+        self._buf[self._ekey] = None
+
+    # ---- calls -----------------------------------------------------------------------------------
+    def _record(
+        self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool
+    ) -> CallRecord:
+        op = operator_name(target)
+        if self._es.graph.function(op, function) is None:
+            raise _BadCall(f"unknown function {op}.{function}")
+        try:
+            key_bytes(key)
+        except TypeError as exc:
+            raise _BadCall(str(exc)) from None
+        if len(self._calls) >= MAX_CALLS_PER_FUNCTION:
+            raise _BadCall(f"more than {MAX_CALLS_PER_FUNCTION} calls from one invocation")
+        if len(self._inv.path) >= MAX_CALL_DEPTH:
+            raise _BadCall(f"call depth exceeds {MAX_CALL_DEPTH}")
+        record = CallRecord(op, function, key, _encode_args(args), sync)
+        if self._cached is not None:
+            cached_calls = self._cached.calls
+            i = len(self._calls)
+            if i >= len(cached_calls) or cached_calls[i] != record:
+                raise _Changed
+        self._calls.append(record)
+        return record
+
+    def _child(self, record: CallRecord, share: Share, want_result: bool) -> Invoke:
+        inv = self._inv
+        return Invoke(
+            inv.epoch,
+            inv.tid,
+            inv.phase,
+            [*inv.path, len(self._calls) - 1],
+            inv.root,
+            self._host.node_id,
+            record.operator,
+            record.function,
+            record.key,
+            msgspec.Raw(record.args),
+            *to_wire(share),
+            want_result,
+            inv.ts_ms,
+            inv.gen,
+        )
+
+    def call_async(self, operator: Operator | str, function: str, key: Key, *args: Any) -> None:
+        record = self._record(operator, function, key, args, sync=False)
+        if self._cached is None:
+            # The share is assigned when the invocation ends and the number of calls is known.
+            self._async.append(self._child(record, ZERO, want_result=False))
+
+    async def call(self, operator: Operator | str, function: str, key: Key, *args: Any) -> Any:
+        record = self._record(operator, function, key, args, sync=True)
+        keep, give = split_sync(self._share)
+        self._share = keep
+        child = self._child(record, give, want_result=True)
+        slot = self._es.result_slot(child.phase, child.tid, tuple(child.path))
+        if self._cached is None:
+            self._host.dispatch(child)
+        status, value = await slot
+        if status != Status.OK:
+            raise _CalleeFailed(status)
+        return decode_value(value)
+
+    # ---- determinism -----------------------------------------------------------------------------
+    def random(self) -> float:
+        if self._rng is None:
+            self._rng = invocation_rng(self._inv.tid, self._inv.path)
+        return self._rng.random()
+
+    def now(self) -> float:
+        return self._inv.ts_ms / 1000.0
+
+
+async def run_invocation(
+    host: InvocationHost, es: EpochState, inv: Invoke, cached: CachedInvocation | None
+) -> None:
+    """Run one invocation to its end and report it; never raises for anything user code does."""
+    status, error, value = Status.OK, "", EMPTY_RAW
+    ctx = RuntimeContext(host, es, inv, cached)
+    if inv.phase == Phase.FALLBACK:
+        if not es.locks.owns_key(inv.tid, ctx._ekey):
+            status = Status.CHANGED
+        else:
+            await es.locks.acquire(ctx._ekey, inv.tid)
+    fn = es.graph.function(inv.operator, inv.function) if status == Status.OK else None
+    if status != Status.OK:
+        pass
+    elif fn is None:
+        status, error = Status.BAD, f"unknown function {inv.operator}.{inv.function}"
+    else:
+        try:
+            args = decode_value(inv.args)
+            if not isinstance(args, list):
+                raise _BadCall("arguments must be a list")
+            bad = bind_error(fn, args)
+            if bad is not None:
+                raise _BadCall(bad)
+            result = await fn(ctx, *args)
+            try:
+                value = msgspec.Raw(encode_value(result))
+            except (TypeError, msgspec.EncodeError) as exc:
+                raise TypeError(f"result of {inv.operator}.{inv.function} cannot be encoded: {exc}") from exc
+            if cached is not None and len(ctx._calls) != len(cached.calls):
+                raise _Changed
+        except Abort as exc:
+            status, error = Status.ABORT, str(exc)
+        except _BadCall as exc:
+            status, error = Status.BAD, str(exc)
+        except _Changed:
+            status = Status.CHANGED
+        except _CalleeFailed as exc:
+            status = Status.CHANGED if exc.status == Status.CHANGED else Status.PROPAGATED
+        except (msgspec.DecodeError, msgspec.EncodeError) as exc:
+            status, error = Status.ERROR, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - any user exception aborts the transaction, by design
+            status, error = Status.ERROR, f"{type(exc).__name__}: {exc}"
+
+    # Shares: a cached re-invocation acks exactly what it kept in the optimistic run (its callees are
+    # re-invoked by their own workers and ack theirs); otherwise async callees are dispatched now.
+    if cached is not None:
+        own = cached.own_share
+    elif status == Status.OK and ctx._async:
+        own = split_async(ctx._share, len(ctx._async))
+        for child in ctx._async:
+            child.share_n, child.share_d = to_wire(own)
+        if inv.phase == Phase.SERIAL:
+            status, own = await _in_call_order(host, es, ctx._async, own)
+        else:
+            for child in ctx._async:
+                host.dispatch(child)
+    else:
+        own = ctx._share
+    if inv.phase == Phase.OPTIMISTIC:
+        es.cache_invocation(inv, ctx._calls, own, ctx._ekey)
+    if inv.want_result:
+        host.send_result(inv, status, value)
+    host.send_ack(inv, own, status, error, value)
+
+
+async def _in_call_order(
+    host: InvocationHost, es: EpochState, children: list[Invoke], part: Share
+) -> tuple[Status, Share]:
+    """Phase.SERIAL: each asynchronous callee's whole subtree before the next one starts (the serial
+    model's order: a callee answers its caller only once its own callees are done). The first that
+    fails ends it, as an exception would: the rest never run and their parts of the share are acked
+    with the caller's. Returns (the caller's status, the share it acks)."""
+    for i, child in enumerate(children):
+        child.want_result = True  # its result tells when its subtree is done
+        slot = es.result_slot(child.phase, child.tid, tuple(child.path))
+        host.dispatch(child)
+        status, _ = await slot
+        if status != Status.OK:
+            return Status.PROPAGATED, scaled(part, len(children) - i)
+    return Status.OK, part
