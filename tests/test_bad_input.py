@@ -467,7 +467,7 @@ async def test_records_without_a_usable_request_id_are_skipped_and_counted() -> 
         c.log.append(ingress, BOX, record("i" * (MAX_REQUEST_ID_CHARS + 1), "box", "keep", "k1", b"\x91\x01"))
         assert result(await run_one(c, "box", "count", "k1", 5)) == 5
         assert [r.request_id for r in c.replies] == ["r0"]
-        assert sum(w.ingress.skipped for w in c.workers) == 4  # type: ignore[attr-defined]
+        assert sum(w.ports.ingress.skipped for w in c.workers) == 4  # type: ignore[attr-defined]
         assert c.state() == {("box", "k1"): 5}
 
 

@@ -26,9 +26,10 @@ from styx_py.core.wire import (
 )
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog
 from styx_worker.batch import BatchFormer, take_rescheduled
+from styx_worker.effects import Emit, Outbox
 from styx_worker.recovery import plan_replay
 from styx_worker.replies import ReplyOut
-from styx_worker.txn import RootTxn
+from styx_worker.txn import Resend, RootTxn
 
 INGRESS, EGRESS = "in", "out"
 
@@ -54,19 +55,52 @@ def test_rescheduled_run_one_per_entity_the_oldest_and_none_is_lost(txns: list[t
         assert r.tid == min(same), "not the oldest of its entity"
 
 
+def _diverged(*what: object) -> None:
+    raise AssertionError(f"diverged: {what}")
+
+
 class _Fixture:
-    def __init__(self, sid: int = 1, n_seq: int = 2) -> None:
-        self.log = MemoryLog()
+    """A batch former over an in-memory ingress, its replies carried out to an in-memory egress."""
+
+    def __init__(self, sid: int = 1, n_seq: int = 2, log: MemoryLog | None = None) -> None:
+        self.log = log or MemoryLog()
         self.log.create(INGRESS, 2)
         self.log.create(EGRESS, 2)
         self.ingress = MemoryIngress(self.log, INGRESS)
         self.ingress.assign([0, 1])
-        self.replies = ReplyOut(MemoryEgress(self.log, EGRESS), 100, lambda: None)
-        self.batch = BatchFormer("w1", 100, self.ingress, self.replies)
+        self.out = Outbox()
+        self.egress = MemoryEgress(self.log, EGRESS)
+        self.replies = ReplyOut(self.out, 100, _diverged)
+        self.batch = BatchFormer("w1", 100, self.replies, _diverged)
         self.batch.sequencer.sid, self.batch.sequencer.n_seq = sid, n_seq
 
     def arrive(self, partition: int, rid: str) -> None:
         self.log.append(INGRESS, partition, _request(rid))
+
+    def form(
+        self, epoch: int, gen: int = 0, version: int = 1
+    ) -> tuple[list[RootTxn], SeqLogEntry, list[Resend]]:
+        """A live batch, as the epoch machine forms it (Take, then Taken)."""
+        records = self.ingress.take(self.batch.room())
+        (roots, resends, copies), entry = self.batch.form(epoch, gen, version, records)
+        for rec in copies:
+            self.replies.wait_for_first(rec)
+        return roots, entry, resends
+
+    async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:
+        """A replayed batch, as the epoch machine re-forms it (Fetch, then Taken)."""
+        records = [await self.ingress.take_exact(p, o) for p, o in self.batch.to_fetch(epoch)]
+        roots, resends, copies = self.batch.replayed(epoch, records)
+        for rec in copies:
+            self.replies.wait_for_first(rec)
+        return roots, resends
+
+    def send(self, epoch: int, replies: list[tuple[RootTxn, Reply]]) -> None:
+        """Send replies and carry out their Emit effects."""
+        self.replies.send(epoch, replies)
+        for e in self.out.take():
+            assert isinstance(e, Emit)
+            self.egress.send(e.partition, e.reply, e.epoch)
 
 
 def test_live_batch_classifies_resends_and_assigns_mencius_tids() -> None:
@@ -75,7 +109,7 @@ def test_live_batch_classifies_resends_and_assigns_mencius_tids() -> None:
     f.replies.answered.record(1, done)
     for partition, rid in [(0, "a"), (1, "old"), (0, "b"), (0, "a")]:
         f.arrive(partition, rid)
-    roots, entry, resends = f.batch.form(epoch=4, gen=1, version=1)
+    roots, entry, resends = f.form(epoch=4, gen=1, version=1)
     assert [(r.request.request_id, r.tid) for r in roots] == [("a", 2), ("b", 5)]
     assert resends == [(1, done, "")], "a request resent after its reply is answered from the table"
     assert [rec.offset for rec in f.replies.waiting["a"]] == [2], "a copy of a running request waits"
@@ -89,16 +123,12 @@ async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
         live.arrive(partition, f"r{i}")
     live.arrive(0, "r1")  # a copy of a request of this batch
     live.batch.rescheduled = [_root(101, "x", partition=1)]
-    roots, entry, _ = live.batch.form(epoch=0, gen=0, version=1)
+    roots, entry, _ = live.form(epoch=0)
 
-    replay = _Fixture()
-    replay.log = live.log
-    replay.ingress = MemoryIngress(live.log, INGRESS)
-    replay.ingress.assign([0, 1])
-    replay.batch = BatchFormer("w1", 100, replay.ingress, replay.replies)
+    replay = _Fixture(log=live.log)
     replay.batch.rescheduled = [_root(101, "x", partition=1)]
     replay.batch.replay = {0: entry}
-    again, _ = await replay.batch.replayed(0)
+    again, _ = await replay.replayed(0)
     assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
     assert replay.batch.sequencer.lc == entry.lc_end
     assert list(replay.replies.waiting) == ["r1"]
@@ -115,7 +145,7 @@ async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_l
     live.arrive(0, "x")  # a copy of x, which runs in this batch: waits for its reply
     live.arrive(0, "a")
     live.arrive(1, "b")
-    roots, entry, resends = live.batch.form(epoch=0, gen=0, version=1)
+    roots, entry, resends = live.form(epoch=0)
     assert entry.entries == [
         Run(1, 0, 0, "x"),
         Run(3, 1, 0, "b"),
@@ -124,16 +154,14 @@ async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_l
         Waiting(0, 2, "x"),
     ], "the entries are in ingress order: this test tests nothing"
 
-    replay = _Fixture()
+    replay = _Fixture(log=live.log)
     replay.replies.answered.record(0, done)
-    replay.batch = BatchFormer("w1", 100, MemoryIngress(live.log, INGRESS), replay.replies)
-    replay.batch.ingress.assign([0, 1])
     replay.batch.replay = {0: entry}
-    again, again_resends = await replay.batch.replayed(0)
+    again, again_resends = await replay.replayed(0)
     assert [(r.tid, r.request.request_id) for r in again] == [(r.tid, r.request.request_id) for r in roots]
     assert again_resends == resends == [(0, done, "")]
     assert [rec.offset for rec in replay.replies.waiting["x"]] == [2]
-    assert replay.batch.ingress.positions() == {0: {0: 4}, 1: {0: 1}}
+    assert replay.ingress.positions() == {0: {0: 4}, 1: {0: 1}}
 
 
 def _entry(epoch: int, gen: int, node: str, partitions: list[int]) -> SeqLogEntry:
@@ -170,18 +198,16 @@ def test_replies_go_to_the_partition_each_copy_of_the_request_names() -> None:
     # Named partitions; -1 (none) and one the topic lacks fall back to the ingress partition.
     for partition, rid, to in [(0, "a", 3), (1, "b", -1), (1, "c", 9), (0, "a", 2)]:
         arrive(partition, rid, to)
-    roots, _, resends = f.batch.form(epoch=0, gen=0, version=1)
+    roots, _, resends = f.form(epoch=0)
     assert resends == [] and [r.request.request_id for r in roots] == ["a", "b", "c"]
-    f.replies.send(
-        0, [(r, Reply(r.request.request_id, r.tid, 0, 0, "committed", NIL, None, None)) for r in roots]
-    )
+    f.send(0, [(r, Reply(r.request.request_id, r.tid, 0, 0, "committed", NIL, None, None)) for r in roots])
     where = {(q, r.request_id) for q, part in enumerate(sent) for r in part}
     # "a" ran once; its copy that arrived while it ran is answered on the copy's own partition.
     assert where == {(3, "a"), (2, "a"), (1, "b"), (1, "c")}
 
     # A resend after the reply is answered from the table, on the partition the resend names.
     arrive(0, "a", 1)
-    _, _, resends = f.batch.form(epoch=1, gen=0, version=1)
+    _, _, resends = f.form(epoch=1)
     assert [(q, r.request_id) for q, r, _ in resends] == [(1, "a")]
 
 
@@ -196,8 +222,8 @@ def test_unrouted_replies_of_an_epoch_go_out_together_on_one_owned_partition() -
     for epoch in (0, 1):
         for partition, rid, to in [(0, f"a{epoch}", -1), (1, f"b{epoch}", -1), (1, f"c{epoch}", 0)]:
             f.log.append(INGRESS, partition, msgspec.structs.replace(_request(rid), reply_partition=to))
-        roots, _, _ = f.batch.form(epoch=epoch, gen=0, version=1)
-        f.replies.send(
+        roots, _, _ = f.form(epoch=epoch)
+        f.send(
             epoch,
             [(r, Reply(r.request.request_id, r.tid, epoch, 0, "committed", NIL, None, None)) for r in roots],
         )

@@ -12,12 +12,13 @@ import msgspec
 import pytest
 
 from styx_py.core import limits
-from styx_py.core.wire import Handoff, IngressRecord, Phase, Reply, ReplyStatus, Request
+from styx_py.core.wire import ClusterView, Handoff, IngressRecord, Phase, Reply, ReplyStatus, Request
 from styx_py.testing.cluster import SimCluster, check_against_serial
-from styx_worker import handoff, recovery, service
+from styx_worker import core, handoff, recovery
 from styx_worker.dedup import ReplyTable
-from styx_worker.handoff import HandoffRefused, Inbox, pieces, refusal
-from styx_worker.snapshot import Snapshotter
+from styx_worker.effects import Send
+from styx_worker.handoff import HandoffRefused, Pieces, pieces, refusal
+from styx_worker.snapshot import Unconfirmed, put_back
 from styx_worker.state import StateStore
 from tests.test_oracle import APP, submit_random_mix
 
@@ -44,7 +45,7 @@ def test_a_partition_travels_in_pieces_under_the_size_and_is_put_back_together_w
     assert all(not p.replies and not p.rescheduled for p in out[:-1])
 
     async def assemble() -> None:
-        inbox = Inbox()
+        inbox = Pieces()
         for piece in reversed(out):  # any order, before the recovery asks
             inbox.add(piece, current_gen=6)
         moved = (await inbox.take(7, [3], epoch=41))[3]
@@ -63,7 +64,7 @@ def test_a_partition_travels_in_pieces_under_the_size_and_is_put_back_together_w
 
 def test_a_refused_stale_or_old_handoff_is_never_installed() -> None:
     async def run() -> None:
-        inbox = Inbox()
+        inbox = Pieces()
         inbox.add(refusal(5, 0), current_gen=5)
         with pytest.raises(HandoffRefused, match="could not hand it off"):
             await inbox.take(5, [0], epoch=10)
@@ -93,17 +94,16 @@ def test_a_moved_partition_leaves_no_delta_behind_not_even_its_deletes() -> None
 
 def test_abandoned_snapshots_go_back_into_the_delta_with_newer_writes_on_top() -> None:
     store, answered = StateStore(), ReplyTable(10)
-    snaps = Snapshotter("w1", None, None, lambda c: None, lambda *a: None)  # type: ignore[arg-type]
-    snaps.unconfirmed = {
+    unconfirmed: Unconfirmed = {
         4: ({("acct", "a"): b"4", ("acct", "b"): b"4"}, {0: [reply("r4", 4)]}),
         6: ({("acct", "a"): b"6"}, {0: [reply("r6", 6)]}),
     }
     store.delta = {("acct", "b"): b"7"}
     answered.delta = {0: [reply("r7", 7)]}
-    snaps.put_back(store, answered)
+    put_back(unconfirmed, store, answered)
     assert store.delta == {("acct", "a"): b"6", ("acct", "b"): b"7"}
     assert [r.request_id for r in answered.delta[0]] == ["r4", "r6", "r7"]
-    assert not snaps.unconfirmed
+    assert not unconfirmed
 
 
 # ---- the simulation -----------------------------------------------------------------------------------
@@ -126,17 +126,15 @@ async def test_a_planned_change_moves_partitions_in_pieces_without_s3_or_replay(
 ) -> None:
     monkeypatch.setattr(handoff, "PIECE_BYTES", 64)  # several pieces per partition
     sent: list[Handoff] = []
-    hand_off = service.Worker._hand_off
+    hand_off = core.WorkerCore._hand_off
 
-    def watched(self: service.Worker, view: object) -> None:
-        send = self.transport.send
-        self.transport.send = lambda dest, msg: (sent.append(msg), send(dest, msg))[1]  # type: ignore[method-assign]
-        try:
-            hand_off(self, view)  # type: ignore[arg-type]
-        finally:
-            self.transport.send = send  # type: ignore[method-assign]
+    def watched(self: core.WorkerCore, view: ClusterView) -> None:
+        before = len(self.out.effects)
+        hand_off(self, view)
+        new = self.out.effects[before:]
+        sent.extend(e.msg for e in new if isinstance(e, Send) and isinstance(e.msg, Handoff))
 
-    monkeypatch.setattr(service.Worker, "_hand_off", watched)
+    monkeypatch.setattr(core.WorkerCore, "_hand_off", watched)
     async with SimCluster(APP, workers=2, seed=11, snapshot_interval_epochs=3, epoch_size_max=20) as c:
         rng = random.Random(11)
         submit_random_mix(c, rng, 80, n_keys=30, hot=0.3)

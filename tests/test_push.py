@@ -27,6 +27,7 @@ from styx_client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
 from styx_client.sdk.push import PUSHED_FETCH_WAIT_MS, REFRESH_S, RETRY_S, WorkerLinks, worker_addresses
 from styx_client.sdk.replies import result_of
 from styx_client.sdk.resting import MISS_S, STALE_S, EgressRest
+from styx_py.core.config import load_config
 from styx_py.core.segments import REPLY_SEGMENTS, segments_in
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -49,10 +50,11 @@ from styx_py.core.wire import (
 )
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.local import LocalStack
-from styx_py.testing.memory import MemoryEgress, MemoryLog
+from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemorySeqLog
 from styx_worker.feed import MARK_EVERY_S, MAX_SUBSCRIBERS, ReplyFeed
-from styx_worker.ingress import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
-from styx_worker.replies import ReplyOut
+from styx_worker.pace import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
+from styx_worker.ports import WorkerPorts
+from styx_worker.shell import Worker
 from styx_worker.txn import RootTxn
 from tests.service_fixtures import ClusterFactory
 from tests.test_integration import read_topic, read_until
@@ -177,17 +179,32 @@ def test_only_what_leaves_for_the_egress_log_is_pushed() -> None:
     request that names no client is not pushed."""
     sent = Sent()
     log = MemoryLog()
-    log.create("egress", 1)
-    out = ReplyOut(MemoryEgress(log, "egress"), 100, lambda: None, feed=ReplyFeed(sent))
-    assert out.feed is not None and out.feed.subscribe("client-a")
-    out.send(3, [(_root("r1", 1), _reply("r1", 1)), (_root("r0", 4, reply_to=""), _reply("r0", 4))])
+    for topic, n in (("ingress", 1), ("egress", 1), ("seqlog", 1)):
+        log.create(topic, n)
+
+    class Transport:
+        node_id = "w1"
+        send = sent
+
+    ports = WorkerPorts(
+        Transport(), MemoryIngress(log, "ingress"), MemoryEgress(log, "egress"), MemorySeqLog(log, "seqlog")
+    )
+    worker = Worker("w1", load_config({}, env={}), ports, heartbeats=False)
+    assert worker.feed.subscribe("client-a")
+    out = worker.core.replies
+
+    def send(replies: list[tuple[RootTxn, Reply]]) -> None:  # as the epoch machine sends them
+        out.send(3, replies)
+        worker.apply(worker.core.flush())
+
+    send([(_root("r1", 1), _reply("r1", 1)), (_root("r0", 4, reply_to=""), _reply("r0", 4))])
     assert sent.rids("client-a") == ["r1"]
     assert [r.request_id for r in log.records("egress")] == ["r1", "r0"]
 
     out.on_log = {"r2": [_reply("r2", 2)]}  # a replay: this one was logged already
-    out.send(3, [(_root("r2", 2), _reply("r2", 2))])
+    send([(_root("r2", 2), _reply("r2", 2))])
     out.held = True
-    out.send(3, [(_root("r3", 3), _reply("r3", 3))])
+    send([(_root("r3", 3), _reply("r3", 3))])
     assert sent.rids("client-a") == ["r1"]
     assert [r.request_id for r in log.records("egress")] == ["r1", "r0"]
 

@@ -39,16 +39,8 @@ from styx_py.core.wire import (
 )
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.services import TansuBroker, create_topics
-from styx_worker.ingress import (
-    EXCUSE_S,
-    HOLD_S,
-    IDLE_S,
-    PUSHED_FETCH_WAIT_MS,
-    PUSHED_POLL_S,
-    SETTLE_S,
-    KafkaIngress,
-    PushPace,
-)
+from styx_worker.ingress import KafkaIngress
+from styx_worker.pace import EXCUSE_S, HOLD_S, IDLE_S, PUSHED_FETCH_WAIT_MS, PUSHED_POLL_S, SETTLE_S, PushPace
 from tests.test_transport_security import until
 
 # ---- the fetch wait while requests come pushed (pure) -----------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,8 @@ from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import COORDINATOR, Message, Recover, Register, SnapshotDone
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemoryNetwork, MemorySeqLog
-from styx_worker.service import Worker
+from styx_worker.ports import WorkerPorts
+from styx_worker.shell import Worker
 from tests.test_oracle import APP, submit_random_mix
 
 
@@ -237,15 +239,15 @@ async def test_a_snapshot_is_confirmed_only_once_its_epochs_replies_are_acknowle
         APP, workers=3, seed=11, epoch_size_max=5, snapshot_interval_epochs=1, egress_ack_lag=20
     ) as c:
         for w in c.workers:
-            send = w.transport.send
+            send = w.ports.transport.send
 
             def watching(dest: str, msg: Message, w: Worker = w, send: Callable[..., None] = send) -> None:
                 if isinstance(msg, SnapshotDone) and msg.ok:
-                    in_flight = w.egress.in_flight  # type: ignore[attr-defined]
+                    in_flight = w.ports.egress.in_flight  # type: ignore[attr-defined]
                     unacked_at_done.append(sum(n for e, n in in_flight.items() if e <= msg.epoch))
                 send(dest, msg)
 
-            w.transport.send = watching  # type: ignore[method-assign]
+            w.ports.transport.send = watching  # type: ignore[method-assign]
         for wave in range(6):
             for i in range(10):
                 c.submit("acct", "deposit", f"k{i + wave}", 1)
@@ -293,14 +295,13 @@ async def test_a_recover_for_a_generation_without_its_view_is_ignored() -> None:
     log.create("egress", 2)
     log.create("seqlog", 1)
     network = MemoryNetwork()
-    w = Worker(
-        "w1",
-        load_config({}, env={}),
+    ports = WorkerPorts(
         network.endpoint("w1"),
         MemoryIngress(log, "ingress"),
         MemoryEgress(log, "egress"),
         MemorySeqLog(log, "seqlog"),
     )
+    w = Worker("w1", load_config({}, env={}), ports)
     w.on_message(COORDINATOR, Recover(empty_manifest(2), -1, 3))
     assert w.recovering is None and w.generation == -1
 
@@ -385,7 +386,7 @@ async def test_a_request_id_reused_for_another_request_replays_without_divergenc
     async with SimCluster(APP, workers=3, seed=11, snapshot_interval_epochs=0) as c:
         c.submit("acct", "deposit", "k0", 1)
         await c.wait()
-        owner = {p: w.node_id for w in c.workers for p in w.table.owned()}
+        owner = {p: w.node_id for w in c.workers for p in w.core.table.owned()}
         parts = 8  # the oracle app's acct operator
         by_part: dict[int, str] = {}
         for i in range(200):
@@ -401,3 +402,38 @@ async def test_a_request_id_reused_for_another_request_replays_without_divergenc
         await c.wait(timeout_s=60)
         assert c.coordinator.status()["state"] != "degraded", c.coordinator.status()["degraded"]
         assert sorted(r.tid for r in c.replies if r.request_id == "same")[0] > 0
+
+
+async def test_a_bug_in_a_recovery_ends_the_worker_instead_of_being_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An assertion raised while a worker recovers is a bug, not an operating error: the worker's task
+    group ends with it (the process exits, and its supervisor restarts it) instead of reporting a failed
+    recovery that the coordinator would retry forever. Restarted, the worker recovers and nothing is lost
+    or answered twice."""
+    from styx_worker import recovery
+
+    real = recovery.restore
+    planted: list[str] = []
+
+    async def buggy(msg: Recover, owned: list[int], node_id: str, *args: Any) -> Any:
+        if node_id == "w1" and not planted:
+            planted.append(node_id)
+            raise AssertionError("a planted bug in the restore")
+        return await real(msg, owned, node_id, *args)
+
+    async with SimCluster(APP, workers=3, seed=31, epoch_size_max=10) as c:
+        submit_random_mix(c, random.Random(31), 60, n_keys=20, hot=0.3)
+        await c.wait()
+        monkeypatch.setattr(recovery, "restore", buggy)
+        c.crash("w1")  # the new w1 process recovers: its restore raises
+        task = c.worker_tasks["w1"]
+        with pytest.raises(ExceptionGroup) as ended:
+            await asyncio.wait_for(asyncio.shield(task), 30)
+        assert ended.group_contains(AssertionError, match="planted bug")
+        assert planted == ["w1"]
+        assert c.coordinator.recovery.failed_attempts == 0, "a bug is not reported as a failed recovery"
+        c.crash("w1")  # its supervisor starts it again: this time the recovery works
+        submit_random_mix(c, random.Random(32), 60, n_keys=20, hot=0.3)
+        await c.wait(timeout_s=120)
+        await check_against_serial(c)

@@ -218,7 +218,7 @@ async def test_an_update_whose_state_cannot_be_saved_is_refused() -> None:
 
 async def test_a_worker_that_cannot_load_the_new_version_refuses_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker's Python path may differ from the coordinator's: its failure refuses the update."""
-    import styx_worker.service as service
+    import styx_worker.versions as service
 
     real = service.load_graph
 
@@ -411,7 +411,7 @@ async def test_a_replay_that_needs_a_version_it_cannot_import_fails_by_name(
     """All versions stay importable (docs/operations.md#code-updates): a restarted worker that must
     replay v1 epochs but cannot import v1 fails its recovery with an error naming the epoch, the
     version and the path; the recovery is retried and succeeds once v1 is importable again."""
-    import styx_worker.service as service
+    import styx_worker.versions as service
 
     real = service.load_graph
 

@@ -90,7 +90,9 @@ class Egress(Protocol):
 
 
 class SequencerLog(Protocol):
-    def append(self, entry: SeqLogEntry) -> Awaitable[None]: ...
+    def append(self, entry: SeqLogEntry) -> asyncio.Future[None]:
+        """Done once ``entry`` is durable; failed if it cannot be (the egress then ends the worker)."""
+        ...
 
     def acked(self) -> int:
         """An offset below which every entry this worker appended is durable."""

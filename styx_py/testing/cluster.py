@@ -38,7 +38,8 @@ from styx_py.testing.memory import (
     MemoryNetwork,
     MemorySeqLog,
 )
-from styx_worker.service import Worker
+from styx_worker.ports import WorkerPorts
+from styx_worker.shell import Worker
 
 T = TypeVar("T")
 
@@ -169,18 +170,16 @@ class SimCluster:
 
     def _start_worker(self, node: str) -> Worker:
         cfg = self.config
-        w = Worker(
-            node,
-            cfg,
+        ports = WorkerPorts(
             self.network.endpoint(node),
             MemoryIngress(self.log, cfg.ingress_topic),
             MemoryEgress(self.log, cfg.egress_topic, self._on_reply, self.egress_ack_lag),
             MemorySeqLog(self.log, cfg.seqlog_topic, self.seqlog_ack_lag),
-            blobs=self.blobs,
-            logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
-            # A fenced worker exits (its supervisor restarts it): here, a crash and a restart.
-            on_fenced=lambda: self.crash(node),
+            self.blobs,
+            MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
         )
+        # A fenced worker exits (its supervisor restarts it): here, a crash and a restart.
+        w = Worker(node, cfg, ports, on_fenced=lambda: self.crash(node))
         self.network.register(node, w.on_message)
         self.workers = [x for x in self.workers if x.node_id != node] + [w]
         self.workers.sort(key=lambda x: x.node_id)
@@ -217,9 +216,9 @@ class SimCluster:
         self.crashes += 1
         self.network.unregister(node)
         old = next(w for w in self.workers if w.node_id == node)
-        old.transport.dead = True  # type: ignore[attr-defined]
-        old.egress.lose_unacked()  # type: ignore[attr-defined]
-        old.driver.seqlog.lose_unacked()  # type: ignore[attr-defined]
+        old.ports.transport.dead = True  # type: ignore[attr-defined]
+        old.ports.egress.lose_unacked()  # type: ignore[attr-defined]
+        old.ports.seqlog.lose_unacked()  # type: ignore[attr-defined]
         dead = self.worker_tasks.pop(node)
         dead.cancel()
         self._dead.append(dead)  # awaited at exit: never left for the garbage collector to close
@@ -394,7 +393,7 @@ class SimCluster:
         r = self.coordinator.recovery
         if self.coordinator.state != "running" or r.resuming or (r.task is not None and not r.task.done()):
             return True
-        return any(w.driver.gen != self.coordinator.cluster.gen for w in self.workers)
+        return any(w.generation != self.coordinator.cluster.gen for w in self.workers)
 
     def state(self) -> dict[tuple[str, Key], Any]:
         merged: dict[tuple[str, Key], Any] = {}

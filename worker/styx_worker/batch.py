@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from styx_py.core.ports import Ingress
 from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Run, SeqLogEntry, Waiting
 from styx_worker.replies import ReplyOut
 from styx_worker.sequencer import Sequencer
@@ -51,51 +50,60 @@ def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[Ro
 
 
 Misclassified = Callable[[int, BatchEntry, str], None]  # (epoch, the logged entry, what replay made of it)
-
-
-def _misclassified(epoch: int, logged: BatchEntry, replayed: str) -> None:
-    raise AssertionError(
-        f"replay of epoch {epoch} classified {logged.request_id} as {replayed}, log: {logged}"
-    )
+Formed = tuple[list[RootTxn], list[Resend], list[IngressRecord]]  # roots, resends answered, copies waiting
 
 
 class BatchFormer:
+    """Forms this worker's batch of each epoch (pure: the shell takes the records from the ingress)."""
+
+    __slots__ = (
+        "epoch_size_max",
+        "next_run",
+        "node_id",
+        "nodes",
+        "on_diverged",
+        "replay",
+        "replies",
+        "rescheduled",
+        "sequenced",
+        "sequencer",
+    )
+
     def __init__(
-        self,
-        node_id: str,
-        epoch_size_max: int,
-        ingress: Ingress,
-        replies: ReplyOut,
-        on_diverged: Misclassified = _misclassified,
+        self, node_id: str, epoch_size_max: int, replies: ReplyOut, on_diverged: Misclassified
     ) -> None:
         self.node_id = node_id
         self.on_diverged = on_diverged
         self.epoch_size_max = epoch_size_max
-        self.ingress = ingress
         self.replies = replies
         self.sequencer = Sequencer(1, 1)
         self.nodes = 1  # workers in the current generation (logged: recovery needs every one's entry)
         self.rescheduled: list[RootTxn] = []  # rescheduled transactions waiting for a batch
+        self.next_run: list[RootTxn] = []  # those the next live batch runs (:meth:`room` chose them)
         self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
         # New transactions sequenced live per ingress partition since start (heartbeats carry it).
         self.sequenced: dict[int, int] = {}
 
-    def pending(self) -> int:
-        """Transactions waiting to run: rescheduled ones and requests buffered from the ingress."""
-        return len(self.rescheduled) + self.ingress.pending()
+    def room(self) -> int:
+        """How many ingress records the next live batch takes, after the rescheduled transactions it
+        runs (chosen now, :func:`take_rescheduled`)."""
+        self.next_run, self.rescheduled = take_rescheduled(self.rescheduled)
+        return max(0, self.epoch_size_max - len(self.next_run))
 
-    def form(self, epoch: int, gen: int, version: int) -> tuple[list[RootTxn], SeqLogEntry, list[Resend]]:
-        """The live batch of ``epoch`` (run by graph ``version``): its roots, its sequencer-log entry and
-        the resent ids it answers."""
+    def form(
+        self, epoch: int, gen: int, version: int, records: list[IngressRecord]
+    ) -> tuple[Formed, SeqLogEntry]:
+        """The live batch of ``epoch`` (run by graph ``version``) from the rescheduled transactions
+        :meth:`room` chose and ``records``: its roots, the resent ids it answers and the copies that
+        wait for a running one, and its sequencer-log entry."""
         lc_start = self.sequencer.lc
-        resched, self.rescheduled = take_rescheduled(self.rescheduled)
-        room = max(0, self.epoch_size_max - len(resched))
-        records = self.ingress.take(room) if room else []
+        resched, self.next_run = self.next_run, []
         # In flight: this batch's rescheduled transactions, those still waiting, and resent copies.
         running = {r.request.request_id for r in resched} | set(self.replies.waiting)
         running.update(r.request.request_id for r in self.rescheduled)
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
+        waiting: list[IngressRecord] = []
         answered: list[BatchEntry] = []
         for rec in records:
             kind = self.classify(rec, running, resends, epoch)
@@ -104,6 +112,7 @@ class BatchFormer:
             elif kind is Answered:
                 answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
             else:
+                waiting.append(rec)
                 answered.append(Waiting(rec.partition, rec.offset, rec.request.request_id))
         sequenced = self.sequenced  # per partition, for the coordinator's placement by load
         for rec in fresh:
@@ -117,35 +126,47 @@ class BatchFormer:
         entry = SeqLogEntry(
             epoch, self.node_id, lc_start, entries + answered, gen, seq.lc, self.nodes, seq.n_seq, version
         )
-        return roots, entry, resends
+        return (roots, resends, waiting), entry
 
     def logged_version(self, epoch: int) -> int | None:
         """The graph version a logged epoch to replay ran with (None: no entry of it here)."""
         entry = self.replay.get(epoch)
         return None if entry is None else entry.version or 1  # 0: logged before code updates
 
-    async def replayed(self, epoch: int) -> tuple[list[RootTxn], list[Resend]]:
-        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids."""
+    def to_fetch(self, epoch: int) -> list[tuple[int, int]]:
+        """The ingress records (partition, packed offset) the replay of ``epoch`` re-forms its batch
+        from, in log order per partition: every entry but the rescheduled transactions it ran again."""
+        entry = self.replay.get(epoch)
+        if entry is None:
+            return []
+        waiting = {r.tid for r in self.rescheduled}
+        return sorted(
+            (e.partition, e.offset) for e in entry.entries if not (isinstance(e, Run) and e.tid in waiting)
+        )
+
+    def replayed(self, epoch: int, records: list[IngressRecord]) -> Formed:
+        """Re-form this worker's batch of a logged epoch exactly: same requests, same tids, from the
+        records :meth:`to_fetch` named."""
         entry = self.replay.pop(epoch, None)
         roots: list[RootTxn] = []
         resends: list[Resend] = []
+        copies: list[IngressRecord] = []
         if entry is None:
-            return roots, resends
+            return roots, resends, copies
         waiting = {r.tid: r for r in self.rescheduled}
         running = {r.request.request_id for r in self.rescheduled} | set(self.replies.waiting)
         # The entries list the runs first and the resent ids after them, so their order is not the
         # ingress order: a resend taken before a fresh request of its partition is logged after it.
-        # Take the epoch's records in log order per partition, then go through the entries.
-        from_ingress = [e for e in entry.entries if not (isinstance(e, Run) and e.tid in waiting)]
-        records: dict[tuple[int, int], IngressRecord] = {}
-        for partition, offset in sorted((e.partition, e.offset) for e in from_ingress):
-            records[partition, offset] = await self.ingress.take_exact(partition, offset)
+        # The records came in log order per partition; the entries are gone through in their order.
+        by_position = {(rec.partition, rec.offset): rec for rec in records}
         for e in entry.entries:
             root = waiting.pop(e.tid, None) if isinstance(e, Run) else None
             if root is None:
-                rec = records[e.partition, e.offset]
+                rec = by_position[e.partition, e.offset]
                 if not isinstance(e, Run):
                     kind = self.classify(rec, running, resends, epoch)
+                    if kind is Waiting:
+                        copies.append(rec)
                     if kind is not type(e):
                         # The reply table differs from the original run's: an earlier epoch diverged.
                         self.on_diverged(epoch, e, kind.__name__)
@@ -155,7 +176,7 @@ class BatchFormer:
             roots.append(root)
         self.rescheduled = list(waiting.values())
         self.sequencer.rebalance(entry.lc_end)
-        return roots, resends
+        return roots, resends, copies
 
     def classify(
         self, rec: IngressRecord, running: set[str], resends: list[Resend], epoch: int
@@ -169,7 +190,6 @@ class BatchFormer:
             resends.append((self.replies.route(rec.partition, request, epoch), earlier, request.reply_to))
             return Answered
         if rid in running:
-            self.replies.waiting.setdefault(rid, []).append(rec)
             return Waiting
         running.add(rid)
         return Run

@@ -1,8 +1,9 @@
 """The lock-free commit of an epoch (Aria) and the replies it sends right away.
 
-Which transactions commit is decided by the coordinator from the union of every worker's conflicts
-(:mod:`styx_coordinator.barrier`); here a worker applies the committed transactions' buffered
-writes in tid order and turns every finished root into its reply (the early commit reply).
+Which transactions commit follows from the union of every worker's conflicts, which each worker combines
+itself from the same reports (:mod:`styx_py.core.barrier`); here a worker applies the committed
+transactions' buffered writes in tid order and turns every finished root into its reply (the early
+commit reply).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ def commit_lock_free(
     """Apply the writes of every transaction that neither conflicted nor aborted, in tid order, and
     return the replies of this worker's roots outside ``fallback`` (as ``(root, reply)``), in tid
     order. The epoch's tally counts them."""
-    aborted = es.aborted or frozenset()
-    for tid in sorted(es.opt_buffers):
+    aborted = es.reports.aborted
+    writes = es.opt.writes
+    for tid in sorted(writes):
         if tid not in fallback and tid not in aborted:
-            store.apply(es.opt_buffers[tid])
+            store.apply(writes[tid])
     replies: list[tuple[RootTxn, Reply]] = []
     for tid in sorted(es.roots):
         if tid in fallback:

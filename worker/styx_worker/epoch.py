@@ -1,40 +1,34 @@
-"""The epoch driver: the one place with phase-level control flow on a worker.
+"""The epoch machine: the one place with phase-level control flow on a worker (pure, no I/O).
 
-One epoch, as seen by a worker (the coordinator's side is :mod:`styx_coordinator.epochs`)::
+One epoch, as seen by a worker (the coordinator's side is :mod:`styx_coordinator.epochs`), with the
+:class:`~styx_worker.txn.EpochPhase` it is in::
 
-    EpochStart(e, lc, snapshot?) ─► form the batch (batch.py), log it, run every root invocation
-                         optimistically against the pre-epoch state (executor.py)
-    all local roots acked ─► ExecDone(e, logic aborts) to every peer
-    every worker's ExecDone ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, serial, lc, pending)
-                         to the coordinator and every peer, once the batch's log entry is durable
-    [some Vote names serial tids ─► conflicts without their writes ─► Revote(e, conflicts) to all]
-    every worker's Vote [Revote] ─► the decision (core/barrier.py, the same on every worker):
-                           lock-free commit and early replies (commit.py, replies.py)
-                           ─► re-run the fallback tids under locks in tid order (fallback.py)
-                           ─► then each serial tid alone, in tid order (Phase.SERIAL)
-    every fallback and serial tid final ─► snapshot if asked (snapshot.py) ─► EpochDone(e, pending)
+    OPEN       EpochStart(e, lc, snapshot?) ─► take the batch (batch.py), log it, run every root
+    EXECUTING    optimistically against the pre-epoch state (effects Take, Log, Run)
+    EXECUTED   all local roots acked ─► ExecDone(e, logic aborts) to every peer
+    VOTING     every worker's ExecDone ─► local conflicts (conflicts.py) ─► Vote(e, conflicts, serial,
+                 lc, pending) to the coordinator and every peer, once the batch's log entry is durable
+    REVOTING   [some Vote names serial tids ─► conflicts without their writes ─► Revote(e) to all]
+    FALLBACK   every Vote [Revote] ─► the decision (core/barrier.py, the same on every worker):
+                 lock-free commit and early replies (commit.py, replies.py), then the fallback tids
+                 re-run under locks in tid order (fallback.py, locks.py)
+    SERIAL     then each serial tid alone, in tid order
+    FINISHED   every fallback and serial tid final ─► snapshot if asked ─► EpochDone(e, pending)
 
 Every worker decides from the same reports, so no coordinator round trip stands between the votes and
-the replies. Messages for an epoch's fallback phase that arrive before its decision are deferred until
-then; a serial transaction's messages wait for its turn on each worker; messages of the next epoch
-wait until this worker has finished the current one.
-The leaves compute and return values; this module decides what happens next.
+the replies. A message that comes before the epoch is where it can be handled waits in the
+:class:`~styx_worker.inbox.Inbox`: the next epoch's until this one finished here, an invocation until
+its EpochStart, a fallback message until the decision, a serial transaction's until its turn.
+The leaves compute and return values; this module decides what happens next, and says it as effects.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
-
 from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes
-from styx_py.core.config import Config
-from styx_py.core.graph import Graph
-from styx_py.core.ports import SequencerLog, Transport
 from styx_py.core.wire import (
     COORDINATOR,
     Ack,
@@ -51,184 +45,40 @@ from styx_py.core.wire import (
     Status,
     Vote,
 )
-from styx_worker import fallback, snapshot
-from styx_worker.ackshare import Share, from_wire
-from styx_worker.batch import BatchFormer
+from styx_worker import effects, fallback, snapshot
 from styx_worker.commit import commit_lock_free, reply_for
-from styx_worker.conflicts import EntityKey, find_conflicts
-from styx_worker.executor import run_invocation
-from styx_worker.replies import ReplyOut
-from styx_worker.routing import Router, RoutingTable
-from styx_worker.runner import InvocationRunner
-from styx_worker.snapshot import Snapshotter
-from styx_worker.state import StateStore
-from styx_worker.txn import CachedInvocation, EpochState, RootTxn, Tally, root_invoke
+from styx_worker.conflicts import find_conflicts
+from styx_worker.effects import PortView, Send, Take, Taken
+from styx_worker.inbox import EpochMessage, Until
+from styx_worker.invocations import InvocationFlow
+from styx_worker.txn import EpochPhase, EpochState, RootTxn, TxnView, root_invoke
 
-Spawn = Callable[[Coroutine[Any, Any, None]], None]
+__all__ = ["EPOCH_MESSAGES", "EpochMachine", "PortView"]
 
 log = logging.getLogger("styx.worker")
 
 EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, ExecDone, Vote, Revote)
-"""What :meth:`EpochDriver.on_message` takes: every message that belongs to an epoch."""
-EpochMessage = Invoke | Ack | CallResult | Final | EpochStart | ExecDone | Vote | Revote
+"""What :meth:`EpochMachine.on_message` takes: every message that belongs to an epoch."""
 
 
-class EpochDriver:
-    """Runs this worker's part of every epoch; also the executor's :class:`InvocationHost`."""
+class EpochMachine(InvocationFlow):
+    """This worker's part of every epoch of the running generation: the phases."""
 
-    def __init__(
-        self,
-        config: Config,
-        transport: Transport,
-        table: RoutingTable,
-        batch: BatchFormer,
-        replies: ReplyOut,
-        seqlog: SequencerLog,
-        snapshots: Snapshotter,
-        spawn: Spawn,
-    ) -> None:
-        self.config = config
-        self.transport = transport
-        self.table = table
-        self.node_id = table.node_id
-        self.router = Router(table, transport, self)
-        self.batch = batch
-        self.replies = replies
-        self.seqlog = seqlog
-        self.snapshots = snapshots
-        self.spawn = spawn
-        # Invocations run without a task of their own unless they wait (runner.py).
-        self.runs = InvocationRunner(functools.partial(run_invocation, self), spawn)
-        self.store = StateStore()
-        # Graph versions this worker loaded (prepared for a code update, or named by a view): a live
-        # epoch runs the one its EpochStart names, a replayed one the one its log entry names, so the
-        # transactions of an epoch never mix versions.
-        self.graphs: dict[int, Graph] = {}
-        self.gen = -1  # the cluster generation; until the first view a restarted worker ignores traffic
-        self.fence = -1  # the newest generation in a view: no epoch of an older one is decided here
-        self.epochs: dict[int, EpochState] = {}
-        self.completed_epoch = -1
-        self.early: list[Message] = []  # messages of the next epoch, held until this one is finished
-        self.totals = Tally()  # since the start; read by the metrics
-
-    # ---- InvocationHost (what the executor sees) -------------------------------------------------
-    def read(self, key: EntityKey) -> bytes | None:
-        return self.store.get(key)
-
-    def dispatch(self, inv: Invoke) -> None:
-        self.router.dispatch(inv)
-
-    def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
-        self.router.send_result(inv, status, value)
-
-    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
-        self.router.send_ack(inv, own, status, error, value)
-
-    # ---- messages ----------------------------------------------------------------------------------
-    def on_message(self, msg: Message) -> None:
+    def on_message(self, msg: EpochMessage) -> None:
         """A message of the current generation that belongs to an epoch."""
-        if not isinstance(msg, EPOCH_MESSAGES):
-            raise AssertionError(f"{self.node_id}: not an epoch message: {msg!r}")
         if msg.epoch > self.completed_epoch + 1:
-            # The next epoch began (the coordinator starts it once this one is decided, and peers
-            # may be in it already) while this worker is still finishing the current one.
-            self.early.append(msg)
+            # The next epoch began (the coordinator starts it once this one is decided, and peers may be
+            # in it already) while this worker is still finishing the current one.
+            self.inbox.hold(msg.epoch, Until.OPEN, msg)
             return
-        match msg:
-            case Invoke():
-                self.on_invoke(msg)
-            case Ack():
-                self.on_ack(msg, None)
-            case CallResult():
-                self.on_call_result(msg)
-            case Final():
-                self.on_final(msg)
-            case EpochStart():
-                self.on_epoch_start(msg)
-            case ExecDone() | Vote() | Revote():
-                self.on_report(msg)
-            case _:
-                raise AssertionError(f"{self.node_id}: not an epoch message: {msg!r}")
+        _HANDLERS[type(msg)](self, msg)
 
-    def reset(self, gen: int) -> None:
-        """A recovery: every epoch in flight is forgotten; the new generation starts."""
-        self.epochs.clear()
-        self.early.clear()
-        self.runs.clear()
-        self.gen = gen
-
-    def epoch_state(self, epoch: int) -> EpochState | None:
-        if epoch <= self.completed_epoch:
-            return None  # a late message of a finished epoch (e.g. an unneeded cached call result)
-        es = self.epochs.get(epoch)
-        if es is None:
-            es = self.epochs[epoch] = EpochState(epoch, self.gen)
-        return es
-
-    def on_invoke(self, inv: Invoke) -> None:
-        es = self.epoch_state(inv.epoch)
-        if es is None:
-            return  # a repeat of an invocation of a finished epoch
-        if not es.has_graph:
-            # A peer started the epoch first: which code runs is known at this worker's EpochStart.
-            es.before_start.append(inv)
-            return
-        if self._held(es, inv):
-            return
-        key = (inv.phase, inv.tid, tuple(inv.path))
-        if key in es.invoked:
-            return  # a repeat: run each invocation once
-        es.invoked.add(key)
-        self._run(es, inv, None)
-
-    def on_call_result(self, msg: CallResult) -> None:
-        es = self.epoch_state(msg.epoch)
-        if es is None or self._held(es, msg):
-            return
-        slot = es.result_slot(msg.phase, msg.tid, tuple(msg.path))
-        if not slot.done():
-            slot.set_result((msg.status, msg.value))
-
-    def on_ack(self, ack: Ack, root_value: msgspec.Raw | None) -> None:
-        es = self.epoch_state(ack.epoch)
-        if es is None:
-            return  # a repeat of an ack of a finished epoch
-        if self._held(es, ack):
-            return
-        root = es.roots[ack.tid]
-        path = tuple(ack.path)
-        if path in root.acked:
-            return  # a repeat: every invocation acks once
-        root.acked.add(path)
-        if not ack.path:
-            root.result = root_value
-        root.record(ack.status, ack.error, ack.path)
-        if root.collector.add(from_wire(ack.share_n, ack.share_d)):
-            if ack.phase == Phase.OPTIMISTIC:
-                self._root_done_optimistic(es, root)
-            else:
-                self._root_done_fallback(es, root, ack.phase)
-
-    def _held(self, es: EpochState, msg: Invoke | CallResult | Ack) -> bool:
-        """Hold a fallback message until the decision, a serial one until its transaction's turn."""
-        if msg.phase == Phase.OPTIMISTIC:
-            return False
-        if es.defer(msg):
-            return True
-        if msg.phase == Phase.SERIAL and not es.serial_turn(msg.tid):
-            es.serial_held.append(msg)
-            return True
-        return False
-
-    def _run(self, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
-        self.runs.start(es, inv, cached)
-
-    # ---- phase 1: sequencing and optimistic execution --------------------------------------------
+    # ---- phase 1: the batch and its optimistic run ---------------------------------------------------
     def on_epoch_start(self, msg: EpochStart) -> None:
-        es = self.epoch_state(msg.epoch)
-        if es is None or es.started:
+        es = self._epoch(msg.epoch)
+        if es is None or es.phase >= EpochPhase.EXECUTING:
             return  # a repeat
-        es.started = True
+        es.phase = EpochPhase.EXECUTING
         es.snapshot = msg.snapshot
         version = msg.version or 1  # 0: from a coordinator that predates code updates
         logged = self.batch.logged_version(msg.epoch) if msg.replay else None
@@ -249,89 +99,109 @@ class EpochDriver:
             f"{self.node_id}: epoch {msg.epoch} runs graph version {version}, not loaded"
         )
         es.graph = graph
+        es.view = TxnView(self.node_id, graph, self.store, es)
         self.table.know(graph)
-        held, es.before_start = es.before_start, []
-        for m in held:
-            self.on_message(m)
+        self._replay(self.inbox.release(es.epoch, Until.STARTED))
         self.batch.sequencer.rebalance(msg.lc)
+        out = self.out.effects
         if msg.replay:
-            self.spawn(self._start_replayed(es))
+            out.append(effects.Fetch(es.epoch, es.gen, self.batch.to_fetch(es.epoch)))
             return
         self.replies.live()
-        self.batch.ingress.live(msg.segment)
-        self.replies.egress.live(msg.segment)
-        roots, entry, es.resends = self.batch.form(msg.epoch, es.gen, version)
-        es.seqlog_written = self.seqlog.append(entry)
-        self._run_roots(es, roots)
+        out.append(effects.Live(msg.segment))
+        out.append(Take(es.epoch, es.gen, self.batch.room(), version))
 
-    async def _start_replayed(self, es: EpochState) -> None:
-        roots, es.resends = await self.batch.replayed(es.epoch)
-        self._run_roots(es, roots)
-
-    def _run_roots(self, es: EpochState, roots: list[RootTxn]) -> None:
+    def on_taken(self, ev: Taken) -> None:
+        """The records of the epoch's batch: form it (or re-form a replayed one) and run its roots."""
+        es = self.epochs.get(ev.epoch)
+        if es is None or es.gen != ev.gen:
+            return  # of an epoch that recovery ended
+        if isinstance(ev.request, Take):
+            (roots, es.resends, copies), entry = self.batch.form(
+                es.epoch, es.gen, ev.request.version, ev.records
+            )
+            es.logged = False
+            self.out.effects.append(effects.Log(es.epoch, es.gen, entry))
+        else:
+            roots, es.resends, copies = self.batch.replayed(es.epoch, ev.records)
+        for rec in copies:
+            self.replies.wait_for_first(rec)
         es.roots_open = len(roots)
         for root in roots:
             root.reset()
             es.roots[root.tid] = root
         if not roots:
-            self._send_exec_done(es)
+            self._executed(es)
             return
         for root in roots:
+            assert es.graph is not None
             bad = self.table.misrouted(root.request, root.partition, es.graph)
             if bad is not None:
                 root.record(Status.BAD, bad, [])
-                es.cache.setdefault(root.tid, [])
-                self._root_done_optimistic(es, root)
+                es.opt.cache.setdefault(root.tid, [])
+                self._root_done_optimistic(es)
                 continue
-            self._run(es, root_invoke(es, root, Phase.OPTIMISTIC, self.node_id), None)
+            self._start(es, root_invoke(es, root, Phase.OPTIMISTIC, self.node_id), None)
 
-    def _root_done_optimistic(self, es: EpochState, root: RootTxn) -> None:
-        if root.failed:
-            es.local_failed.append(root.tid)
+    def _root_done_optimistic(self, es: EpochState) -> None:
         es.roots_open -= 1
         if es.roots_open == 0:
-            self._send_exec_done(es)
+            self._executed(es)
 
-    def _send_exec_done(self, es: EpochState) -> None:
-        """Report the epoch executed here, at once, to the peers only (the Vote is what waits for the
-        log entry, and it tells the coordinator what it needs: one message fewer to it per epoch)."""
-        self._report(ExecDone(es.epoch, self.node_id, sorted(es.local_failed), es.gen))
+    def _executed(self, es: EpochState) -> None:
+        """Every root of the epoch here finished: ExecDone, at once, to the peers only (the Vote is what
+        waits for the log entry, and it tells the coordinator what it needs)."""
+        es.phase = EpochPhase.EXECUTED
+        failed = sorted(tid for tid, root in es.roots.items() if root.failed)
+        self._report(ExecDone(es.epoch, self.node_id, failed, es.gen))
 
     def _report(self, msg: ExecDone | Vote | Revote) -> None:
         """A report of this worker's: to every peer and to itself; a Vote or Revote to the coordinator
         too."""
         if not isinstance(msg, ExecDone):
-            self.transport.send(COORDINATOR, msg)
-        self.router.to_peers(msg)
+            self.out.effects.append(Send(COORDINATOR, msg))
+        self._to_peers(msg)
         self.on_report(msg)
+
+    def _to_peers(self, msg: Message) -> None:
+        out = self.out.effects
+        for peer in self.table.peers:
+            if peer != self.node_id:
+                out.append(Send(peer, msg))
 
     # ---- phase 2: conflicts, and the decision every worker reaches from the same reports -------------
     def on_report(self, msg: ExecDone | Vote | Revote) -> None:
-        es = self.epoch_state(msg.epoch)
-        if es is None or es.decided:
+        es = self._epoch(msg.epoch)
+        if es is None or es.phase >= EpochPhase.FALLBACK:
             return  # a repeat, or a report of an epoch decided already
         if es.gen < self.fence:
             return  # a recovery to a newer generation began: this epoch is replayed or re-formed
         workers = len(self.table.peers)
-        match msg:
-            case ExecDone():
-                es.exec_done[msg.node_id] = msg
-                if len(es.exec_done) == workers and es.aborted is None:
-                    es.aborted = frozenset(combine_exec(list(es.exec_done.values())))
-                    self._vote(es)
-            case Vote():
-                es.votes[msg.node_id] = msg
-                if len(es.votes) == workers and es.serial_tids is None:
-                    fallback, es.serial_tids = combine_votes(list(es.votes.values()))
-                    if not es.serial_tids:
-                        self._decide(es, fallback, [])
-                    else:
-                        self._revote(es)
-            case Revote():
-                es.revotes[msg.node_id] = msg
-        if len(es.revotes) == workers and es.serial_tids and not es.decided:
-            serial = es.serial_tids
-            self._decide(es, combine_revotes(list(es.revotes.values()), serial), serial)
+        r = es.reports
+        if isinstance(msg, ExecDone):
+            r.exec_done[msg.node_id] = msg
+            if len(r.exec_done) == workers and es.phase < EpochPhase.VOTING:
+                r.aborted = frozenset(combine_exec(list(r.exec_done.values())))
+                self._vote(es)
+        elif isinstance(msg, Vote):
+            r.votes[msg.node_id] = msg
+            if len(r.votes) == workers and es.phase == EpochPhase.VOTING:
+                fallback_tids, r.serial = combine_votes(list(r.votes.values()))
+                if not r.serial:
+                    self._decide(es, fallback_tids, [])
+                    return
+                es.phase = EpochPhase.REVOTING
+                self._report(Revote(es.epoch, self.node_id, self._conflicts(es, r.serial), es.gen))
+                return
+        else:
+            r.revotes[msg.node_id] = msg
+        if len(r.revotes) == workers and es.phase == EpochPhase.REVOTING:
+            self._decide(es, combine_revotes(list(r.revotes.values()), r.serial), r.serial)
+
+    def _conflicts(self, es: EpochState, serial: Iterable[int] = ()) -> list[int]:
+        """This worker's conflicts; a Revote's leave out the writes of the serial tids (their branches
+        may have raced)."""
+        return find_conflicts(es.opt.reads, es.opt.writes, es.reports.aborted | frozenset(serial))
 
     def _vote(self, es: EpochState) -> None:
         """Every worker executed: this worker's conflicts, sent once its log entry is durable.
@@ -340,70 +210,63 @@ class EpochDriver:
         sequenced this epoch is in the sequencer log: an epoch with any reply out can always be
         replayed with exactly its composition.
         """
-        assert es.aborted is not None
-        conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted)
+        es.phase = EpochPhase.VOTING
         # The sequencer counter after this epoch's batch: only the next EpochStart moves it.
-        lc, pending = self.batch.sequencer.lc, self.batch.pending()
-        vote = Vote(es.epoch, self.node_id, conflicts, sorted(es.serial), es.gen, lc, pending)
-        self._when_logged(es, lambda: self._report(vote))
+        lc = self.batch.sequencer.lc
+        vote = Vote(
+            es.epoch, self.node_id, self._conflicts(es), sorted(es.opt.serial), es.gen, lc, self.pending()
+        )
+        if es.logged:
+            self._report(vote)
+        else:
+            es.reports.vote = vote
 
-    def _when_logged(self, es: EpochState, then: Callable[[], None]) -> None:
-        """Run ``then`` once the batch's sequencer-log entry is durable (at once if it is already)."""
-        written = es.seqlog_written
-        if written is None or (isinstance(written, asyncio.Future) and written.done()):
-            then()
+    def on_log_acked(self, ev: effects.LogAcked) -> None:
+        es = self.epochs.get(ev.epoch)
+        if es is None or es.gen != ev.gen:
             return
-
-        async def later() -> None:
-            await written
-            if es.gen == self.gen:
-                then()
-
-        self.spawn(later())
-
-    def _revote(self, es: EpochState) -> None:
-        """Conflicts again, without the writes of transactions whose branches may have raced."""
-        assert es.aborted is not None and es.serial_tids is not None
-        conflicts = find_conflicts(es.reads, es.opt_buffers, es.aborted | frozenset(es.serial_tids))
-        self._report(Revote(es.epoch, self.node_id, conflicts, es.gen))
+        es.logged = True
+        vote, es.reports.vote = es.reports.vote, None
+        if vote is not None:
+            self._report(vote)
 
     # ---- phase 3: lock-free commit and early replies; phase 4: fallback under locks ------------------
     def _decide(self, es: EpochState, fallback_tids: list[int], serial: list[int]) -> None:
-        es.decided = True
+        es.phase = EpochPhase.FALLBACK
         replies = commit_lock_free(es, frozenset(fallback_tids) | frozenset(serial), self.store)
         self.replies.send(es.epoch, replies)
         for partition, reply, reply_to in es.resends:
             self.replies.emit(es.epoch, partition, reply, reply_to)
-
         es.tally.fallback = len(fallback_tids) + len(serial)
         fallback.open_fallback(es, fallback_tids, serial)
-        deferred, es.deferred = es.deferred, []
-        for m in deferred:
-            self.on_message(m)
-        caching = self.config.call_graph_caching
-        for inv, cached in fallback.fallback_runs(es, fallback_tids, caching, self.node_id):
-            self._run(es, inv, cached)
-        if not es.finals_pending:
-            self._finish_epoch(es)
+        self._replay(self.inbox.release(es.epoch, Until.DECIDED))
+        if es.phase == EpochPhase.FINISHED:
+            return  # the finals it held were all it waited for
+        for inv, cached in fallback.fallback_runs(
+            es, fallback_tids, self.config.call_graph_caching, self.node_id
+        ):
+            self._admit(es, inv, cached)
+        if not es.fb.pending:
+            self._finish(es)
         else:
             self._next_serial(es)
 
     def _next_serial(self, es: EpochState) -> None:
         """Once the fallback is over here, let the next serial transaction in (its root starts it)."""
-        if not es.serial_pending or not es.fallback_done() or es.serial_released == es.serial_pending[0]:
+        fb = es.fb
+        if not fb.serial or not fb.done() or fb.turn == fb.serial[0]:
             return
-        tid = es.serial_released = es.serial_pending[0]
+        es.phase = EpochPhase.SERIAL
+        tid = fb.turn = fb.serial[0]
         root = es.roots.get(tid)
         if root is not None:
-            self._run(es, root_invoke(es, root, Phase.SERIAL, self.node_id), None)
-        held, es.serial_held = es.serial_held, []
-        for m in held:
-            self.on_message(m)  # this transaction's run now; the others are held again
+            self._start(es, root_invoke(es, root, Phase.SERIAL, self.node_id), None)
+        self._replay(self.inbox.release(es.epoch, Until.TURN, tid))  # this one's; the others wait on
 
     def _root_done_fallback(self, es: EpochState, root: RootTxn, phase: Phase) -> None:
         outcome = fallback.outcome_of(root)
         final = Final(es.epoch, root.tid, outcome, es.gen)
-        self.router.to_peers(final)
+        self._to_peers(final)
         if outcome == Outcome.RESCHEDULE:
             self.batch.rescheduled.append(root)
             es.tally.rescheduled += 1
@@ -413,28 +276,35 @@ class EpochDriver:
         self.on_final(final)
 
     def on_final(self, msg: Final) -> None:
-        es = self.epoch_state(msg.epoch)
+        es = self._epoch(msg.epoch)
         if es is None:
             return  # a repeat of a finished epoch's final
-        if es.defer(msg):
+        if es.phase < EpochPhase.FALLBACK:
+            self.inbox.hold(es.epoch, Until.DECIDED, msg)
             return
-        if msg.tid in es.serial_pending:
-            es.serial_pending.remove(msg.tid)
-        if fallback.apply_final(es, msg, self.store):
-            self._finish_epoch(es)
+        fb = es.fb
+        if msg.tid in fb.serial:
+            fb.serial.remove(msg.tid)
+        for key, tid in fallback.apply_final(es, msg, self.store):
+            for inv, cached in fb.waiting.pop((key, tid), ()):
+                self._start(es, inv, cached)
+        if not fb.pending:
+            self._finish(es)
         else:
             self._next_serial(es)
 
     # ---- the end of an epoch -------------------------------------------------------------------------
-    def _finish_epoch(self, es: EpochState) -> None:
-        if es.finished:
-            return
-        es.finished = True
-        es.locks.cancel_all()
+    def _finish(self, es: EpochState) -> None:
+        if es.phase == EpochPhase.FINISHED:
+            return  # a held final finished it while its decision was still being carried out
+        es.phase = EpochPhase.FINISHED
         es.tally.epochs = 1
         self.totals.add(es.tally)
         del self.epochs[es.epoch]
         self.completed_epoch = es.epoch
+        self.inbox.drop_epoch(es.epoch)
+        out = self.out.effects
+        out.append(effects.Closed(es.epoch))
         if es.snapshot:
             self._snapshot(es)
         t = es.tally
@@ -442,38 +312,40 @@ class EpochDriver:
         done = EpochDone(
             es.epoch,
             self.node_id,
-            self.batch.pending(),
+            self.pending(),
             t.committed,
             t.aborted - rejected,
             t.rescheduled,
             es.gen,
             rejected,
         )
-        self.transport.send(COORDINATOR, done)
-        early, self.early = self.early, []
-        for m in early:
-            self.on_message(m)
+        out.append(Send(COORDINATOR, done))
+        self._replay(self.inbox.release(es.epoch + 1, Until.OPEN))
 
     def _snapshot(self, es: EpochState) -> None:
-        """Cut a snapshot at this epoch boundary (synchronous: nothing runs in between; the parts are made
-        and encoded in steps afterwards, styx_worker.snapshot)."""
-        delta = self.store.take_delta()
-        replies = self.replies.answered.take_delta()
-        resched = [(r.partition, r.tid, r.offset, r.ts_ms, r.request) for r in self.batch.rescheduled]
-        waiting = [rec for recs in self.replies.waiting.values() for rec in recs]
-        seqlog_acked = self.seqlog.acked()
-        parts = snapshot.capture_steps(
+        """Cut a snapshot at this epoch boundary (nothing runs in between; the parts are made and encoded
+        in steps afterwards, off the epoch path: styx_worker.snapshot)."""
+        upload, kept = snapshot.cut(
             es.epoch,
-            delta,
-            self.table.op_partitions,
-            self.table.owned(),
-            self.batch.ingress.positions(),
-            resched,
-            self.replies.egress.offsets(),
-            seqlog_acked,
-            replies,
-            waiting,
-            self.snapshots.rows,
+            es.gen,
+            self.store,
+            self.replies,
+            self.batch.rescheduled,
+            self.table,
+            self.ports,
+            self.config,
         )
-        flushed = self.replies.egress.flush()
-        self.snapshots.take(es.epoch, es.gen, parts, (delta, replies), flushed, seqlog_acked)
+        self.unconfirmed[es.epoch] = kept
+        self.out.effects.append(upload)
+
+
+_HANDLERS: dict[type, Callable[[EpochMachine, Any], None]] = {
+    Invoke: InvocationFlow.on_invoke,
+    Ack: InvocationFlow.on_ack_message,
+    CallResult: InvocationFlow.on_call_result,
+    Final: EpochMachine.on_final,
+    EpochStart: EpochMachine.on_epoch_start,
+    ExecDone: EpochMachine.on_report,
+    Vote: EpochMachine.on_report,
+    Revote: EpochMachine.on_report,
+}

@@ -1,28 +1,29 @@
-"""Running one function invocation: the runtime Context and the invocation runner.
+"""Running one function invocation: the runtime Context, and the invocation's outcome.
 
-An invocation runs against the worker's committed state plus the transaction's own buffered writes
-on this worker. Calls to other entities become :class:`~styx_py.core.wire.Invoke` messages (local or
-remote); synchronous calls wait for a :class:`~styx_py.core.wire.CallResult`. When the invocation
-ends it acks the share it kept to the root (see :mod:`styx_worker.ackshare`).
+An invocation runs user code against a :class:`~styx_worker.txn.TxnView` — the committed state, its
+transaction's buffered writes on this worker, its read set, the epoch's code — and *returns* what it
+did as an :class:`~styx_worker.effects.Invoked`: its status, result and kept share, the asynchronous
+calls to dispatch and every call it made (the call-graph cache). It sends nothing itself. A synchronous
+call is the one thing it waits for: :class:`Calls` dispatches it and hands back the awaitable result.
 
 Three modes:
 
-* optimistic: reads and writes are recorded as reservations; the invocation is cached (arguments,
-  outgoing calls, kept share) for the fallback phase;
-* fallback, re-executed: the root function runs again and calls are sent as usual, each invocation
-  first taking its entity's lock in tid order;
+* optimistic: reads are recorded in the read set; the invocation is cached (arguments, outgoing
+  calls, kept share) for the fallback phase;
+* fallback, re-executed: the root function runs again and calls are made as usual (the epoch machine
+  starts each invocation only once its tid holds its entity's lock);
 * fallback, cached: each worker re-invokes its cached invocations of the transaction in parallel;
   outgoing calls are only compared with the cached ones (a difference => ``Status.CHANGED``, the
   transaction is rescheduled) and synchronous results arrive from the callee's own re-invocation.
 
-The runner sees the worker only through :class:`InvocationHost`: committed state and where its
-messages go. The code it runs is the epoch's graph (``EpochState.graph``): every invocation of an
-epoch runs the graph version of that epoch, whichever version is the newest.
+The code it runs is the epoch's graph (``TxnView.graph``): every invocation of an epoch runs the graph
+version of that epoch, whichever version is the newest.
 """
 
 from __future__ import annotations
 
 import random as _random
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import msgspec
@@ -33,40 +34,23 @@ from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key, key_bytes
 from styx_py.core.requests import ARGS_DEPTH, TOO_DEEP, nests_deeper
-from styx_py.core.wire import (
-    Invoke,
-    Phase,
-    Status,
-    decode_value,
-    encode_value,
-)
+from styx_py.core.wire import Invoke, Phase, Status, decode_value, encode_value
 from styx_worker.ackshare import ZERO, Share, from_wire, scaled, split_async, split_sync, to_wire
-from styx_worker.conflicts import EntityKey
-from styx_worker.txn import CachedInvocation, CallRecord, EpochState
+from styx_worker.effects import Invoked
+from styx_worker.txn import CachedInvocation, CallRecord, TxnView
+
+__all__ = ["EMPTY_RAW", "Calls", "RuntimeContext", "run_invocation"]
 
 EMPTY_RAW = msgspec.Raw(encode_value(None))
+CallOutcome = tuple[Status, msgspec.Raw]
 
 
-class InvocationHost(Protocol):
-    """What an invocation needs from its worker."""
+class Calls(Protocol):
+    """Where an invocation's synchronous calls go (the shell's invocation runner)."""
 
-    @property
-    def node_id(self) -> str: ...
-
-    def read(self, key: EntityKey) -> bytes | None:
-        """Committed state (as of the start of the epoch's phase)."""
-        ...
-
-    def dispatch(self, inv: Invoke) -> None:
-        """Run ``inv`` on the worker that owns its entity."""
-        ...
-
-    def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
-        """A synchronous call's result, to its caller."""
-        ...
-
-    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
-        """The invocation's outcome and kept share, to its transaction's root."""
+    def call(self, child: Invoke, dispatch: bool) -> Awaitable[CallOutcome]:
+        """The result of ``child`` once it comes; ``dispatch``: send ``child`` first (a cached
+        re-invocation does not: the callee's worker re-invokes its own cached copy)."""
         ...
 
 
@@ -82,8 +66,10 @@ class _CalleeFailed(BaseException):
         self.status = status
 
 
-class _BadCall(Exception):
-    """A call names an unknown operator/function or has an invalid key (reported as Status.BAD)."""
+class _BadCall(BaseException):
+    """Internal signal: a call names an unknown operator/function or has an invalid key (Status.BAD).
+    A BaseException: the user's ``except Exception`` around the call cannot swallow it, so the whole
+    transaction fails, as the serial model fails it (:mod:`styx_py.core.serial`)."""
 
 
 def _encode_args(args: tuple[Any, ...]) -> bytes:
@@ -105,22 +91,20 @@ class RuntimeContext(Context):
         "_cached",
         "_calls",
         "_ekey",
-        "_es",
-        "_host",
         "_inv",
         "_rng",
+        "_runner",
         "_share",
+        "_view",
         "key",
         "operator",
     )
 
-    def __init__(
-        self, host: InvocationHost, es: EpochState, inv: Invoke, cached: CachedInvocation | None
-    ) -> None:
+    def __init__(self, view: TxnView, runner: Calls, inv: Invoke, cached: CachedInvocation | None) -> None:
         self.key = inv.key
         self.operator = inv.operator
-        self._host = host
-        self._es = es
+        self._view = view
+        self._runner = runner
         self._inv = inv
         self._cached = cached
         self._ekey = (inv.operator, inv.key)
@@ -128,7 +112,7 @@ class RuntimeContext(Context):
         self._calls: list[CallRecord] = []
         self._async: list[Invoke] = []
         self._rng: _random.Random | None = None
-        self._buf = es.buffer(inv.phase, inv.tid)
+        self._buf = view.buffer(inv.phase, inv.tid)
 
     # ---- state -----------------------------------------------------------------------------------
     async def get(self, default: Any = None) -> Any:
@@ -137,8 +121,8 @@ class RuntimeContext(Context):
             raw = buf[self._ekey]
         else:
             if self._inv.phase == Phase.OPTIMISTIC:
-                self._es.record_read(self._inv.tid, self._ekey)
-            raw = self._host.read(self._ekey)
+                self._view.record_read(self._inv.tid, self._ekey)
+            raw = self._view.read(self._ekey)
         return default if raw is None else decode_value(raw)
 
     async def put(self, value: Any) -> None:
@@ -152,7 +136,7 @@ class RuntimeContext(Context):
         self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool
     ) -> CallRecord:
         op = operator_name(target)
-        if self._es.graph.function(op, function) is None:
+        if self._view.graph.function(op, function) is None:
             raise _BadCall(f"unknown function {op}.{function}")
         try:
             key_bytes(key)
@@ -179,7 +163,7 @@ class RuntimeContext(Context):
             inv.phase,
             [*inv.path, len(self._calls) - 1],
             inv.root,
-            self._host.node_id,
+            self._view.node_id,
             record.operator,
             record.function,
             record.key,
@@ -201,10 +185,7 @@ class RuntimeContext(Context):
         keep, give = split_sync(self._share)
         self._share = keep
         child = self._child(record, give, want_result=True)
-        slot = self._es.result_slot(child.phase, child.tid, tuple(child.path))
-        if self._cached is None:
-            self._host.dispatch(child)
-        status, value = await slot
+        status, value = await self._runner.call(child, self._cached is None)
         if status != Status.OK:
             raise _CalleeFailed(status)
         return decode_value(value)
@@ -220,20 +201,13 @@ class RuntimeContext(Context):
 
 
 async def run_invocation(
-    host: InvocationHost, es: EpochState, inv: Invoke, cached: CachedInvocation | None
-) -> None:
-    """Run one invocation to its end and report it; never raises for anything user code does."""
+    view: TxnView, runner: Calls, inv: Invoke, cached: CachedInvocation | None
+) -> Invoked:
+    """Run one invocation to its end and say what it did; never raises for anything user code does."""
     status, error, value = Status.OK, "", EMPTY_RAW
-    ctx = RuntimeContext(host, es, inv, cached)
-    if inv.phase == Phase.FALLBACK:
-        if not es.locks.owns_key(inv.tid, ctx._ekey):
-            status = Status.CHANGED
-        else:
-            await es.locks.acquire(ctx._ekey, inv.tid)
-    fn = es.graph.function(inv.operator, inv.function) if status == Status.OK else None
-    if status != Status.OK:
-        pass
-    elif fn is None:
+    ctx = RuntimeContext(view, runner, inv, cached)
+    fn = view.graph.function(inv.operator, inv.function)
+    if fn is None:
         status, error = Status.BAD, f"unknown function {inv.operator}.{inv.function}"
     else:
         try:
@@ -264,7 +238,8 @@ async def run_invocation(
             status, error = Status.ERROR, f"{type(exc).__name__}: {exc}"
 
     # Shares: a cached re-invocation acks exactly what it kept in the optimistic run (its callees are
-    # re-invoked by their own workers and ack theirs); otherwise async callees are dispatched now.
+    # re-invoked by their own workers and ack theirs); otherwise async callees get their parts now.
+    children: list[Invoke] = []
     if cached is not None:
         own = cached.own_share
     elif status == Status.OK and ctx._async:
@@ -272,31 +247,22 @@ async def run_invocation(
         for child in ctx._async:
             child.share_n, child.share_d = to_wire(own)
         if inv.phase == Phase.SERIAL:
-            status, own = await _in_call_order(host, es, ctx._async, own)
+            status, own = await _in_call_order(runner, ctx._async, own)
         else:
-            for child in ctx._async:
-                host.dispatch(child)
+            children = ctx._async
     else:
         own = ctx._share
-    if inv.phase == Phase.OPTIMISTIC:
-        es.cache_invocation(inv, ctx._calls, own, ctx._ekey)
-    if inv.want_result:
-        host.send_result(inv, status, value)
-    host.send_ack(inv, own, status, error, value)
+    return Invoked(inv, status, error, value, own, children, ctx._calls)
 
 
-async def _in_call_order(
-    host: InvocationHost, es: EpochState, children: list[Invoke], part: Share
-) -> tuple[Status, Share]:
+async def _in_call_order(runner: Calls, children: list[Invoke], part: Share) -> tuple[Status, Share]:
     """Phase.SERIAL: each asynchronous callee's whole subtree before the next one starts (the serial
     model's order: a callee answers its caller only once its own callees are done). The first that
     fails ends it, as an exception would: the rest never run and their parts of the share are acked
     with the caller's. Returns (the caller's status, the share it acks)."""
     for i, child in enumerate(children):
         child.want_result = True  # its result tells when its subtree is done
-        slot = es.result_slot(child.phase, child.tid, tuple(child.path))
-        host.dispatch(child)
-        status, _ = await slot
+        status, _ = await runner.call(child, True)
         if status != Status.OK:
             return Status.PROPAGATED, scaled(part, len(children) - i)
     return Status.OK, part

@@ -1,4 +1,4 @@
-"""The lock-based fallback of an epoch: conflicting transactions re-run under deterministic locks.
+"""The lock-based fallback of an epoch: conflicting transactions re-run under deterministic locks (pure).
 
 After the decision, each fallback transaction re-runs taking locks on the keys its optimistic run
 touched, granted in tid order (:mod:`styx_worker.locks`). With call-graph caching every worker
@@ -19,33 +19,34 @@ from __future__ import annotations
 import msgspec
 
 from styx_py.core.wire import Final, Invoke, Outcome, Phase
+from styx_worker.conflicts import EntityKey
 from styx_worker.locks import LockTable
 from styx_worker.state import StateStore
 from styx_worker.txn import CachedInvocation, EpochState, RootTxn, root_invoke
 
-Run = tuple[Invoke, CachedInvocation | None]
+Start = tuple[Invoke, CachedInvocation | None]
 
 
 def open_fallback(es: EpochState, fallback: list[int], serial: list[int]) -> None:
     """Take the fallback's locks (from the learned read/write sets) and forget the roots' first runs.
 
     Serial transactions take no locks: each runs alone, after the fallback (Phase.SERIAL)."""
-    es.locks = LockTable(fallback, es.touched)
-    es.finals_pending = set(fallback) | set(serial)
-    es.serial_pending = sorted(serial)
-    es.fallback_ready = True
+    fb = es.fb
+    fb.locks = LockTable(fallback, es.opt.touched)
+    fb.pending = set(fallback) | set(serial)
+    fb.serial = sorted(serial)
     for tid in [*fallback, *serial]:
         root = es.roots.get(tid)
         if root is not None:
             root.reset()
 
 
-def fallback_runs(es: EpochState, fallback: list[int], caching: bool, node_id: str) -> list[Run]:
+def fallback_runs(es: EpochState, fallback: list[int], caching: bool, node_id: str) -> list[Start]:
     """The invocations this worker starts for the fallback, in tid order."""
-    runs: list[Run] = []
+    runs: list[Start] = []
     for tid in fallback:
         if caching:
-            for cinv in es.cache.get(tid, ()):
+            for cinv in es.opt.cache.get(tid, ()):
                 runs.append((msgspec.structs.replace(cinv.inv, phase=Phase.FALLBACK), cinv))
         else:
             root = es.roots.get(tid)
@@ -60,12 +61,12 @@ def outcome_of(root: RootTxn) -> Outcome:
     return Outcome.ABORT if root.failed else Outcome.COMMIT
 
 
-def apply_final(es: EpochState, final: Final, store: StateStore) -> bool:
-    """Apply a fallback transaction's writes if it committed and release its locks; True once every
-    fallback transaction of the epoch is final."""
-    writes = es.fb_buffers.pop(final.tid, None)
+def apply_final(es: EpochState, final: Final, store: StateStore) -> list[tuple[EntityKey, int]]:
+    """Apply a fallback transaction's writes if it committed and release its locks; the keys whose
+    lock another tid holds now (its waiting invocations may start)."""
+    fb = es.fb
+    writes = fb.writes.pop(final.tid, None)
     if final.outcome == Outcome.COMMIT and writes:
         store.apply(writes)
-    es.locks.release(final.tid)
-    es.finals_pending.discard(final.tid)
-    return not es.finals_pending
+    fb.pending.discard(final.tid)
+    return fb.locks.release(final.tid)

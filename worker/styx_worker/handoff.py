@@ -29,7 +29,7 @@ from styx_worker.snapshot import HeldRow, ResumeRow, rows_by_partition
 from styx_worker.state import StateStore
 from styx_worker.txn import RootTxn
 
-__all__ = ["PIECE_BYTES", "HandoffRefused", "Inbox", "Moved", "outgoing", "pieces", "refusal"]
+__all__ = ["PIECE_BYTES", "HandoffRefused", "Moved", "Pieces", "outgoing", "pieces", "refusal"]
 
 PIECE_BYTES = 4 * 1024 * 1024  # entity bytes per piece: well under MAX_FRAME_BYTES with the rest
 _ENTRY_OVERHEAD = 16  # msgpack framing of one (operator, key, value) triple, roughly
@@ -165,7 +165,7 @@ class Moved:
     last: Handoff
 
 
-class Inbox:
+class Pieces:
     """Pieces received, by generation and partition, until the recovery of their generation takes
     them (they may come before its view: senders act on the view as soon as they have it)."""
 

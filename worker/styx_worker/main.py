@@ -16,7 +16,8 @@ from styx_py.io.s3 import blob_store_from
 from styx_py.io.serving import cluster_transport, run_until_failure, start_metrics
 from styx_worker.egress import KafkaSink
 from styx_worker.ingress import KafkaIngress
-from styx_worker.service import Worker
+from styx_worker.ports import WorkerPorts
+from styx_worker.shell import Worker
 
 log = logging.getLogger("styx.worker")
 
@@ -51,18 +52,8 @@ async def serve_worker(
     await ingress.start()
     await sink.start()
     blobs = blob_store_from(config)
-    worker = Worker(
-        node_id,
-        config,
-        transport,
-        ingress,
-        sink,
-        sink,
-        blobs=blobs,
-        logs=KafkaLogReader(kafka, config),
-        host=advertise_host or host,
-        port=transport.port,
-    )
+    ports = WorkerPorts(transport, ingress, sink, sink, blobs, KafkaLogReader(kafka, config))
+    worker = Worker(node_id, config, ports, host=advertise_host or host, port=transport.port)
     transport.on_disconnect = worker.on_disconnect
     log.info("worker %s listening on %s:%d", node_id, host, transport.port)
     worker.metrics.registry.register(transport.collector("styx_worker"))

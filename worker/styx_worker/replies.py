@@ -1,62 +1,60 @@
-"""Replies leaving a worker: recorded, sent once, and given again to resent request ids.
+"""Replies leaving a worker: recorded, sent once, and given again to resent request ids (pure).
 
 Every reply a transaction rooted here produces goes through :meth:`ReplyOut.send`: it is recorded in
-the reply table (a resent request id is answered from it, see :mod:`styx_worker.dedup`), sent to
-the egress log, and also sent for every copy of the request that arrived while it ran (``waiting``).
+the reply table (a resent request id is answered from it, see :mod:`styx_worker.dedup`), emitted to the
+egress log (an :class:`~styx_worker.effects.Emit`, which the shell also pushes to a subscribed client),
+and emitted for every copy of the request that arrived while it ran (``waiting``).
 
 Where a reply goes: the egress partition its request names (``Request.reply_partition``, set by the
 SDK so that a client reads only its own partition), else this epoch's *lane*: one of the partitions
 this worker owns, taken in turn epoch by epoch (:meth:`ReplyOut.route`). So a worker writes all the
 unrouted replies of an epoch as one batch, not one per partition they came from, and every egress
 partition still has one producer, its owner (Tansu was seen to expose one producer's later batch
-before another's earlier one). A reply whose client subscribed on this worker's port is also pushed
-to it as it leaves (:mod:`styx_worker.feed`). The broker's cost grows with the batches it stores
-per partition, not with records (benchmarks/results/issue15-broker.md: 1 record per batch costs
-Tansu ~4 times the CPU of 5, and 3 times the latency). A resent request is answered on the
-partition *it* names, if any; the reply table itself stays keyed by ingress partition.
+before another's earlier one). The broker's cost grows with the batches it stores per partition, not
+with records (one record per batch costs Tansu ~4 times the CPU of five, and 3 times the latency). A
+resent request is answered on the partition *it* names, if any; the reply table stays keyed by
+ingress partition.
 
 After a recovery, replayed epochs produce their replies a second time. Those already on the egress
 log (read back by recovery into ``on_log``) are not sent again; determinism makes the replayed reply
 identical to the logged one. When it is not (a nondeterministic function), the replayed one is not
-sent and ``on_diverged`` is told: the worker stops the cluster (see :mod:`styx_worker.service`).
-Every worker reads back every egress partition (any worker may have sent to any of them) and pairs
-logged and replayed replies by request id and tid, whatever partition they are on: a reply with a
-given tid is only ever sent by its transaction's root worker (this one, or the one whose partitions
-it took over); a replay may send it to another partition than the first run did (the lane of the
-worker that replays it), which the pairing does not mind.
+sent and ``on_diverged`` is told: the worker stops the cluster (:mod:`styx_worker.core`). Every worker
+reads back every egress partition (any worker may have sent to any of them) and pairs logged and
+replayed replies by request id and tid, whatever partition they are on: a reply with a given tid is
+only ever sent by its transaction's root worker (this one, or the one whose partitions it took over);
+a replay may send it to another partition than the first run did (the lane of the worker that replays
+it), which the pairing does not mind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from styx_py.core.ports import Egress
 from styx_py.core.wire import IngressRecord, Reply, Request
 from styx_worker.dedup import ReplyTable
-from styx_worker.feed import ReplyFeed
+from styx_worker.effects import Emit, Outbox
 from styx_worker.txn import RootTxn
 
 Diverged = Callable[[int, Reply, Reply], None]  # (epoch, the reply on the log, the replayed one)
 
 
-def _diverged(epoch: int, logged: Reply, replayed: Reply) -> None:
-    raise AssertionError(f"replay diverged for {logged.request_id}: {logged} != {replayed}")
-
-
 class ReplyOut:
-    def __init__(
-        self,
-        egress: Egress,
-        replies_per_partition: int,
-        before_send: Callable[[], None],
-        on_diverged: Diverged = _diverged,
-        feed: ReplyFeed | None = None,
-    ) -> None:
-        self.egress = egress
-        self.feed = feed  # clients that asked for their replies on this worker's port (styx_worker.feed)
-        self.before_send = before_send  # fencing: a worker that may have been replaced must not reply
+    __slots__ = (
+        "answered",
+        "egress_partitions",
+        "held",
+        "lanes",
+        "on_diverged",
+        "on_log",
+        "out",
+        "stopped",
+        "waiting",
+    )
+
+    def __init__(self, out: Outbox, replies_per_partition: int, on_diverged: Diverged) -> None:
+        self.out = out
         self.on_diverged = on_diverged
-        self.stopped = False  # a replay diverged: nothing more leaves this worker
+        self.stopped = False  # a replay diverged, or the cluster halted: nothing more leaves this worker
         # A newer generation was announced: replies of the old one are held back (its replay sends
         # them again), so that once this worker's egress is flushed nothing more of it can reach the
         # log while another worker — a partition's new owner — reads the log back.
@@ -77,10 +75,13 @@ class ReplyOut:
         lanes = self.lanes
         return lanes[epoch % len(lanes)] if lanes else partition
 
+    def wait_for_first(self, record: IngressRecord) -> None:
+        """``record`` resends a request id whose first copy still runs: it gets that copy's reply."""
+        self.waiting.setdefault(record.request.request_id, []).append(record)
+
     def send(self, epoch: int, replies: list[tuple[RootTxn, Reply]]) -> None:
-        """Early commit replies of ``epoch``: recorded (a resent id gets the same one), then sent, also
-        to any copies of the request that arrived while it ran."""
-        self.before_send()
+        """Replies of ``epoch``: recorded (a resent id gets the same one), then emitted, also to any
+        copies of the request that arrived while it ran."""
         for root, reply in replies:
             self.answered.record(root.partition, reply)
             request = root.request
@@ -89,8 +90,7 @@ class ReplyOut:
                 self.emit(epoch, self.route(rec.partition, rec.request, epoch), reply, rec.request.reply_to)
 
     def emit(self, epoch: int, partition: int, reply: Reply, reply_to: str = "") -> None:
-        """Send ``reply`` unless a replayed epoch finds it already on the egress log (and push it to
-        the client ``reply_to`` names, if it subscribed here)."""
+        """Emit ``reply`` unless a replayed epoch finds it already on the egress log."""
         if self.stopped or self.held:
             return
         if self.on_log:
@@ -106,8 +106,7 @@ class ReplyOut:
                     self.stopped = True
                     self.on_diverged(epoch, logged, reply)
                 return
-        pushed = bool(reply_to) and self.feed is not None and self.feed.offer(reply, reply_to)
-        self.egress.send(partition, reply, epoch, pushed)
+        self.out.effects.append(Emit(partition, reply, epoch, reply_to))
 
     def live(self) -> None:
         """Replay is over: what is left of the replies found on the egress log belongs to epochs up to

@@ -1,36 +1,21 @@
-"""Where an entity lives and how a transaction's messages reach it.
+"""Where an entity lives: the cluster view as routing needs it (pure).
 
-:class:`RoutingTable` is the cluster view as routing needs it (pure): which worker owns which
-partition, how many partitions each operator has, who the peers are. :class:`Router` delivers a
-transaction's messages: an :class:`~styx_py.core.wire.Invoke` to the owner of its entity, a
+:class:`RoutingTable` says which worker owns which partition, how many partitions each operator has and
+who the peers are. The epoch machine (:mod:`styx_worker.epoch`) routes a transaction's messages with it:
+an :class:`~styx_py.core.wire.Invoke` to the owner of its entity, a
 :class:`~styx_py.core.wire.CallResult` to the caller's worker, an :class:`~styx_py.core.wire.Ack` to the
-root's worker — handed straight to this worker's epoch driver when it is the destination, sent over
-the transport otherwise.
+root's worker — handled at once when that is this worker, sent as an effect otherwise.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
-import msgspec
-
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key, partition_of
-from styx_py.core.ports import Transport
 from styx_py.core.requests import request_problem
 from styx_py.core.wire import (
-    Ack,
-    CallResult,
     ClusterView,
-    ExecDone,
-    Final,
-    Invoke,
     Request,
-    Revote,
-    Status,
-    Vote,
 )
-from styx_worker.ackshare import Share, to_wire
 
 
 class RoutingTable:
@@ -77,50 +62,3 @@ class RoutingTable:
         if partition_of(request.key, partitions) != partition:
             return f"request for key {request.key!r} arrived on ingress partition {partition}, not its own"
         return None
-
-
-class LocalDelivery(Protocol):
-    """The receiving end on this worker (the epoch driver)."""
-
-    def on_invoke(self, inv: Invoke) -> None: ...
-
-    def on_call_result(self, msg: CallResult) -> None: ...
-
-    def on_ack(self, ack: Ack, root_value: msgspec.Raw | None) -> None: ...
-
-
-class Router:
-    def __init__(self, table: RoutingTable, transport: Transport, local: LocalDelivery) -> None:
-        self.table = table
-        self.node_id = table.node_id
-        self.transport = transport
-        self.local = local
-
-    def dispatch(self, inv: Invoke) -> None:
-        owner = self.table.owner_of(inv.operator, inv.key)
-        if owner == self.node_id:
-            self.local.on_invoke(inv)
-        else:
-            self.transport.send(owner, inv)
-
-    def send_result(self, inv: Invoke, status: Status, value: msgspec.Raw) -> None:
-        msg = CallResult(inv.epoch, inv.tid, inv.phase, inv.path, status, value, inv.gen)
-        if inv.parent == self.node_id:
-            self.local.on_call_result(msg)
-        else:
-            self.transport.send(inv.parent, msg)
-
-    def send_ack(self, inv: Invoke, own: Share, status: Status, error: str, value: msgspec.Raw) -> None:
-        ack = Ack(inv.epoch, inv.tid, inv.phase, *to_wire(own), status, error, inv.path, inv.gen)
-        if inv.root == self.node_id:
-            # The root invocation's own result travels with its ack (no CallResult for the root).
-            self.local.on_ack(ack, value if not inv.path else None)
-        else:
-            self.transport.send(inv.root, ack)
-
-    def to_peers(self, msg: Final | ExecDone | Vote | Revote) -> None:
-        """A fallback transaction's outcome (each worker releases its locks) or an epoch report (each
-        worker decides from all of them), to every other worker."""
-        for peer in self.table.peers:
-            if peer != self.node_id:
-                self.transport.send(peer, msg)

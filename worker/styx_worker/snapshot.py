@@ -16,17 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any, TypeVar
 
 import msgspec
 
 from styx_py.core.blobs import BlobStore, delta_key
+from styx_py.core.config import Config
 from styx_py.core.partitioning import partition_of
-from styx_py.core.ports import Transport
 from styx_py.core.segments import Cursor
 from styx_py.core.wire import (
-    COORDINATOR,
     IngressRecord,
     PartitionSnapshot,
     Reply,
@@ -35,19 +34,24 @@ from styx_py.core.wire import (
     SnapshotResult,
 )
 from styx_worker.dedup import ReplyTable
+from styx_worker.effects import PortView, Upload
+from styx_worker.replies import ReplyOut
+from styx_worker.routing import RoutingTable
 from styx_worker.state import StateStore, Writes
+from styx_worker.txn import RootTxn
 
 __all__ = [
     "PartitionSnapshot",
-    "Snapshotter",
     "Unconfirmed",
     "capture_steps",
     "encode_steps",
     "on_result",
+    "put_back",
     "rows_by_partition",
     "run_steps",
+    "run_upload",
     "snapshot_decoder",
-    "upload",
+    "upload_snapshot",
 ]
 
 log = logging.getLogger("styx.worker")
@@ -183,7 +187,7 @@ def rows_by_partition(
     return resched, held
 
 
-async def upload(
+async def run_upload(
     blobs: BlobStore, parts: Steps[list[PartitionSnapshot]], rows: int = SLICE, pause_s: float = 0.0
 ) -> tuple[int, int]:
     """Split, encode (``rows`` at a time) and write every part, in steps ``pause_s`` apart; returns the
@@ -213,78 +217,75 @@ def on_result(unconfirmed: Unconfirmed, msg: SnapshotResult, store: StateStore, 
     answered.restore_delta(replies)
 
 
+def cut(
+    epoch: int,
+    gen: int,
+    store: StateStore,
+    replies: ReplyOut,
+    rescheduled: list[RootTxn],
+    table: RoutingTable,
+    ports: PortView,
+    config: Config,
+) -> tuple[Upload, tuple[Writes, dict[int, list[Reply]]]]:
+    """The snapshot of this worker at the end of ``epoch``: its parts to upload (made in steps later)
+    and what they hold, kept until the coordinator's verdict. The delta and the replies are taken whole
+    (nothing may change them while the steps read them)."""
+    delta = store.take_delta()
+    answered = replies.answered.take_delta()
+    resched = [(r.partition, r.tid, r.offset, r.ts_ms, r.request) for r in rescheduled]
+    waiting = [rec for recs in replies.waiting.values() for rec in recs]
+    acked = ports.seqlog_acked()
+    parts = capture_steps(
+        epoch,
+        delta,
+        table.op_partitions,
+        table.owned(),
+        ports.positions(),
+        resched,
+        ports.egress_offsets(),
+        acked,
+        answered,
+        waiting,
+        config.snapshot_step_rows,
+    )
+    return Upload(epoch, gen, parts, acked), (delta, answered)
+
+
+def put_back(unconfirmed: Unconfirmed, store: StateStore, answered: ReplyTable) -> None:
+    """Every snapshot not confirmed yet counts as failed (the coordinator abandoned it at a shape
+    change): its deltas go back, newest first so that older ones end up underneath."""
+    for epoch in sorted(unconfirmed, reverse=True):
+        on_result(unconfirmed, SnapshotResult(epoch, False, -1), store, answered)
+
+
 UploadObserver = Callable[[bool, float, int], None]  # (ok, seconds, bytes): the worker's metrics
+UPLOAD_ERRORS = (OSError, TimeoutError)
+"""What a snapshot upload may fail with and still be only a failed snapshot (the blob store's port
+raises OSError for every failure of the store); anything else is a bug and ends the worker."""
 
 
-class Snapshotter:
-    """Uploads a captured snapshot off the epoch loop and reports it to the coordinator."""
+async def upload_snapshot(
+    node_id: str,
+    blobs: BlobStore | None,
+    upload: Upload,
+    flushed: Awaitable[None],
+    pace: tuple[int, float],
+    observe: UploadObserver,
+) -> SnapshotDone:
+    """Upload a captured snapshot (``upload.parts``, :func:`capture_steps`) in steps (``pace``: rows per
+    step, seconds between steps) and say how it went, for the coordinator.
 
-    def __init__(
-        self,
-        node_id: str,
-        blobs: BlobStore | None,
-        transport: Transport,
-        spawn: Callable[[Coroutine[Any, Any, None]], None],
-        observe: UploadObserver,
-        rows: int = SLICE,
-        pause_s: float = 0.0,
-    ) -> None:
-        self.node_id = node_id
-        self.blobs = blobs
-        self.transport = transport
-        self.spawn = spawn
-        self.observe = observe
-        self.rows = rows  # per step of the split and the encoding (``snapshot_step_rows``)
-        self.pause_s = pause_s  # between two steps (``snapshot_step_pause_ms``)
-        self.unconfirmed: Unconfirmed = {}  # a snapshot's deltas, until the coordinator confirms it
-
-    def take(
-        self,
-        epoch: int,
-        gen: int,
-        parts: Steps[list[PartitionSnapshot]],
-        kept: tuple[Writes, dict[int, list[Reply]]],
-        flushed: asyncio.Future[None],
-        seqlog_acked: int,
-    ) -> None:
-        """Upload ``parts`` (:func:`capture_steps`); ``kept`` (the delta and replies they hold) waits for the
-        verdict.
-
-        The snapshot's replies must be on the egress log before it can be confirmed: recovery from it
-        replays only later epochs, so a reply still queued in the producer when this process dies
-        would otherwise never be sent. ``flushed`` covers the replies queued until the capture."""
-        self.unconfirmed[epoch] = kept
-        self.spawn(self._upload(epoch, gen, parts, flushed, seqlog_acked))
-
-    async def _upload(
-        self,
-        epoch: int,
-        gen: int,
-        parts: Steps[list[PartitionSnapshot]],
-        flushed: asyncio.Future[None],
-        seqlog_acked: int,
-    ) -> None:
-        assert self.blobs is not None, "snapshots need a blob store"
-        started = time.perf_counter()
-        try:
-            uploaded = upload(self.blobs, parts, self.rows, self.pause_s)
-            (count, size), _ = await asyncio.gather(uploaded, flushed)
-        except Exception as exc:  # noqa: BLE001 - reported to the coordinator: the snapshot fails, nothing is lost
-            log.warning("%s: snapshot %d upload failed: %s", self.node_id, epoch, exc)
-            self.observe(False, time.perf_counter() - started, 0)
-            done = SnapshotDone(
-                epoch, self.node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, seqlog_acked, gen
-            )
-        else:
-            self.observe(True, time.perf_counter() - started, size)
-            done = SnapshotDone(epoch, self.node_id, True, "", count, size, seqlog_acked, gen)
-        self.transport.send(COORDINATOR, done)
-
-    def on_result(self, msg: SnapshotResult, store: StateStore, answered: ReplyTable) -> None:
-        on_result(self.unconfirmed, msg, store, answered)
-
-    def put_back(self, store: StateStore, answered: ReplyTable) -> None:
-        """Every snapshot not confirmed yet counts as failed (the coordinator abandoned it at a shape
-        change): its deltas go back, newest first so that older ones end up underneath."""
-        for epoch in sorted(self.unconfirmed, reverse=True):
-            on_result(self.unconfirmed, SnapshotResult(epoch, False, -1), store, answered)
+    The snapshot's replies must be on the egress log before it can be confirmed: recovery from it
+    replays only later epochs, so a reply still queued in the producer when this process dies would
+    otherwise never be sent. ``flushed`` covers the replies queued until the capture."""
+    assert blobs is not None, "snapshots need a blob store"
+    epoch, gen, acked = upload.epoch, upload.gen, upload.seqlog_acked
+    started = time.perf_counter()
+    try:
+        (count, size), _ = await asyncio.gather(run_upload(blobs, upload.parts, *pace), flushed)
+    except UPLOAD_ERRORS as exc:
+        log.warning("%s: snapshot %d upload failed: %s", node_id, epoch, exc)
+        observe(False, time.perf_counter() - started, 0)
+        return SnapshotDone(epoch, node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, acked, gen)
+    observe(True, time.perf_counter() - started, size)
+    return SnapshotDone(epoch, node_id, True, "", count, size, acked, gen)

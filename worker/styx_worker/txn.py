@@ -1,40 +1,43 @@
-"""What a worker knows about one transaction and one epoch while they run (plain data).
+"""What a worker knows about one transaction and one epoch while they run (plain data, no I/O).
 
-:class:`RootTxn` is a transaction whose root entity lives on this worker: the request, its tid and
-the outcome collected from every invocation's ack. :class:`EpochState` holds one epoch's per-tid
-tables on this worker: buffered writes per phase, optimistic read sets, the call-graph cache, the
-result slots of synchronous calls, the fallback locks and counters.
+:class:`RootTxn` is a transaction whose root entity lives on this worker: the request, its tid and the
+outcome collected from every invocation's ack. :class:`EpochState` is one epoch on this worker: its
+:class:`EpochPhase`, its roots, and three tables — what the optimistic run learned
+(:class:`Reservations`), every worker's reports (:class:`Reports`) and the fallback's locks and counters
+(:class:`FallbackState`). The epoch machine (:mod:`styx_worker.epoch`) is the only writer.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
+from enum import IntEnum
 
 import msgspec
 
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
-from styx_py.core.wire import (
-    ExecDone,
-    IngressRecord,
-    Invoke,
-    Message,
-    Phase,
-    Reply,
-    Revote,
-    Status,
-    Vote,
-)
+from styx_py.core.wire import ExecDone, IngressRecord, Invoke, Phase, Reply, Revote, Status, Vote
 from styx_worker.ackshare import Share, ShareCollector
 from styx_worker.conflicts import EntityKey
 from styx_worker.locks import LockTable
-from styx_worker.state import Writes
+from styx_worker.state import StateStore, Writes
 
 Path = tuple[int, ...]  # an invocation's position in its call tree (child indices from the root)
 # A resent request answered from its earlier reply: (egress partition the resend names, the earlier
 # reply to give again, the client it names to push to).
 Resend = tuple[int, Reply, str]
+
+
+class EpochPhase(IntEnum):
+    """Where one epoch stands on this worker; it only moves forward."""
+
+    OPEN = 0  # the next epoch here: its EpochStart has not come (peers' reports and calls may)
+    EXECUTING = 1  # started: the batch runs optimistically against the state as of the epoch's start
+    EXECUTED = 2  # every root of this worker finished: its ExecDone is out; waiting for every worker's
+    VOTING = 3  # every ExecDone is in: this worker's Vote leaves once its batch is logged
+    REVOTING = 4  # some Vote names serial tids: conflicts again without their writes (Revote)
+    FALLBACK = 5  # decided: committed lock-free, replies out; conflicting tids re-run under locks
+    SERIAL = 6  # the fallback is over here: serial tids run one at a time, in tid order
+    FINISHED = 7
 
 
 class RootTxn:
@@ -138,76 +141,21 @@ class Tally:
             self.by_status[status] += n
 
 
-class EpochState:
-    """One epoch on one worker, from its EpochStart to its EpochDone."""
+class Reservations:
+    """What the optimistic run of an epoch learned here, per tid: buffered writes, read and touched keys,
+    and the invocations to re-run from the call-graph cache."""
 
-    def __init__(self, epoch: int, gen: int) -> None:
-        self.epoch = epoch
-        self.gen = gen  # the cluster generation running it: every message of the epoch carries it
-        self.started = False
-        # The graph version this epoch runs, set by its EpochStart: invocations that arrive before it
-        # wait in ``before_start`` (a code update may have begun with this very epoch).
-        self._graph: Graph | None = None
-        self.before_start: list[Message] = []
-        self.roots: dict[int, RootTxn] = {}
-        self.roots_open = 0
-        self.local_failed: list[int] = []
-        self.opt_buffers: dict[int, Writes] = {}
-        self.fb_buffers: dict[int, Writes] = {}
+    __slots__ = ("cache", "reads", "serial", "touched", "writes")
+
+    def __init__(self) -> None:
+        self.writes: dict[int, Writes] = {}
         self.reads: dict[int, set[EntityKey]] = {}
         self.touched: dict[int, set[EntityKey]] = {}
         self.serial: set[int] = set()  # tids that invoked one entity twice here (Phase.SERIAL)
         self.cache: dict[int, list[CachedInvocation]] = {}
-        self.slots: dict[tuple[Phase, int, Path], asyncio.Future[tuple[Status, msgspec.Raw]]] = {}
-        self.aborted: frozenset[int] | None = None  # every worker's logic aborts, once all executed
-        # Every worker's reports of this epoch, by node; the decision is computed from them.
-        self.exec_done: dict[str, ExecDone] = {}
-        self.votes: dict[str, Vote] = {}
-        self.revotes: dict[str, Revote] = {}
-        self.serial_tids: list[int] | None = None  # the epoch's serial tids, once every Vote is in
-        self.locks = LockTable((), {})
-        self.fallback_ready = False
-        self.finals_pending: set[int] = set()  # fallback and serial tids not final yet
-        self.serial_pending: list[int] = []  # serial tids not final yet, in tid order (run in turn)
-        self.serial_released = -1  # the serial tid whose turn it is here (its messages are let in)
-        self.serial_held: list[Message] = []  # Phase.SERIAL messages that arrived before their turn
-        self.deferred: list[Message] = []  # fallback-phase messages that arrived before the decision
-        self.seqlog_written: Awaitable[None] | None = None
-        self.finished = False
-        self.snapshot = False
-        self.decided = False
-        self.invoked: set[tuple[int, int, Path]] = set()
-        self.resends: list[Resend] = []  # resent request ids answered from earlier replies
-        self.tally = Tally()
 
-    @property
-    def graph(self) -> Graph:
-        assert self._graph is not None, f"epoch {self.epoch} runs code before its EpochStart"
-        return self._graph
-
-    @graph.setter
-    def graph(self, graph: Graph) -> None:
-        self._graph = graph
-
-    @property
-    def has_graph(self) -> bool:
-        return self._graph is not None
-
-    def buffer(self, phase: Phase, tid: int) -> Writes:
-        table = self.opt_buffers if phase == Phase.OPTIMISTIC else self.fb_buffers
-        buf = table.get(tid)
-        if buf is None:
-            buf = table[tid] = {}
-        return buf
-
-    def record_read(self, tid: int, key: EntityKey) -> None:
-        reads = self.reads.get(tid)
-        if reads is None:
-            self.reads[tid] = {key}
-        else:
-            reads.add(key)
-
-    def cache_invocation(self, inv: Invoke, calls: list[CallRecord], own: Share, key: EntityKey) -> None:
+    def cache_invocation(self, inv: Invoke, calls: list[CallRecord], own: Share) -> None:
+        key = (inv.operator, inv.key)
         touched = self.touched.get(inv.tid)
         if touched is None:
             self.touched[inv.tid] = {key}
@@ -217,28 +165,108 @@ class EpochState:
             touched.add(key)
         self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
 
-    def result_slot(self, phase: Phase, tid: int, path: Path) -> asyncio.Future[tuple[Status, msgspec.Raw]]:
-        k = (phase, tid, path)
-        fut = self.slots.get(k)
-        if fut is None:
-            fut = self.slots[k] = asyncio.get_running_loop().create_future()
-        return fut
 
-    def defer(self, msg: Message) -> bool:
-        """Hold a fallback-phase message until the decision opened the fallback; True if held."""
-        if self.fallback_ready:
-            return False
-        self.deferred.append(msg)
-        return True
+class Reports:
+    """Every worker's reports of one epoch, by node, and what they add up to once complete."""
 
-    def fallback_done(self) -> bool:
+    __slots__ = ("aborted", "exec_done", "revotes", "serial", "vote", "votes")
+
+    def __init__(self) -> None:
+        self.exec_done: dict[str, ExecDone] = {}
+        self.votes: dict[str, Vote] = {}
+        self.revotes: dict[str, Revote] = {}
+        self.aborted: frozenset[int] = frozenset()  # every worker's logic aborts (once all executed)
+        self.serial: list[int] = []  # the epoch's serial tids (once every Vote is in)
+        self.vote: Vote | None = None  # this worker's Vote, until its batch is logged
+
+
+class FallbackState:
+    """The fallback of one epoch here: its locks, the invocations waiting for one, the tids not final
+    yet, and the serial tids' turns."""
+
+    __slots__ = ("locks", "pending", "serial", "turn", "waiting", "writes")
+
+    def __init__(self) -> None:
+        self.locks = LockTable((), {})
+        self.waiting: dict[tuple[EntityKey, int], list[tuple[Invoke, CachedInvocation | None]]] = {}
+        self.writes: dict[int, Writes] = {}  # buffered writes of the fallback and serial runs
+        self.pending: set[int] = set()  # fallback and serial tids not final yet
+        self.serial: list[int] = []  # serial tids not final yet, in tid order (each runs in turn)
+        self.turn = -1  # the serial tid whose turn it is here (its messages are let in)
+
+    def done(self) -> bool:
         """Every Phase.FALLBACK transaction is final here (only serial ones may be left)."""
-        return len(self.finals_pending) == len(self.serial_pending)
+        return len(self.pending) == len(self.serial)
 
-    def serial_turn(self, tid: int) -> bool:
-        """Whether ``tid`` (a serial transaction) may run here now: the fallback is over here and
-        every serial transaction with a lower tid is final here."""
-        return self.fallback_done() and bool(self.serial_pending) and self.serial_pending[0] == tid
+
+class EpochState:
+    """One epoch on one worker, from its EpochStart to its EpochDone."""
+
+    __slots__ = (
+        "epoch",
+        "fb",
+        "gen",
+        "graph",
+        "invoked",
+        "logged",
+        "opt",
+        "phase",
+        "reports",
+        "resends",
+        "roots",
+        "roots_open",
+        "snapshot",
+        "tally",
+        "view",
+    )
+
+    def __init__(self, epoch: int, gen: int) -> None:
+        self.epoch = epoch
+        self.gen = gen  # the cluster generation running it: every message of the epoch carries it
+        self.phase = EpochPhase.OPEN
+        self.graph: Graph | None = None  # the graph version it runs, from its EpochStart
+        self.view: TxnView | None = None  # what its invocations read and write through
+        self.roots: dict[int, RootTxn] = {}
+        self.roots_open = 0
+        self.invoked: set[tuple[int, int, Path]] = set()  # (phase, tid, path): each runs once
+        self.logged = True  # its batch's sequencer-log entry is durable (a replay logs none)
+        self.snapshot = False
+        self.resends: list[Resend] = []  # resent request ids answered from earlier replies
+        self.tally = Tally()
+        self.opt = Reservations()
+        self.reports = Reports()
+        self.fb = FallbackState()
+
+
+class TxnView:
+    """The narrow view an invocation of one epoch runs against: committed state (as of the start of the
+    epoch's phase), its transaction's buffered writes, its reads, and the epoch's code."""
+
+    __slots__ = ("graph", "node_id", "opt", "store", "writes")
+
+    def __init__(self, node_id: str, graph: Graph, store: StateStore, es: EpochState) -> None:
+        self.node_id = node_id  # the worker it runs on: its synchronous calls' results come back here
+        self.graph = graph
+        self.store = store
+        self.opt = es.opt
+        self.writes = es.fb.writes
+
+    def read(self, key: EntityKey) -> bytes | None:
+        return self.store.data.get(key)
+
+    def buffer(self, phase: Phase, tid: int) -> Writes:
+        table = self.opt.writes if phase == Phase.OPTIMISTIC else self.writes
+        buf = table.get(tid)
+        if buf is None:
+            buf = table[tid] = {}
+        return buf
+
+    def record_read(self, tid: int, key: EntityKey) -> None:
+        reads = self.opt.reads.get(tid)
+        if reads is None:
+            self.opt.reads[tid] = {key}
+        else:
+            reads.add(key)
 
 
 def root_invoke(es: EpochState, root: RootTxn, phase: Phase, node_id: str) -> Invoke:
