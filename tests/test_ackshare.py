@@ -1,7 +1,7 @@
 """Ack-share completion (worker.ackshare) over arbitrary call trees, with exact integer pairs.
 
-``fractions.Fraction`` is the reference model: every share must equal the Fraction the old code
-computed, in lowest terms, and the collector must agree with a Fraction sum on every prefix."""
+``fractions.Fraction`` is the reference model: every share must equal the Fraction that exact rational
+arithmetic gives, in lowest terms, and the collector must agree with a Fraction sum on every prefix."""
 
 from __future__ import annotations
 

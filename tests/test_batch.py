@@ -135,8 +135,8 @@ async def test_a_batch_reformed_from_its_log_entry_is_the_same_batch() -> None:
 
 
 async def test_a_batch_whose_resends_come_before_fresh_requests_is_reformed_in_log_order() -> None:
-    """Issue 16: ``replay expected 2@422, log has 421``. A resent id taken before a fresh request of
-    the same partition is logged after it (runs first); replay must still take the ingress in order."""
+    """A resent id taken before a fresh request of the same partition is logged after it (runs first);
+    replay must still take the ingress in order (else: ``replay expected 2@422, log has 421``)."""
     live = _Fixture()
     done = Reply("old", 7, 0, 0, "committed", msgspec.Raw(encode_value(1)), None, None)
     live.replies.answered.record(0, done)

@@ -7,7 +7,7 @@ twice (on the egress log itself), money conserved, balances equal the serial rep
 
 Two clusters: the default one (Tansu in memory), and durable mode (Tansu keeping its log in S3, as
 ``styx up --durable``) with clients that resend a request id when its reply is late, Zipfian keys and
-a kill that lands while the cluster recovers from the previous one (issue 16).
+a kill that lands while the cluster recovers from the previous one.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def durable_stack(durable_kafka: DurableKafkaFactory, s3: SeaweedS3, tmp_path: P
 
 
 async def test_sigkill_in_durable_mode_with_resending_clients(durable_stack: LocalStack) -> None:
-    """Issue 16: durable mode, a kill during recovery, clients resending timed-out ids (same id,
-    1.5 s timeout, Zipfian keys, 300/s) crashed both workers in replay and never recovered; the
-    coordinator killed together with a worker never recovered either."""
+    """Durable mode, a kill during recovery, clients resending timed-out ids (same id, 1.5 s timeout,
+    Zipfian keys, 300/s), and the coordinator killed together with a worker: the cluster recovers each
+    time, and no request runs twice."""
     stack = durable_stack
     chaos = Chaos(
         DURABLE_RATE,

@@ -1,4 +1,4 @@
-"""Moving partitions at a planned shape change straight from the old owner to the new one (issue 18):
+"""Moving partitions at a planned shape change straight from the old owner to the new one:
 the pieces and their assembly (pure), and in the simulation a move that reads nothing from S3,
 replays nothing, and still equals the serial execution — and the fallback to a full recovery when a
 worker cannot hand off."""

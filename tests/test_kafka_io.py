@@ -124,8 +124,8 @@ async def _one_record_batches(bootstrap: str, topic: str, values: list[tuple[byt
 
 
 async def test_a_log_on_a_durable_broker_is_read_to_the_end(durable_kafka: DurableKafkaFactory) -> None:
-    """Issue 16: on Tansu with S3 storage a fetch that lists the partition for longer than its wait is
-    answered empty; a reader with a 10 ms wait spun for ever on a few hundred batches (recovery)."""
+    """On Tansu with S3 storage a fetch that lists the partition for longer than its wait is answered
+    empty; a reader with a fixed 10 ms wait would spin for ever on a few hundred batches (recovery)."""
     broker = durable_kafka()
     topic = f"log-{uuid.uuid4().hex[:8]}"
     await create_topics(broker.bootstrap, {topic: 1})

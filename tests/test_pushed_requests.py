@@ -267,7 +267,7 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(
 
         monkeypatch.setattr(ingress.consumer, "getmany", timed_getmany)
         # Records keep coming meanwhile (pushed too), so a fetch need not wait for any: until six polls
-        # (however fast the records go: a fixed count of them took less than six pauses on a fast day).
+        # (however fast the records go: on a fast machine a fixed count of them fits in fewer pauses).
         deadline = asyncio.get_running_loop().time() + 60
         i = 21
         while len(polls) < 6:

@@ -149,7 +149,7 @@ async def test_resent_request_ids_are_answered_not_executed(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(8))
 async def test_resends_ahead_of_fresh_requests_replay_in_log_order(seed: int) -> None:
-    """Issue 16 (``replay expected 2@422, log has 421``): resends mixed into fresh traffic, crashes."""
+    """Resends mixed into fresh traffic, with crashes: replay takes the ingress in log order."""
     c = await run_with_crashes(
         350 + seed, crashes=1 + seed % 3, snapshot_every=1 + seed % 3, resends=15, resends_first=True
     )
@@ -181,10 +181,10 @@ async def test_a_lost_protocol_message_is_repaired(lost: str) -> None:
 
 @pytest.mark.parametrize("seed", [41049, 41061])
 async def test_workers_of_a_dead_generation_stop_deciding_before_recovery_reads_the_log(seed: int) -> None:
-    """Workers decide epochs from each other's votes, without the coordinator. These seeds (found by a
-    sweep) crash the coordinator while an epoch runs: its workers went on to decide it after the new
-    coordinator had read the sequencer log, which then replayed only the epochs before it and re-formed
-    it with different replies. Recovery now reads the log only once every worker is fenced."""
+    """Workers decide epochs from each other's votes, without the coordinator. These seeds crash the
+    coordinator while an epoch runs: were its workers to decide it after the new coordinator read the
+    sequencer log, recovery would replay only the epochs before it and re-form it with different
+    replies. Recovery reads the log only once every worker is fenced."""
     c = await run_with_crashes(
         seed,
         crashes=1 + seed % 2,
@@ -258,8 +258,8 @@ async def test_a_snapshot_is_confirmed_only_once_its_epochs_replies_are_acknowle
 
 
 async def test_restores_slower_than_the_recovery_timeout_still_complete() -> None:
-    """Issue 16: restores took longer than the fixed recovery timeout, so every attempt failed ("no
-    answer") and cancelled the restores of the last, for ever. The wait doubles after each attempt a
+    """Restores that take longer than the recovery timeout: with a fixed wait every attempt would fail
+    ("no answer") and cancel the restores of the last, for ever. The wait doubles after each attempt a
     worker did not answer in time, and then adapts to the restores it saw take."""
     async with SimCluster(
         APP, workers=3, seed=31, epoch_size_max=10, snapshot_interval_epochs=1, epoch_timeout_ms=300

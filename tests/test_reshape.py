@@ -1,4 +1,4 @@
-"""Changing the cluster's shape while it runs (issue 18), in the simulation: workers join, are drained,
+"""Changing the cluster's shape while it runs, in the simulation: workers join, are drained,
 are lost for good — under load and with crashes — and every reply and the final state still equal a
 serial execution in commit order, every request answered exactly once."""
 

@@ -151,8 +151,8 @@ async def test_sigterm_stops_workers_and_the_coordinator_cleanly(
 ) -> None:
     """SIGTERM (a supervisor's stop) runs a process's closers: producers flushed and closed, the
     coordinator's compaction child shut down. Each exits 0 and says so; the coordinator, which has
-    compacted, leaves no multiprocessing resources behind (it used to die at once and the resource
-    tracker reported leaked semaphores)."""
+    compacted, leaves no multiprocessing resources behind (a process that died at once would leave
+    semaphores the resource tracker reports as leaked)."""
     import os
     import signal
 

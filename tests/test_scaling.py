@@ -1,4 +1,4 @@
-"""Changing the cluster's shape on real processes (issue 18): YCSB-T-style transfers run while the
+"""Changing the cluster's shape on real processes: YCSB-T-style transfers run while the
 cluster goes 2 → 4 → 3 workers and then loses one for good; nothing is lost or answered twice and
 money is conserved. (The simulation covers many more interleavings: tests/test_reshape.py.)"""
 

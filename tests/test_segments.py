@@ -208,8 +208,8 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
 def test_a_request_in_flight_when_the_client_moves_on_is_on_time_if_acknowledged_soon_enough() -> None:
     """On time means: acknowledged less than FRESH_S after a look found its segment the newest (the
     next one did not exist then), whether or not the client has moved on to a newer segment since. A
-    request in flight at the move used to count as late, and was written again (so answered twice on
-    the log) if the cluster then stalled for two rotations (tests/test_scaling.py, a lost worker)."""
+    request in flight at the move counted as late would be written again (so answered twice on the
+    log) if the cluster then stalled for two rotations (tests/test_scaling.py, a lost worker)."""
     from styx_client.sdk.pending import ClientStats, PendingTable
 
     table = PendingTable(10, ClientStats())

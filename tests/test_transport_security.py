@@ -565,11 +565,11 @@ def coordinator_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes
 def test_half_sent_16mib_frames_leave_a_coordinator_process_bounded(
     coordinator_process: tuple[subprocess.Popen[bytes], int, int],
 ) -> None:
-    """The issue's attack on a real coordinator: 20 unauthenticated connections announcing 16 MiB and
+    """An attack on a real coordinator: 20 unauthenticated connections announcing 16 MiB and
     20 authenticated ones each sending 15 MiB of an announced 16 MiB frame. The unauthenticated ones are
     refused at their header; the others are read at most MAX_INBOUND_BYTES at a time and closed by the
-    frame timeout. The process's peak RSS grows by at most the budget plus read buffers (it grew by
-    ~300 MB before)."""
+    frame timeout. The process's peak RSS grows by at most the budget plus read buffers (unbounded, it
+    would grow by ~300 MB)."""
     proc, port, metrics_port = coordinator_process
     n = 20
 
@@ -645,7 +645,7 @@ def test_a_spoofed_worker_changes_nothing_in_a_running_cluster(local_cluster: Cl
 
     async def attack() -> None:
         reader, writer = await raw(port)
-        writer.write(register("w1"))  # the frame that used to force a recovery
+        writer.write(register("w1"))  # a frame that, accepted, would force a recovery
         assert await closed_by_peer(reader)
         with pytest.raises(HandshakeFailed):
             await authenticated(port, "w1", secret="not-the-cluster-secret-0123")

@@ -278,8 +278,8 @@ def test_kafka_payloads_round_trip() -> None:
 
 @pytest.mark.parametrize("value", [5, [1, 2], "x", {"a": 1}, None, 2.5, [[], {}]])
 def test_committed_reply_round_trips_its_result(value: object) -> None:
-    # Regression: with ``result: Raw | None`` msgspec decoded only nil (msgspec issue #659), so every
-    # committed reply with a value failed to decode on the egress topic.
+    # With ``result: Raw | None`` msgspec decodes only nil (github.com/jcrist/msgspec/issues/659), so
+    # every committed reply with a value would fail to decode on the egress topic.
     reply = Reply(
         "r1", 9, 3, Phase.FALLBACK, ReplyStatus.COMMITTED, msgspec.Raw(encode_value(value)), None, None, 55
     )

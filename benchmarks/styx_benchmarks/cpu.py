@@ -24,7 +24,7 @@ def loop_ms(repeat: int = 5) -> float:
 
     The CPU of the 2-core VM these results come from is not equally fast all day: ten times this loop
     took from 0.23 to 1.56 s at different hours, and every latency and CPU figure moved with it
-    (benchmarks/results/issue15-client.md, issue15-pushreq.md). Every result carries this, taken just
+    (benchmarks/results/resting-reader.md, pushed-requests.md). Every result carries this, taken just
     before and after its run, so two runs can be told apart by the machine as well as by the code."""
     best = float("inf")
     for _ in range(repeat):
@@ -78,7 +78,7 @@ def cpu_seconds(pid: int | None, descendants: bool = False) -> float:
 def wakeups(pid: int | None) -> int:
     """Voluntary context switches of process ``pid``'s live threads so far (0 if gone or unknown): how
     often they went to sleep and were woken (an event loop: once per idle wait). On a small VM each
-    costs tens of microseconds of CPU (benchmarks/results/issue15-client.md), so it is counted next to
+    costs tens of microseconds of CPU (benchmarks/results/resting-reader.md), so it is counted next to
     the CPU time."""
     if pid is None:
         return 0

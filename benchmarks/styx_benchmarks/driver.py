@@ -35,7 +35,7 @@ _HIST_MAX_US = 600_000_000
 # and 2 ms from BUSY_RATE requests a second up. Each wake-up costs a process on this VM ~25-35 µs of CPU
 # (a bare 1 ms sleep 25 µs, a uvloop sleep 35 µs), which at 8 000/s, where the 1 ms tick woke the load
 # generator ~700 times a second, was 2.5-3 µs of its CPU per request; the longer tick adds ~0.5 ms to
-# the mean latency, counted from each request's schedule (benchmarks/results/issue15-lean.md).
+# the mean latency, counted from each request's schedule (benchmarks/results/lean-client.md).
 _TICK_S = 0.001
 BUSY_TICK_S = 0.002
 BUSY_RATE = 4_000.0
@@ -578,8 +578,8 @@ async def _run_open_loop(
 
     # Each measured request's outcome as it comes, in flat arrays (request i at i - first_measured);
     # every count, second and histogram is derived from them after the run (Outcomes.fill). A record
-    # is a few stores: building the per-second counts per request was ~2 µs of the load generator at
-    # 8 000/s (py-spy: the old record() 5.8 % of its CPU; benchmarks/results/issue15-lean.md).
+    # is a few stores: building the per-second counts per request costs ~2 µs of the load generator at
+    # 8 000/s (py-spy: 5.8 % of its CPU; benchmarks/results/lean-client.md).
     outcomes = Outcomes(total - first_measured)
 
     def record(i: int, label: str, outcome: Outcome, finished: float) -> None:

@@ -8,9 +8,10 @@ proxy (what ``styx up --durable`` runs, plus the proxy), a coordinator and two w
 counters, the CPU of every process, and the S3 requests Tansu made since the last sample, by kind
 (``LIST`` of a partition's batch objects, ``PUT``/``GET`` of a batch, a watermark, the cluster
 metadata), with their mean latency. Writes ``benchmarks/results/durable-probe-<rate>-<time>.json``
-(the samples and the run's result). This is how issue 16's stall was found: Tansu's S3 fetch lists
-every batch object of the partition and answers empty when that takes longer than the fetch's wait,
-so consumers with a 5 ms wait spun on ``LIST`` for ever (docs/operations.md, durable mode).
+(the samples and the run's result). It shows why durable mode needs adaptive fetch waits: Tansu's S3
+fetch lists every batch object of the partition and answers empty when that takes longer than the
+fetch's wait, so consumers with a 5 ms wait would spin on ``LIST`` for ever (docs/operations.md,
+durable mode; benchmarks/results/durable-mode.md).
 
 The proxy only watches requests: it relays bytes unchanged and recognises a request by its first
 line (Tansu's S3 client sends one request at a time per connection).

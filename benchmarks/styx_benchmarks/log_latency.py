@@ -11,7 +11,7 @@ driver's lateness behind the schedule and the SDK before the record is built, an
 This is the latency the Styx reference's own YCSB-T harness reports (delftdata/styx,
 ``demo/demo-ycsb``: the egress record's timestamp minus the request's delivery-report timestamp, both
 read from Kafka after the run, with a load generator that does not read replies while it sends), so
-``styx bench`` reports it next to its own, stricter one (benchmarks/results/issue15-harness.md).
+``styx bench`` reports it next to its own, stricter one (benchmarks/results/log-to-log.md).
 
 Read after a run from the egress log (the topic and every segment from the run's on), with the fetch
 high watermark as the end (:func:`styx_py.io.kafka_logs.read_to_end`), so it costs the load generator

@@ -18,7 +18,7 @@ the driver's own Python costs per request:
   ``--burst`` requests, back to back (warm) and with a 1 ms sleep before each burst (cold: what the
   driver's 1 ms tick does at 8 000/s with 8 requests a tick).
 
-Measured numbers are in benchmarks/results/issue15-client.md.
+Measured numbers are in benchmarks/results/resting-reader.md.
 """
 
 from __future__ import annotations

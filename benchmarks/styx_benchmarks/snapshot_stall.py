@@ -9,7 +9,7 @@ SDK (:func:`styx_benchmarks.latency_path.measure`) and reads back, for every epo
 reply was produced. An epoch normally follows the one before by a median gap; a snapshot's **stall**
 is how much longer its next ``K`` = 10 epochs took than ``K`` median gaps. The same measure ``4 K``
 epochs after each snapshot is the **baseline**: what the run's noise gives. ``--compare N`` also runs
-the worker's snapshot as it was before 2026-11-29 (steps of 1 000 rows, back to back:
+the worker's snapshot unpaced (steps of 1 000 rows, back to back:
 ``STYX_SNAPSHOT_STEP_ROWS=1000``, ``STYX_SNAPSHOT_STEP_PAUSE_MS=0``), N rounds of each, alternating.
 
 Results go to ``benchmarks/results/snapshot-stall-<time>.json``; the measured numbers are in

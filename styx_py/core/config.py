@@ -52,7 +52,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     # 5 ms, not 1: at 500-2 000/s epochs of 1-10 transactions ran back to back (~280 a second at
     # 500/s), each costing every process its fixed share (Kafka requests, barrier messages). Spaced by
     # 5 ms the cluster used 2-14 % less CPU per transaction at 500-4 000/s and p50 was lower at
-    # 500-2 000/s; unchanged at 8 000/s and above (benchmarks/results/issue15-interval.md).
+    # 500-2 000/s; unchanged at 8 000/s and above (benchmarks/results/epoch-interval.md).
     epoch_interval_ms: Annotated[
         float, Setting("minimum spacing between epoch starts while work is waiting", "ms", ge=0)
     ] = 5.0
@@ -135,7 +135,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         Setting(
             "SDK clients that connect through the coordinator read only their own egress partition; "
             "off (each reads every partition) for brokers that list a partition on every fetch "
-            "(Tansu on S3: `styx up --durable` turns it off)"
+            "(Tansu: `styx up` turns it off, docs/operations.md#durable-mode)"
         ),
     ] = True
     seqlog_topic: Annotated[str, Setting("Kafka topic of the sequencer log (one partition)")] = "styx-seqlog"

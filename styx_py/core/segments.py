@@ -2,7 +2,7 @@
 
 A broker like Tansu (the local default) answers every fetch that returns data by listing every batch
 stored in the partition, so a partition that is tailed while it grows costs more with every batch
-(benchmarks/results/issue15-broker.md). With ``log_segment_s`` set, the coordinator starts a new
+(benchmarks/results/broker-cost.md). With ``log_segment_s`` set, the coordinator starts a new
 *segment* of the ingress topic that often: segment 0 is the configured topic itself, segment ``k``
 the topic ``<ingress_topic>.<k>`` with the same partitions; the egress topic is segmented the same
 way, and workers write replies to the segment before the newest (:func:`replies_to`), which clients
@@ -10,7 +10,7 @@ read already when they learn of the newest. Clients write to the newest segment 
 know of; workers read the newest :data:`LIVE` (a client that has not noticed the newest one yet still
 writes to an older one, and a record written just before a client moved on may still be on its way).
 A client writes again what it wrote to an older segment (:func:`unread`) and has no reply for. The
-protocol is in docs/architecture.md ("Ingress segments").
+protocol is in docs/architecture.md ("Log segments").
 
 A record is named by its partition and a *packed offset*: its segment in the high bits, its Kafka
 offset in the low :data:`SHIFT` bits (an egress position too: below it, every reply of some earlier

@@ -11,7 +11,7 @@ With ``busy_linger_s``, a lane whose last batch carried at least ``busy_records`
 lane) waits that long after the batch is acknowledged before it sends the next one, so more records
 share it. A lane that sends batches of fewer records sends at once: the linger costs nothing at low
 load, and at high load it cuts the produce requests and the batches the broker stores, both of which
-cost CPU per batch (benchmarks/results/issue15-linger.md).
+cost CPU per batch (benchmarks/results/busy-linger-and-gc.md).
 
 Each record carries an ``on_done(offset, error)`` callback, called once: with the record's offset
 when the broker acknowledged its batch, or with the error that failed it, and optionally Kafka headers.

@@ -23,7 +23,7 @@ def setup_logging(name: str, level: str | None = None) -> None:
 # reference counting; with the default it ran ~2 000 young and 16 full collections in a 15 s run at
 # 11 000/s, ~1 s of CPU, the full ones ~30 ms each (every object of the process is scanned, the
 # entity state among them), which is a pause on every transaction in flight. With this: 2-3 young
-# collections, worker p99 126 / 111 ms against 217 / 190 ms (benchmarks/results/issue15-linger.md).
+# collections, worker p99 126 / 111 ms against 217 / 190 ms (benchmarks/results/busy-linger-and-gc.md).
 SERVER_GC_GEN0 = 20_000
 
 

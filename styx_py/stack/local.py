@@ -169,7 +169,7 @@ class LocalStack:
             # starves the reader of the one busy partition.
             self.env.setdefault("STYX_REPLY_ROUTING", "false")
             # Tansu lists a partition's every stored batch on each fetch that returns data, so a tailed
-            # partition costs more with every batch (benchmarks/results/issue15-broker.md): the ingress
+            # partition costs more with every batch (benchmarks/results/broker-cost.md): the ingress
             # and egress topics start new segments every 2 s (Config.log_segment_s, core/segments.py).
             self.env.setdefault("STYX_LOG_SEGMENT_S", "2")
             self.broker = TansuBroker(
