@@ -11,9 +11,8 @@ of replies. ``send`` therefore holds a reply whose client was pushed it until th
 which hands the held replies to the producer together with the entry, so both go in one produce
 request; or until ``flush``, a segment change, or :data:`HOLD_S` without an entry. A reply that was
 not pushed (``push_replies=False``, a client not connected) goes at once, with those held before it:
-its client reads the log for it. Each epoch used to cost a worker two produce requests, now one: on
-Tansu a request costs the broker and the worker a few hundred µs of CPU
-(benchmarks/results/issue15-fetch.md).
+its client reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
+the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md).
 """
 
 from __future__ import annotations

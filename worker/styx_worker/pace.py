@@ -29,7 +29,7 @@ pushed after all waits up to half of it once, and up to :data:`PUSHED_POLL_S` (m
 without the poll pacing, at the SDK's push threshold: p99.9 125 ms)."""
 PUSHED_POLL_S = 0.05
 """While the records come pushed, the fetch loop polls at most this often (see the module docstring): 20
-confirming rounds a second at most, on any broker (benchmarks/results/issue15-fetch.md)."""
+confirming rounds a second at most, on any broker (benchmarks/results/paced-fetch.md)."""
 SETTLE_S = 2.0
 """Requests pushed this long, with none found not pushed, before the fetch waits longer."""
 EXCUSE_S = 0.2

@@ -11,7 +11,8 @@ this worker owns, taken in turn epoch by epoch (:meth:`ReplyOut.route`). So a wo
 unrouted replies of an epoch as one batch, not one per partition they came from, and every egress
 partition still has one producer, its owner (Tansu was seen to expose one producer's later batch
 before another's earlier one). The broker's cost grows with the batches it stores per partition, not
-with records (one record per batch costs Tansu ~4 times the CPU of five, and 3 times the latency). A
+with records (one record per batch costs Tansu ~4 times the CPU of five, and 3 times the latency:
+benchmarks/results/broker-cost.md). A
 resent request is answered on the partition *it* names, if any; the reply table stays keyed by
 ingress partition.
 
