@@ -22,32 +22,25 @@ from typing import Any
 
 from styx_client.sdk.config import BUSY_LINGER_MS, SEGMENT_POLL_S, ClientConfig, client_config
 from styx_client.sdk.core import ClientCore
-from styx_client.sdk.deployment import client_arguments, coordinator_status
-from styx_client.sdk.entry import Pending
+from styx_client.sdk.deployment import connect_arguments
 from styx_client.sdk.ids import RequestIds
 from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_client.sdk.prepared import Prepared
-from styx_client.sdk.push import worker_partitions
 from styx_client.sdk.replies import result_of
-from styx_client.sdk.requests import Targets
-from styx_client.sdk.shell import Shell
-from styx_client.sdk.stats import ClientStats
+from styx_client.sdk.requests import Call, Targets
+from styx_client.sdk.shell import Caller, Shell
 from styx_client.sdk.transport import Batching, ClientTransport
-from styx_client.sdk.waiters import Waiter
+from styx_client.sdk.view import ClientView
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.wire import Key, Reply
-from styx_py.io.clusterfile import default_coordinator, default_secret
 
 __all__ = ["BUSY_LINGER_MS", "Batching", "Call", "Prepared", "StyxClient"]
 
 log = logging.getLogger("styx.client")
 
-Call = tuple[str, Key, str, tuple[Any, ...]]
-"""One entry of :meth:`StyxClient.submit_many`: ``(operator, key, function, args)``."""
 
-
-class StyxClient:
+class StyxClient(ClientView):
     """Asynchronous client of a styx-py cluster (one producer, one reply-reader task).
 
     Use :meth:`connect` to learn the operators and the Kafka address from the coordinator, or pass
@@ -159,113 +152,6 @@ class StyxClient:
         self._failure: BaseException | None = None  # what failed in the task group
         self._closed = False
 
-    # ---- configuration and state -------------------------------------------------------------------
-
-    @property
-    def bootstrap(self) -> str:
-        return self.config.bootstrap
-
-    @property
-    def ingress_topic(self) -> str:
-        return self.config.ingress_topic
-
-    @property
-    def egress_topic(self) -> str:
-        return self.config.egress_topic
-
-    @property
-    def client_id(self) -> str:
-        return self.config.client_id
-
-    @property
-    def max_pending(self) -> int:
-        return self.config.max_pending
-
-    @property
-    def timeout_s(self) -> float:
-        return self.config.timeout_s
-
-    @property
-    def fetch_wait_ms(self) -> int:
-        return self.config.kafka.fetch_wait_ms
-
-    @property
-    def linger_ms(self) -> int:
-        return self.config.kafka.linger_ms
-
-    @property
-    def busy_linger_ms(self) -> float:
-        return self.config.kafka.busy_linger_ms
-
-    @property
-    def coordinator(self) -> str | None:
-        """Where the worker addresses come from, for pushed replies (None: no pushes)."""
-        return self.config.push.coordinator
-
-    @property
-    def push_requests(self) -> bool:
-        return self.config.push.push_requests
-
-    @property
-    def rest_egress(self) -> bool:
-        return self.config.push.rest_egress
-
-    @property
-    def reply_partition(self) -> int:
-        """The egress partition read (-1: all), known once started."""
-        return -1 if self._shell is None else self._shell.reply_partition
-
-    @property
-    def segment(self) -> int:
-        """The newest ingress segment known (:mod:`styx_py.core.segments`), where requests go."""
-        return self._core.segment
-
-    @property
-    def stats(self) -> ClientStats:
-        return self._core.stats
-
-    @property
-    def batching(self) -> Batching:
-        """How the requests sent so far were batched (all zero before :meth:`start`)."""
-        return self._transport.batching
-
-    @property
-    def requests_pushed(self) -> int:
-        """Requests pushed to the worker reading their partition once the broker acknowledged them
-        (styx_client.sdk.push); the others are fetched only."""
-        return self._transport.requests_pushed
-
-    @property
-    def operators(self) -> dict[str, int]:
-        return self._targets.operators
-
-    @property
-    def functions(self) -> dict[str, frozenset[str]] | None:
-        return self._targets.functions
-
-    def set_deployment(
-        self, operators: Mapping[str, int], functions: Mapping[str, Collection[str]] | None = None
-    ) -> None:
-        """The cluster runs another version of its graph (a code update): check calls against its
-        operators and functions from now on. Partition counts of existing operators never change in an
-        update, so requests already sent stay where they are."""
-        self._targets = Targets(operators, functions)
-
-    @property
-    def request_id_prefix(self) -> str:
-        """What every request id this client generates starts with: a reader of the logs can tell this
-        client's requests and replies apart (ids chosen by callers need not)."""
-        return self._new_rid.prefix
-
-    @property
-    def pending_count(self) -> int:
-        """Requests in flight (distinct request ids waiting for a reply)."""
-        return len(self._core.table)
-
-    def is_pending(self, request_id: str) -> bool:
-        """Whether ``request_id`` is in flight: a submit of it now waits for the same reply."""
-        return self._core.table.get(request_id) is not None
-
     # ---- construction ------------------------------------------------------------------------------
 
     @classmethod
@@ -284,18 +170,7 @@ class StyxClient:
         connection to the coordinator's port (default: ``$STYX_CLUSTER_SECRET``, else that file's for its
         coordinator).
         """
-        coordinator = coordinator or default_coordinator()
-        if not coordinator:
-            raise ConfigError(
-                "no coordinator: pass its host:port, set STYX_COORDINATOR or run 'styx up' here"
-            )
-        if cluster_secret is None:
-            cluster_secret = default_secret(coordinator)
-        body = await coordinator_status(coordinator, float(kw.get("timeout_s", 30.0)), cluster_secret)
-        bootstrap, operators = client_arguments(coordinator, body, kw)
-        kw.setdefault("coordinator", coordinator)
-        kw.setdefault("cluster_secret", cluster_secret)
-        kw.setdefault("workers", worker_partitions(body))
+        bootstrap, operators = await connect_arguments(coordinator, cluster_secret, kw)
         client = cls(bootstrap, operators, **kw)
         await client.start()
         return client
@@ -314,17 +189,16 @@ class StyxClient:
         loop = asyncio.get_running_loop()
         listed = loop.time()
         core, config = self._core, self.config
-        opened = await self._transport.open(config, self._targets.operators, self, core.rest, self.reply_to)
+        shell = Shell(core, self._transport, config.segment_poll_s, config.client_id)
+        opened = await self._transport.open(config, self._targets.operators, shell, core.rest, self.reply_to)
+        shell.reply_partition = opened.reply_partition
         core.segment_seen(opened.segment, listed)
-        shell = Shell(core, self._transport, opened.reply_partition, config.segment_poll_s, config.client_id)
         ready: asyncio.Future[None] = loop.create_future()
         self._tasks = loop.create_task(self._supervise(shell, ready), name=f"{config.client_id}-tasks")
         await ready
         self._shell = shell
         log.debug(
-            "%s: started; reading replies from egress partition %d (-1: all)",
-            config.client_id,
-            opened.reply_partition,
+            "%s: started; reading egress partition %d (-1: all)", config.client_id, shell.reply_partition
         )
 
     async def _supervise(self, shell: Shell, ready: asyncio.Future[None]) -> None:
@@ -346,26 +220,6 @@ class StyxClient:
                 ready.set_exception(
                     StyxError(f"StyxClient's background tasks did not start: {self._failure!r}")
                 )
-
-    # ---- the transport's events (TransportEvents, forwarded to the shell) ---------------------------
-
-    def acknowledged(self, entry: Pending, segment: int, offset: int) -> None:
-        assert self._shell is not None
-        self._shell.acknowledged(entry, segment, offset)
-
-    def undelivered(self, entry: Pending, exc: BaseException, unavailable: bool) -> None:
-        self._core.undelivered(entry, exc, unavailable)
-
-    def from_log(self, key: bytes | None, value: bytes | None) -> None:
-        assert self._shell is not None
-        self._shell.from_log(key, value)
-
-    def pushed(self, reply: Reply) -> None:
-        self._core.pushed(reply)
-
-    def marks(self, ends: list[tuple[int, int]]) -> None:
-        assert self._shell is not None
-        self._shell.marks(ends)
 
     # ---- shutdown ----------------------------------------------------------------------------------
 
@@ -468,7 +322,7 @@ class StyxClient:
         entry, new = core.admit(rid, record, partition)
         wait_s = self.timeout_s if timeout_s is None else timeout_s
         future: asyncio.Future[Reply] = shell.loop.create_future()
-        caller = _Caller(core, future)
+        caller = Caller(core, future)
         caller.waiter = waiter = core.wait(
             entry, caller, wait_s, (operator, function, key, rid), shell.loop.time()
         )
@@ -537,38 +391,9 @@ class StyxClient:
             async with limit:
                 return await self.submit(operator, key, function, *args, request_id=rid)
 
-        outcomes = await asyncio.gather(
-            *(one(rid, call) for rid, call in zip(rids, batch, strict=True)), return_exceptions=True
-        )
-        replies: list[Reply] = []
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            replies.append(outcome)
-        return replies
-
-
-class _Caller:
-    """One :meth:`StyxClient.submit_future` caller: the ``done`` of its waiter, which settles its future,
-    and its future's done callback, which only does anything when the caller cancelled the future."""
-
-    __slots__ = ("core", "future", "waiter")
-
-    def __init__(self, core: ClientCore, future: asyncio.Future[Reply]) -> None:
-        self.core = core
-        self.future = future
-        self.waiter: Waiter | None = None
-
-    def __call__(self, reply: Reply | None, error: StyxError | None) -> None:
-        future = self.future
-        future.remove_done_callback(self.cancelled)
-        if future.done():
-            return  # cancelled, its callback not run yet: the core counted it out already
-        if error is None:
-            future.set_result(reply)  # type: ignore[arg-type]
-        else:
-            future.set_exception(error)
-
-    def cancelled(self, _: asyncio.Future[Reply]) -> None:
-        if self.waiter is not None:
-            self.core.give_up(self.waiter)
+        calls_ = zip(rids, batch, strict=True)
+        outcomes = await asyncio.gather(*(one(rid, call) for rid, call in calls_), return_exceptions=True)
+        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return [o for o in outcomes if not isinstance(o, BaseException)]

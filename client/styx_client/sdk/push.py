@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from styx_client.sdk.deployment import worker_partitions
 from styx_py.core.errors import ProtocolError, StyxError
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -102,16 +103,6 @@ RATE_WINDOW_S = 0.25
 def worker_addresses(status: Mapping[str, Any]) -> set[str]:
     """The ``host:port`` of every worker in a coordinator's status body."""
     return set(worker_partitions(status))
-
-
-def worker_partitions(status: Mapping[str, Any]) -> dict[str, list[int]]:
-    """The ``host:port`` of every worker in a coordinator's status body, with the partitions it owns."""
-    rows = status.get("workers") or []
-    return {
-        str(row["address"]): [int(p) for p in row.get("partitions") or []]
-        for row in rows
-        if isinstance(row, Mapping) and row.get("address")
-    }
 
 
 class WorkerLinks:

@@ -15,12 +15,13 @@ import logging
 import math
 
 from styx_client.sdk.core import ClientCore
-from styx_client.sdk.entry import Pending
+from styx_client.sdk.entry import Pending, Waiter
 from styx_client.sdk.transport import ClientTransport
+from styx_py.core.errors import StyxError
 from styx_py.core.segments import LIVE
 from styx_py.core.wire import Reply
 
-__all__ = ["Shell"]
+__all__ = ["Caller", "Shell"]
 
 log = logging.getLogger("styx.client")
 
@@ -31,16 +32,11 @@ class Shell:
     __slots__ = ("_wake", "core", "loop", "name", "reply_partition", "segment_poll_s", "transport")
 
     def __init__(
-        self,
-        core: ClientCore,
-        transport: ClientTransport,
-        reply_partition: int,
-        segment_poll_s: float,
-        name: str,
+        self, core: ClientCore, transport: ClientTransport, segment_poll_s: float, name: str
     ) -> None:
         self.core = core
         self.transport = transport
-        self.reply_partition = reply_partition  # the egress partition read (-1: every one)
+        self.reply_partition = -1  # the egress partition read (-1: every one), once the transport opened
         self.segment_poll_s = segment_poll_s
         self.name = name
         self.loop = asyncio.get_running_loop()
@@ -127,3 +123,29 @@ class Shell:
                     async with asyncio.timeout_at(at):
                         await wake
             core.tick(loop.time())
+
+
+class Caller:
+    """One :meth:`StyxClient.submit_future` caller: the ``done`` of its waiter, which settles its future,
+    and its future's done callback, which only does anything when the caller cancelled the future."""
+
+    __slots__ = ("core", "future", "waiter")
+
+    def __init__(self, core: ClientCore, future: asyncio.Future[Reply]) -> None:
+        self.core = core
+        self.future = future
+        self.waiter: Waiter | None = None
+
+    def __call__(self, reply: Reply | None, error: StyxError | None) -> None:
+        future = self.future
+        future.remove_done_callback(self.cancelled)
+        if future.done():
+            return  # cancelled, its callback not run yet: the core counted it out already
+        if error is None:
+            future.set_result(reply)  # type: ignore[arg-type]
+        else:
+            future.set_exception(error)
+
+    def cancelled(self, _: asyncio.Future[Reply]) -> None:
+        if self.waiter is not None:
+            self.core.give_up(self.waiter)
