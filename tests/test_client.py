@@ -531,18 +531,17 @@ async def test_a_request_id_reused_for_another_request_is_refused(
     assert [r.request_id for r in cluster.echo.received] == ["held", "done", "done"]
 
 
-async def test_the_ids_remembered_for_reuse_are_bounded() -> None:
+def test_the_ids_remembered_for_reuse_are_bounded() -> None:
     table = PendingTable(max_pending=10, stats=ClientStats())
-    loop = asyncio.get_running_loop()
 
     def record(rid: str, arg: str) -> bytes:
         return encode_request(rid, "acct", "fn", "k", (arg,))
 
     n, kept = 3000, 1024  # kept: max(1024, 2 * max_pending)
     for i in range(n):
-        entry = table.add(f"r{i}", loop.create_future(), record(f"r{i}", "a"))
-        entry.waiters = 1
-        table.leave(f"r{i}", entry)  # given up (or timed out): remembered
+        entry = table.register(f"r{i}", record(f"r{i}", "a"), 0, 0)
+        waiter = table.wait(entry, lambda reply, error: None, 5.0, ("acct", "fn", "k", f"r{i}"), 0.0)
+        table.give_up(waiter)  # given up (or timed out): remembered
     # At least the last ``kept`` are remembered, whatever n is; none older than the last 2 * kept.
     for rid in (f"r{n - kept}", f"r{n - 1}"):
         with pytest.raises(BadRequest, match="recently sent"):

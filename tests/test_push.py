@@ -23,10 +23,12 @@ from aiokafka import AIOKafkaProducer
 from styx_benchmarks.latency_path import ingress_pushes
 from styx_client import StyxClient
 from styx_client.sdk import push as push_module
-from styx_client.sdk.pending import EGRESS, PUSHED, ClientStats, PendingTable
+from styx_client.sdk.kafka_transport import KafkaTransport
+from styx_client.sdk.pending import EGRESS, PUSHED, PendingTable
 from styx_client.sdk.push import PUSHED_FETCH_WAIT_MS, REFRESH_S, RETRY_S, WorkerLinks, worker_addresses
 from styx_client.sdk.replies import result_of
 from styx_client.sdk.resting import MISS_S, STALE_S, EgressRest
+from styx_client.sdk.stats import ClientStats
 from styx_py.core.config import load_config
 from styx_py.core.segments import REPLY_SEGMENTS, segments_in
 from styx_py.core.wire import (
@@ -209,23 +211,24 @@ def test_only_what_leaves_for_the_egress_log_is_pushed() -> None:
     assert [r.request_id for r in log.records("egress")] == ["r1", "r0"]
 
 
-def test_the_second_copy_of_a_reply_is_an_echo_not_a_duplicate() -> None:
-    async def run() -> ClientStats:
-        stats = ClientStats()
-        table = PendingTable(10, stats)
-        loop = asyncio.get_running_loop()
-        futures = {}
-        for rid in ("r1", "r2"):
-            futures[rid] = table.add(rid, loop.create_future(), b"fp").future
-        table.resolve_pushed(_reply("r1"))  # pushed first ...
-        table.resolve(_reply("r1"), EGRESS)  # ... then read from the egress topic: an echo
-        table.resolve(_reply("r1"), EGRESS)  # the log holding it twice: a duplicate
-        table.resolve(_reply("r2"), EGRESS)  # the other way round
-        table.resolve(_reply("r2"), PUSHED)
-        assert futures["r1"].result().request_id == "r1" and futures["r2"].done()
-        return stats
+def _waiting(table: PendingTable, rid: str) -> list[Reply | None]:
+    """Register ``rid`` with one waiter (no event loop: the table is plain code); what it is told."""
+    told: list[Reply | None] = []
+    entry = table.register(rid, b"fp", 0, 0)
+    table.wait(entry, lambda reply, error: told.append(reply), 5.0, ("op", "fn", "k", rid), 0.0)
+    return told
 
-    stats = asyncio.run(run())
+
+def test_the_second_copy_of_a_reply_is_an_echo_not_a_duplicate() -> None:
+    stats = ClientStats()
+    table = PendingTable(10, stats)
+    told = {rid: _waiting(table, rid) for rid in ("r1", "r2")}
+    table.resolve(_reply("r1"), PUSHED)  # pushed first ...
+    table.resolve(_reply("r1"), EGRESS)  # ... then read from the egress topic: an echo
+    table.resolve(_reply("r1"), EGRESS)  # the log holding it twice: a duplicate
+    table.resolve(_reply("r2"), EGRESS)  # the other way round
+    table.resolve(_reply("r2"), PUSHED)
+    assert [r.request_id for r in told["r1"] if r] == ["r1"] and len(told["r2"]) == 1
     assert (stats.replied, stats.pushed) == (2, 1)
     assert (stats.echoes_ignored, stats.duplicates_ignored, stats.unmatched_ignored) == (2, 1, 0)
 
@@ -233,23 +236,17 @@ def test_the_second_copy_of_a_reply_is_an_echo_not_a_duplicate() -> None:
 def test_a_taken_copy_is_counted_by_its_key_as_resolve_would_count_it() -> None:
     """The egress reader skips decoding a record whose key names a reply already taken: the stats
     come out as if it had been decoded and resolved; anything else is left to decode."""
-
-    async def run() -> tuple[ClientStats, ClientStats]:
-        loop = asyncio.get_running_loop()
-        by_key, by_reply = ClientStats(), ClientStats()
-        for stats, skip in ((by_key, True), (by_reply, False)):
-            table = PendingTable(10, stats)
-            for rid in ("r1", "r2"):
-                table.add(rid, loop.create_future(), b"fp")
-            table.resolve_pushed(_reply("r1"))
-            for rid in ("r1", "r1", "r2", "stranger"):  # an echo, a duplicate, a pending one, a foreign one
-                if not (skip and table.taken_copy(rid.encode())):
-                    table.resolve(_reply(rid), EGRESS)
-            assert table.get("r2") is None  # the pending one was resolved, not skipped
-            assert not table.taken_copy(b"\xff\xfe")  # not a request id: decoded (and counted) as usual
-        return by_key, by_reply
-
-    by_key, by_reply = asyncio.run(run())
+    by_key, by_reply = ClientStats(), ClientStats()
+    for stats, skip in ((by_key, True), (by_reply, False)):
+        table = PendingTable(10, stats)
+        for rid in ("r1", "r2"):
+            _waiting(table, rid)
+        table.resolve(_reply("r1"), PUSHED)
+        for rid in ("r1", "r1", "r2", "stranger"):  # an echo, a duplicate, a pending one, a foreign one
+            if not (skip and table.taken_copy(rid.encode())):
+                table.resolve(_reply(rid), EGRESS)
+        assert table.get("r2") is None  # the pending one was resolved, not skipped
+        assert not table.taken_copy(b"\xff\xfe")  # not a request id: decoded (and counted) as usual
     assert by_key == by_reply
     assert (by_key.replied, by_key.echoes_ignored, by_key.duplicates_ignored) == (2, 1, 1)
     assert (by_key.unmatched_ignored, by_key.foreign_ignored) == (1, 1)
@@ -324,43 +321,42 @@ async def test_asking_soon_for_the_workers_asks_at_once_but_not_more_often_than_
         await asyncio.gather(runs, return_exceptions=True)
 
 
-async def test_the_reader_rests_only_while_pushed_marked_not_overdue_and_settled() -> None:
+def test_the_reader_rests_only_while_pushed_marked_not_overdue_and_settled() -> None:
     table = PendingTable(100, ClientStats())
-    now, wall = [100.0], [1_000_000]
-    healthy, settled = [True], [True]
-    rest = EgressRest(
-        table,
-        lambda: healthy[0],
-        "styx-egress",
-        clock=lambda: now[0],
-        wall_ms=lambda: wall[0],
-        settled=lambda: settled[0],
-    )
-    assert rest.may_rest()  # nothing in flight: nothing to read for, marks or not
-    entry = table.add("r1", asyncio.get_running_loop().create_future(), b"fp")
-    entry.stamp = wall[0]
-    assert not rest.may_rest()  # in flight, and no mark yet
-    rest.mark([(0, 5)])
-    assert rest.may_rest()  # in flight, not overdue
-    wall[0] += int(MISS_S * 1000)
-    assert not rest.may_rest()  # overdue: its reply may be in the log only
-    entry.stamp = wall[0]
-    healthy[0] = False
-    assert not rest.may_rest()  # a subscription down
-    healthy[0] = True
-    settled[0] = False
-    assert not rest.may_rest()  # moving to other segments: an old one is dropped once read to its end
-    settled[0] = True
-    now[0] += STALE_S
-    assert not rest.may_rest()  # no mark for STALE_S
-    rest.mark([(0, 6)])
-    assert rest.may_rest()
-    now[0] += STALE_S
-    entry.waiters += 1  # its one caller gives up: the request leaves the table
-    table.leave("r1", entry)
-    assert len(table) == 0 and rest.may_rest(), "no mark for STALE_S, but nothing in flight"
-    healthy[0] = False
-    assert not rest.may_rest(), "a subscription down: read, in flight or not"
+    now, wall = 100.0, 1_000_000
+    healthy, settled = True, True
+    rest = EgressRest(table, "styx-egress")
+
+    def may_rest() -> bool:
+        return rest.may_rest(healthy, settled, now, wall)
+
+    assert may_rest()  # nothing in flight: nothing to read for, marks or not
+    entry = table.register("r1", b"fp", 0, 0)
+    waiter = table.wait(entry, lambda reply, error: None, 5.0, ("op", "fn", "k", "r1"), now)
+    entry.stamp = wall
+    assert not may_rest()  # in flight, and no mark yet
+    rest.mark([(0, 5)], now)
+    assert may_rest()  # in flight, not overdue
+    wall += int(MISS_S * 1000)
+    assert not may_rest()  # overdue: its reply may be in the log only
+    entry.stamp = wall
+    healthy = False
+    assert not may_rest()  # a subscription down
+    healthy = True
+    settled = False
+    assert not may_rest()  # moving to other segments: an old one is dropped once read to its end
+    settled = True
+    now += STALE_S
+    assert not may_rest()  # no mark for STALE_S
+    rest.mark([(0, 6)], now)
+    assert may_rest()
+    now += STALE_S
+    table.give_up(waiter)  # its one caller gives up: the request leaves the table
+    assert len(table) == 0 and may_rest(), "no mark for STALE_S, but nothing in flight"
+    healthy = False
+    assert not may_rest(), "a subscription down: read, in flight or not"
+    # Where the resting reader may move: a checkpoint every request before which has left the table.
+    assert rest.skips({("styx-egress", 0)}) == {("styx-egress", 0): 6}
 
 
 # ---- on real services ------------------------------------------------------------------------------
@@ -371,7 +367,7 @@ ACCOUNTS = 50
 
 def _fetch_wait(client: StyxClient) -> int:
     """The egress consumer's current fetch wait (styx_py.io.fetching.set_fetch_wait)."""
-    return int(client._consumer._fetcher._fetch_max_wait_ms)
+    return int(_kafka(client).consumer._fetcher._fetch_max_wait_ms)
 
 
 async def _transfers(client: StyxClient, n: int, tag: str) -> None:
@@ -382,6 +378,12 @@ async def _transfers(client: StyxClient, n: int, tag: str) -> None:
         )
     )
     assert all(r.status in ("committed", "aborted") for r in replies), replies
+
+
+def _kafka(client: StyxClient) -> KafkaTransport:
+    transport = client._transport
+    assert isinstance(transport, KafkaTransport)
+    return transport
 
 
 def _ingress_pushes(stack: LocalStack) -> list[dict[str, float]]:
@@ -403,7 +405,7 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
     # Reading every copy from the log (rest_egress=False) is what shows the log has each reply; the
     # resting reader, which skips them, has a test of its own below.
     async with await StyxClient.connect(stack.coordinator, timeout_s=120, rest_egress=False) as client:
-        push = client._push
+        push = _kafka(client).links
         assert push is not None
         assert push.known == workers  # from the status connect() read: no second request for them
         await until(lambda: push.subscribed == workers, "subscribed on both workers", 60)
@@ -484,7 +486,7 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
     # The worker addresses are asked again only when something asks for it, not every REFRESH_S.
     monkeypatch.setattr(push_module, "REFRESH_S", 3600.0)
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-        push, rest = client._push, client._rest
+        push, rest = _kafka(client).links, client._core.rest
         assert push is not None and rest is not None
         await until(lambda: push.healthy, "subscribed on both workers", 60)
         await asyncio.gather(*(client.call("account", f"r{i}", "deposit", 100) for i in range(ACCOUNTS)))
@@ -510,7 +512,9 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         # A reply that only the log has (nothing pushed it): its request stays in flight, the reader
         # reads again after MISS_S and finds it. Written to every partition the reader reads.
         asked = push.asked
-        entry = client._pending.add("only-in-the-log", loop.create_future(), b"fp")
+        entry = client._core.table.register("only-in-the-log", b"fp", 0, 0)
+        only: list[Reply | None] = []
+        client._core.wait(entry, lambda r, e: only.append(r), 120.0, ("account", "-", "-", "x"), loop.time())
         entry.stamp = time.time_ns() // 1_000_000
         skipped = stats.egress_skipped
         value = msgspec.Raw(encode_value(7))
@@ -518,7 +522,7 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         producer = AIOKafkaProducer(bootstrap_servers=stack.kafka)
         await producer.start()
         try:
-            for tp in client._consumer.assignment():
+            for tp in _kafka(client).consumer.assignment():
                 await producer.send_and_wait(
                     tp.topic, encode_value(reply), key=b"only-in-the-log", partition=tp.partition
                 )
@@ -527,11 +531,11 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         # Other requests go on meanwhile, answered by push: marks keep coming, so what makes the reader
         # read is the request in flight for MISS_S.
         deadline = loop.time() + 60
-        while not entry.future.done():
+        while not only:
             assert loop.time() < deadline, "the reply only the log has was never read"
             await _transfers(client, 10, "r")
-        got = entry.future.result()
-        assert got.request_id == "only-in-the-log" and result_of(got) == 7
+        [got] = only
+        assert got is not None and got.request_id == "only-in-the-log" and result_of(got) == 7
         # A reply the log had and no subscribed worker pushed: the client asks the coordinator for the
         # workers again (one may have joined that does not push to it yet), not REFRESH_S later.
         await until(lambda: push.asked > asked, "the workers asked for again", 60)
@@ -555,19 +559,25 @@ async def test_a_resting_client_keeps_only_the_egress_segments_it_reads(
         local_cluster, app="styx_benchmarks.bank:app", settings={"log_segment_s": "2"}
     )
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
-        rest = client._rest
+        rest = client._core.rest
         assert rest is not None
         await asyncio.gather(*(client.call("account", f"s{i}", "deposit", 100) for i in range(ACCOUNTS)))
 
         def oldest_assigned() -> int:
-            return segments_in([tp.topic for tp in client._consumer.assignment()], client.egress_topic)[0]
+            return segments_in(
+                [tp.topic for tp in _kafka(client).consumer.assignment()], client.egress_topic
+            )[0]
 
         loop = asyncio.get_running_loop()
         first, deadline, rested = client.segment, loop.time() + 120, 0
         while (
             client.segment < first + REPLY_SEGMENTS + 2 or oldest_assigned() < client.segment - REPLY_SEGMENTS
         ):
-            assert loop.time() < deadline, (first, client.segment, sorted(client._consumer.assignment()))
+            assert loop.time() < deadline, (
+                first,
+                client.segment,
+                sorted(_kafka(client).consumer.assignment()),
+            )
             await _transfers(client, 20, "s")
             rested += rest.resting
         assert rested > 0 and client.stats.egress_skipped > 0, client.stats  # it did rest meanwhile
@@ -580,6 +590,6 @@ async def test_a_resting_client_keeps_only_the_egress_segments_it_reads(
 @pytest.mark.services
 async def test_a_client_can_read_the_log_only(stack: LocalStack) -> None:
     async with await StyxClient.connect(stack.coordinator, timeout_s=120, push_replies=False) as client:
-        assert client.coordinator is None and client._push is None
+        assert client.coordinator is None and _kafka(client).links is None
         await asyncio.gather(*(client.call("account", f"o{i}", "deposit", 1) for i in range(20)))
         assert (client.stats.replied, client.stats.pushed, client.stats.echoes_ignored) == (20, 0, 0)

@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from styx_client.sdk import StyxClient
+from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_py.core.config import load_config
 from styx_py.core.segments import (
     FRESH_S,
@@ -210,19 +211,17 @@ def test_a_request_in_flight_when_the_client_moves_on_is_on_time_if_acknowledged
     next one did not exist then), whether or not the client has moved on to a newer segment since. A
     request in flight at the move counted as late would be written again (so answered twice on the
     log) if the cluster then stalled for two rotations (tests/test_scaling.py, a lost worker)."""
-    from styx_client.sdk.pending import ClientStats, PendingTable
+    from styx_client.sdk.core import ClientCore
 
-    table = PendingTable(10, ClientStats())
-    table.segment = 3
-    table.saw_newest(time.monotonic() - 0.3)  # a look found segment 3 the newest
-    table.segment = 4
-    table.saw_newest(time.monotonic())  # the next look found segment 4
-    assert table.on_time(3) and table.on_time(4)
-    table.looked[3] = time.monotonic() - FRESH_S - 0.01
-    assert not table.on_time(3) and not table.on_time(2)
-    table.segment = 9
-    table.saw_newest(time.monotonic())
-    assert sorted(table.looked) == [9], "only the last few segments are remembered"
+    core = ClientCore(10, "egress", rest=False, push_requests=False)
+    now = 100.0
+    core.segment_seen(3, now - 0.3)  # a look found segment 3 the newest
+    core.segment_seen(4, now)  # the next look found segment 4
+    assert core.on_time(3, now) and core.on_time(4, now)
+    core.looked[3] = now - FRESH_S - 0.01
+    assert not core.on_time(3, now) and not core.on_time(2, now)
+    core.segment_seen(9, now)
+    assert sorted(core.looked) == [9], "only the last few segments are remembered"
 
 
 def test_a_broker_that_would_create_named_topics_is_never_asked_about_them() -> None:
@@ -306,21 +305,25 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
     async with StyxClient(kafka.bootstrap, {"acct": 4}, ingress_topic=ingress, egress_topic=egress) as client:
         on_time = client.submit_future("acct", "k2", "echo", 2)
         await _until(lambda: client.stats.sent == 1)
-        assert all(e.on_time for e in client._pending._entries.values())
+        core, shell = client._core, client._shell
+        assert shell is not None
+        assert all(e.on_time for e in core.table.entries.values())
         # The client stops listing topics (a broker that does not answer it) and its view goes stale.
-        assert client._segments is not None
-        client._segments.cancel()
-        await _until(lambda: time.monotonic() - client._pending.looked[client._pending.segment] > FRESH_S)
+        [looking] = [t for t in asyncio.all_tasks() if t.get_name() == f"{client.client_id}-segments"]
+        looking.cancel()
+        await _until(lambda: time.monotonic() - core.looked[core.segment] > FRESH_S)
         late = client.submit_future("acct", "k1", "echo", 1)
         await _until(lambda: client.stats.sent == 2)
         for k in (1, 2):
             await rotate(k)
-        client._segments = asyncio.create_task(client._follow_segments())
+        looking = asyncio.create_task(shell._follow_segments())
         await _until(lambda: client.segment == 2)
         assert client.stats.rewritten == 1
         # The producer keeps metadata of the two newest ingress segments only (it refreshes the
         # metadata of every topic it tracks, and a long run makes thousands of segments).
-        assert client._producer.client._topics == {segment_topic(ingress, 1), segment_topic(ingress, 2)}
+        transport = client._transport
+        assert isinstance(transport, KafkaTransport)
+        assert transport.producer.client._topics == {segment_topic(ingress, 1), segment_topic(ingress, 2)}
         # Workers reading segments 1 and 2 reply to egress segment 1, which the client reads by now.
         echo = EchoServer(kafka.bootstrap, segment_topic(ingress, 2), segment_topic(egress, 1))
         await echo.start()
@@ -333,10 +336,11 @@ async def test_the_client_follows_new_segments_and_writes_again_what_an_old_one_
         on_time.cancel()
         await _until(
             lambda: (
-                {tp.topic for tp in client._consumer.assignment()}
+                {tp.topic for tp in transport.consumer.assignment()}
                 == {segment_topic(egress, s) for s in (0, 1, 2)}
             )
         )
+        looking.cancel()
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, fetch_max_wait_ms=5)
     await consumer.start()
     try:

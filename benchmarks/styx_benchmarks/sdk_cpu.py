@@ -43,6 +43,9 @@ from styx_benchmarks.workload import Options
 from styx_benchmarks.workloads import make_workload
 from styx_client import StyxClient
 from styx_client.sdk.client import BUSY_LINGER_MS
+from styx_client.sdk.kafka_transport import KafkaTransport
+from styx_client.sdk.stats import ClientStats
+from styx_client.sdk.transport import Opened
 from styx_py.core.wire import Batch, Phase, PushedReply, Reply, ReplyStatus
 from styx_py.core.wire.frames import HEADER_BYTES, decode_batch, encode_frame
 from styx_py.core.wire.logs import NIL
@@ -101,12 +104,12 @@ class StandInWorker:
         return encode_frame(Batch("w1", msgs))[HEADER_BYTES:]
 
     async def run(self) -> None:
-        table = self.client._pending
-        deliver = table.resolve_pushed
+        core = self.client._core
+        table, deliver = core.table, core.pushed
         while True:
             await asyncio.sleep(REPLY_EVERY_S)
             t0 = time.thread_time()
-            rids = [rid for rid, entry in table._entries.items() if entry.stamp][: self.acked]
+            rids = [rid for rid, entry in table.entries.items() if entry.stamp][: self.acked]
             self.acked -= len(rids)
             payload = self.reply_frame(rids) if rids else b""
             self.own_cpu_s += time.thread_time() - t0
@@ -116,22 +119,53 @@ class StandInWorker:
                         deliver(msg.reply)
 
 
-def offline_client(busy_linger_ms: float) -> tuple[StyxClient, StandInWorker]:
-    """A started-looking client whose batches go to a :class:`StandInProducer` (no Kafka, no reader)."""
-    client = StyxClient("offline:0", {"account": 4}, max_pending=1_000_000, busy_linger_ms=busy_linger_ms)
+class StandInTransport(KafkaTransport):
+    """The Kafka transport with its batches going to a :class:`StandInProducer` and no reader."""
+
+    def __init__(self, client_stats: ClientStats, busy_linger_ms: float) -> None:
+        super().__init__(client_stats)
+        self.busy_linger_ms = busy_linger_ms
+        self.on_acked: Any = None
+
+    async def open(self, config: Any, operators: Any, events: Any, rest: Any, reply_to: str) -> Opened:
+        self._config, self._events = config, events
+        self.producer = StandInProducer(self.on_acked)
+        self.lanes = BatchLanes(self.producer, busy_linger_s=self.busy_linger_ms / 1000)
+        return Opened(0, 0)
+
+    def start(self, group: asyncio.TaskGroup) -> None:
+        assert self.lanes is not None
+        group.create_task(self.lanes.run())
+
+    async def newest_segment(self, known: int) -> int | None:
+        return known
+
+    async def close(self) -> None:
+        pass
+
+
+async def offline_client(busy_linger_ms: float) -> tuple[StyxClient, StandInWorker]:
+    """A started client whose batches go to a :class:`StandInProducer` (no Kafka, no reader)."""
+    stats = ClientStats()
+    transport = StandInTransport(stats, busy_linger_ms)
+    client = StyxClient("offline:0", {"account": 4}, max_pending=1_000_000, transport=transport)
+    transport.stats = client.stats
     worker = StandInWorker(client)
-    client._producer = StandInProducer(worker.on_acked)
-    client._loop = asyncio.get_running_loop()
-    client._lanes = BatchLanes(client._producer, busy_linger_s=busy_linger_ms / 1000)
-    client._started = True
+    transport.on_acked = worker.on_acked
+    await client.start()
     return client, worker
 
 
+def _lanes(client: StyxClient) -> BatchLanes:
+    transport = client._transport
+    assert isinstance(transport, StandInTransport) and transport.lanes is not None
+    return transport.lanes
+
+
 async def open_loop(rate: float, seconds: float, busy_linger_ms: float) -> dict[str, float]:
-    client, worker = offline_client(busy_linger_ms)
-    assert client._lanes is not None
+    client, worker = await offline_client(busy_linger_ms)
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(client._lanes.run()), loop.create_task(worker.run())]
+    tasks = [loop.create_task(worker.run())]
     try:
         workload = make_workload("ycsbt", Options())
         sender = SdkSender(client, 60)
@@ -151,6 +185,7 @@ async def open_loop(rate: float, seconds: float, busy_linger_ms: float) -> dict[
     finally:
         for task in tasks:
             task.cancel()
+        await client.close()
     if result.answered != result.sent:
         raise RuntimeError(f"{result.sent} sent but {result.answered} answered: {dict(result.causes)}")
     return {
@@ -166,9 +201,9 @@ async def open_loop(rate: float, seconds: float, busy_linger_ms: float) -> dict[
 
 async def stages(burst: int, bursts: int, cold: bool) -> dict[str, float]:
     """µs of thread CPU per request in each of :data:`STAGES`, over ``bursts`` bursts of ``burst``."""
-    client, worker = offline_client(0.0)
-    lanes = client._lanes
-    assert lanes is not None
+    client, worker = await offline_client(0.0)
+    lanes = _lanes(client)
+    producer = lanes.producer
     workload = make_workload("ycsbt", Options())
     rng = random.Random(1)
     sender = SdkSender(client, 60)
@@ -190,27 +225,29 @@ async def stages(burst: int, bursts: int, cold: bool) -> dict[str, float]:
         t2 = clock()
         records = [r for queue in lanes.lanes.values() for r in queue]
         lanes.lanes.clear()
-        builder = client._producer.create_batch()
+        builder = producer.create_batch()
         for key, value, _, headers, ts in records:
             if builder.append(key=key, value=value, timestamp=ts, headers=headers) is None:
-                builder = client._producer.create_batch()
+                builder = producer.create_batch()
                 builder.append(key=key, value=value, timestamp=ts, headers=headers)
         t3 = clock()
         for offset, (_, _, on_done, _, _) in enumerate(records):
             if on_done is not None:
                 on_done(offset, None)
         t4 = clock()
-        payload = worker.reply_frame(list(client._pending._entries))
+        payload = worker.reply_frame(list(client._core.table.entries))
         t5 = clock()
         replies = [msg.reply for msg in decode_batch(payload, "admin").msgs if isinstance(msg, PushedReply)]
         t6 = clock()
         for reply in replies:
-            client._pending.resolve_pushed(reply)
+            client._core.pushed(reply)
         t7 = clock()
         for k, (a, b) in enumerate(((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t5, t6), (t6, t7))):
             totals[k] += b - a
-    if client._pending._entries:
-        raise RuntimeError(f"{len(client._pending._entries)} requests left unanswered")
+    left = client.pending_count
+    await client.close()
+    if left:
+        raise RuntimeError(f"{left} requests left unanswered")
     return {name: total / (burst * bursts) * 1e6 for name, total in zip(STAGES, totals, strict=True)}
 
 

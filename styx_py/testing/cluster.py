@@ -22,13 +22,15 @@ from typing import Any, TypeVar
 import looptime
 import msgspec
 
+from styx_client.sdk import StyxClient
 from styx_coordinator.server import Coordinator
 from styx_py.core.config import Config, load_config
 from styx_py.core.graph import Graph, load_graph, version_at
 from styx_py.core.partitioning import Key, partition_of
-from styx_py.core.segments import segment_topic, segments_in, unread
+from styx_py.core.segments import FRESH_S, MIN_PERIOD_S, segment_topic, segments_in, unread
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import COORDINATOR, Reply, Request, decode_value, encode_value
+from styx_py.testing.client_transport import MemoryTransport
 from styx_py.testing.memory import (
     MemoryBlobStore,
     MemoryEgress,
@@ -42,6 +44,10 @@ from styx_worker.ports import WorkerPorts
 from styx_worker.shell import Worker
 
 T = TypeVar("T")
+
+# The simulation's clients wait this long (virtual time) before a request times out: longer than any
+# run, so a request that is never answered fails the run's own check instead.
+CLIENT_TIMEOUT_S = 10_000.0
 
 
 def virtual_time() -> contextlib.AbstractContextManager[None]:
@@ -91,18 +97,20 @@ class SimCluster:
         self.network = MemoryNetwork(seed)
         self.log = MemoryLog()
         self.requests: dict[str, Request] = {}
-        self.submissions: Counter[str] = Counter()
-        # Ingress segments (core.segments): where each request id was last written (segment, partition,
-        # record, and whether late: not to the newest segment, as by a client that lags), and the
-        # copies written again because the workers may have stopped reading a segment with a late copy
-        # (the SDK's rule): the late copy may have been read after all, or not.
-        self.segment_of: dict[str, tuple[int, int, Request, bool]] = {}
-        self.segment_resends: Counter[str] = Counter()
-        self.late_segment: dict[str, int] = {}  # the oldest segment a late copy of a request id went to
-        # Each submission names a seeded reply partition, as SDK clients do (-1: none, the reply goes
-        # to a partition of its worker's choosing); the partitions each request id may be answered on
-        # (-1: any).
-        self._reply_routes = random.Random(seed)
+        self.submissions: Counter[str] = Counter()  # the sends of each request id (by a client, or raw)
+        # Every record of a request id appended to the ingress log (a client writes one again to a newer
+        # segment when the workers may have stopped reading the one it went to late), and the oldest
+        # segment one of its copies went to late (not the newest when appended: by a client that has not
+        # seen the newest yet).
+        self.written: Counter[str] = Counter()
+        self.late_segment: dict[str, int] = {}
+        # The real StyxClients that send the requests (SimClients, seeded), each submission's future,
+        # and the reply partitions each request id may be answered on (-1: any).
+        self._client_rng = random.Random(seed)
+        self.clients: list[StyxClient] = []
+        self.futures: list[tuple[int, str, asyncio.Future[Reply]]] = []
+        self.sent_by: dict[str, set[int]] = {}
+        self._sent_requests: dict[str, Request] = {}  # the request each id was last sent for
         self.routes: dict[str, set[int]] = {}
         self.replies: list[Reply] = []
         self._reply_event = asyncio.Event()
@@ -131,7 +139,56 @@ class SimCluster:
         for i in range(1, self.n_workers + 1):
             self._start_worker(f"w{i}")
         await self.coordinator.deploy(self.graph_path)
+        for i in range(self._client_rng.randint(2, 3)):
+            client = self._new_client(i)
+            await client.start()
+            self.clients.append(client)
         return self
+
+    def _new_client(self, i: int) -> StyxClient:
+        """A seeded client: its reply partition (some read every one), pushed replies and requests on or
+        off, and how often it looks for a newer ingress segment (a slow one writes late to older ones)."""
+        rng, cfg = self._client_rng, self.config
+        push = rng.random() < 0.6
+        # A client's write counts as read for sure FRESH_S after a look, which must stay below the
+        # cluster's shortest segment period (MIN_PERIOD_S, which real coordinators enforce): the
+        # simulation's segments are milliseconds long, so its clients' timings shrink with them. A slow
+        # client looks only every few periods, and so writes late to older segments.
+        period = cfg.log_segment_s
+        fresh_s = FRESH_S if not period else period * FRESH_S / MIN_PERIOD_S
+        poll_s = rng.choice((fresh_s / 2, fresh_s / 2, 4 * max(period, fresh_s)))
+        transport = MemoryTransport(
+            self.log, self.network, rng.randrange(1 << 30), self._placement, self._on_write
+        )
+        return StyxClient(
+            "memory",
+            {name: op.partitions for name, op in self.graph.operators.items()},
+            ingress_topic=cfg.ingress_topic,
+            egress_topic=cfg.egress_topic,
+            max_pending=1_000_000,
+            timeout_s=CLIENT_TIMEOUT_S,
+            client_id=f"sim-client-{i}",
+            reply_partition=rng.randrange(-1, self.graph.n_partitions),
+            coordinator="memory" if push else None,
+            push_requests=rng.random() < 0.5,
+            rest_egress=False,
+            request_id_prefix=f"sim{i}-",
+            segment_poll_s=poll_s,
+            fresh_s=fresh_s,
+            transport=transport,
+        )
+
+    def _placement(self) -> dict[str, list[int]]:
+        """Each worker and the ingress partitions it reads, as the coordinator's status lists them."""
+        out: dict[str, list[int]] = {}
+        for p, node in enumerate(self.coordinator.cluster.placement):
+            out.setdefault(node, []).append(p)
+        return out
+
+    def _on_write(self, rid: str, segment: int) -> None:
+        self.written[rid] += 1
+        if segment < segments_in(self.log.topics, self.config.ingress_topic)[-1]:
+            self.late_segment.setdefault(rid, segment)
 
     def _new_coordinator(self) -> Coordinator:
         cfg = self.config
@@ -230,6 +287,8 @@ class SimCluster:
     async def __aexit__(self, *exc: object) -> None:
         with self._clock:
             self._closing = True  # a worker that fences itself now is not restarted
+            for client in self.clients:
+                await client.close()  # raises what failed in one of its tasks
             tasks = [self.coordinator_task, *self.worker_tasks.values()]
             for t in tasks:
                 t.cancel()
@@ -240,65 +299,79 @@ class SimCluster:
                     raise r
 
     def _on_reply(self, reply: Reply) -> None:
+        # The request as it ran: its time (ctx.time()) is the one its client stamped on the copy that
+        # ran, which the reply names (a resend by another client has another).
+        req = self.requests.get(reply.request_id)
+        if req is not None and req.ts_ms != reply.request_ts_ms:
+            self.requests[reply.request_id] = msgspec.structs.replace(req, ts_ms=reply.request_ts_ms)
         self.replies.append(reply)
         self._reply_event.set()
 
     def submit(
         self, operator: str, function: str, key: Key, *args: Any, request_id: str | None = None
     ) -> str:
+        """Send a request through one of the clients (seeded); its request id."""
         rid = request_id or f"r{next(self._ids)}"
-        partitions = self.graph.operators[operator].partitions if operator in self.graph.operators else 1
+        known = operator in self.graph.operators
+        partitions = self.graph.operators[operator].partitions if known else 1
         partition = partition_of(key, partitions)  # raises TypeError for a bad key, before recording
         req = self.requests.get(rid)
         if req is None:
-            req = Request(
-                rid, operator, function, key, msgspec.Raw(encode_value(list(args))), len(self.requests)
-            )
+            req = Request(rid, operator, function, key, msgspec.Raw(encode_value(list(args))))
             self.requests[rid] = req
-        self._append(req, partition)
+        if not known:
+            # No client sends it (it refuses an unknown operator locally): written as a raw record, as a
+            # client of another SDK could, for the workers to answer BadRequest.
+            self.submissions[rid] += 1
+            self.routes.setdefault(rid, set()).add(-1)
+            self.log.append(self._newest_ingress(), partition, req)
+            self._on_write(rid, segments_in(self.log.topics, self.config.ingress_topic)[-1])
+            return rid
+        self._send(req)
         return rid
 
     def resubmit(self, request_id: str) -> None:
-        """A client resending a request id it already sent (same request, again on the log; it may name
-        another reply partition, as a resend by another client would)."""
-        req = self.requests[request_id]
-        partitions = (
-            self.graph.operators[req.operator].partitions if req.operator in self.graph.operators else 1
+        """A client resending a request id it already sent (the same request; through another client, or
+        the same one once answered, it may name another reply partition)."""
+        self._send(self.requests[request_id])
+
+    def _newest_ingress(self) -> str:
+        return segment_topic(
+            self.config.ingress_topic, segments_in(self.log.topics, self.config.ingress_topic)[-1]
         )
-        self._append(req, partition_of(req.key, partitions))
 
-    def _append(self, req: Request, partition: int) -> None:
-        reply_partition = self._reply_routes.randrange(-1, self.graph.n_partitions)
-        self.routes.setdefault(req.request_id, set()).add(max(-1, reply_partition))
-        self.submissions[req.request_id] += 1
-        routed = msgspec.structs.replace(req, reply_partition=reply_partition)
-        # Into the newest ingress segment, which the workers may not read yet (the coordinator created
-        # it and has not named it in an epoch yet, or died in between), or, late, into an older one
-        # they read (a client that has not noticed the newest yet).
-        segment = segments_in(self.log.topics, self.config.ingress_topic)[-1]
-        older = self.coordinator.cluster.segment - 1
-        late = older >= 0 and self._reply_routes.random() < 0.3
-        if late:
-            segment = older
-            self.late_segment.setdefault(req.request_id, segment)
-        self.segment_of[req.request_id] = (segment, partition, routed, late)
-        self.log.append(segment_topic(self.config.ingress_topic, segment), partition, routed)
+    def _send(self, req: Request) -> None:
+        rid = req.request_id
+        sent_by = self.sent_by.setdefault(rid, set())
+        # A client with the id in flight would join it (no new send); one that sent it for another request
+        # recently would refuse it (a test that reuses an id for another request).
+        free = [i for i, c in enumerate(self.clients) if not c.is_pending(rid)]
+        previous = self._sent_requests.get(rid)
+        other = previous is not None and _call_of(previous) != _call_of(req)
+        fresh = [i for i in free if i not in sent_by] if other else free
+        i = self._client_rng.choice(fresh or free or range(len(self.clients)))
+        client = self.clients[i]
+        if i in free:
+            self.submissions[rid] += 1
+        sent_by.add(i)
+        self._sent_requests[rid] = req
+        self.routes.setdefault(rid, set()).add(client.reply_partition)
+        args = msgspec.msgpack.decode(req.args)
+        future = client.submit_future(req.operator, req.key, req.function, *args, request_id=rid)
+        future.add_done_callback(self._settled)
+        self.futures.append((i, rid, future))
 
-    def _resend_from_old_segments(self) -> None:
-        """What an SDK client does once the newest ingress segment is ``n``: write again, to ``n``, every
-        request without a reply that it last wrote late to a segment the workers may no longer read
-        (core.segments.unread). One written on time is never left unread: workers drain a segment."""
-        newest = segments_in(self.log.topics, self.config.ingress_topic)[-1]
-        answered = {r.request_id for r in self.replies}
-        for rid, (segment, partition, routed, late) in list(self.segment_of.items()):
-            if late and unread(segment, newest) and rid not in answered:
-                self.segment_of[rid] = (newest, partition, routed, False)
-                self.segment_resends[rid] += 1
-                self.log.append(segment_topic(self.config.ingress_topic, newest), partition, routed)
+    def _settled(self, future: asyncio.Future[Reply]) -> None:
+        if not future.cancelled():
+            future.exception()  # looked at by check_clients
+        self._reply_event.set()
 
     def _unanswered(self) -> bool:
-        """Some submission of a request id has no reply yet. Of a request id with a late copy in a
-        segment the workers may no longer read, one reply will do: that copy may have been left unread."""
+        """A client still waits, or some submission of a request id has no reply on the log yet. Of a
+        request id with a late copy in a segment the workers may no longer read, one reply will do: that
+        copy may have been left unread (its client, answered, does not write it again)."""
+        if any(not f.done() for _, _, f in self.futures):
+            return True
         newest = segments_in(self.log.topics, self.config.ingress_topic)[-1]
         if not unread(0, newest):
             return len(self.replies) < self.submissions.total()
@@ -307,6 +380,19 @@ class SimCluster:
             counts[rid] < (1 if unread(self.late_segment.get(rid, newest), newest) else n)
             for rid, n in self.submissions.items()
         )
+
+    def check_clients(self) -> None:
+        """Every submission settled exactly once at its client, with the reply the egress log holds for
+        its request id; no client counted a timeout or lost a task."""
+        logged = {r.request_id: r for r in self.replies}
+        for i, rid, future in self.futures:
+            assert future.done(), f"client {i} still waits for {rid}"
+            assert future.exception() is None, (i, rid, future.exception())
+            assert future.result() == logged[rid], (i, rid, future.result(), logged.get(rid))
+        for client in self.clients:
+            assert client.stats.timeouts == 0 and client.pending_count == 0, client.stats
+            answered = sum(1 for i, _, _ in self.futures if self.clients[i] is client)
+            assert client.stats.replied <= answered, (client.stats, answered)
 
     def misrouted_replies(self) -> list[tuple[int, Reply]]:
         """Replies on an egress partition that no submission of their request id named (a submission
@@ -330,6 +416,8 @@ class SimCluster:
         await asyncio.wait_for(coordinator.cluster.deployed.wait(), timeout_s)
         body = await coordinator.deploy(import_path, timeout_s)
         self.graph = load_graph(import_path)
+        for client in self.clients:
+            client.set_deployment({name: op.partitions for name, op in self.graph.operators.items()})
         return body
 
     def graph_at(self, epoch: int) -> Graph:
@@ -352,7 +440,6 @@ class SimCluster:
 
         async def until_done() -> None:
             while self._unanswered():
-                self._resend_from_old_segments()
                 self._reply_event.clear()
                 if self.network.errors:
                     raise self.network.errors[0]
@@ -362,12 +449,10 @@ class SimCluster:
                     if t.done():
                         t.result()
                         raise AssertionError("a cluster task ended")
-                if self.coordinator.cluster.segment == 0:
-                    await self._reply_event.wait()
-                else:  # also look again for requests to write again (virtual time)
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(0.05):
-                            await self._reply_event.wait()
+                # The clients' own loops (segment looks, resubscriptions) run on virtual time too.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.05):
+                        await self._reply_event.wait()
             # Replies leave before the epoch ends (early commit); state is final once it has, and
             # once no recovery (a worker that restarted after its last reply) is rebuilding it.
             while not self.coordinator.idle.is_set() or self._recovering():
@@ -408,7 +493,7 @@ class SimCluster:
         counts = Counter(r.request_id for r in self.replies)
         first: dict[str, Reply] = {}
         differing = {r.request_id for r in self.replies if first.setdefault(r.request_id, r) != r}
-        allowed = self.submissions + self.segment_resends
+        allowed = self.submissions + (self.written - self.submissions)  # copies written again count too
         return sorted({rid for rid, n in counts.items() if n > allowed[rid]} | differing)
 
     def unique_replies(self) -> list[Reply]:
@@ -423,6 +508,11 @@ class SimCluster:
         for r in sorted(self.replies, key=lambda r: r.request_id):
             h.update(msgspec.msgpack.encode(r))
         return h.hexdigest()
+
+
+def _call_of(req: Request) -> tuple[Any, ...]:
+    """What a request asks, without when it was stamped."""
+    return (req.operator, req.function, req.key, bytes(req.args))
 
 
 async def check_against_serial(cluster: SimCluster) -> None:
@@ -441,3 +531,4 @@ async def check_against_serial(cluster: SimCluster) -> None:
     for reply in c.replies:
         assert reply_outcome(reply) == serial_outcomes[reply.request_id], (c.seed, reply)
     assert c.state() == serial_state, f"seed {c.seed}: final state differs from the serial execution"
+    c.check_clients()

@@ -38,6 +38,9 @@ Handler = Callable[[str, Message], None]
 class MemoryNetwork:
     def __init__(self, seed: int = 0, max_hops: int = 3, serialize: bool = True) -> None:
         self.rng = random.Random(seed)
+        # Channels to or from a client (inbox "admin") draw from their own generator, so clients that
+        # come and go do not change how the cluster's own messages interleave.
+        self.client_rng = random.Random(seed + 1)
         self.max_hops = max_hops
         self.serialize = serialize
         self.handlers: dict[str, Handler] = {}
@@ -56,6 +59,9 @@ class MemoryNetwork:
         self.duplicated = 0
         self.dropped = 0
         self.cut = 0  # messages lost to isolation
+        # Registrations per node: a new process under the same id (a restart) is a new connection to
+        # whoever talks to it, as a TCP peer's restart is (client push links resubscribe).
+        self.incarnations: Counter[str] = Counter()
 
     def fault_at(self, delivered: int, action: Callable[[], None]) -> None:
         """Run ``action`` right after the ``delivered``-th message delivery (seeded fault points)."""
@@ -67,6 +73,7 @@ class MemoryNetwork:
 
     def register(self, node_id: str, handler: Handler, inbox: Inbox | None = None) -> None:
         self.handlers[node_id] = handler
+        self.incarnations[node_id] += 1
         self.inboxes[node_id] = inbox or ("coordinator" if node_id == COORDINATOR else "worker")
 
     def unregister(self, node_id: str, *, drained: bool = False) -> None:
@@ -92,8 +99,12 @@ class MemoryNetwork:
             self.scheduled.add(ch)
             self._schedule(ch)
 
+    def _rng(self, ch: tuple[str, str]) -> random.Random:
+        inboxes = self.inboxes
+        return self.client_rng if "admin" in (inboxes.get(ch[0]), inboxes.get(ch[1])) else self.rng
+
     def _schedule(self, ch: tuple[str, str]) -> None:
-        asyncio.get_running_loop().call_soon(self._hop, ch, self.rng.randint(0, self.max_hops))
+        asyncio.get_running_loop().call_soon(self._hop, ch, self._rng(ch).randint(0, self.max_hops))
 
     def _hop(self, ch: tuple[str, str], hops: int) -> None:
         if hops > 0:
@@ -101,7 +112,7 @@ class MemoryNetwork:
             return
         q = self.channels[ch]
         handler = self.handlers.get(ch[1])
-        for _ in range(self.rng.randint(1, len(q)) if q else 0):
+        for _ in range(self._rng(ch).randint(1, len(q)) if q else 0):
             if not q:
                 break  # a fault injected by the previous delivery cleared the channel
             msg = q.popleft()

@@ -9,8 +9,15 @@ from typing import Any
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
 from styx_py.core.wire import StatusRequest
 from styx_py.io.admin import admin_request
+from styx_py.io.clusterfile import default_coordinator, default_secret
 
-__all__ = ["client_arguments", "coordinator_status", "fetch_wait_of"]
+__all__ = [
+    "client_arguments",
+    "connect_arguments",
+    "coordinator_status",
+    "fetch_wait_of",
+    "worker_partitions",
+]
 
 
 async def coordinator_status(
@@ -65,3 +72,31 @@ def fetch_wait_of(body: Mapping[str, Any]) -> int | None:
     the cluster's broker), if it names one a client accepts; None from a coordinator that predates it."""
     wait = body.get("kafka_fetch_wait_ms")
     return wait if type(wait) is int and wait >= 5 else None
+
+
+async def connect_arguments(
+    coordinator: str | None, cluster_secret: str | None, kw: dict[str, Any]
+) -> tuple[str, dict[str, int]]:
+    """:meth:`StyxClient.connect <styx_client.sdk.StyxClient.connect>`'s look at the coordinator: the
+    bootstrap address and the operators, the rest filled into the keyword arguments ``kw``."""
+    coordinator = coordinator or default_coordinator()
+    if not coordinator:
+        raise ConfigError("no coordinator: pass its host:port, set STYX_COORDINATOR or run 'styx up' here")
+    if cluster_secret is None:
+        cluster_secret = default_secret(coordinator)
+    body = await coordinator_status(coordinator, float(kw.get("timeout_s", 30.0)), cluster_secret)
+    bootstrap, operators = client_arguments(coordinator, body, kw)
+    kw.setdefault("coordinator", coordinator)
+    kw.setdefault("cluster_secret", cluster_secret)
+    kw.setdefault("workers", worker_partitions(body))
+    return bootstrap, operators
+
+
+def worker_partitions(status: Mapping[str, Any]) -> dict[str, list[int]]:
+    """The ``host:port`` of every worker in a coordinator's status body, with the partitions it owns."""
+    rows = status.get("workers") or []
+    return {
+        str(row["address"]): [int(p) for p in row.get("partitions") or []]
+        for row in rows
+        if isinstance(row, Mapping) and row.get("address")
+    }

@@ -9,12 +9,13 @@ __all__ = ["RequestIds"]
 class RequestIds:
     """Generated request ids: 80 random bits per generator, then a counter. 32 hex digits like a uuid4,
     unique without a ``urandom`` call per request (that call was ~6 % of a load generator's CPU). The
-    counter is fixed-width hex, so one generator's ids sort in the order they were made."""
+    counter is fixed-width hex, so one generator's ids sort in the order they were made. A given ``prefix``
+    replaces the random bits (a simulation's clients, which must run the same way every time)."""
 
     __slots__ = ("_prefix", "_seq")
 
-    def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:20]
+    def __init__(self, prefix: str | None = None) -> None:
+        self._prefix = uuid.uuid4().hex[:20] if prefix is None else prefix
         self._seq = itertools.count()
 
     @property

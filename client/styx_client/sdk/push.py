@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from styx_client.sdk.deployment import worker_partitions
 from styx_py.core.errors import ProtocolError, StyxError
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -104,16 +105,6 @@ def worker_addresses(status: Mapping[str, Any]) -> set[str]:
     return set(worker_partitions(status))
 
 
-def worker_partitions(status: Mapping[str, Any]) -> dict[str, list[int]]:
-    """The ``host:port`` of every worker in a coordinator's status body, with the partitions it owns."""
-    rows = status.get("workers") or []
-    return {
-        str(row["address"]): [int(p) for p in row.get("partitions") or []]
-        for row in rows
-        if isinstance(row, Mapping) and row.get("address")
-    }
-
-
 class WorkerLinks:
     """One connection per worker, kept up while the client runs (:meth:`run`): the subscription to
     its pushed replies, and the way for pushed requests."""
@@ -160,6 +151,7 @@ class WorkerLinks:
         self._window_start = -float("inf")
         self._window_count = 0
         self._pushing = True
+        self._group: asyncio.TaskGroup | None = None  # where the subscriptions run (run())
 
     @property
     def healthy(self) -> bool:
@@ -177,8 +169,14 @@ class WorkerLinks:
         only while every connection was up (module docstring)."""
         self._ask_now.set()
 
-    async def run(self) -> None:
-        """Keep one subscription per worker until cancelled."""
+    async def run(self, group: asyncio.TaskGroup | None = None) -> None:
+        """Keep one subscription per worker until cancelled; each one a task of ``group`` (the client's),
+        or of a group of its own."""
+        if group is None:
+            async with asyncio.TaskGroup() as own:
+                await self.run(own)
+            return
+        self._group = group
         clock = self.clock
         asked = -REFRESH_S
         if self.known:
@@ -186,11 +184,11 @@ class WorkerLinks:
             asked = clock()
         try:
             while True:
+                # A subscription ends when its connection fails or drops (an unexpected error fails
+                # the group instead): ask for the addresses again.
                 down = [a for a, t in self.links.items() if t.done()]
                 for address in down:
-                    task = self.links.pop(address)
-                    if not task.cancelled() and (exc := task.exception()) is not None:
-                        log.error("%s: the subscription to %s failed: %r", self.name, address, exc)
+                    del self.links[address]
                 now = clock()
                 if down or not self.links or now - asked >= REFRESH_S or self._ask_now.is_set():
                     asked = now
@@ -205,8 +203,6 @@ class WorkerLinks:
         finally:
             for task in self.links.values():
                 task.cancel()
-            if self.links:
-                await asyncio.wait(self.links.values())
             self.links.clear()
 
     async def _ask_workers(self) -> None:
@@ -269,8 +265,9 @@ class WorkerLinks:
         """One subscription per address in ``addresses``, and none to a worker that left."""
         for address in self.links.keys() - addresses:
             self.links.pop(address).cancel()  # a worker that left
+        assert self._group is not None, "links followed before run()"
         for address in addresses - self.links.keys():
-            self.links[address] = asyncio.get_running_loop().create_task(
+            self.links[address] = self._group.create_task(
                 self._subscribe(address), name=f"{self.name}-{address}"
             )
 

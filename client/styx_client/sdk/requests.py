@@ -18,7 +18,10 @@ from styx_py.core.partitioning import partition_of
 from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.wire import Key, request_decoder
 
-__all__ = ["Targets", "encode_request", "same_request"]
+__all__ = ["Call", "Targets", "encode_request", "same_request"]
+
+Call = tuple[str, Key, str, tuple[Any, ...]]
+"""One entry of :meth:`StyxClient.submit_many`: ``(operator, key, function, args)``."""
 
 
 class Targets:

@@ -41,16 +41,11 @@ since the client last asked does not push to it yet, and its replies would other
 from __future__ import annotations
 
 import collections
-import time
-from collections.abc import Callable
-from typing import Any
-
-from aiokafka import TopicPartition
 
 from styx_client.sdk.pending import PendingTable
 from styx_py.core.segments import segment_topic, unpack
 
-__all__ = ["MAX_CHECKPOINTS", "MISS_S", "REST_S", "STALE_S", "EgressRest"]
+__all__ = ["MAX_CHECKPOINTS", "MISS_S", "REST_S", "STALE_S", "EgressRest", "TopicPart"]
 
 MISS_S = 0.5
 """A request in flight this long makes the reader read the log: its reply may not have been pushed."""
@@ -62,75 +57,62 @@ MAX_CHECKPOINTS = 10_000
 """Checkpoints kept per partition; the oldest go first (each one dropped is a skip not made, never a
 record lost)."""
 
+TopicPart = tuple[str, int]
+"""An egress topic (segment) and partition; aiokafka's ``TopicPartition`` is one (a named tuple)."""
+
 
 class EgressRest:
-    """Whether the reply reader may rest, and where it may move to (module docstring)."""
+    """Whether the reply reader may rest, and where it may move to (module docstring). Plain data: the
+    reader asks it, with the time, and moves its consumer itself."""
 
-    def __init__(
-        self,
-        table: PendingTable,
-        healthy: Callable[[], bool],
-        egress_topic: str,
-        clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-        settled: Callable[[], bool] = lambda: True,
-    ) -> None:
+    def __init__(self, table: PendingTable, egress_topic: str) -> None:
         self.table = table
-        self.healthy = healthy
-        self.settled = settled  # the reader reads exactly the egress partitions it should
         self.egress_topic = egress_topic
-        self.clock = clock
-        self.wall_ms = wall_ms  # the clock of Pending.stamp
         # Per partition, (E, n) in the order they came, E growing.
-        self.checkpoints: dict[TopicPartition, collections.deque[tuple[int, int]]] = {}
+        self.checkpoints: dict[TopicPart, collections.deque[tuple[int, int]]] = {}
         self.last_mark = -float("inf")
         self.resting = False
 
-    def mark(self, ends: list[tuple[int, int]]) -> None:
-        """A worker's :class:`~styx_py.core.wire.EgressAcked`: one checkpoint per partition that moved."""
+    def mark(self, ends: list[tuple[int, int]], now: float) -> None:
+        """A worker's :class:`~styx_py.core.wire.EgressAcked` at ``now`` (monotonic s): one checkpoint
+        per partition that moved."""
         n = self.table.registered
         for partition, packed in ends:
             segment, offset = unpack(packed)
-            tp = TopicPartition(segment_topic(self.egress_topic, segment), partition)
+            tp = (segment_topic(self.egress_topic, segment), partition)
             queue = self.checkpoints.get(tp)
             if queue is None:
                 queue = self.checkpoints[tp] = collections.deque(maxlen=MAX_CHECKPOINTS)
             if not queue or offset > queue[-1][0]:
                 queue.append((offset, n))
-        self.last_mark = self.clock()
+        self.last_mark = now
 
-    def may_rest(self) -> bool:
-        if not self.healthy() or not self.settled():
+    def may_rest(self, healthy: bool, settled: bool, now: float, wall_ms: int) -> bool:
+        """Whether the reader may rest now: every subscription is up (``healthy``), it reads exactly the
+        egress partitions it should (``settled``), and no reply may be in the log only (module
+        docstring); ``now`` is the monotonic time in s, ``wall_ms`` the clock of ``Pending.stamp``."""
+        if not healthy or not settled:
             return False
         if not len(self.table):
             return True  # nothing in flight: no reply to read for
-        if self.clock() - self.last_mark >= STALE_S:
+        if now - self.last_mark >= STALE_S:
             return False
         _, stamp = self.table.oldest()
-        return stamp == 0 or self.wall_ms() - stamp < MISS_S * 1000
+        return stamp == 0 or wall_ms - stamp < MISS_S * 1000
 
-    async def rest(self, consumer: Any) -> bool:
-        """Rest (pause the partitions, moved past what may be skipped) and say so, or make sure the
-        consumer reads (False)."""
-        assigned = consumer.assignment()
-        if not self.may_rest():
-            if self.resting:
-                consumer.resume(*assigned)
-                self.resting = False
-            return False
+    def skips(self, assigned: set[TopicPart]) -> dict[TopicPart, int]:
+        """Where the resting reader may move each of its partitions ``assigned`` (those with a
+        checkpoint every request before which has left the table); checkpoints of partitions no longer
+        read are dropped."""
         oldest, _ = self.table.oldest()
+        out: dict[TopicPart, int] = {}
         for tp in assigned:
             queue = self.checkpoints.get(tp)
             end = None
             while queue and queue[0][1] <= oldest:
                 end = queue.popleft()[0]
             if end is not None:
-                position = await consumer.position(tp)
-                if end > position:
-                    consumer.seek(tp, end)
-                    self.table.stats.egress_skipped += end - position
+                out[tp] = end
         for tp in [tp for tp in self.checkpoints if tp not in assigned]:
             del self.checkpoints[tp]  # a segment no longer read
-        consumer.pause(*assigned)
-        self.resting = True
-        return True
+        return out

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from styx_client.sdk.client import Call, StyxClient
-from styx_client.sdk.pending import ClientStats
+from styx_client.sdk.stats import ClientStats
 from styx_py.core.wire import Key, Reply
 
 __all__ = ["SyncStyxClient"]
