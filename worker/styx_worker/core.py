@@ -19,6 +19,8 @@ from typing import Any
 
 from styx_py.core.config import Config
 from styx_py.core.graph import GraphVersion
+from styx_py.core.partitioning import partition_of
+from styx_py.core.segments import Cursor, cursor_of
 from styx_py.core.wire import (
     COORDINATOR,
     UNDECODABLE,
@@ -26,7 +28,9 @@ from styx_py.core.wire import (
     ClusterView,
     FindReplies,
     Halt,
+    IngressRecord,
     Message,
+    Recover,
     ReplayDiverged,
     Reply,
     ReplyStatus,
@@ -34,11 +38,12 @@ from styx_py.core.wire import (
     SnapshotResult,
     decode_value,
 )
-from styx_worker import effects, snapshot
+from styx_worker import effects, recovery, snapshot
 from styx_worker.batch import BatchFormer
+from styx_worker.dedup import ReplyTable
 from styx_worker.effects import Called, Effect, Event, Invoked, LogAcked, Outbox, PortView, Send, Taken
 from styx_worker.epoch import EPOCH_MESSAGES, EpochMachine
-from styx_worker.handoff import HandoffRefused, outgoing, refusal
+from styx_worker.handoff import HandoffRefused, Moved, outgoing, refusal
 from styx_worker.inbox import EpochMessage, Until
 from styx_worker.lookup import find_replies
 from styx_worker.replies import ReplyOut
@@ -255,6 +260,61 @@ class WorkerCore:
         whole = not self.recovering and not self.batch.replay and msg.gen == self.epochs.gen
         found = find_replies(msg, self.node_id, self.replies.answered, running, complete=whole)
         self.out.effects.append(Send(COORDINATOR, found))
+
+    # ---- reconfiguration: styx_worker.reconfig reads and waits, these install -----------------------
+    def begin_recovery(self, msg: Recover) -> tuple[bool, set[int]]:
+        """Generation ``msg.gen`` starts here: every epoch in flight is forgotten and the view applied
+        (its effects: :meth:`flush`). Whether this worker keeps its state, and the partitions it owned:
+        at a shape change at a barrier its state is that of the last epoch that ran (it finished it and
+        no restore touched it since) and it keeps what it still owns; a worker that just joined holds
+        nothing and takes all it owns from the old owners; otherwise it restores from S3."""
+        m = self.epochs
+        m.reset(msg.gen)
+        fresh = m.completed_epoch < 0 and not len(m.store)
+        keep = msg.keep and (fresh or (self.consistent and m.completed_epoch == msg.replay_until))
+        self.consistent = False
+        owned_before = set() if fresh else set(self.table.owned())
+        self.apply_view()
+        self.replies.held = False  # the replayed epochs send what is not on the log yet
+        if keep:  # a snapshot the coordinator abandoned: the next one carries what it held
+            snapshot.put_back(m.unconfirmed, m.store, self.replies.answered)
+        else:
+            m.unconfirmed.clear()
+        return keep, owned_before
+
+    def install_moved(self, msg: Recover, gone: set[int], moved: dict[int, Moved]) -> dict[int, Cursor]:
+        """A planned change: drop the partitions ``gone``, take the ones handed over (``moved``); the
+        ingress positions of those taken. Nothing is replayed: every worker is at the barrier's epoch."""
+        m, batch = self.epochs, self.batch
+        n = self.table.op_partitions
+        m.store.drop(lambda key: partition_of(key[1], n[key[0]]) in gone)
+        answered = ReplyTable(self.replies.answered.cap)
+        waiting: dict[str, list[IngressRecord]] = {}
+        rescheduled = [t for t in batch.rescheduled if t.partition not in gone]
+        for p, piece in moved.items():
+            m.store.load(((op, key), value) for op, key, value in piece.data)
+            m.store.delta.update(((op, key), value) for op, key, value in piece.delta)
+            for reply in piece.last.replies:
+                answered.record(p, reply, as_delta=False)
+            rescheduled += recovery.resumed(p, piece.last.rescheduled)
+            recovery.add_waiting(waiting, p, piece.last.waiting)
+        batch.rescheduled = sorted(rescheduled, key=lambda t: t.tid)
+        batch.replay = {}
+        batch.sequencer.lc = max(batch.sequencer.lc, msg.manifest.lc)
+        self.replies.move(gone, answered, waiting)
+        self.replies.answered.restore_delta({p: list(piece.last.reply_delta) for p, piece in moved.items()})
+        m.completed_epoch = msg.replay_until
+        return {p: cursor_of(piece.last.position, piece.last.cursor) for p, piece in moved.items()}
+
+    def install_restored(self, msg: Recover, r: recovery.Restored) -> None:
+        """A full recovery: the state of the snapshot ``msg`` names, and the epochs to replay after it."""
+        m, batch = self.epochs, self.batch
+        m.store = r.store
+        m.completed_epoch = msg.manifest.epoch
+        batch.rescheduled = r.rescheduled
+        batch.replay = r.replay
+        batch.sequencer.lc = msg.manifest.lc
+        self.replies.restore(r.answered, r.waiting, {})
 
     # ---- a replay that diverges stops the cluster ----------------------------------------------------
     def _reply_diverged(self, epoch: int, logged: Reply, replayed: Reply) -> None:

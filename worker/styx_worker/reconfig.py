@@ -29,13 +29,10 @@ import msgspec
 from aiokafka.errors import KafkaError
 
 from styx_py.core.errors import GraphError
-from styx_py.core.partitioning import partition_of
 from styx_py.core.ports import Clock, Egress, Ingress, LogReader
-from styx_py.core.segments import cursor_of
-from styx_py.core.wire import IngressRecord, Message, Recover, RecoverDone
-from styx_worker import recovery, snapshot
+from styx_py.core.wire import Message, Recover, RecoverDone
+from styx_worker import recovery
 from styx_worker.core import WorkerCore
-from styx_worker.dedup import ReplyTable
 from styx_worker.effects import Effect
 from styx_worker.handoff import HandoffRefused, Pieces
 from styx_worker.versions import CodeVersions
@@ -99,31 +96,17 @@ class Reconfiguration:
         if core.view is None or core.view.gen != msg.gen:
             return  # a newer generation's view came since the Recover: its own Recover follows
         self.cancel_inflight()
-        m = core.epochs
-        m.reset(msg.gen)
-        # A shape change at a barrier: this worker's state is that of the last epoch that ran (it
-        # finished it and no restore touched it since): it keeps what it still owns. A worker that just
-        # joined holds nothing: it takes all it owns from the old owners.
-        fresh = m.completed_epoch < 0 and not len(m.store)
-        keep = msg.keep and (fresh or (core.consistent and m.completed_epoch == msg.replay_until))
-        core.consistent = False
-        owned_before = set() if fresh else set(core.table.owned())
+        keep, owned_before = core.begin_recovery(msg)
         self.ingress.live(msg.segment)  # a fresh process would start at segment 0
         self.egress.live(msg.segment)
-        core.apply_view()
-        self.apply(core.flush())
-        core.replies.held = False  # the replayed epochs send what is not on the log yet
-        if keep:  # a snapshot the coordinator abandoned: the next one carries what it held
-            snapshot.put_back(m.unconfirmed, m.store, core.replies.answered)
-        else:
-            m.unconfirmed.clear()
+        self.apply(core.flush())  # the view's: read these partitions, load this code
         started = time.perf_counter()
         core.recovering = True
         try:
             if keep:
                 await self._move_partitions(msg, owned_before)
             elif msg.keep:
-                at = m.completed_epoch
+                at = core.epochs.completed_epoch
                 raise HandoffRefused(
                     f"cannot keep: this worker's state is of epoch {at}, not {msg.replay_until}"
                 )
@@ -136,7 +119,7 @@ class Reconfiguration:
             return
         finally:
             core.recovering = False
-        core.consistent = True
+        core.consistent = True  # no restore left the state half-done
         self.observe(True, time.perf_counter() - started)
         self.send(RecoverDone(core.node_id, True, "", msg.gen))
 
@@ -144,7 +127,6 @@ class Reconfiguration:
         """Keep the partitions still owned as they are; drop the ones moved away; take the ones gained
         from their old owners' handoffs (nothing is replayed: every worker is at the last epoch)."""
         core = self.core
-        m = core.epochs
         owned = set(core.table.owned())
         gone, gained = owned_before - owned, sorted(owned - owned_before)
         # Each old owner sent its pieces when it saw the view, before it answered Fenced: they are
@@ -158,29 +140,9 @@ class Reconfiguration:
                 f"partitions {gained} not all handed over within {self.wait_s:.1f}s"
             ) from None
         self.pieces.forget_before(msg.gen + 1)
-        n = core.table.op_partitions
-        m.store.drop(lambda key: partition_of(key[1], n[key[0]]) in gone)
-        answered = ReplyTable(self.replies_per_partition)
-        waiting: dict[str, list[IngressRecord]] = {}
-        batch = core.batch
-        rescheduled = [t for t in batch.rescheduled if t.partition not in gone]
-        for p, piece in moved.items():
-            m.store.load(((op, key), value) for op, key, value in piece.data)
-            m.store.delta.update(((op, key), value) for op, key, value in piece.delta)
-            for reply in piece.last.replies:
-                answered.record(p, reply, as_delta=False)
-            rescheduled += recovery.resumed(p, piece.last.rescheduled)
-            recovery.add_waiting(waiting, p, piece.last.waiting)
+        for piece in moved.values():
             self.egress.reset_offsets(piece.last.egress_offsets)
-        batch.rescheduled = sorted(rescheduled, key=lambda t: t.tid)
-        batch.replay = {}
-        batch.sequencer.lc = max(batch.sequencer.lc, msg.manifest.lc)
-        core.replies.move(gone, answered, waiting)
-        core.replies.answered.restore_delta({p: list(piece.last.reply_delta) for p, piece in moved.items()})
-        self.ingress.seek(
-            {p: cursor_of(piece.last.position, piece.last.cursor) for p, piece in moved.items()}
-        )
-        m.completed_epoch = msg.replay_until
+        self.ingress.seek(core.install_moved(msg, gone, moved))
         log.warning(
             "%s: partitions moved: kept %s, gave %s, took %s",
             core.node_id,
@@ -191,20 +153,13 @@ class Reconfiguration:
 
     async def _restore(self, msg: Recover) -> None:
         core = self.core
-        m = core.epochs
         assert self.logs is not None, "recovery needs a log reader"
         r = await recovery.restore(
             msg, core.table.owned(), core.node_id, self.blobs, self.logs, self.replies_per_partition
         )
         self.pieces.forget_before(msg.gen + 1)
         self.versions.for_replay(r.replay, core.versions)
-        m.store = r.store
-        m.completed_epoch = msg.manifest.epoch
-        batch = core.batch
-        batch.rescheduled = r.rescheduled
-        batch.replay = r.replay
-        batch.sequencer.lc = msg.manifest.lc
-        core.replies.restore(r.answered, r.waiting, {})
+        core.install_restored(msg, r)
         self.ingress.seek(r.positions)
         self.egress.reset_offsets(r.egress_offsets)
         # Replies the previous generation queued may still be on their way to the log: wait for them,
