@@ -1,5 +1,6 @@
 """What the coordinator and worker processes set up alike: the authenticated cluster transport, the
-metrics endpoint, and the run that ends the process with exit code 70 when a message handler raised."""
+metrics endpoint, and the run that ends the process with exit code 70 when a message handler or a
+task raised."""
 
 from __future__ import annotations
 
@@ -77,9 +78,12 @@ async def run_until_failure(
     closed, the compaction pool shut down) and the process exits 0; a second SIGTERM meanwhile ends it
     at once. A message handler that raised ends the process with
     :data:`~styx_py.io.tcp.EXIT_HANDLER_FAILED` (the transport logged it CRITICAL with its traceback):
-    its state can no longer be trusted, and the supervisor's restart is the recovery.
+    its state can no longer be trusted, and the supervisor's restart is the recovery. So does a task
+    that raised (every operating error is handled where it happens, so what reaches here is a bug): it
+    is logged CRITICAL with its traceback, never retried nor left to a task's default handler.
     """
     handler_failed = False
+    task_failed = False
 
     async def until_it_ends(task: Coroutine[Any, Any, object]) -> None:
         await task
@@ -96,11 +100,14 @@ async def run_until_failure(
         handler_failed = True
     except* _Ended:
         pass
+    except* Exception as group:  # not swallowed: logged, and the process ends (below)
+        log.critical("a task raised: ending the process (exit code %d)", EXIT_HANDLER_FAILED, exc_info=group)
+        task_failed = True
     finally:
         for close in closing:
             await close()
         await transport.close()
-    if handler_failed:
+    if handler_failed or task_failed:
         raise SystemExit(EXIT_HANDLER_FAILED)
 
 

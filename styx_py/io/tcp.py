@@ -57,7 +57,7 @@ log = logging.getLogger("styx.transport")
 
 Handler = Callable[[str, Message], None]
 MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES  # a peer that stops reading is cut off instead of eating memory
-EXIT_HANDLER_FAILED = 70  # the process's exit status after a handler raised (EX_SOFTWARE)
+EXIT_HANDLER_FAILED = 70  # the process's exit status after a handler or a task raised (EX_SOFTWARE)
 
 
 class HandlerFailed(Exception):
