@@ -61,9 +61,9 @@ async def serve_coordinator(
             pool = _merge_pool()
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, merge_chain, chain, keep_replies)
-        except BrokenProcessPool:
+        except BrokenProcessPool as exc:
             pool = None  # this compaction fails (logged); the next one gets a new child
-            raise
+            raise ChildProcessError(f"the compaction process died: {exc}") from exc
 
     async def stop_merges() -> None:
         nonlocal pool
