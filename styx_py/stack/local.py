@@ -35,6 +35,7 @@ from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordi
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
+from styx_py.io.tcp import EXIT_HANDLER_FAILED
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import DEFAULT_PORTS, StackPorts, preferred_port
 
@@ -84,6 +85,16 @@ async def admin(
 
 
 RESTART_GRACE_S = 5.0  # a restarted worker is not killed for being "failed" before it could register
+
+
+def _ended(code: int) -> str:
+    """How a process ended, for the operator: its exit code (70: a bug, its log has the traceback) or
+    the signal that killed it."""
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}" + (
+        " (a bug: its log has the traceback)" if code == EXIT_HANDLER_FAILED else ""
+    )
 
 
 class LocalStack:
@@ -302,7 +313,7 @@ class LocalStack:
             else:
                 self.check_alive()  # the gateway has no state to recover: report it
             restarted.append(name)
-            said.append(f"{name} died: restarted (the cluster recovers)")
+            said.append(f"{name} {_ended(proc.returncode)}: restarted (the cluster recovers)")
         try:
             status = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))
         except StyxError:
