@@ -90,7 +90,7 @@ async def serve_coordinator(
     coordinator.metrics.registry.register(transport.collector("styx_coordinator"))
     m = coordinator.metrics
     metrics = await start_metrics(m.registry, m.readiness, config, "coordinator")
-    tasks: list[Coroutine[Any, Any, object]] = [coordinator.run()]
+    tasks: list[Coroutine[Any, Any, object]] = [coordinator.run(), *([metrics.run()] if metrics else [])]
     if deploy is not None and not resumed:
         tasks.append(coordinator.deploy(deploy))
     await run_until_failure(
