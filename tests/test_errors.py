@@ -3,7 +3,8 @@
 Pins down: no handler in ``worker/`` or ``coordinator/`` catches ``Exception`` or ``BaseException``
 and carries on (the one that runs user code excepted); the exception tree drawn in
 :mod:`styx_py.core.errors` names every ``StyxError`` subclass and internal control signal, each under
-its base; a task that raises ends ``run_until_failure`` with exit code 70 after logging it CRITICAL;
+its base; a task that raises ends ``run_until_failure`` with exit code 70 after logging it CRITICAL
+(a StyxError it let through is raised as itself);
 the local stack's supervisor restarts a process that exited with an error and says how it ended.
 """
 
@@ -230,6 +231,28 @@ async def test_a_task_that_raises_ends_the_process_with_exit_code_70(
     assert closed == ["closed"], "the closers run first"
     [record] = [r for r in caplog.records if r.levelno == logging.CRITICAL]
     assert record.exc_info is not None and "a bug in a task" in repr(record.exc_info[1])
+
+
+async def test_an_operating_error_a_task_let_through_ends_the_process_as_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A StyxError (a refused ``--deploy`` at start-up) is no bug: it is raised as it is, for the
+    command line to print in one line, not as exit code 70."""
+    transport = TcpTransport("coordinator", lambda src, msg: None, inbox="coordinator", secret="")
+    await transport.start()
+    closed: list[str] = []
+
+    async def refused() -> None:
+        await asyncio.sleep(0)
+        raise errors.GraphError("cannot import 'nothere'")
+
+    async def close() -> None:
+        closed.append("closed")
+
+    with pytest.raises(errors.GraphError, match="cannot import 'nothere'"):
+        await run_until_failure(transport, [refused(), asyncio.Event().wait()], [close])
+    assert closed == ["closed"]
+    assert not [r for r in caplog.records if r.levelno == logging.CRITICAL]
 
 
 # ---- the supervisor restarts what exited -------------------------------------------------------------
