@@ -48,6 +48,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+# The exit status of a coordinator or worker that a bug ended (EX_SOFTWARE): a message handler or a task
+# raised something other than a StyxError (styx_py.io.serving.run_until_failure).
+EXIT_HANDLER_FAILED = 70
+
 
 class ReplyFields(Protocol):
     """What an error reads of a :class:`~styx_py.core.wire.Reply` (the wire module imports this one)."""

@@ -30,12 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from styx_py.core.errors import StyxError
+from styx_py.core.errors import EXIT_HANDLER_FAILED, StyxError
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordinator
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
-from styx_py.io.tcp import EXIT_HANDLER_FAILED
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import DEFAULT_PORTS, StackPorts, preferred_port
 
