@@ -98,7 +98,8 @@ class Recovery:
         self.keep = False  # this recovery is a shape change at a barrier (see start)
 
     def start(self, *, keep: bool = False) -> None:
-        """(Re)start recovery (a failure during recovery simply starts it again). ``keep``: a shape
+        """(Re)start recovery (a failure during recovery simply starts it again, within the bound of
+        the module docstring: the attempt it cuts short counts). ``keep``: a shape
         change at a barrier (styx_coordinator.reshape): every worker finished the last epoch that ran,
         keeps the partitions it still owns and hands the others to their new owners (styx_worker.handoff);
         nothing is restored from S3 nor replayed. If that fails, the retry is a full recovery."""
