@@ -159,7 +159,7 @@ class Coordinator:
         c = self.cluster
         if c.halted:
             return
-        self._stop(reason)
+        self._stop_degraded(reason)
         c.halted = True
         if self.recovery.task is not None:
             self.recovery.task.cancel()
@@ -169,14 +169,13 @@ class Coordinator:
 
     def give_up(self, reason: str) -> None:
         """A recovery failed past its bound (``recovery_max_attempts``, ``recovery_max_s``): stop the
-        cluster, degraded, and say why (``styx status``, ``/readyz``). Unlike :meth:`degrade`, nothing
-        shows that a recovery cannot succeed once what failed (S3, the broker, a worker) is mended: the
-        workers are not halted and nothing is recorded in S3, so a restart of the coordinator resumes
-        the cluster and recovers it."""
+        cluster, degraded, and say why (``styx status``, ``/readyz``). Unlike :meth:`degrade`, not for
+        good: what failed (S3, the broker, a worker) can be mended, so the workers are not halted and
+        nothing is recorded in S3; a restart of the coordinator resumes the cluster and recovers it."""
         if not self.cluster.degraded:
-            self._stop(reason)
+            self._stop_degraded(reason)
 
-    def _stop(self, reason: str) -> None:
+    def _stop_degraded(self, reason: str) -> None:
         c = self.cluster
         log.critical("cluster degraded: %s", reason)
         c.degraded, c.state = reason, "degraded"
