@@ -7,7 +7,7 @@ its S3 fetch; measured with an S3-counting proxy, docs/operations.md "Durable mo
 grows with the partition's history: 4 to 7 ms at 100 batches, ~20 ms at 500, ~50 ms per 1 000-key page
 on SeaweedFS. A consumer with a 5 ms wait (what low latency wants) is therefore answered empty for
 ever once its partition holds a few hundred batches: it spins, S3 burns cores on listings, and no
-record ever arrives (issue 16: the epochs of a durable cluster stopped after ~18 s at 100/s).
+record ever arrives (measured: the epochs of a durable cluster stop after ~18 s at 100/s).
 Apache Kafka and Tansu in memory never answer empty while records wait.
 
 :class:`FetchWait` detects the starvation from outside: a partition whose high watermark stays ahead

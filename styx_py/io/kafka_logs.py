@@ -2,8 +2,8 @@
 
 The end of a partition is the fetch high watermark (``end_offsets()`` is wrong on Tansu). A read gives
 up only when it stops making progress, not after a fixed time: on Tansu with S3 storage every fetch
-lists the whole partition, so reading a long log is slow but must still finish (issue 16: restores
-took up to 28 s against a fixed 30 s timeout and were retried for ever). The fetch wait adapts to
+lists the whole partition, so reading a long log is slow but must still finish (a durable-mode
+restore reads for up to 28 s, against a 30 s epoch timeout). The fetch wait adapts to
 such a broker (:mod:`styx_py.io.fetching`) and a reader keeps what it learned for its next reads.
 
 :class:`KafkaLogReader` (the :class:`~styx_py.core.ports.LogReader` port) raises what the broker fails
