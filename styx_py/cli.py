@@ -265,7 +265,9 @@ def format_status(body: dict[str, Any]) -> str:
     snap = body.get("last_snapshot")
     if snap:
         line = f"snapshot      epoch {snap['epoch']}, {snap['objects']} objects, {snap['bytes']:,} bytes"
-        lines.append(line + (f", {body['compactions']} compactions" if "compactions" in body else ""))
+        line += f", {body['compactions']} compactions" if "compactions" in body else ""
+        line += f" ({body['failed_compactions']} failed)" if body.get("failed_compactions") else ""
+        lines.append(line)
     else:
         lines.append("snapshot      none yet")
     rec = body.get("last_recovery")
@@ -277,6 +279,8 @@ def format_status(body: dict[str, Any]) -> str:
             f"detect {rec['detect_s']} s, restore {rec['restore_s']} s, "
             f"replay {rec['replay_epochs']} epochs {replay}"
         )
+    if body.get("recovery_attempts"):
+        recoveries += f"; under way: attempt {body['recovery_attempts']}"
     lines.append(recoveries)
     changes = body.get("shape_changes") or []
     if changes or body.get("desired_workers") is not None:

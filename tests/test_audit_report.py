@@ -218,6 +218,21 @@ def test_unreachable_kafka_exits_2_with_one_line(tmp_path: Path, capfd: pytest.C
     assert not (tmp_path / "spark.log").exists()  # failed before any JVM started
 
 
+def test_a_bug_in_the_audit_is_raised_with_its_traceback_not_as_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka, S3 or Spark failing is one line and exit code 2; an exception that is none of those (a
+    bug in the audit's own driver code) is not dressed up as one."""
+    from styx_py.audit import job
+
+    def planning_with_a_bug(cfg: object) -> list[object]:
+        raise KeyError("a bug while planning")
+
+    monkeypatch.setattr(job, "plan", planning_with_a_bug)
+    with pytest.raises(KeyError, match="a bug while planning"):
+        run_styx(["audit", "--kafka", f"127.0.0.1:{closed_port()}", "--out", str(tmp_path)], capfd)
+
+
 def test_bad_arguments_exit_2(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

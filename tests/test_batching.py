@@ -4,7 +4,8 @@ Pins down: records keep their order per (topic, partition) lane and get consecut
 batch holds at most ``max_bytes`` unless it is one record alone; a lane has one batch in flight and
 what arrives meanwhile goes together in the next; ``flush()`` resolves exactly when every record
 added before it is acknowledged or failed, whatever arrives after it; every record's ``on_done`` is
-called exactly once, with the error when its batch fails.
+called exactly once, with the error when its batch fails; a failed produce is the owners' to handle,
+anything else raised while sending also ends the drain.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from aiokafka.errors import KafkaConnectionError  # type: ignore[import-untyped,unused-ignore]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -285,19 +287,38 @@ async def test_a_record_too_large_even_alone_fails_alone() -> None:
     assert [len(s.records) for s in lanes.producer.sent] == [1, 1]
 
 
-async def test_an_append_that_raises_fails_the_records_already_in_its_batch() -> None:
+async def test_an_append_that_raises_fails_the_records_already_in_its_batch_and_ends_the_drain() -> None:
+    """A builder that raises something other than a failed produce (a bug): every record's owner
+    hears of it, and the drain raises it, for its task group to end, instead of carrying on."""
     out = Outcomes()
-    async with draining(FakeProducer(max_bytes=100, poison=b"bad.")) as lanes:
-        for name in ("p0", "p1", "bad", "p2"):
-            add(lanes, out, A, name)
-        flushed = lanes.flush()
+    lanes = BatchLanes(FakeProducer(max_bytes=100, poison=b"bad."))
+    drain = asyncio.get_running_loop().create_task(lanes.run())
+    for name in ("p0", "p1", "bad", "p2"):
+        add(lanes, out, A, name)
+    flushed = lanes.flush()
+    await settle()
+    for sent in lanes.producer.in_flight():
+        lanes.producer.ack(sent)
+    await settle()
+    not_called = [n for n, calls in out.calls.items() if len(calls) != 1]
+    assert not_called == [], f"on_done not called exactly once for {not_called}"
+    assert flushed.done(), "flush waits forever for records nobody reports"
+    assert drain.done() and isinstance(drain.exception(), TypeError), "the drain ran on after a bug"
+
+
+async def test_a_failed_produce_is_the_owners_to_handle_and_the_drain_runs_on() -> None:
+    out = Outcomes()
+    async with draining(FakeProducer(refuse=[KafkaConnectionError("no broker")])) as lanes:
+        add(lanes, out, A, "r0")
         await settle()
-        for sent in lanes.producer.in_flight():
-            lanes.producer.ack(sent)
+        add(lanes, out, A, "r1")
         await settle()
-        not_called = [n for n, calls in out.calls.items() if len(calls) != 1]
-        assert not_called == [], f"on_done not called exactly once for {not_called}"
-        assert flushed.done(), "flush waits forever for records nobody reports"
+        lanes.producer.ack(lanes.producer.in_flight()[0])
+        await settle()
+        assert lanes.failure is None
+    [(offset, exc)] = out.calls["r0"]
+    assert offset == -1 and isinstance(exc, KafkaConnectionError)
+    assert out.calls["r1"] == [(0, None)]
 
 
 async def test_stopping_fails_the_batch_in_flight() -> None:

@@ -356,7 +356,11 @@ def test_status_prints_tables() -> None:
     text = format_status(body)
     assert "{" not in text and "'" not in text
     assert "812.5 epochs/s, 15,000.0 txn/s, abort rate 1.25% (last 10 s)" in text
-    assert "snapshot      epoch 1200, 8 objects, 12,345 bytes, 3 compactions" in text
+    assert "snapshot      epoch 1200, 8 objects, 12,345 bytes, 3 compactions\n" in text
+    assert "replay 5 epochs 0.3 s\n" in text, "no recovery under way"
+    failing = format_status({**body, "failed_compactions": 2, "recovery_attempts": 4})
+    assert "snapshot      epoch 1200, 8 objects, 12,345 bytes, 3 compactions (2 failed)\n" in failing
+    assert "replay 5 epochs 0.3 s; under way: attempt 4\n" in failing
     header = "committed  aborted  rejected  fallback  rescheduled"
     assert f"{header}\n  120,000    1,500         3        40            1" in text
     assert re.search(r"^w2 +2 +127\.0\.0\.1:4002 +1,3 +1,234\.6 +0\.0 s ago$", text, re.M), text

@@ -88,6 +88,27 @@ async def test_metrics_server_answers_probes_and_metrics() -> None:
         await server.close()
 
 
+async def test_an_answer_that_raises_is_raised_by_run_not_left_to_the_loop() -> None:
+    """A bug in the readiness callback (or a collector) must end the process: run(), one of its
+    tasks, raises it, instead of the event loop's default handler logging it while all runs on."""
+
+    def readiness() -> tuple[bool, str]:
+        raise KeyError("a bug in readiness")
+
+    server = MetricsServer(CollectorRegistry(), readiness, "127.0.0.1", 0)
+    await server.start()
+    try:
+        running = asyncio.ensure_future(server.run())
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            with pytest.raises(httpx.RemoteProtocolError):  # closed without an answer
+                await http.get("/readyz")
+            assert (await http.get("/healthz")).status_code == 200
+        with pytest.raises(KeyError, match="a bug in readiness"):
+            await asyncio.wait_for(running, 60)
+    finally:
+        await server.close()
+
+
 def test_loop_histogram_exposes_what_prometheus_client_would() -> None:
     bounds = (0.001, 0.01, 0.1, 1.0)
     values = [0.0005, 0.001, 0.002, 0.05, 0.1, 0.7, 3.0, 0.01]

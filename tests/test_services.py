@@ -111,6 +111,7 @@ async def test_the_s3_blob_store_deletes_many_keys_in_few_requests_and_keeps_the
     delete, up to 1 000 keys a request, not a request per key; missing keys are no error."""
     from minio.error import S3Error
 
+    from styx_py.core.errors import BackendError
     from styx_py.io.s3 import MinioBlobStore
 
     store = MinioBlobStore(minio_client(s3.config), "styx-snapshots")
@@ -127,8 +128,9 @@ async def test_the_s3_blob_store_deletes_many_keys_in_few_requests_and_keeps_the
     assert await store.list(prefix) == keys[1_001:]
     wrong_keys = S3Config(s3.config.endpoint, s3.access_key, "not-it")
     wrong = MinioBlobStore(minio_client(wrong_keys), "styx-snapshots")
-    with pytest.raises(S3Error):
+    with pytest.raises(BackendError) as refused:  # the blob store port's operating error (an OSError)
         await wrong.delete(keys[1_001:])
+    assert isinstance(refused.value, OSError) and isinstance(refused.value.__cause__, S3Error)
     assert await store.list(prefix) == keys[1_001:]
 
 

@@ -457,6 +457,27 @@ async def test_a_raising_handler_ends_run_and_stops_delivery(caplog: pytest.LogC
     assert any(r.levelno == logging.CRITICAL and r.exc_info for r in caplog.records)
 
 
+async def test_a_bug_in_a_connection_task_ends_run_instead_of_the_loop_logging_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not only a handler: anything a connection's task raises but the connection failing (a bug in
+    the transport) ends run(), where the event loop's default handler would log it and all run on."""
+
+    class Buggy(TcpTransport):
+        def _adopt(self, link: Any, incarnation: str) -> None:
+            raise KeyError("a bug while adopting a connection")
+
+    node = Node("coordinator", "coordinator")
+    node.transport = Buggy("coordinator", lambda src, msg: None, inbox="coordinator", secret=SECRET)
+    async with node:
+        assert node.task is not None
+        await authenticated(node.transport.port, "w1")
+        with pytest.raises(HandlerFailed, match="accepting a connection raised") as failed:
+            await asyncio.wait_for(asyncio.shield(node.task), 30)
+        assert isinstance(failed.value.__cause__, KeyError)
+    assert any(r.levelno == logging.CRITICAL and r.exc_info for r in caplog.records)
+
+
 @pytest.mark.services
 def test_a_raising_handler_ends_the_worker_process(kafka: Any, tmp_path: Path) -> None:
     """A real ``styx worker``: the test plays its coordinator and sends a message that trips one of the

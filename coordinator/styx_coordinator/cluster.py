@@ -41,7 +41,10 @@ class Cluster:
         self.segment = 0  # the newest ingress segment (styx_py.core.segments; styx_coordinator.segments)
         self.view_version = 0
         self.state: State = "starting"
-        self.degraded = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
+        self.degraded = (
+            ""  # why the cluster stopped (a replay diverged, a recovery gave up); "" while healthy
+        )
+        self.halted = False  # stopped for good (a replay diverged): the workers halt, S3 records it
         self.warnings: list[str] = []  # about the deployed code (calls a replay does not reproduce)
         self.deployed = asyncio.Event()  # a graph runs (deployed here, or resumed from S3)
 

@@ -16,6 +16,10 @@ barrier epoch ran the old version, those of the barrier epoch and after run the 
    view (with the versions) goes out, and ``EpochStart(E)`` names the new version. The version of
    every epoch is thus durable before the epoch runs, and every worker's sequencer-log entry records
    it too: a replay runs each epoch with the code its log entries say it ran with.
+
+S3 or the broker failing a deploy or an update (an ``OSError``) refuses it with a
+:class:`~styx_py.core.errors.GraphError` that says so, having changed nothing: deploy again. Anything
+else raised here is a bug and ends the coordinator.
 """
 
 from __future__ import annotations
@@ -107,17 +111,31 @@ class Deployer:
         n = graph.n_partitions
         if self.create_topics is not None:
             cfg = c.config
-            await self.create_topics({cfg.ingress_topic: n, cfg.egress_topic: n, cfg.seqlog_topic: 1})
+            topics = {cfg.ingress_topic: n, cfg.egress_topic: n, cfg.seqlog_topic: 1}
+            try:
+                await self.create_topics(topics)
+            except OSError as exc:  # the broker
+                raise GraphError(
+                    f"creating the topics failed ({type(exc).__name__}: {exc}); deploy again"
+                ) from exc
         c.graph_path = import_path
         c.versions = [GraphVersion(1, import_path, 0)]
         c.operators = graph.specs()
         c.warnings = warnings
-        for warning in warnings:
-            log.warning("%s", warning)
         c.placement = place(n, c.workers)
         c.n_seq = len(c.workers)
         self.snapshots.manifest = empty_manifest(n)
-        await self.store.save(c, self.snapshots.manifest)
+        try:
+            await self.store.save(c, self.snapshots.manifest)
+        except OSError as exc:  # S3: no worker heard of it; deploying again writes the state again
+            c.graph_path, c.versions, c.operators, c.warnings, c.placement = None, [], [], [], []
+            self.snapshots.manifest = None
+            why = f"{type(exc).__name__}: {exc}"
+            raise GraphError(
+                f"saving the cluster state failed ({why}); nothing deployed, deploy again"
+            ) from exc
+        for warning in warnings:
+            log.warning("%s", warning)
         c.broadcast_view()
         c.state = "running"
         c.deployed.set()
@@ -196,8 +214,12 @@ class Deployer:
         write landed anyway (best effort: a replay follows the sequencer log's versions regardless)."""
         try:
             await self.store.save(self.cluster, self.snapshots.manifest)
-        except Exception as exc:  # noqa: BLE001 - the next save (recovery, update) writes it again
-            log.warning("could not save the cluster state back without the refused version: %s", exc)
+        except OSError as exc:  # S3: the next save (a recovery, an update) writes it again
+            log.warning(
+                "could not save the cluster state back without the refused version: %s: %s",
+                type(exc).__name__,
+                exc,
+            )
 
     def on_prepared(self, msg: GraphPrepared) -> None:
         u = self.update
@@ -222,7 +244,7 @@ class Deployer:
         try:
             # Durable before the epoch starts: a replay after any crash must run it with this version.
             await self.store.save(c, self.snapshots.manifest)
-        except Exception as exc:  # noqa: BLE001 - the update is refused; the old version runs on
+        except OSError as exc:  # S3: the update is refused; the old version runs on
             c.graph_path, c.versions, c.operators, c.warnings = before
             await self._restore_saved_state()
             u.committed.set_exception(

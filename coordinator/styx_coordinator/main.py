@@ -61,9 +61,9 @@ async def serve_coordinator(
             pool = _merge_pool()
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, merge_chain, chain, keep_replies)
-        except BrokenProcessPool:
+        except BrokenProcessPool as exc:
             pool = None  # this compaction fails (logged); the next one gets a new child
-            raise
+            raise ChildProcessError(f"the compaction process died: {exc}") from exc
 
     async def stop_merges() -> None:
         nonlocal pool
@@ -90,7 +90,7 @@ async def serve_coordinator(
     coordinator.metrics.registry.register(transport.collector("styx_coordinator"))
     m = coordinator.metrics
     metrics = await start_metrics(m.registry, m.readiness, config, "coordinator")
-    tasks: list[Coroutine[Any, Any, object]] = [coordinator.run()]
+    tasks: list[Coroutine[Any, Any, object]] = [coordinator.run(), *([metrics.run()] if metrics else [])]
     if deploy is not None and not resumed:
         tasks.append(coordinator.deploy(deploy))
     await run_until_failure(

@@ -4,14 +4,20 @@ the epochs that may have been decided, in a new generation.
 A recovery starts when a worker re-registers after a crash, when an epoch stage stalls, or once every
 worker is back after the coordinator itself restarted (:meth:`Recovery.resume`, from its state in
 S3). Opening the generation is synchronous (the epoch loop stops and the new view goes out before
-anything else is sent); the rest is retried, with a capped backoff, for as long as it takes.
+anything else is sent); the rest is retried, with a capped backoff, while it fails on operating
+errors: S3 or the broker away (an ``OSError``: :class:`~styx_py.core.errors.BackendError`, a timeout),
+a worker that did not answer or could not restore (its ``RecoverDone`` says why). The retries are
+bounded: once ``recovery_max_attempts`` attempts in a row failed, or ``recovery_max_s`` passed since the
+first of them, the recovery gives up and the cluster stops, degraded, saying why and what the last
+attempt failed on (:meth:`styx_coordinator.server.Coordinator.give_up`). Anything else raised in an
+attempt is a bug: it ends the coordinator (its task group), whose supervisor restarts it.
 
 How long an attempt waits for the workers' answers adapts to how long restores really take: at least
 ``epoch_timeout_ms``, at least :data:`RESTORE_TIMEOUT_FACTOR` times the last successful restore, and
 twice as long after each attempt that some worker did not answer in time (up to
 :data:`MAX_TIMEOUT_FACTOR` times ``epoch_timeout_ms``). A fixed timeout shorter than a restore
-fails every attempt for ever, each one cancelling the restores of the last (issue 16: restores of a
-durable-mode cluster took up to 28 s against 30 s, and the cluster never recovered).
+fails every attempt, each one cancelling the restores of the last (restores of a durable-mode cluster
+took up to 28 s against 30 s).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class Recovery:
         snapshots: Snapshotter,
         store: MetaStore,
         logs: LogReader | None,
+        give_up: Callable[[str], None],
     ) -> None:
         self.cluster = cluster
         self.clock = clock
@@ -66,7 +73,13 @@ class Recovery:
         self.fenced: set[str] = set()  # workers that saw this generation's view (Fenced)
         self.answered = asyncio.Event()
         self.count = 0  # recoveries started (a generation each)
+        self.give_up = give_up  # the retries are spent: stop the cluster, degraded, saying why
         self.failed_attempts = 0  # in a row, for the backoff
+        # Since the last successful recovery: attempts begun (one cut short by a newer start counts:
+        # a worker that crashes in every recovery must not restart it for ever), and when the first
+        # began (None: no recovery under way).
+        self.attempts = 0
+        self.first_attempt_at: float | None = None
         self.unanswered_attempts = 0  # in a row, attempts some worker did not answer in time
         self.last_restore_s = 0.0  # how long the last successful attempt took
         self.replay_until = (
@@ -85,7 +98,8 @@ class Recovery:
         self.keep = False  # this recovery is a shape change at a barrier (see start)
 
     def start(self, *, keep: bool = False) -> None:
-        """(Re)start recovery (a failure during recovery simply starts it again). ``keep``: a shape
+        """(Re)start recovery (a failure during recovery simply starts it again, within the bound of
+        the module docstring: the attempt it cuts short counts). ``keep``: a shape
         change at a barrier (styx_coordinator.reshape): every worker finished the last epoch that ran,
         keeps the partitions it still owns and hands the others to their new owners (styx_worker.handoff);
         nothing is restored from S3 nor replayed. If that fails, the retry is a full recovery."""
@@ -95,6 +109,9 @@ class Recovery:
         if self.task is not None and not self.task.done():
             self.task.cancel()
             keep = False  # the recovery under way may have rolled some worker back already
+            if (spent := self._spent()) is not None:
+                self.give_up(f"{spent}; the last attempt was cut short by a newer failure")
+                return
         self.keep = keep
         self._new_generation()
         self.task = self.tasks.start(self._run())
@@ -128,15 +145,21 @@ class Recovery:
         self.cluster.broadcast_view(handoff=self.keep)
 
     async def _run(self) -> None:
-        """Retried for as long as it takes (S3 or a worker may be down for a while), with a capped
-        backoff; the cluster reports "recovering" meanwhile."""
-        while (reasons := await self._attempt()) is not None:
+        """Retried while it fails on operating errors (S3 or a worker may be down for a while), with a
+        capped backoff, within the bound (module docstring); the cluster reports "recovering"
+        meanwhile, and the attempts so far in ``styx status``."""
+        while (reasons := await self._counted_attempt()) is not None:
             self.failed_attempts += 1
+            backoff_s = min(MAX_RECOVERY_BACKOFF_S, 0.05 * 2**self.failed_attempts)
+            if (spent := self._spent(backoff_s)) is not None:
+                self.give_up(f"{spent}; the last attempt failed: {reasons}")
+                return
             log.error("recovery to generation %d failed (%s); retrying", self.cluster.gen, reasons)
-            await self.clock.sleep(min(MAX_RECOVERY_BACKOFF_S, 0.05 * 2**self.failed_attempts))
+            await self.clock.sleep(backoff_s)
             self.keep = False  # a planned change that failed ends in a full recovery
             self._new_generation()
-        self.failed_attempts = 0
+        self.failed_attempts = self.attempts = 0
+        self.first_attempt_at = None
         if self.keep and self.last is not None:
             # A planned change: from the barrier asked for to the end of its epoch (which ran as usual),
             # and how long no epoch ran after it, until now.
@@ -144,8 +167,30 @@ class Recovery:
             self.last["stopped_s"] = round(self.clock.now() - self.epochs.parked_at, 3)
         self.epochs.start(self.replay_until, on_replayed=self._replayed)
 
+    async def _counted_attempt(self) -> str | None:
+        if self.first_attempt_at is None:
+            self.first_attempt_at = self.clock.now()
+        self.attempts += 1
+        return await self._attempt()
+
+    def _spent(self, wait_s: float = 0.0) -> str | None:
+        """Why the recovery under way must give up rather than begin another attempt in ``wait_s``
+        (its retries are spent), or None."""
+        if self.first_attempt_at is None:
+            return None
+        cfg = self.cluster.config
+        elapsed_s = self.clock.now() - self.first_attempt_at
+        if self.attempts < cfg.recovery_max_attempts and elapsed_s + wait_s < cfg.recovery_max_s:
+            return None
+        return (
+            f"recovery gave up after {self.attempts} attempts in {elapsed_s:.1f}s (recovery_max_attempts="
+            f"{cfg.recovery_max_attempts}, recovery_max_s={cfg.recovery_max_s:g}); restart the "
+            "coordinator to try again once the cause is mended"
+        )
+
     async def _attempt(self) -> str | None:
-        """One attempt; the reason it failed, or None."""
+        """One attempt; the reason it failed on an operating error, or None. Raises on anything else
+        (a bug)."""
         c, snapshots = self.cluster, self.snapshots
         assert snapshots.manifest is not None
         # Workers decide from each other's votes, so one may have decided (and replied) an epoch whose
@@ -161,13 +206,13 @@ class Recovery:
             return why
         try:
             logged = -1 if self.keep else await self._last_logged(snapshots.manifest)
-        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+        except OSError as exc:  # the broker: unreachable, failing the read, or a record that does not decode
             return f"reading the sequencer log failed: {type(exc).__name__}: {exc}"
         try:
             # Durable before any worker hears of it: a restarted coordinator must never reuse a
             # generation number, nor mistake a new generation's epochs for a dead one's.
             m = await self._save(logged)
-        except Exception as exc:  # noqa: BLE001 - the attempt fails and is retried
+        except OSError as exc:  # S3: unreachable, refusing, timed out
             return f"saving the cluster state failed: {type(exc).__name__}: {exc}"
         replay_until = self.replay_until
         started = self.started_at = self.clock.now()

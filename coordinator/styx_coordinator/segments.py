@@ -11,6 +11,10 @@ Nothing rotates while the cluster is not running or no live epoch ran since the 
 replay's epochs do not count). A rotation starts an epoch even on an idle cluster, so the workers read
 the new segment at once, and a coordinator rotates as soon as it runs: the one before may have died
 after it created a segment (which clients write to) and before it named it.
+
+The broker failing a rotation (an ``OSError``) leaves the cluster on its segment until the next period;
+S3 failing to save the new one leaves it unsaved until the next save. Anything else is a bug and ends
+the coordinator.
 """
 
 from __future__ import annotations
@@ -74,9 +78,13 @@ class SegmentRotator:
             # Egress first: a client that sees the ingress segment reads the egress one.
             await self.create_topics({segment_topic(c.config.egress_topic, k): n})
             await self.create_topics({topic: n})
-        except Exception as exc:  # noqa: BLE001 - the broker is unavailable: try again at the next period
+        except OSError as exc:  # the broker: the cluster stays on its segment and tries again next period
             log.warning(
-                "cannot create ingress segment %s: %r; the cluster stays on segment %d", topic, exc, k - 1
+                "cannot create ingress segment %s: %s: %s; the cluster stays on segment %d",
+                topic,
+                type(exc).__name__,
+                exc,
+                k - 1,
             )
             return
         c.segment = k
@@ -84,6 +92,6 @@ class SegmentRotator:
         self.wake()
         try:
             await self.save()
-        except Exception as exc:  # noqa: BLE001 - a restarted coordinator starts at an older one and rotates on
-            log.warning("saving ingress segment %d failed: %r", k, exc)
+        except OSError as exc:  # S3: a restarted coordinator starts at an older segment and rotates on
+            log.warning("saving ingress segment %d failed: %s: %s", k, type(exc).__name__, exc)
         log.info("ingress segment %d (%s) from epoch %d", k, topic, self.epoch_now())

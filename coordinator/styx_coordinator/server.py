@@ -101,7 +101,9 @@ class Coordinator:
             cluster, self.clock, self.tasks, self.snapshots, self.metrics, on_stall=self.start_recovery
         )
         self.meta = store = MetaStore(blobs)
-        self.recovery = Recovery(cluster, self.clock, self.tasks, self.epochs, self.snapshots, store, logs)
+        self.recovery = Recovery(
+            cluster, self.clock, self.tasks, self.epochs, self.snapshots, store, logs, self.give_up
+        )
         self.reshaper = Reshaper(cluster, self.recovery, self.epochs, self.tasks, self.clock)
         self.lookups = ReplyLookups(cluster, self.clock, self.tasks)
         self.deployer = Deployer(
@@ -155,17 +157,41 @@ class Coordinator:
         halt and ``styx status`` / ``/readyz`` say why. Recorded in S3 so a restarted coordinator stays
         stopped too."""
         c = self.cluster
-        if c.degraded:
+        if c.halted:
             return
-        log.critical("cluster degraded: %s", reason)
-        c.degraded, c.state = reason, "degraded"
-        self.epochs.stop()
-        self.recovery.resuming = False
+        self._stop_degraded(reason)
+        c.halted = True
         if self.recovery.task is not None:
             self.recovery.task.cancel()
         c.broadcast(Halt(reason))
         if save:
-            self.tasks.spawn(self.meta.save(c, self.snapshots.manifest))
+            self.tasks.spawn(self._save_halted())
+
+    def give_up(self, reason: str) -> None:
+        """A recovery failed past its bound (``recovery_max_attempts``, ``recovery_max_s``): stop the
+        cluster, degraded, and say why (``styx status``, ``/readyz``). Unlike :meth:`degrade`, not for
+        good: what failed (S3, the broker, a worker) can be mended, so the workers are not halted and
+        nothing is recorded in S3; a restart of the coordinator resumes the cluster and recovers it."""
+        if not self.cluster.degraded:
+            self._stop_degraded(reason)
+
+    def _stop_degraded(self, reason: str) -> None:
+        c = self.cluster
+        log.critical("cluster degraded: %s", reason)
+        c.degraded, c.state = reason, "degraded"
+        self.epochs.stop()
+        self.recovery.resuming = False
+
+    async def _save_halted(self) -> None:
+        try:
+            await self.meta.save(self.cluster, self.snapshots.manifest)
+        except OSError as exc:  # S3: the cluster stays stopped while this coordinator runs
+            log.error(
+                "the halted state is not recorded in S3 (%s: %s): a restarted coordinator recovers, "
+                "replays and finds the divergence again",
+                type(exc).__name__,
+                exc,
+            )
 
     def start_recovery(self) -> None:
         self.recovery.start()
@@ -259,7 +285,8 @@ class Coordinator:
         if c.degraded:
             log.error("worker %s registered; the cluster is degraded: %s", msg.node_id, c.degraded)
             c.membership.register(msg.node_id, msg.host, msg.port, now)
-            self.transport.send(msg.node_id, Halt(c.degraded))
+            if c.halted:
+                self.transport.send(msg.node_id, Halt(c.degraded))
             return
         if self.recovery.resuming:
             # Taking over from a coordinator that died: wait for the workers it had, then recover.
@@ -311,10 +338,13 @@ class Coordinator:
             "warnings": list(c.warnings),
             "generation": c.gen,
             "recoveries": self.recoveries,
+            # Of the recovery under way (0: none): its attempts so far, within recovery_max_attempts.
+            "recovery_attempts": self.recovery.attempts,
             "stalled_epochs": self.stalls,
             "last_recovery": self.last_recovery,
             "last_snapshot": self.last_snapshot,
             "compactions": self.compactions,
+            "failed_compactions": self.snapshots.failed_compactions,
             "kafka_bootstrap": c.kafka_bootstrap,
             "ingress_topic": c.config.ingress_topic,
             # The newest ingress segment (its topic: core.segments.segment_topic) and the period.
@@ -343,7 +373,7 @@ class Coordinator:
 
     @property
     def degraded(self) -> str:
-        """Why the cluster stopped for good ("" while healthy)."""
+        """Why the cluster stopped: a replay diverged (for good) or a recovery gave up ("" while healthy)."""
         return self.cluster.degraded
 
     @property

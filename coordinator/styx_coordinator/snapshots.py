@@ -35,7 +35,8 @@ def with_generation(m: Manifest, first_epoch: int, gen: int) -> Manifest:
 
 
 Merge = Callable[[list[bytes], int], Awaitable[tuple[int, bytes]]]
-"""Runs :func:`merge_chain` (the coordinator process: in a child process, off its event loop)."""
+"""Runs :func:`merge_chain` (the coordinator process: in a child process, off its event loop; a child
+that died raises ``ChildProcessError``)."""
 
 
 def merge_chain(chain: list[bytes], keep_replies: int) -> tuple[int, bytes]:

@@ -5,6 +5,11 @@ One snapshot at a time: the next is due only once the last one's manifest is wri
 compaction done. A recovery abandons the snapshot in progress (its deltas are rebuilt by the next
 one). The manifest arithmetic and the blob work are the pure-ish functions of
 :mod:`styx_coordinator.snapshots`.
+
+S3 failing (an ``OSError``) fails the snapshot, whose deltas the next one carries, or the compaction,
+which the next snapshot tries again (counted in ``styx status``: ``failed_snapshots``,
+``failed_compactions``). So does a stored object that does not decode, or a compaction child that died
+(``ChildProcessError``). Anything else raised here is a bug and ends the coordinator.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.metrics import CoordinatorMetrics
@@ -55,6 +62,7 @@ class Snapshotter:
         self.last_at = 0.0  # when the last snapshot was decided (or the coordinator started)
         self.last: dict[str, Any] | None = None  # epoch, objects and bytes of the last complete one
         self.compactions = 0
+        self.failed_compactions = 0
         self.failed = 0
         self.removed_objects = 0
 
@@ -112,8 +120,8 @@ class Snapshotter:
             manifest = extend(self.manifest, epoch, pending.lc, seqlog_offset)
             try:
                 await self.blobs.put(manifest_key(epoch), manifest_encoder.encode(manifest))
-            except Exception as exc:  # noqa: BLE001 - the snapshot fails; the next one carries its deltas
-                log.warning("manifest of snapshot %d not written: %s", epoch, exc)
+            except OSError as exc:  # S3: the snapshot fails; the next one carries its deltas
+                log.warning("manifest of snapshot %d not written: %s: %s", epoch, type(exc).__name__, exc)
                 self.failed += 1
                 ok = False
             else:
@@ -155,8 +163,11 @@ class Snapshotter:
                 manifest = compacted
             # A recovery that started meanwhile may be loading the objects retention would remove.
             removed = await retain(self.blobs, manifest) if gen == self.cluster.gen else 0
-        except Exception as exc:  # noqa: BLE001 - compaction is an optimisation: the chain stays valid
-            log.warning("compaction after snapshot %d failed: %s", manifest.epoch, exc)
+        except (OSError, msgspec.DecodeError) as exc:  # the uncompacted chain stays valid
+            self.failed_compactions += 1
+            log.warning(
+                "compaction after snapshot %d failed: %s: %s", manifest.epoch, type(exc).__name__, exc
+            )
             return
         self.compactions += 1
         self.removed_objects += removed

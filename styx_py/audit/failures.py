@@ -6,7 +6,8 @@ S3 unreachable, refused credentials, a missing topic or bucket, bad arguments, S
 
 :func:`check_s3` asks S3 before Spark starts (a JVM costs 10-30 s here), so a bad endpoint or
 credentials fail at once; :func:`kafka_failure` and :func:`could_not_run` turn what Kafka, minio and
-Spark raise into such lines.
+Spark raise into such lines. Any other exception on the driver is a bug in the audit: it is not turned
+into such a line but raised with its traceback.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ _REFUSED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Inva
 
 class AuditError(StyxError):
     """The audit could not run (exit code 2); the message says what is wrong and what to set."""
+
+
+class MissingData(LookupError):
+    """A topic, bucket or snapshot manifest the audit reads does not exist (the message names it)."""
 
 
 def s3_failure(s3: S3Options, exc: BaseException) -> AuditError:
@@ -70,7 +75,7 @@ def check_s3(s3: S3Options) -> None:
 
 def kafka_failure(bootstrap: str, exc: BaseException) -> AuditError:
     """A one-line error for what planning the offset ranges on ``bootstrap`` raised."""
-    if isinstance(exc, LookupError):  # kafka_source.plan_ranges: a topic with no partitions
+    if isinstance(exc, MissingData):  # kafka_source.plan_ranges: a topic with no partitions
         return AuditError(
             f"{exc}: pass --ingress-topic/--egress-topic/--seqlog-topic or set STYX_INGRESS_TOPIC, "
             "STYX_EGRESS_TOPIC, STYX_SEQLOG_TOPIC (`styx up` prints them)"
@@ -92,6 +97,7 @@ def last_error_line(text: str) -> str:
 
 
 def could_not_run(exc: BaseException, verbose: bool = False) -> AuditError:
-    """Any other exception of a run (Spark, a task's Python error): its error line, and where to look."""
+    """Another failure of a run (Spark, a Spark task's Python error, a service): its error line, and
+    where to look."""
     hint = "" if verbose else " (--verbose shows the traceback and Spark's log)"
     return AuditError(f"the audit could not run: {last_error_line(str(exc)) or type(exc).__name__}{hint}")

@@ -40,7 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import urllib3.exceptions
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
+from minio.error import MinioException
+from py4j.protocol import Py4JError
 from pyspark import SparkConf, StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -52,6 +58,7 @@ from styx_py.audit.failures import (
     EXIT_COULD_NOT_RUN,
     EXIT_FAILED,
     EXIT_PASSED,
+    MissingData,
     check_s3,
     could_not_run,
     kafka_failure,
@@ -92,6 +99,20 @@ from styx_py.audit.tasks import (
 from styx_py.core.errors import StyxError
 from styx_py.core.segments import segments_in
 from styx_py.core.wire import decode_value
+
+# What stops an audit that could not run (exit code 2, one line): Kafka, S3 or Spark failing (a Python
+# error inside a Spark task comes back as a PySparkException), data that is missing or does not
+# decode. Anything else raised on the driver is a bug in the audit, shown with its traceback.
+RUN_FAILURES = (
+    OSError,
+    KafkaError,
+    MinioException,
+    urllib3.exceptions.HTTPError,
+    Py4JError,
+    PySparkException,
+    MissingData,
+    msgspec.DecodeError,
+)
 
 SAMPLE_PER_CHECK = 10  # findings per check spelled out in the report (all of them go to Parquet)
 
@@ -392,12 +413,7 @@ def plan(cfg: AuditConfig) -> list[OffsetRange]:
     try:
         segmented = [cfg.ingress_topic, cfg.egress_topic]
         return asyncio.run(plan_ranges(cfg.kafka, topics, cfg.timeout_s, segmented=segmented))
-    except (
-        OSError,
-        RuntimeError,
-        LookupError,
-        TimeoutError,
-    ) as exc:  # aiokafka's KafkaError is a RuntimeError
+    except (OSError, KafkaError, MissingData) as exc:  # TimeoutError is an OSError
         raise kafka_failure(cfg.kafka, exc) from exc
 
 
@@ -632,7 +648,7 @@ def run_from_args(
                 spark.stop()
     except StyxError:
         raise
-    except Exception as exc:  # anything else stops the audit: one line (exit code 2), re-raised
+    except RUN_FAILURES as exc:  # one line (exit code 2); anything else is a bug: its traceback
         if cfg.verbose:
             traceback.print_exc()
         raise could_not_run(exc, cfg.verbose) from exc

@@ -37,6 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from styx_py.audit.arrow import spark_schema
+from styx_py.audit.failures import MissingData
 from styx_py.audit.options import DEFAULT_SPLIT_RECORDS, DEFAULT_TIMEOUT_S
 from styx_py.audit.rows import KINDS, KafkaRecord, Kind, decode_records, kafka_schema
 from styx_py.core.segments import segment_topic, segments_in
@@ -95,7 +96,7 @@ async def plan_ranges(
             parts = consumer.partitions_for_topic(topic)
             while not parts:
                 if time.monotonic() > topic_deadline:
-                    raise LookupError(f"topic {topic!r} does not exist on {bootstrap} (no partitions)")
+                    raise MissingData(f"topic {topic!r} does not exist on {bootstrap} (no partitions)")
                 # AIOKafkaConsumer has no force_metadata_update(); topics() fetches the cluster's metadata.
                 if topic not in await consumer.topics():
                     await asyncio.sleep(0.2)  # a topic just created shows up within a few metadata rounds

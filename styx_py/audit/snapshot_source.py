@@ -29,6 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from styx_py.audit.arrow import spark_schema
+from styx_py.audit.failures import MissingData
 from styx_py.audit.options import S3Options
 from styx_py.audit.rows import SNAPSHOT_SCHEMA, decode_snapshot_object
 from styx_py.core.blobs import epoch_of
@@ -58,7 +59,7 @@ def list_names(client: Minio, bucket: str, prefix: str) -> list[str]:
         return sorted(str(o.object_name) for o in client.list_objects(bucket, prefix, recursive=True))
     except S3Error as exc:
         if exc.code == "NoSuchBucket":
-            raise LookupError(f"bucket {bucket!r} does not exist") from exc
+            raise MissingData(f"bucket {bucket!r} does not exist") from exc
         raise
 
 
@@ -68,13 +69,13 @@ def load_manifest(client: Minio, bucket: str, which: str = "latest") -> Manifest
     if which != "latest":
         names = [n for n in names if epoch_of(n) == int(which)]
         if not names:
-            raise LookupError(f"no manifest of snapshot {which} in bucket {bucket!r}")
+            raise MissingData(f"no manifest of snapshot {which} in bucket {bucket!r}")
     if not names:
         return None
     name = max(names, key=epoch_of)
     data = get_object(client, bucket, name)
     if data is None:
-        raise LookupError(f"manifest {name} vanished while being read (retention ran?)")
+        raise MissingData(f"manifest {name} vanished while being read (retention ran?)")
     return _manifest_decoder.decode(data)
 
 

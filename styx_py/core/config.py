@@ -86,6 +86,25 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     epoch_timeout_ms: Annotated[
         int, Setting("an epoch stage or a recovery stuck this long triggers a recovery", "ms", ge=1)
     ] = 30_000
+    # Ten minutes rides out a restart or failover of S3 or the broker (seconds to a few minutes); an
+    # outage longer than that needs a person, and the cluster says so instead of retrying unseen. With
+    # the backoff capped at 2 s, failures that come at once take 300 attempts to fill ten minutes.
+    recovery_max_s: Annotated[
+        float,
+        Setting(
+            "a recovery that keeps failing (S3 or the broker away, a worker that cannot restore) is "
+            "retried for at most this long (no attempt begins later after the first), then the "
+            "cluster stops, degraded (`styx status`, /readyz), until the coordinator is restarted",
+            "s",
+            ge=1,
+        ),
+    ] = 600.0
+    recovery_max_attempts: Annotated[
+        int,
+        Setting(
+            "... and for at most this many attempts in a row (whichever bound comes first)", "attempts", ge=1
+        ),
+    ] = 300
     max_pending_requests: Annotated[
         int,
         Setting(

@@ -3,10 +3,15 @@
 ::
 
     StyxError                      operating errors a caller can handle
-    ├── GraphError                 a graph failed validation at deploy time (unknown target, bad partitions…)
+    ├── GraphError                 a deploy or code update was refused: the graph failed validation
+    │                              (unknown target, bad partitions…) or could not be made durable
     ├── ConfigError                a configuration value is missing or invalid (names the key)
     ├── ProtocolError              bytes on the wire that are not a valid frame/message
+    ├── BackendError               Kafka or S3 failed an operation (unreachable, refused, timed out,
+    │                              stored bytes that do not decode); also an ``OSError``
     ├── MissingExtra               a command needs an extra that is not installed (``styx_py.extras``)
+    ├── AuditError                 ``styx audit`` could not run (``styx_py.audit.failures``)
+    ├── ScreenshotError            Chromium is missing or wrote no image (``styx_py.stack.screenshot``)
     ├── TransactionFailed          a transaction did not commit; raised by the SDK (an exception
     │   │                          in a function: ``error_type`` "UserError", ``exception_type`` its class)
     │   ├── TransactionAborted     user logic aborted it with ``Abort``
@@ -18,18 +23,34 @@
     Abort(Exception)               raised by user code to abort the whole transaction;
                                    its message reaches the client
 
+    BaseException                  internal control signals derive from it, not from Exception, so
+    │                              that a user's ``except Exception`` cannot swallow them:
+    ├── _Changed                   the fallback run diverged from the optimistic one (styx_worker.executor)
+    ├── _CalleeFailed              a synchronous callee failed (styx_worker.executor)
+    └── _Failed                    a transaction of the serial reference run failed (styx_py.core.serial)
+
 A :class:`TransactionFailed` carries the server's reply (``reply``) and repeats what a handler looks
 at: ``request_id``, ``tid``, ``epoch``, ``status``, ``error`` and ``error_type`` (``"Abort"``,
 ``"BadRequest"`` or ``"UserError"``). Raised locally by the SDK (a :class:`BadRequest` before
 anything is sent), it has no reply and those are ``None``.
 
-Internal control signals derive from ``BaseException`` so that a user's ``except Exception`` cannot
-swallow them (``worker.executor`` defines them).
+Operating errors and bugs are handled apart. The ports' implementations (:mod:`styx_py.io`) raise
+:class:`BackendError` for what their client library raised (aiokafka's ``KafkaError``, minio's
+``S3Error``, urllib3's errors), and the in-memory fakes raise ``OSError``: so the processes catch
+``OSError`` (which includes ``TimeoutError`` and ``ConnectionError``) where S3 or Kafka can fail, and
+retry or refuse with a bound. Anything else (an ``AssertionError``, a ``TypeError``, a ``KeyError``) is
+a bug: it is never caught, it ends the process with its traceback (exit code 70,
+:func:`styx_py.io.serving.run_until_failure`), and the supervisor restarts it.
+(``tests/test_errors.py`` checks that this drawing names every class it should.)
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+# The exit status of a coordinator or worker that a bug ended (EX_SOFTWARE): a message handler or a task
+# raised something other than a StyxError (styx_py.io.serving.run_until_failure).
+EXIT_HANDLER_FAILED = 70
 
 
 class ReplyFields(Protocol):
@@ -54,7 +75,8 @@ class StyxError(Exception):
 
 
 class GraphError(StyxError):
-    """A dataflow graph failed validation."""
+    """A deploy or code update was refused: the graph failed validation, or the cluster state that
+    records it could not be saved (nothing changed)."""
 
 
 class ConfigError(StyxError):
@@ -63,6 +85,13 @@ class ConfigError(StyxError):
 
 class ProtocolError(StyxError):
     """Bytes received on a channel are not a valid frame or message."""
+
+
+class BackendError(StyxError, OSError):
+    """Kafka or S3 failed an operation: unreachable, refused, timed out, or stored bytes that do not
+    decode. Raised by the ports' implementations in :mod:`styx_py.io` from what their client library
+    raised (its ``__cause__``); an ``OSError`` as well, so that one ``except OSError`` covers it, a
+    socket's own errors and the in-memory fakes' failures."""
 
 
 class TransactionFailed(StyxError):

@@ -15,6 +15,10 @@ cost CPU per batch (benchmarks/results/busy-linger-and-gc.md).
 
 Each record carries an ``on_done(offset, error)`` callback, called once: with the record's offset
 when the broker acknowledged its batch, or with the error that failed it, and optionally Kafka headers.
+A failed produce (aiokafka's ``KafkaError``, an ``OSError``) is the records' owners' to handle. Any
+other exception while sending is a bug: the owners hear of it too (nobody waits for ever), and
+:meth:`BatchLanes.run` raises it, so that it ends the task group running it instead of dying in a
+send task nobody awaits.
 Its Kafka timestamp is the time it was added, as aiokafka's ``send`` and Kafka's own producers stamp a
 record when it is handed over, not when its batch is built (which for a lane with a batch in flight
 comes after that batch is acknowledged): a worker's reply record is stamped when the reply is also
@@ -28,6 +32,8 @@ import functools
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 OnDone = Callable[[int, BaseException | None], None]
 Headers = list[tuple[str, bytes]]  # aiokafka's C record builder takes a list, nothing else
@@ -46,6 +52,9 @@ class Cancellable(Protocol):
 
 # A lane whose last batch carried at least this many records is busy (module docstring).
 BUSY_RECORDS = 4
+
+# What a failed produce raises: reported to the records' owners (anything else is also raised by run()).
+PRODUCE_FAILURES = (KafkaError, OSError)
 
 
 class BatchLanes:
@@ -75,6 +84,7 @@ class BatchLanes:
         self.added: dict[tuple[str, int], int] = {}
         self.done: dict[tuple[str, int], int] = {}
         self.flushes: list[tuple[dict[tuple[str, int], int], asyncio.Future[None]]] = []
+        self.failure: BaseException | None = None  # a bug in a send task, raised by run()
 
     def flush(self) -> asyncio.Future[None]:
         """Done when every record added before this call is acknowledged (or failed). Records added
@@ -132,11 +142,14 @@ class BatchLanes:
         return stamp
 
     async def run(self) -> None:
-        """Drain forever: every idle lane with records gets one send task."""
+        """Drain forever: every idle lane with records gets one send task. Raises what a send task
+        failed with other than a failed produce (module docstring)."""
         try:
             while True:
                 await self.wakeup.wait()
                 self.wakeup.clear()
+                if self.failure is not None:
+                    raise self.failure
                 for lane in [lane for lane, q in self.lanes.items() if q and lane not in self.busy]:
                     records = self.lanes.pop(lane)
                     self.busy.add(lane)
@@ -158,6 +171,8 @@ class BatchLanes:
         self.lingering.clear()
         queued = [(lane, self.lanes.pop(lane)) for lane, q in list(self.lanes.items()) if q]
         await asyncio.gather(*(self._send(lane, records) for lane, records in queued))
+        if self.failure is not None:
+            raise self.failure
 
     async def _send(self, lane: tuple[str, int], records: list[Entry]) -> None:
         settled = 0  # records[:settled] were handed to the producer or failed: their owners will hear
@@ -186,9 +201,10 @@ class BatchLanes:
                 await self._submit(lane, builder, records[start:i])
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - every record's owner learns of the failure
+        except BaseException as exc:  # noqa: BLE001 - the owners learn of it; run() raises a bug
             # Including those already in the builder that raised: they were never sent.
             self._fail(lane, records[settled:], exc)
+            self._crash(exc)
         else:
             if self.busy_linger_s > 0 and len(records) >= self.busy_records:
                 # Busy: the lane stays in ``busy`` while it lingers, so its records keep joining the
@@ -222,8 +238,9 @@ class BatchLanes:
                 delivery.add_done_callback(_retrieve)
             self._fail(lane, part, RuntimeError("producer stopped before the batch was acknowledged"))
             raise
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - the owners learn of it; run() raises a bug
             self._fail(lane, part, exc)
+            self._crash(exc)
             return
         self.batches_sent += 1
         self.records_sent += len(part)
@@ -240,6 +257,12 @@ class BatchLanes:
             if on_done is not None:
                 on_done(-1, exc)
         self._finished(lane, len(part))
+
+    def _crash(self, exc: BaseException) -> None:
+        """Unless ``exc`` is a failed produce (the owners' to handle): keep it for run() to raise."""
+        if not isinstance(exc, PRODUCE_FAILURES) and self.failure is None:
+            self.failure = exc
+            self.wakeup.set()
 
     def _finished(self, lane: tuple[str, int], n: int) -> None:
         self.done[lane] = self.done.get(lane, 0) + n

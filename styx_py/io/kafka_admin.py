@@ -20,10 +20,13 @@ from aiokafka.admin import (  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]
     IncompatibleBrokerVersion,
     KafkaConnectionError,
+    KafkaError,
     TopicAlreadyExistsError,
     for_code,
 )
 from aiokafka.protocol.metadata import MetadataRequest  # type: ignore[import-untyped,unused-ignore]
+
+from styx_py.core.errors import BackendError
 
 __all__ = ["TopicAdmin", "create_topics", "existing_topics"]
 
@@ -46,10 +49,18 @@ class TopicAdmin:
 
     async def create(self, topics: dict[str, int]) -> None:
         """Create topics (name -> partition count); existing ones are left alone (start-up code calls
-        this every time); any other per-topic error is raised as the matching aiokafka error. A failed
-        call drops the admin client: the next one starts a new one."""
+        this every time). Any other per-topic error, or a broker that cannot be reached, is raised as a
+        :class:`~styx_py.core.errors.BackendError` (its cause: the aiokafka error). A failed call drops
+        the admin client: the next one starts a new one."""
         if not topics:
             return
+        try:
+            await self._create(topics)
+        except KafkaError as exc:
+            names = ", ".join(sorted(topics))
+            raise BackendError(f"creating topics {names} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _create(self, topics: dict[str, int]) -> None:
         async with self._lock:
             if self._admin is None:
                 admin = AIOKafkaAdminClient(

@@ -5,20 +5,30 @@ up only when it stops making progress, not after a fixed time: on Tansu with S3 
 lists the whole partition, so reading a long log is slow but must still finish (a restore there can
 take close to 30 s, and one cut off by a fixed timeout would be retried for ever). The fetch wait adapts to
 such a broker (:mod:`styx_py.io.fetching`) and a reader keeps what it learned for its next reads.
+
+:class:`KafkaLogReader` (the :class:`~styx_py.core.ports.LogReader` port) raises what the broker fails
+a read with (aiokafka's ``KafkaError``) and a sequencer-log record that does not decode as
+:class:`~styx_py.core.errors.BackendError`, and a read that stalls as ``TimeoutError``: both are
+``OSError``, the port's operating errors.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.config import Config
+from styx_py.core.errors import BackendError
 from styx_py.core.segments import segment_topic, segments_in, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
 from styx_py.io.fetching import FetchWait
+
+T = TypeVar("T")
 
 READ_FETCH_WAIT_MS = 10  # the first fetch wait of a reader (it grows on a broker that needs more)
 STALL_TIMEOUT_S = 60.0  # a read that brings nothing new for this long fails
@@ -97,13 +107,16 @@ class KafkaLogReader:
         ``after_epoch`` sent (a record without the epoch header counts as such): in each partition, from
         the offset in its segment, then every later segment of the egress topic whole."""
         topic = self.config.egress_topic
-        segments = segments_in(await list_topics(self.bootstrap), topic) if offsets else []
+        listed = await _from_broker("listing topics", list_topics(self.bootstrap)) if offsets else set()
+        segments = segments_in(listed, topic)
         starts: dict[TopicPartition, int] = {}
         for p, bound in offsets.items():
             first, start = unpack(bound)
             for s in (s for s in segments if s >= first):
                 starts[TopicPartition(segment_topic(topic, s), p)] = start if s == first else 0
-        records = await read_to_end(self.bootstrap, starts, wait=self.wait)
+        records = await _from_broker(
+            f"reading replies on {topic}", read_to_end(self.bootstrap, starts, wait=self.wait)
+        )
         out: list[Reply] = []
         for r in records:
             sent = sent_epoch(r.headers)
@@ -117,8 +130,23 @@ class KafkaLogReader:
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
         tp = TopicPartition(self.config.seqlog_topic, 0)
-        records = await read_to_end(self.bootstrap, {tp: from_offset}, wait=self.wait)
-        return [seqlog_decoder.decode(r.value) for r in records]
+        read = read_to_end(self.bootstrap, {tp: from_offset}, wait=self.wait)
+        records = await _from_broker(f"reading {tp.topic}", read)
+        out: list[SeqLogEntry] = []
+        for r in records:
+            try:
+                out.append(seqlog_decoder.decode(r.value))
+            except msgspec.DecodeError as exc:  # every record of this topic is a worker's entry
+                raise BackendError(f"{tp.topic} offset {r.offset} does not decode: {exc}") from exc
+        return out
+
+
+async def _from_broker(what: str, read: Awaitable[T]) -> T:
+    """``await read``; what the broker failed it with, as a :class:`BackendError` naming ``what``."""
+    try:
+        return await read
+    except KafkaError as exc:
+        raise BackendError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def sent_epoch(headers: Sequence[tuple[str, bytes]]) -> int | None:

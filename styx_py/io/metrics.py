@@ -7,7 +7,9 @@
 It is served by the process's own asyncio event loop, not by a thread (``start_http_server``): a
 scrape then reads the engine's counters between two loop steps (no torn reads of tables the loop
 mutates), and a hung event loop fails the liveness probe, which is what a supervisor must restart.
-Every connection answers one request and closes; heads are bounded in size and time.
+Every connection answers one request and closes; heads are bounded in size and time. An answer that
+raises (a bug in the readiness callback or a collector) is not left to the event loop's default
+handler while the process runs on: :meth:`MetricsServer.run`, one of the process's tasks, raises it.
 """
 
 from __future__ import annotations
@@ -106,10 +108,18 @@ class MetricsServer:
         self.host = host
         self.port = port
         self.server: asyncio.Server | None = None
+        self.failure: Exception | None = None  # what an answer raised (a bug), for run() to raise
+        self._failed = asyncio.Event()
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEAD_BYTES)
         self.port = self.server.sockets[0].getsockname()[1]
+
+    async def run(self) -> None:
+        """Until an answer raised: raises what it raised (run it among the process's tasks)."""
+        await self._failed.wait()
+        assert self.failure is not None
+        raise self.failure
 
     async def close(self) -> None:
         if self.server is not None:
@@ -158,5 +168,10 @@ class MetricsServer:
             await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass  # a client that sent no complete head in time, or went away: nothing to answer
+        except Exception as exc:  # not swallowed: run() raises it, and the process ends
+            log.critical("answering a metrics or probe request raised", exc_info=exc)
+            if self.failure is None:
+                self.failure = exc
+                self._failed.set()
         finally:
             writer.close()

@@ -1,6 +1,9 @@
 """The snapshot blob store on S3 (MinIO / SeaweedFS via ``minio``).
 
-The S3 client is synchronous; calls run in a thread so the epoch loop never waits on S3.
+The S3 client is synchronous; calls run in a thread so the epoch loop never waits on S3. What S3 or
+the connection to it fails with (minio's ``S3Error`` and other ``MinioException``, urllib3's
+``HTTPError`` once its retries are spent) is raised as :class:`~styx_py.core.errors.BackendError`,
+the blob store port's operating error (an ``OSError``); anything else is a bug and is raised as it is.
 """
 
 from __future__ import annotations
@@ -8,12 +11,29 @@ from __future__ import annotations
 import asyncio
 import builtins
 import io
+from collections.abc import Callable
+from typing import TypeVar
 
+import urllib3.exceptions
 from minio import Minio
 from minio.deleteobjects import DeleteObject
-from minio.error import S3Error
+from minio.error import MinioException, S3Error
 
 from styx_py.core.config import Config
+from styx_py.core.errors import BackendError
+
+T = TypeVar("T")
+
+# What a minio call raises when S3 fails it or cannot be reached (a bad argument is a ValueError: a bug).
+S3_FAILURES = (MinioException, urllib3.exceptions.HTTPError)
+
+
+async def _in_thread(what: str, call: Callable[[], T]) -> T:
+    """``call()`` in a thread; what S3 failed it with, as a :class:`BackendError` naming ``what``."""
+    try:
+        return await asyncio.to_thread(call)
+    except S3_FAILURES as exc:
+        raise BackendError(f"S3 {what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 class MinioBlobStore:
@@ -37,7 +57,7 @@ class MinioBlobStore:
             self._ensure_bucket()
             self.client.put_object(self.bucket, key, io.BytesIO(data), len(data))
 
-        await asyncio.to_thread(upload)
+        await _in_thread(f"put {key}", upload)
 
     async def get(self, key: str) -> bytes | None:
         def fetch() -> bytes | None:
@@ -53,7 +73,7 @@ class MinioBlobStore:
                 resp.close()
                 resp.release_conn()
 
-        return await asyncio.to_thread(fetch)
+        return await _in_thread(f"get {key}", fetch)
 
     async def list(self, prefix: str) -> builtins.list[str]:
         def names() -> builtins.list[str]:
@@ -65,7 +85,7 @@ class MinioBlobStore:
                 raise
             return sorted(str(o.object_name) for o in objects)
 
-        return await asyncio.to_thread(names)
+        return await _in_thread(f"list {prefix}", names)
 
     async def delete(self, keys: builtins.list[str]) -> None:
         """Delete ``keys`` (a missing one is no error) with S3's multi-object delete: ``minio`` sends up to
@@ -75,10 +95,12 @@ class MinioBlobStore:
             failed = builtins.list(self.client.remove_objects(self.bucket, map(DeleteObject, keys)))
             if failed:
                 one = failed[0]
-                raise OSError(f"{len(failed)} of {len(keys)} objects not deleted; {one.name}: {one.message}")
+                raise BackendError(
+                    f"{len(failed)} of {len(keys)} objects not deleted; {one.name}: {one.message}"
+                )
 
         if keys:
-            await asyncio.to_thread(remove)
+            await _in_thread(f"delete of {len(keys)} objects", remove)
 
 
 def blob_store_from(config: Config) -> MinioBlobStore | None:

@@ -1,5 +1,6 @@
 """What the coordinator and worker processes set up alike: the authenticated cluster transport, the
-metrics endpoint, and the run that ends the process with exit code 70 when a message handler raised."""
+metrics endpoint, and the run that ends the process with exit code 70 when a message handler or a
+task raised."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from styx_py.core.config import Config
+from styx_py.core.errors import StyxError
 from styx_py.core.wire import Inbox, Message
 from styx_py.io.handshake import require_secret
 from styx_py.io.links import TransportLimits
@@ -77,9 +79,16 @@ async def run_until_failure(
     closed, the compaction pool shut down) and the process exits 0; a second SIGTERM meanwhile ends it
     at once. A message handler that raised ends the process with
     :data:`~styx_py.io.tcp.EXIT_HANDLER_FAILED` (the transport logged it CRITICAL with its traceback):
-    its state can no longer be trusted, and the supervisor's restart is the recovery.
+    its state can no longer be trusted, and the supervisor's restart is the recovery. So does a task
+    that raised anything but a :class:`~styx_py.core.errors.StyxError` (operating errors are handled
+    where they happen, so that is a bug): it is logged CRITICAL with its traceback, never retried nor
+    left to a task's default handler. A StyxError a task let through (a ``--deploy`` at start-up that
+    was refused) is an operating error: it is raised as it is, once ``closing`` ran, for the command
+    line to print in one line (exit code 2).
     """
     handler_failed = False
+    task_failed = False
+    refused: StyxError | None = None
 
     async def until_it_ends(task: Coroutine[Any, Any, object]) -> None:
         await task
@@ -96,12 +105,25 @@ async def run_until_failure(
         handler_failed = True
     except* _Ended:
         pass
+    except* StyxError as group:
+        refused = _first(group)
+    except* Exception as group:  # not swallowed: logged, and the process ends (below)
+        log.critical("a task raised: ending the process (exit code %d)", EXIT_HANDLER_FAILED, exc_info=group)
+        task_failed = True
     finally:
         for close in closing:
             await close()
         await transport.close()
-    if handler_failed:
+    if handler_failed or task_failed:
         raise SystemExit(EXIT_HANDLER_FAILED)
+    if refused is not None:
+        raise refused
+
+
+def _first(group: BaseExceptionGroup[StyxError]) -> StyxError:
+    """The first exception of ``group``, however deeply nested (a task's own task group nests one)."""
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def _until_sigterm() -> None:

@@ -15,7 +15,9 @@ watchdog (:meth:`TcpTransport.run`) closes connections whose frame does not comp
 deliver nothing for the idle timeout (each side sends a keepalive every third of it).
 
 A message handler that raises is a bug with the process in an unknown state: the transport stops
-delivering and :meth:`TcpTransport.run` raises :class:`HandlerFailed`, which ends the process.
+delivering and :meth:`TcpTransport.run` raises :class:`HandlerFailed`, which ends the process. So does
+anything else a connection's task raises but the connection failing (an ``OSError``, a peer gone
+mid-frame): a bug in the transport itself is not left to the event loop's default handler.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from styx_py.core.errors import ProtocolError
+from styx_py.core.errors import EXIT_HANDLER_FAILED, ProtocolError
 from styx_py.core.limits import MAX_FRAME_BYTES
 from styx_py.core.ports import Clock, LoopClock
 from styx_py.core.wire import (
@@ -57,11 +59,11 @@ log = logging.getLogger("styx.transport")
 
 Handler = Callable[[str, Message], None]
 MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES  # a peer that stops reading is cut off instead of eating memory
-EXIT_HANDLER_FAILED = 70  # the process's exit status after a handler raised (EX_SOFTWARE)
 
 
 class HandlerFailed(Exception):
-    """A message handler raised: the process's state is unknown, so it ends (its supervisor restarts it)."""
+    """A message handler (or a connection's task) raised: the process's state is unknown, so it ends
+    (its supervisor restarts it)."""
 
 
 class TcpTransport:
@@ -104,7 +106,7 @@ class TcpTransport:
         self._keepalive = encode_frame(Batch(node_id, [], self.incarnation))
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accept, self.host, self.port)
+        self.server = await asyncio.start_server(self._accepted, self.host, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def run(self) -> None:
@@ -205,18 +207,29 @@ class TcpTransport:
             link = Link(writer, dest, f"{address[0]}:{address[1]}", self.clock.now())
             self.links[writer] = link
             self.writers.setdefault(dest, link)
-            self._spawn(self._read_loop(reader, link))
+            self._spawn(self._read_loop(reader, link), f"reading from {dest}")
             self._flush()
 
-        self.dialing[dest] = self._spawn(dial())
+        self.dialing[dest] = self._spawn(dial(), f"dialing {dest}")
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._guarded(coro, what))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def _guarded(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        """``coro``, a connection's task: what it raises (a bug: the connection's own failures are
+        handled in it) ends the process through run()."""
+        try:
+            await coro
+        except Exception as exc:  # noqa: BLE001 - not swallowed: run() raises it, and the process ends
+            self._crash(exc, what)
+
     # ---- receiving ----------------------------------------------------------------------------------
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._guarded(self._accept(reader, writer), "accepting a connection")
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
         address = f"{peername[0]}:{peername[1]}" if peername else "?"
@@ -234,7 +247,7 @@ class TcpTransport:
         except Refused as exc:
             self.refusals.add(exc.reason, address, exc.detail)
             writer.transport.abort()
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, OSError):
             writer.transport.abort()  # went away before it authenticated
         else:
             link = Link(writer, hello.node_id, address, self.clock.now())
@@ -279,8 +292,8 @@ class TcpTransport:
                 if not self._deliver(link, payload):
                     return
                 del payload  # an idle connection must not keep its last frame alive
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, OSError):
+            pass  # the peer went away, or the connection failed
         except Refused as exc:
             self.refusals.add(exc.reason, link.address, f"{link.peer}: {exc.detail}")
             link.abort()
@@ -322,11 +335,12 @@ class TcpTransport:
         return True
 
     def _fail(self, exc: Exception, what: str) -> None:
-        log.critical(
-            "%s: the message handler raised on %s; ending the process", self.node_id, what, exc_info=exc
-        )
+        self._crash(exc, f"the message handler, on {what},")
+
+    def _crash(self, exc: Exception, what: str) -> None:
+        log.critical("%s: %s raised; ending the process", self.node_id, what, exc_info=exc)
         if self.failure is None:
-            self.failure = HandlerFailed(f"{self.node_id}: the handler raised on {what}: {exc!r}")
+            self.failure = HandlerFailed(f"{self.node_id}: {what} raised: {exc!r}")
             self.failure.__cause__ = exc
             self._failed.set()
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from styx_py.core.errors import StyxError
+from styx_py.core.errors import EXIT_HANDLER_FAILED, StyxError
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordinator
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
@@ -84,6 +84,16 @@ async def admin(
 
 
 RESTART_GRACE_S = 5.0  # a restarted worker is not killed for being "failed" before it could register
+
+
+def _ended(code: int) -> str:
+    """How a process ended, for the operator: its exit code (70: a bug, its log has the traceback) or
+    the signal that killed it."""
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}" + (
+        " (a bug: its log has the traceback)" if code == EXIT_HANDLER_FAILED else ""
+    )
 
 
 class LocalStack:
@@ -302,7 +312,7 @@ class LocalStack:
             else:
                 self.check_alive()  # the gateway has no state to recover: report it
             restarted.append(name)
-            said.append(f"{name} died: restarted (the cluster recovers)")
+            said.append(f"{name} {_ended(proc.returncode)}: restarted (the cluster recovers)")
         try:
             status = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))
         except StyxError:
