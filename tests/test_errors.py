@@ -35,6 +35,17 @@ MAY_CATCH_EVERYTHING = {
     ("worker/styx_worker/executor.py", "run_invocation"): (
         "runs user code: any exception a function raises aborts its transaction (the client gets it)"
     ),
+    ("worker/styx_worker/runner.py", "_drain"): (
+        "an invocation's first step runs in a loop callback, which cannot raise into the worker's task "
+        "group: what it raises is raised again inside a task of that group"
+    ),
+    ("worker/styx_worker/runner.py", "__await__"): (
+        "relays what is thrown into a suspended invocation to its coroutine, as `yield from` does"
+    ),
+    ("worker/styx_worker/shell.py", "_guarded"): (
+        "a log acknowledgement is handled in a future's callback, which cannot raise into the worker's "
+        "task group: what it raises is raised again inside a task of that group"
+    ),
 }
 
 
@@ -84,14 +95,7 @@ def _handlers(tree: ast.AST) -> list[tuple[str, ast.ExceptHandler]]:
     "folder",
     [
         "coordinator/styx_coordinator",
-        pytest.param(
-            "worker/styx_worker",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the worker's recovery, snapshot upload, egress stop and runner relay still catch "
-                "everything: the worker's rewrite removes them (then drop this mark)",
-            ),
-        ),
+        "worker/styx_worker",
     ],
 )
 def test_no_handler_catches_every_exception_and_carries_on(folder: str) -> None:

@@ -27,6 +27,7 @@
     │                              that a user's ``except Exception`` cannot swallow them:
     ├── _Changed                   the fallback run diverged from the optimistic one (styx_worker.executor)
     ├── _CalleeFailed              a synchronous callee failed (styx_worker.executor)
+    ├── _BadCall                   a call names an unknown function or has a bad key (styx_worker.executor)
     └── _Failed                    a transaction of the serial reference run failed (styx_py.core.serial)
 
 A :class:`TransactionFailed` carries the server's reply (``reply``) and repeats what a handler looks

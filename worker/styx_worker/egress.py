@@ -25,10 +25,11 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 
 from styx_py.core.config import Config
+from styx_py.core.errors import BackendError
 from styx_py.core.limits import MAX_REQUEST_BYTES
 from styx_py.core.segments import pack, replies_to, segment_topic
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
-from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes, Headers, OnDone
+from styx_py.io.batching import MAX_BATCH_BYTES, PRODUCE_FAILURES, BatchLanes, Headers, OnDone
 
 HOLD_S = 0.1
 """Replies wait at most this long for a sequencer-log entry to ride with (module docstring)."""
@@ -94,7 +95,7 @@ class KafkaSink:
         try:
             queued = asyncio.gather(self.lanes.send_queued(), self.log_lanes.send_queued())
             await asyncio.wait_for(queued, STOP_FLUSH_S)
-        except Exception:  # a timeout or a failed produce: the producer closes all the same
+        except (TimeoutError, *PRODUCE_FAILURES):  # the producer closes all the same
             log.warning("worker egress: closing without every queued record acknowledged", exc_info=True)
         finally:
             await self.producer.stop()
@@ -116,7 +117,8 @@ class KafkaSink:
         drains = [loop.create_task(self.lanes.run()), loop.create_task(self.log_lanes.run())]
         try:
             await self.failed.wait()
-            raise RuntimeError(f"produce failed: {self.error}") from self.error
+            # An operating error (the broker refused or is gone), not a bug: the process ends as one.
+            raise BackendError(f"produce failed: {self.error!r}") from self.error
         finally:
             for drain in drains:
                 drain.cancel()

@@ -62,6 +62,5 @@ async def serve_worker(
     m = worker.metrics
     metrics = await start_metrics(m.registry, m.readiness, config, f"worker {node_id}")
     closing = [metrics.close] if metrics else []
-    await run_until_failure(
-        transport, [sink.run(), ingress.run(), worker.run()], [*closing, ingress.stop, sink.stop]
-    )
+    tasks = [sink.run(), ingress.run(), worker.run(), *([metrics.run()] if metrics else [])]
+    await run_until_failure(transport, tasks, [*closing, ingress.stop, sink.stop])

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
-from aiokafka.errors import KafkaError
 
 from styx_py.core.errors import GraphError
 from styx_py.core.ports import Clock, Egress, Ingress, LogReader
@@ -47,9 +46,8 @@ log = logging.getLogger("styx.worker")
 RECOVERY_ERRORS = (
     HandoffRefused,
     GraphError,
-    OSError,  # the blob store (its port raises OSError for every failure of the store)
+    OSError,  # the blob store and the log reader (their ports raise BackendError, an OSError)
     TimeoutError,
-    KafkaError,  # the log reader
     msgspec.DecodeError,  # a stored snapshot object or log entry that is not what it should be
     msgspec.ValidationError,
 )
