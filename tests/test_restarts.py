@@ -170,3 +170,42 @@ async def test_sigterm_stops_workers_and_the_coordinator_cleanly(
             assert code == 0, f"{name} exited {code} after SIGTERM:\n{said[-3000:]}"
             assert "SIGTERM: stopping" in said, said[-3000:]
             assert "leaked" not in said, said[-3000:]
+
+
+async def test_a_bug_in_a_worker_recovery_ends_its_process_and_the_supervisor_restarts_it(
+    s3: SeaweedS3, kafka: TansuBroker, tmp_path: Path
+) -> None:
+    """An assertion raised in a worker's recovery (planted in w1's restore by the app it imports) is a
+    bug: the worker process exits with its traceback (code 70) instead of reporting a failed recovery
+    that would be retried for ever; ``styx up``'s supervisor starts it again, the next recovery works,
+    and no money is lost or made."""
+    import time
+
+    marker = tmp_path / "planted-bug"
+    env = {**cluster_env(snapshot_interval_s="0.5"), "STYX_TEST_PLANTED_BUG": str(marker)}
+    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, s3=s3.config, env=env)
+    await asyncio.to_thread(stack.start)
+    try:
+        await asyncio.to_thread(stack.deploy, "tests.apps.recovery_bug:app")
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            await open_accounts(client)
+            await transfers(client, 200, 7)
+            marker.touch()
+            stack.kill("w1")  # its next process recovers, and the planted bug fires in the restore
+            said: list[str] = []
+            deadline = time.monotonic() + 120
+            while not any("w1 exited with code 70" in line for line in said):  # poll with a deadline
+                assert time.monotonic() < deadline, f"w1 never ended with the bug: {said}"
+                said += await asyncio.to_thread(stack.supervise)
+                await asyncio.sleep(0.1)
+            assert not marker.exists(), "the planted bug did not fire"
+            log = (stack.log_dir / "w1.log").read_text(errors="replace")
+            assert "AssertionError: a planted bug in the restore" in log
+            await transfers(client, 200, 8)  # w1's third process recovers and runs
+            total = sum(await balances(client))
+            status = await admin(stack.coordinator, StatusRequest())
+    finally:
+        await asyncio.to_thread(stack.stop)
+    assert total == ACCOUNTS * INITIAL
+    assert status["state"] == "running"
+    assert any(line.startswith("w1 was killed") for line in said), said
