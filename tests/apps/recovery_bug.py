@@ -36,7 +36,7 @@ def _plant() -> None:
             raise AssertionError("a planted bug in the restore")
         return await real(*args, **kw)
 
-    recovery.restore = restore  # type: ignore[assignment]
+    recovery.restore = restore
 
 
 _plant()
