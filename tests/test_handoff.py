@@ -14,7 +14,7 @@ import pytest
 from styx_py.core import limits
 from styx_py.core.wire import ClusterView, Handoff, IngressRecord, Phase, Reply, ReplyStatus, Request
 from styx_py.testing.cluster import SimCluster, check_against_serial
-from styx_worker import core, handoff, recovery
+from styx_worker import core, recovery
 from styx_worker.dedup import ReplyTable
 from styx_worker.effects import Send
 from styx_worker.handoff import HandoffRefused, Pieces, pieces, refusal
@@ -124,7 +124,7 @@ def snapshot_reads(c: SimCluster) -> list[str]:
 async def test_a_planned_change_moves_partitions_in_pieces_without_s3_or_replay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(handoff, "PIECE_BYTES", 64)  # several pieces per partition
+    monkeypatch.setattr(limits, "HANDOFF_PIECE_BYTES", 64)  # several pieces per partition
     sent: list[Handoff] = []
     hand_off = core.WorkerCore._hand_off
 

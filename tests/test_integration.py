@@ -20,11 +20,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from styx_benchmarks.bank import app as bank_app
 from styx_benchmarks.keys import KeyChooser
 from styx_client import StyxClient
+from styx_py.core.limits import REPLY_WAIT_FOR_LOG_ENTRY_S
 from styx_py.core.segments import segment_topics
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
 from styx_py.stack.local import LocalStack, admin
-from styx_worker.egress import HOLD_S as EGRESS_HOLD_S
 from tests.service_fixtures import ClusterFactory
 
 pytestmark = pytest.mark.services
@@ -45,15 +45,16 @@ async def read_until(
 ) -> T:
     """What ``read`` returns, read again until ``enough`` says so (or ``deadline_s`` went by: the
     caller's checks then say what is missing). For the egress log: a pushed reply's copy follows it
-    there with its worker's next sequencer-log entry, or at most ``HOLD_S`` later (styx_worker.egress),
-    so a test that read the log the moment its client had every reply could miss the last ones."""
+    there with its worker's next sequencer-log entry, or at most ``REPLY_WAIT_FOR_LOG_ENTRY_S`` later
+    (styx_worker.egress), so a test that read the log the moment its client had every reply could miss
+    the last ones."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
     while True:
         got = await read()
         if enough(got) or loop.time() > end:
             return got
-        await asyncio.sleep(EGRESS_HOLD_S)
+        await asyncio.sleep(REPLY_WAIT_FOR_LOG_ENTRY_S)
 
 
 async def read_replies(read: Callable[[], Awaitable[list[Reply]]], expect: Iterable[str]) -> list[Reply]:

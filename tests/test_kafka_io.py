@@ -13,11 +13,12 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from styx_py.core.config import Config, load_config
+from styx_py.core.limits import REPLY_WAIT_FOR_LOG_ENTRY_S
 from styx_py.core.wire import NIL, Reply, Request, SeqLogEntry, encode_value, request_encoder
 from styx_py.io.fetching import FetchWait
 from styx_py.io.kafka_logs import KafkaLogReader, read_to_end, sent_epoch
 from styx_py.stack.services import TansuBroker, create_topics
-from styx_worker.egress import HOLD_S, KafkaSink
+from styx_worker.egress import KafkaSink
 from styx_worker.ingress import KafkaIngress
 from tests.service_fixtures import DurableKafkaFactory
 
@@ -210,7 +211,8 @@ async def test_replies_ride_with_the_next_sequencer_log_entry(
 ) -> None:
     """An epoch's log entry must not queue behind a produce request of replies (the producer keeps one
     in flight per broker): replies pushed to their clients wait for the next entry and go in its
-    request; with no entry coming (an idle cluster) they go on their own after HOLD_S."""
+    request; with no entry coming (an idle cluster) they go on their own after
+    REPLY_WAIT_FOR_LOG_ENTRY_S."""
     config, sink, drain = await _started_sink(kafka, 2)
     produced: list[set[str]] = []  # the topics of each produce request, in order
     send = sink.producer.client.send
@@ -229,13 +231,13 @@ async def test_replies_ride_with_the_next_sequencer_log_entry(
         await asyncio.wait_for(sink.flush(), 30)
         assert produced == [{config.egress_topic, config.seqlog_topic}], "one request for both"
         assert sink.offsets() == {0: 1, 1: 1} and sink.acked() == 1
-        # No entry follows: the reply goes alone once HOLD_S went by.
+        # No entry follows: the reply goes alone once REPLY_WAIT_FOR_LOG_ENTRY_S went by.
         sink.send(0, Reply("r3", 9, 4, 0, "committed", NIL, None, None), 4, pushed=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while sink.offsets()[0] < 2:
             assert loop.time() < deadline, "the held reply was never sent"
-            await asyncio.sleep(HOLD_S / 5)
+            await asyncio.sleep(REPLY_WAIT_FOR_LOG_ENTRY_S / 5)
         assert produced[1:] == [{config.egress_topic}]
         # A reply its client was not pushed goes at once (the client reads the log for it), and with
         # it the ones held before it.

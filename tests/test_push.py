@@ -30,6 +30,7 @@ from styx_client.sdk.replies import result_of
 from styx_client.sdk.resting import MISS_S, STALE_S, EgressRest
 from styx_client.sdk.stats import ClientStats
 from styx_py.core.config import load_config
+from styx_py.core.limits import EGRESS_MARK_EVERY_S, MAX_REPLY_SUBSCRIBERS
 from styx_py.core.segments import REPLY_SEGMENTS, segments_in
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -53,7 +54,7 @@ from styx_py.core.wire import (
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.local import LocalStack
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemorySeqLog
-from styx_worker.feed import MARK_EVERY_S, MAX_SUBSCRIBERS, ReplyFeed
+from styx_worker.feed import ReplyFeed
 from styx_worker.pace import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
 from styx_worker.ports import WorkerPorts
 from styx_worker.shell import Worker
@@ -97,11 +98,11 @@ def test_each_reply_goes_to_the_client_its_request_names() -> None:
 def test_a_worker_pushes_to_a_bounded_number_of_clients() -> None:
     sent = Sent()
     feed = ReplyFeed(sent)
-    for i in range(MAX_SUBSCRIBERS):
+    for i in range(MAX_REPLY_SUBSCRIBERS):
         assert feed.subscribe(f"client-{i}")
     assert sent.msgs == []
     assert not feed.subscribe("client-one-too-many")
-    assert sent.msgs == [("client-one-too-many", SubscribeRefused(MAX_SUBSCRIBERS))], "told so"
+    assert sent.msgs == [("client-one-too-many", SubscribeRefused(MAX_REPLY_SUBSCRIBERS))], "told so"
     feed.offer(_reply("1"), "client-one-too-many")
     assert sent.rids("client-one-too-many") == []
     assert feed.subscribe("client-0")  # already there
@@ -146,7 +147,7 @@ async def test_a_refused_client_reads_that_workers_replies_from_the_log_and_does
         header = await reader.readexactly(HEADER_BYTES)
         msgs = decode_batch(await reader.readexactly(frame_length(header)), "worker").msgs
         asked.append((hello.node_id, list(msgs)))
-        writer.write(encode_frame(Batch("w1", [SubscribeRefused(MAX_SUBSCRIBERS)])))
+        writer.write(encode_frame(Batch("w1", [SubscribeRefused(MAX_REPLY_SUBSCRIBERS)])))
         await reader.read()  # keepalives, until the client closes
 
     server = await asyncio.start_server(refuse, "127.0.0.1", 0)
@@ -263,11 +264,11 @@ def test_the_feed_sends_egress_acknowledgements_to_the_clients_that_asked_now_an
     assert sent[-1] == ("marked", EgressAcked([(0, 5), (1, 7)]))
     sent.clear()
     acked[0] = 9
-    feed.offer(_reply("r2"), "marked")  # within MARK_EVERY_S: the reply only
-    now[0] += MARK_EVERY_S
+    feed.offer(_reply("r2"), "marked")  # within EGRESS_MARK_EVERY_S: the reply only
+    now[0] += EGRESS_MARK_EVERY_S
     feed.offer(_reply("r3"), "marked")  # the ends moved: sent
     feed.offer(_reply("r4"), "marked")
-    now[0] += MARK_EVERY_S
+    now[0] += EGRESS_MARK_EVERY_S
     feed.offer(_reply("r5"), "marked")  # unchanged: not sent again
     marks = [msg for dest, msg in sent if isinstance(msg, EgressAcked)]
     assert marks == [EgressAcked([(0, 9), (1, 7)])]

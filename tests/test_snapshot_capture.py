@@ -19,11 +19,11 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from styx_py.core.config import load_config
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import NIL, IngressRecord, PartitionSnapshot, Reply, Request, SnapshotResult
 from styx_worker.dedup import ReplyTable
 from styx_worker.snapshot import (
-    SLICE,
     Unconfirmed,
     capture_steps,
     encode_steps,
@@ -36,6 +36,7 @@ from styx_worker.state import StateStore, Writes
 T = TypeVar("T")
 PARTITIONS = {"acct": 4, "item": 2}  # operator -> partition count
 OWNED = [0, 1, 2, 3]
+ROWS = load_config(env={}).snapshot_step_rows  # rows per step, as a worker takes them by default
 
 
 def request(rid: str, key: str | int = 0) -> Request:
@@ -64,7 +65,9 @@ def test_capture_splits_by_partition(
     resched = [(p, tid, tid + 1, 5, request(f"t{tid}")) for p, tid in rescheduled]
     held = [IngressRecord(p, off, request(f"w{off}"), 9) for p, off in waiting]
     positions, replies = {1: {0: 11, 2: 4}}, {0: [reply("r")]}
-    steps = capture_steps(7, delta, PARTITIONS, [3, 1, 0, 2], positions, resched, {2: 22}, 33, replies, held)
+    steps = capture_steps(
+        7, delta, PARTITIONS, [3, 1, 0, 2], positions, resched, {2: 22}, 33, replies, held, ROWS
+    )
     parts = run_steps(steps)
     assert [part.partition for part in parts] == OWNED
     assert all(part.epoch == 7 and part.seqlog_offset == 33 for part in parts)
@@ -86,7 +89,7 @@ def test_capture_splits_by_partition(
 
 
 def test_capture_of_nothing_still_gives_every_owned_partition_a_part() -> None:
-    parts = run_steps(capture_steps(0, {}, PARTITIONS, [2, 0], {}, [], {}, 5, {}, []))
+    parts = run_steps(capture_steps(0, {}, PARTITIONS, [2, 0], {}, [], {}, 5, {}, [], ROWS))
     assert parts == [PartitionSnapshot(0, p, [], 0, [], 0, 5, [], []) for p in (0, 2)]
 
 
@@ -145,7 +148,7 @@ def test_successful_snapshots_rebuild_state_and_replies(
 
     def snapshot(epoch: int, ok: bool, late: list[dict[int, bytes | None]]) -> None:
         delta, replies = store.take_delta(), answered.take_delta()
-        parts = run_steps(capture_steps(epoch, delta, PARTITIONS, OWNED, {}, [], {}, 0, replies, []))
+        parts = run_steps(capture_steps(epoch, delta, PARTITIONS, OWNED, {}, [], {}, 0, replies, [], ROWS))
         unconfirmed[epoch] = (delta, replies)
         for writes in late:  # epochs that run while the upload is in flight
             commit(writes)
@@ -185,26 +188,26 @@ def steps_taken(steps: Generator[None, None, T]) -> tuple[int, T]:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    n_writes=st.integers(0, 3 * SLICE + 1),
-    n_replies=st.sampled_from([0, 1, 15, 16, SLICE, SLICE + 1, 2**16 + 5]),
+    n_writes=st.integers(0, 3 * ROWS + 1),
+    n_replies=st.sampled_from([0, 1, 15, 16, ROWS, ROWS + 1, 2**16 + 5]),
 )
 def test_a_part_encoded_in_steps_is_the_part_encoded_at_once(n_writes: int, n_replies: int) -> None:
     writes = [
         ("acct", i if i % 3 else str(i), None if i % 7 == 0 else b"v" * (i % 5)) for i in range(n_writes)
     ]
     part = PartitionSnapshot(3, 1, writes, 9, [], 4, 5, [reply(f"r{i}") for i in range(n_replies)], [])
-    steps, data = steps_taken(encode_steps(part))
+    steps, data = steps_taken(encode_steps(part, ROWS))
     assert data == msgspec.msgpack.encode(part)
     assert snapshot_decoder.decode(data) == part
-    slices = -(-n_writes // SLICE) if n_writes > SLICE else 0
-    slices += -(-n_replies // SLICE) if n_replies > SLICE else 0
+    slices = -(-n_writes // ROWS) if n_writes > ROWS else 0
+    slices += -(-n_replies // ROWS) if n_replies > ROWS else 0
     assert steps == slices, "a long list is encoded a slice per step, a short one at once"
 
 
 def test_capture_takes_a_step_per_slice_of_writes_and_reads_the_rest_at_once() -> None:
-    delta: Writes = {("acct", i): b"x" for i in range(2 * SLICE + 10)}
+    delta: Writes = {("acct", i): b"x" for i in range(2 * ROWS + 10)}
     positions = {0: {0: 7}}
-    steps = capture_steps(1, delta, PARTITIONS, OWNED, positions, [], {}, 0, {}, [])
+    steps = capture_steps(1, delta, PARTITIONS, OWNED, positions, [], {}, 0, {}, [], ROWS)
     positions[0][0] = 99  # read at the call: later changes are not in the snapshot
     taken, parts = steps_taken(steps)
     assert taken == 2

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 import msgspec
 
+from styx_py.core.config import load_config
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import PartitionSnapshot, Phase, Reply, ReplyStatus
 from styx_py.io.runtime import steady_gc
@@ -79,20 +80,20 @@ def longest_step(steps_of: Callable[[], Steps[object]]) -> tuple[float, float]:
             return longest, total
 
 
-def measure(writes: int, replies: int) -> dict[str, float]:
+def measure(writes: int, replies: int, rows: int) -> dict[str, float]:
     delta, by_partition = workload(writes, replies)
 
     def steps() -> Steps[list[PartitionSnapshot]]:
-        return capture_steps(1, delta, PARTITIONS, OWNED, {}, [], {}, 0, by_partition, [])
+        return capture_steps(1, delta, PARTITIONS, OWNED, {}, [], {}, 0, by_partition, [], rows)
 
     cut_s, _ = timed(steps)
     split_s, done = timed(lambda: run_steps(steps()))
     encodes = [timed(functools.partial(_encoder.encode, part)) for part in done]
     step_longest, step_total = longest_step(steps)
     for part, (_, at_once) in zip(done, encodes, strict=True):
-        longest, total = longest_step(functools.partial(encode_steps, part))
+        longest, total = longest_step(functools.partial(encode_steps, part, rows))
         step_longest, step_total = max(step_longest, longest), step_total + total
-        if run_steps(encode_steps(part)) != at_once:
+        if run_steps(encode_steps(part, rows)) != at_once:
             raise SystemExit("snapshot_hold: a part encoded in steps differs from the part encoded at once")
     return {
         "at_once_cut_ms": split_s * 1e3,  # the split ran at the cut
@@ -110,9 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writes", type=int, default=5_000, help="accounts written since the last snapshot")
     ap.add_argument("--replies", type=int, default=10_000, help="replies given since the last snapshot")
     ap.add_argument("--repeat", type=int, default=3, help="runs; the median of each figure is shown")
+    ap.add_argument(
+        "--rows",
+        type=int,
+        default=load_config(env={}).snapshot_step_rows,
+        help="rows per step (default: the snapshot_step_rows setting's)",
+    )
     args = ap.parse_args(argv)
     with steady_gc():  # as in a worker
-        runs = [measure(args.writes, args.replies) for _ in range(args.repeat)]
+        runs = [measure(args.writes, args.replies, args.rows) for _ in range(args.repeat)]
     median = {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
     print(
         f"snapshot of {args.writes} writes and {args.replies} replies over {len(OWNED)} partitions "

@@ -233,6 +233,10 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         int,
         Setting("if > 0, snapshot every this many epochs instead (deterministic tests)", "epochs", ge=0),
     ] = 0
+    # Done at once, a snapshot of ~5 000 writes and ~10 000 replies per worker (10 s at 2 000/s) held the
+    # loop 5-20 ms, and the epoch barrier with it. In steps of 1 000 rows run back to back, the epoch after
+    # the cut still took ~20 ms longer: every message of its many hops waited for a step, on every
+    # process. Steps of 300 rows 2 ms apart cut that to a few ms (benchmarks/results/snapshot-stall.md).
     snapshot_step_rows: Annotated[
         int,
         Setting(

@@ -19,6 +19,7 @@ from typing import Any
 
 from styx_py.core.config import Config
 from styx_py.core.graph import GraphVersion
+from styx_py.core.limits import MAX_LOGGED_VALUE_CHARS
 from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import Cursor, cursor_of
 from styx_py.core.wire import (
@@ -65,7 +66,7 @@ def shown(reply: Reply) -> str:
             value = "<undecodable>"
     else:
         value = repr(reply.error)
-    return f"{reply.status!s} {value[:200]} (tid {reply.tid})"
+    return f"{reply.status!s} {value[:MAX_LOGGED_VALUE_CHARS]} (tid {reply.tid})"
 
 
 class WorkerCore:

@@ -9,9 +9,10 @@ Replies ride with the next sequencer-log entry. An aiokafka producer keeps one p
 flight per broker, so an epoch's log entry (which its Vote waits for) must not queue behind a request
 of replies. ``send`` therefore holds a reply whose client was pushed it until the next ``append``,
 which hands the held replies to the producer together with the entry, so both go in one produce
-request; or until ``flush``, a segment change, or :data:`HOLD_S` without an entry. A reply that was
-not pushed (``push_replies=False``, a client not connected) goes at once, with those held before it:
-its client reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
+request; or until ``flush``, a segment change, or
+:data:`~styx_py.core.limits.REPLY_WAIT_FOR_LOG_ENTRY_S` without an entry. A reply that was not pushed
+(``push_replies=False``, a client not connected) goes at once, with those held before it: its client
+reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
 the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md).
 """
 
@@ -26,16 +27,10 @@ from aiokafka import AIOKafkaProducer
 
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
-from styx_py.core.limits import MAX_REQUEST_BYTES
+from styx_py.core.limits import EGRESS_STOP_FLUSH_S, MAX_EGRESS_PRODUCE_BYTES, REPLY_WAIT_FOR_LOG_ENTRY_S
 from styx_py.core.segments import pack, replies_to, segment_topic
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
 from styx_py.io.batching import MAX_BATCH_BYTES, PRODUCE_FAILURES, BatchLanes, Headers, OnDone
-
-HOLD_S = 0.1
-"""Replies wait at most this long for a sequencer-log entry to ride with (module docstring)."""
-STOP_FLUSH_S = 2.0
-"""A closing sink waits at most this long for what it held or queued to be acknowledged (a supervisor
-kills a worker 5 s after its SIGTERM)."""
 
 log = logging.getLogger("styx.egress")
 
@@ -45,7 +40,7 @@ def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
         bootstrap_servers=bootstrap,
         acks="all",
         linger_ms=config.kafka_linger_ms,
-        max_request_size=4 * MAX_REQUEST_BYTES,
+        max_request_size=MAX_EGRESS_PRODUCE_BYTES,
         max_batch_size=MAX_BATCH_BYTES,
     )
 
@@ -90,11 +85,12 @@ class KafkaSink:
 
     async def stop(self) -> None:
         """Closing (the drain task is over): what is held or queued goes to the log first, for at most
-        :data:`STOP_FLUSH_S`; a worker stopped by its supervisor leaves every reply it pushed there."""
+        :data:`~styx_py.core.limits.EGRESS_STOP_FLUSH_S`; a worker stopped by its supervisor leaves every
+        reply it pushed there."""
         self.release()
         try:
             queued = asyncio.gather(self.lanes.send_queued(), self.log_lanes.send_queued())
-            await asyncio.wait_for(queued, STOP_FLUSH_S)
+            await asyncio.wait_for(queued, EGRESS_STOP_FLUSH_S)
         except (TimeoutError, *PRODUCE_FAILURES):  # the producer closes all the same
             log.warning("worker egress: closing without every queued record acknowledged", exc_info=True)
         finally:
@@ -102,8 +98,8 @@ class KafkaSink:
 
     def release(self) -> None:
         """Hand the held replies to their lanes, sent in the drain's next pass: with the next log
-        entry, a reply that was not pushed, a flush, a segment change, or :data:`HOLD_S` after the
-        first of them was held."""
+        entry, a reply that was not pushed, a flush, a segment change, or
+        :data:`~styx_py.core.limits.REPLY_WAIT_FOR_LOG_ENTRY_S` after the first of them was held."""
         if self.hold_timer is not None:
             self.hold_timer.cancel()
             self.hold_timer = None
@@ -180,7 +176,7 @@ class KafkaSink:
         if not pushed:
             self.release()
         elif self.hold_timer is None:
-            self.hold_timer = asyncio.get_running_loop().call_later(HOLD_S, self.release)
+            self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
 
     # Sequencer log
     def acked(self) -> int:

@@ -12,9 +12,9 @@ The push is best effort: nothing waits for it, a client whose connection drops i
 the egress topic stays the record every client also reads.
 
 A client that subscribed with ``marks`` is also sent :class:`~styx_py.core.wire.EgressAcked`, at most
-every :data:`MARK_EVERY_S` while replies flow: how far the broker acknowledged this worker's egress
-records, per partition. Those offsets let it skip the parts of the egress log that hold only replies it
-took pushed (styx_client.sdk.resting).
+every :data:`~styx_py.core.limits.EGRESS_MARK_EVERY_S` while replies flow: how far the broker
+acknowledged this worker's egress records, per partition. Those offsets let it skip the parts of the
+egress log that hold only replies it took pushed (styx_client.sdk.resting).
 """
 
 from __future__ import annotations
@@ -24,15 +24,10 @@ import math
 import time
 from collections.abc import Callable
 
+from styx_py.core.limits import EGRESS_MARK_EVERY_S, MAX_REPLY_SUBSCRIBERS
 from styx_py.core.wire import EgressAcked, Message, PushedReply, Reply, SubscribeRefused
 
 log = logging.getLogger("styx.worker")
-
-MAX_SUBSCRIBERS = 1024
-"""Clients one worker pushes to; more are refused with :class:`SubscribeRefused` (they read the egress
-topic only)."""
-MARK_EVERY_S = 0.01
-"""How often at most the clients that asked for them are sent the egress acknowledgements."""
 
 
 class ReplyFeed:
@@ -57,11 +52,13 @@ class ReplyFeed:
 
     def subscribe(self, client: str, marks: bool = False) -> bool:
         """Push to ``client`` the replies to requests that name it (with ``marks``, also the egress
-        acknowledgements); False when the worker has :data:`MAX_SUBSCRIBERS` clients already: the
-        client is told so, nothing else changes."""
-        if client not in self.clients and len(self.clients) >= MAX_SUBSCRIBERS:
-            log.warning("refusing %s's reply subscription: %d clients subscribed", client, MAX_SUBSCRIBERS)
-            self.send(client, SubscribeRefused(MAX_SUBSCRIBERS))
+        acknowledgements); False when the worker has ``MAX_REPLY_SUBSCRIBERS`` clients already (more
+        read the egress topic only): the client is told so, nothing else changes."""
+        if client not in self.clients and len(self.clients) >= MAX_REPLY_SUBSCRIBERS:
+            log.warning(
+                "refusing %s's reply subscription: %d clients subscribed", client, MAX_REPLY_SUBSCRIBERS
+            )
+            self.send(client, SubscribeRefused(MAX_REPLY_SUBSCRIBERS))
             return False
         self.clients.add(client)
         if marks and self.acked is not None:
@@ -87,9 +84,9 @@ class ReplyFeed:
 
     def _mark(self) -> None:
         """Send the egress acknowledgements to the clients that asked, unless sent less than
-        :data:`MARK_EVERY_S` ago or unchanged since."""
+        ``EGRESS_MARK_EVERY_S`` ago or unchanged since."""
         now = self.clock()
-        if now - self._marked_at < MARK_EVERY_S or self.acked is None:
+        if now - self._marked_at < EGRESS_MARK_EVERY_S or self.acked is None:
             return
         ends = self.acked()
         if ends == self._marks:

@@ -29,10 +29,9 @@ from styx_worker.snapshot import HeldRow, ResumeRow, rows_by_partition
 from styx_worker.state import StateStore
 from styx_worker.txn import RootTxn
 
-__all__ = ["PIECE_BYTES", "HandoffRefused", "Moved", "Pieces", "outgoing", "pieces", "refusal"]
+__all__ = ["HandoffRefused", "Moved", "Pieces", "outgoing", "pieces", "refusal"]
 
-PIECE_BYTES = 4 * 1024 * 1024  # entity bytes per piece: well under MAX_FRAME_BYTES with the rest
-_ENTRY_OVERHEAD = 16  # msgpack framing of one (operator, key, value) triple, roughly
+_ENTRY_OVERHEAD_BYTES = 16  # msgpack framing of one (operator, key, value) triple, roughly
 
 
 def outgoing(
@@ -105,8 +104,9 @@ def pieces(
     piece_bytes: int | None = None,
 ) -> list[Handoff]:
     """A partition as Handoff pieces (pure): entities and delta entries split by size (about
-    ``piece_bytes``, :data:`PIECE_BYTES` by default), the rest on the last piece."""
-    piece_bytes = piece_bytes or PIECE_BYTES
+    ``piece_bytes``, :data:`~styx_py.core.limits.HANDOFF_PIECE_BYTES` by default), the rest on the last
+    piece."""
+    piece_bytes = piece_bytes or limits.HANDOFF_PIECE_BYTES
     chunks: list[tuple[list[tuple[str, Key, bytes]], list[tuple[str, Key, bytes | None]]]] = []
     cur_data: list[tuple[str, Key, bytes]] = []
     cur_delta: list[tuple[str, Key, bytes | None]] = []
@@ -150,7 +150,10 @@ def size_of(entries: Iterable[tuple[str, Key, bytes | None]]) -> int:
 def _size(entry: tuple[str, Key, bytes | None]) -> int:
     op, key, value = entry
     return (
-        len(op) + (len(key) if isinstance(key, str) else 8) + (len(value) if value else 0) + _ENTRY_OVERHEAD
+        len(op)
+        + (len(key) if isinstance(key, str) else 8)
+        + (len(value) if value else 0)
+        + _ENTRY_OVERHEAD_BYTES
     )
 
 

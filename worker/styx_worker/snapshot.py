@@ -5,10 +5,10 @@ write since the previous snapshot, deletes included) and, per owned partition, r
 ingress consumption stands, its rescheduled transactions (with their tids) and its egress position.
 The cut is synchronous (a consistent cut between two epochs) and takes the delta and the replies whole,
 without copying them; splitting them by partition and encoding the parts run afterwards, between
-epochs, :data:`SLICE` rows at a time, and the upload runs off the epoch loop. The delta is kept until
-the coordinator confirms the snapshot complete; if any part failed, the delta is merged back so the
-next snapshot carries it (a half-failed snapshot is never used: the coordinator writes no manifest
-for it).
+epochs, ``snapshot_step_rows`` rows at a time (why: styx_py.core.config), and the upload runs off the
+epoch loop. The delta is kept until the coordinator confirms the snapshot complete; if any part
+failed, the delta is merged back so the next snapshot carries it (a half-failed snapshot is never
+used: the coordinator writes no manifest for it).
 """
 
 from __future__ import annotations
@@ -61,14 +61,6 @@ snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
 
 Rescheduled = tuple[int, int, int, int, Request]  # (partition, tid, offset, ts_ms, request)
 
-SLICE = 300
-"""Rows a snapshot splits or encodes between two returns to the event loop (``snapshot_step_rows``).
-Done at once, a snapshot of ~5 000 writes and ~10 000 replies per worker (10 s at 2 000/s) held the loop
-5-20 ms, and the epoch barrier with it. In steps of 1 000 rows run back to back, the epoch after the cut
-still took ~20 ms longer: every message of its many hops waited for a step, on every process.
-Steps of 300 rows 2 ms apart (``snapshot_step_pause_ms``) cut that to a few ms
-(benchmarks/results/snapshot-stall.md)."""
-
 T = TypeVar("T")
 Steps = Generator[None, None, T]
 """Work done in steps: it yields where other work may run, and returns its result."""
@@ -104,7 +96,7 @@ def capture_steps(
     seqlog_offset: int,
     replies: dict[int, list[Reply]],
     waiting: list[IngressRecord],
-    rows: int = SLICE,
+    rows: int,
 ) -> Steps[list[PartitionSnapshot]]:
     """Split a delta map by partition into the parts of one snapshot, ``rows`` writes per step
     (pure: :func:`run_steps` takes every step at once). Everything but ``delta`` and ``replies`` is read
@@ -145,7 +137,7 @@ def _split(
     return parts
 
 
-def encode_steps(part: PartitionSnapshot, rows: int = SLICE) -> Steps[bytes]:
+def encode_steps(part: PartitionSnapshot, rows: int) -> Steps[bytes]:
     """``part`` encoded (the same bytes as at once), its writes and replies ``rows`` at a time."""
     writes = yield from _array_steps(part.writes, rows)
     replies = yield from _array_steps(part.replies, rows)
@@ -188,7 +180,7 @@ def rows_by_partition(
 
 
 async def run_upload(
-    blobs: BlobStore, parts: Steps[list[PartitionSnapshot]], rows: int = SLICE, pause_s: float = 0.0
+    blobs: BlobStore, parts: Steps[list[PartitionSnapshot]], rows: int, pause_s: float = 0.0
 ) -> tuple[int, int]:
     """Split, encode (``rows`` at a time) and write every part, in steps ``pause_s`` apart; returns the
     parts and the bytes written. Any failure propagates (the snapshot fails)."""
