@@ -30,7 +30,7 @@ from styx_client.sdk.replies import result_of
 from styx_client.sdk.resting import MISS_S, STALE_S, EgressRest
 from styx_client.sdk.stats import ClientStats
 from styx_py.core.config import load_config
-from styx_py.core.limits import EGRESS_MARK_EVERY_S, MAX_REPLY_SUBSCRIBERS
+from styx_py.core.limits import EGRESS_MARK_EVERY_S, INGRESS_PUSHED_FETCH_WAIT_MS, MAX_REPLY_SUBSCRIBERS
 from styx_py.core.segments import REPLY_SEGMENTS, segments_in
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -55,7 +55,6 @@ from styx_py.io.handshake import accept_handshake
 from styx_py.stack.local import LocalStack
 from styx_py.testing.memory import MemoryEgress, MemoryIngress, MemoryLog, MemorySeqLog
 from styx_worker.feed import ReplyFeed
-from styx_worker.pace import PUSHED_FETCH_WAIT_MS as INGRESS_PUSHED_WAIT_MS
 from styx_worker.ports import WorkerPorts
 from styx_worker.shell import Worker
 from styx_worker.txn import RootTxn
@@ -430,10 +429,10 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         outcomes = await asyncio.to_thread(_ingress_pushes, stack)
         assert sum(o["taken"] for o in outcomes) > ONE_BY_ONE // 2, outcomes
         assert all(o["mismatched"] == 0 for o in outcomes), outcomes
-        # Once every record has come pushed for HOLD_S, the workers' ingress fetch only confirms: it
+        # Once every record has come pushed for PUSH_SETTLE_S, the workers' ingress fetch only confirms: it
         # waits longer.
         deadline, extra = asyncio.get_running_loop().time() + 60, 0
-        while any(o["fetch_wait_ms"] != INGRESS_PUSHED_WAIT_MS for o in outcomes):
+        while any(o["fetch_wait_ms"] != INGRESS_PUSHED_FETCH_WAIT_MS for o in outcomes):
             assert asyncio.get_running_loop().time() < deadline, outcomes
             source, target = extra % ACCOUNTS, (extra + 1) % ACCOUNTS
             await client.call("account", f"t{source}", "transfer", f"t{target}", 1)

@@ -25,6 +25,14 @@ from aiokafka import AIOKafkaProducer
 
 from styx_client.sdk.push import PUSH_AGAIN_BELOW, PUSH_BELOW_RATE, WorkerLinks
 from styx_py.core.config import Config, load_config
+from styx_py.core.limits import (
+    INGRESS_IDLE_S,
+    INGRESS_PUSHED_FETCH_WAIT_MS,
+    INGRESS_PUSHED_POLL_S,
+    PUSH_EXCUSE_S,
+    PUSH_SETTLE_S,
+    PUSH_WINDOW_S,
+)
 from styx_py.core.wire import (
     HEADER_BYTES,
     Batch,
@@ -40,7 +48,7 @@ from styx_py.core.wire import (
 from styx_py.io.handshake import accept_handshake
 from styx_py.stack.services import TansuBroker, create_topics
 from styx_worker.ingress import KafkaIngress
-from styx_worker.pace import EXCUSE_S, HOLD_S, IDLE_S, PUSHED_FETCH_WAIT_MS, PUSHED_POLL_S, SETTLE_S, PushPace
+from styx_worker.pace import PushPace
 from tests.test_transport_security import until
 
 # ---- the fetch wait while requests come pushed (pure) -----------------------------------------------
@@ -50,40 +58,41 @@ def test_the_fetch_waits_longer_only_while_requests_are_pushed() -> None:
     pace = PushPace()
     assert pace.floor_ms(0.0) == 0 and not pace.tracking(0.0), "nothing pushed: the configured wait"
     pace.pushed(1.0)
-    assert pace.tracking(1.0) and pace.floor_ms(1.0) == 0, "pushed: watched for SETTLE_S first"
-    assert SETTLE_S < HOLD_S
-    pace.pushed(1.0 + SETTLE_S / 2)
-    assert pace.floor_ms(1.0 + SETTLE_S - 0.01) == 0
+    assert pace.tracking(1.0) and pace.floor_ms(1.0) == 0, "pushed: watched for PUSH_SETTLE_S first"
+    assert PUSH_SETTLE_S < PUSH_WINDOW_S
+    pace.pushed(1.0 + PUSH_SETTLE_S / 2)
+    assert pace.floor_ms(1.0 + PUSH_SETTLE_S - 0.01) == 0
     for t in range(2, 12):
         pace.pushed(float(t))
-    assert pace.floor_ms(1.0 + SETTLE_S) == PUSHED_FETCH_WAIT_MS
-    # Pushes stop (the clients left, or their connections): the configured wait once HOLD_S went by.
-    assert pace.floor_ms(11.0 + HOLD_S - 0.01) == PUSHED_FETCH_WAIT_MS
-    assert pace.floor_ms(11.0 + HOLD_S) == 0 and not pace.tracking(11.0 + HOLD_S)
-    # When they come again, they are watched for SETTLE_S again.
+    assert pace.floor_ms(1.0 + PUSH_SETTLE_S) == INGRESS_PUSHED_FETCH_WAIT_MS
+    # Pushes stop (the clients left, or their connections): the configured wait once PUSH_WINDOW_S went by.
+    assert pace.floor_ms(11.0 + PUSH_WINDOW_S - 0.01) == INGRESS_PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(11.0 + PUSH_WINDOW_S) == 0 and not pace.tracking(11.0 + PUSH_WINDOW_S)
+    # When they come again, they are watched for PUSH_SETTLE_S again.
     pace.pushed(30.0)
-    assert pace.floor_ms(30.0) == 0 and pace.floor_ms(30.0 + SETTLE_S - 0.01) == 0
-    pace.pushed(30.0 + SETTLE_S / 2)
-    pace.pushed(30.0 + SETTLE_S)
-    assert pace.floor_ms(30.0 + SETTLE_S) == PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(30.0) == 0 and pace.floor_ms(30.0 + PUSH_SETTLE_S - 0.01) == 0
+    pace.pushed(30.0 + PUSH_SETTLE_S / 2)
+    pace.pushed(30.0 + PUSH_SETTLE_S)
+    assert pace.floor_ms(30.0 + PUSH_SETTLE_S) == INGRESS_PUSHED_FETCH_WAIT_MS
 
 
 def test_an_idle_ingress_waits_longer_until_a_record_comes_either_way() -> None:
     pace = PushPace(idle_ms=100)
     assert pace.floor_ms(0.0) == 100, "no record ever came: idle"
     pace.fetched(5.0)
-    assert pace.floor_ms(5.0) == 0 and pace.floor_ms(5.0 + IDLE_S - 0.01) == 0, "the configured wait"
-    assert pace.floor_ms(5.0 + IDLE_S) == 100, "a second without a record: idle again"
+    assert pace.floor_ms(5.0) == 0 and pace.floor_ms(5.0 + INGRESS_IDLE_S - 0.01) == 0, "the configured wait"
+    assert pace.floor_ms(5.0 + INGRESS_IDLE_S) == 100, "a second without a record: idle again"
     pace.pushed(8.0)
     assert pace.floor_ms(8.0) == 0, "a pushed record ends it too"
-    # Records pushed for HOLD_S: the pushed wait; once the pushes stop, the idle wait after IDLE_S.
-    _pushed_steadily(pace, 8.0, 8.0 + HOLD_S)
-    assert pace.floor_ms(8.0 + HOLD_S) == PUSHED_FETCH_WAIT_MS
-    assert pace.floor_ms(8.0 + HOLD_S + IDLE_S) == 100
+    # Records pushed for PUSH_WINDOW_S: the pushed wait; once the pushes stop, the idle wait after
+    # INGRESS_IDLE_S.
+    _pushed_steadily(pace, 8.0, 8.0 + PUSH_WINDOW_S)
+    assert pace.floor_ms(8.0 + PUSH_WINDOW_S) == INGRESS_PUSHED_FETCH_WAIT_MS
+    assert pace.floor_ms(8.0 + PUSH_WINDOW_S + INGRESS_IDLE_S) == 100
     # The longer of the two when both hold, and none without an idle wait (the default).
-    short = PushPace(idle_ms=PUSHED_FETCH_WAIT_MS - 1)
-    _pushed_steadily(short, 0.0, HOLD_S)
-    assert short.floor_ms(HOLD_S + IDLE_S) == PUSHED_FETCH_WAIT_MS
+    short = PushPace(idle_ms=INGRESS_PUSHED_FETCH_WAIT_MS - 1)
+    _pushed_steadily(short, 0.0, PUSH_WINDOW_S)
+    assert short.floor_ms(PUSH_WINDOW_S + INGRESS_IDLE_S) == INGRESS_PUSHED_FETCH_WAIT_MS
     assert PushPace().floor_ms(0.0) == 0
 
 
@@ -98,32 +107,36 @@ def _pushed_steadily(pace: PushPace, start: float, end: float) -> None:
 
 def test_a_record_the_fetch_brought_first_is_excused_by_its_late_push() -> None:
     pace = PushPace()
-    _pushed_steadily(pace, 1.0 - HOLD_S, 1.0)
+    _pushed_steadily(pace, 1.0 - PUSH_WINDOW_S, 1.0)
     pace.fetched_first((0, 2), 7, 1.0)  # the fetch was quicker than the push ...
-    assert pace.floor_ms(1.0 + EXCUSE_S / 2) == PUSHED_FETCH_WAIT_MS, "... which has time to come"
+    assert pace.floor_ms(1.0 + PUSH_EXCUSE_S / 2) == INGRESS_PUSHED_FETCH_WAIT_MS, (
+        "... which has time to come"
+    )
     pace.excused((0, 2), 7)
     pace.pushed(1.1)
-    assert pace.floor_ms(1.0 + 2 * EXCUSE_S) == PUSHED_FETCH_WAIT_MS and pace.unpushed == 0
+    assert pace.floor_ms(1.0 + 2 * PUSH_EXCUSE_S) == INGRESS_PUSHED_FETCH_WAIT_MS and pace.unpushed == 0
 
 
 def test_a_record_nobody_pushed_puts_the_configured_wait_back_for_a_while() -> None:
     pace = PushPace()
-    _pushed_steadily(pace, 1.0 - HOLD_S, 1.0)
+    _pushed_steadily(pace, 1.0 - PUSH_WINDOW_S, 1.0)
     pace.fetched_first((0, 2), 7, 1.0)
     pace.fetched_first((0, 2), 8, 1.1)
-    now = 1.01 + EXCUSE_S
+    now = 1.01 + PUSH_EXCUSE_S
     assert pace.floor_ms(now) == 0, "7 was not pushed: a client that does not push is served at once"
     assert pace.unpushed == 1 and list(pace.unexcused) == [((0, 2), 8)], "8 may still be"
     pace.excused((0, 2), 8)  # it was
-    for t in (now + 1, now + HOLD_S / 2):
+    for t in (now + 1, now + PUSH_WINDOW_S / 2):
         pace.pushed(t)  # other clients keep pushing
         assert pace.floor_ms(t) == 0
-    pace.pushed(now + HOLD_S)
-    assert pace.floor_ms(now + HOLD_S) == PUSHED_FETCH_WAIT_MS, "HOLD_S with every record pushed"
+    pace.pushed(now + PUSH_WINDOW_S)
+    assert pace.floor_ms(now + PUSH_WINDOW_S) == INGRESS_PUSHED_FETCH_WAIT_MS, (
+        "PUSH_WINDOW_S with every record pushed"
+    )
     # A source read from elsewhere (a seek, a partition that moved): its records fetched first are moot.
-    pace.fetched_first((0, 3), 1, now + HOLD_S)
+    pace.fetched_first((0, 3), 1, now + PUSH_WINDOW_S)
     pace.forget((0, 3))
-    assert pace.floor_ms(now + HOLD_S + 1) == PUSHED_FETCH_WAIT_MS and pace.unpushed == 1
+    assert pace.floor_ms(now + PUSH_WINDOW_S + 1) == INGRESS_PUSHED_FETCH_WAIT_MS and pace.unpushed == 1
 
 
 # ---- the worker's ingress on a real broker ----------------------------------------------------------
@@ -166,13 +179,13 @@ async def test_pushed_records_are_taken_in_offset_order_once_and_compared_with_t
         assert available == [2], "the worker says it has work, as for fetched records"
         ingress.offer(stored[1])  # a second push of a record taken already
         ingress.offer(msgspec.structs.replace(stored[2], partition=1))  # a partition read elsewhere
-        assert ingress.pending() == 0 and ingress.pushed_late == 2
+        assert ingress.pending() == 0 and ingress.counts.pushed_late == 2
         # A push unlike the stored record (never expected of the SDK): taken, and found out when the
         # fetch brings the topic's copy.
         forged = request_encoder.encode(_request("r2", amount=1_000_000))
         ingress.offer(msgspec.structs.replace(stored[2], value=forged))
         assert [r.request.request_id for r in ingress.take(10)] == ["r2"]
-        assert ingress.pushed_taken == 3 and ingress.fetch_wait.floor_ms == 0
+        assert ingress.counts.pushed_taken == 3 and ingress.fetch_wait.floor_ms == 0
 
         with caplog.at_level(logging.CRITICAL, logger="styx.ingress"):
             fetching = asyncio.create_task(ingress.run())
@@ -189,7 +202,7 @@ async def test_pushed_records_are_taken_in_offset_order_once_and_compared_with_t
                     await asyncio.sleep(0.02)
                 # The fetch brought the others, and only them; it compared the three pushed copies.
                 assert taken == ["r3", "r4", "r5"]
-                await until(lambda: ingress.push_mismatches == 1, "the forged copy found", 30)
+                await until(lambda: ingress.counts.push_mismatches == 1, "the forged copy found", 30)
                 assert ingress.positions() == {0: {0: 6}} and ingress.pending() == 0
                 # The three the fetch brought first were never pushed, though requests were: the
                 # fetch keeps the configured wait.
@@ -242,7 +255,7 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(
     async with _fetching_ingress(kafka, overrides) as (config, ingress, producer):
         topic = config.ingress_topic
         now = [1_000.0]
-        ingress.clock = lambda: now[0]  # the pace's clock: SETTLE_S of pushes without waiting for them
+        ingress.clock = lambda: now[0]  # the pace's clock: PUSH_SETTLE_S of pushes without waiting for them
         ingress.assign([0])
         got: list[str] = []
         for i in range(21):
@@ -250,13 +263,15 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(
             meta = await producer.send_and_wait(topic, value, key=key, partition=0, timestamp_ms=5_000 + i)
             ingress.offer(PushedRequest(0, 0, meta.offset, 5_000 + i, key, value))
             got += [r.request.request_id for r in ingress.take(10)]
-            if now[0] < 1_000.0 + SETTLE_S:
-                assert ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "not before SETTLE_S"
-                assert ingress.paced == 0, "nor the paced polls"
-            now[0] += SETTLE_S / 20
+            if now[0] < 1_000.0 + PUSH_SETTLE_S:
+                assert ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "not before PUSH_SETTLE_S"
+                assert ingress.counts.paced == 0, "nor the paced polls"
+            now[0] += PUSH_SETTLE_S / 20
         assert got == [f"p{i}" for i in range(21)], "each taken from its push at once"
-        await until(lambda: ingress.fetch_wait.applied_ms == PUSHED_FETCH_WAIT_MS, "the longer wait", 30)
-        # From now on the loop polls at most every PUSHED_POLL_S (the pace's clock stands still here,
+        await until(
+            lambda: ingress.fetch_wait.applied_ms == INGRESS_PUSHED_FETCH_WAIT_MS, "the longer wait", 30
+        )
+        # From now on the loop polls at most every INGRESS_PUSHED_POLL_S (the pace's clock stands still here,
         # so each pause is all of it): the gaps between polls, on the loop's clock.
         polls: list[float] = []
         getmany = ingress.consumer.getmany
@@ -278,15 +293,15 @@ async def test_the_ingress_fetch_waits_longer_while_every_record_comes_pushed(
             ingress.take(10)
             i += 1
         gaps = [b - a for a, b in itertools.pairwise(polls)]
-        assert min(gaps) >= PUSHED_POLL_S - 0.002, f"polls closer than PUSHED_POLL_S: {gaps}"
-        assert ingress.paced >= 5
+        assert min(gaps) >= INGRESS_PUSHED_POLL_S - 0.002, f"polls closer than INGRESS_PUSHED_POLL_S: {gaps}"
+        assert ingress.counts.paced >= 5
         # A producer that does not push: its record is fetched, and the wait is short again.
         key, value = b"np", request_encoder.encode(_request("np"))
         await producer.send_and_wait(topic, value, key=key, partition=0)
         assert await _fetched(ingress) == ["np"]
-        now[0] += EXCUSE_S  # and its push never comes
+        now[0] += PUSH_EXCUSE_S  # and its push never comes
         await until(lambda: ingress.fetch_wait.applied_ms == config.kafka_fetch_wait_ms, "the wait back", 30)
-        assert ingress.pace.unpushed == 1 and ingress.push_mismatches == 0
+        assert ingress.pace.unpushed == 1 and ingress.counts.push_mismatches == 0
 
 
 async def test_an_idle_ingress_fetches_with_the_idle_wait_until_a_record_comes(kafka: TansuBroker) -> None:

@@ -181,18 +181,18 @@ async def test_the_worker_ingress_reads_across_segments(kafka: TansuBroker) -> N
         assert ingress.positions() == {0: {0: 3, 1: 3}}
         ingress.live(3)  # 2 and 3 are read from their start; 0 and 1 are drained, then no longer read
         assert ingress.positions() == {0: {0: 3, 1: 3, 2: 0, 3: 0}}
-        assert set(ingress.draining) == {(0, 0), (1, 0)}
+        assert set(ingress.sources.draining) == {(0, 0), (1, 0)}
         await _until(lambda: ingress.positions() == {0: {2: 0, 3: 0}})
         # Replay names records by packed offset, in a segment read live or not; a recovery reads every
         # segment from its cursor's oldest, and drains those older than the live ones.
         ingress.seek({0: {0: 1, 2: 0}})  # segment 1, between the two, was drained: not read again
-        assert set(ingress.draining) == {(0, 0)}
+        assert set(ingress.sources.draining) == {(0, 0)}
         assert (await ingress.take_exact(0, pack(0, 1))).request.request_id == "s0r1"
         assert (await ingress.take_exact(0, pack(2, 0))).request.request_id == "s2r0"
         assert ingress.positions()[0] == {0: 2, 2: 1, 3: 0}
         # A recovery to a cursor past a draining segment stops reading it (the fetch loop goes on).
         ingress.seek({0: {1: 1, 3: 0}})
-        assert set(ingress.draining) == {(1, 0)} and ingress.positions()[0] == {1: 1, 3: 0}
+        assert set(ingress.sources.draining) == {(1, 0)} and ingress.positions()[0] == {1: 1, 3: 0}
         assert (await ingress.take_exact(0, pack(1, 1))).request.request_id == "s1r1"
         got: list[str] = []
         deadline = time.monotonic() + 20

@@ -28,6 +28,47 @@ MAX_INBOUND_BYTES = 4 * MAX_FRAME_BYTES  # incomplete frames held by one process
 MAX_CONNECTIONS = 1024  # open connections to one coordinator or worker port
 HANDSHAKE_TIMEOUT_S = 5.0  # to open a connection and authenticate it, either side
 
+# ---- worker: the ingress topic's records (styx_worker.ingress, .sources, .pushed) ----------------------
+# What one fetch may bring of one partition: room for a few requests of the largest size.
+MAX_INGRESS_FETCH_PARTITION_BYTES = 4 * MAX_REQUEST_BYTES
+# The longest one poll of the fetch loop waits for records before it looks at its segments again.
+INGRESS_POLL_TIMEOUT_MS = 200
+# A segment that left the live ones is read on at least this long, and at least this many fetch waits
+# (``kafka_fetch_wait_ms``), then until it is taken to its high watermark: a fetch answered that long
+# after the segment left was asked for after it left.
+INGRESS_DRAIN_S = 1.0
+INGRESS_DRAIN_FETCH_WAITS = 4
+# Records clients pushed (styx_worker.pushed), per source read: kept while the records before them have
+# not come (pushed by other clients, or fetched), beyond it the fetch brings them; and kept once taken
+# until the fetch brings their copy to compare.
+MAX_PUSHED_AHEAD = 1024
+MAX_PUSHED_UNCONFIRMED = 4096
+
+# ---- worker: how long the ingress fetch waits (styx_worker.pace) ----------------------------------------
+# The ingress fetch wait while the records come pushed. A record that was not pushed after all waits up
+# to half of it once, and up to INGRESS_PUSHED_POLL_S (measured at 100 ms without the poll pacing, at
+# the SDK's push threshold: p99.9 125 ms).
+INGRESS_PUSHED_FETCH_WAIT_MS = 50
+# While the records come pushed, the fetch loop polls at most this often: 20 confirming rounds a second
+# at most, on any broker (at 2 000/s each worker fetched 20 times a second instead of 118:
+# benchmarks/results/paced-fetch.md).
+INGRESS_PUSHED_POLL_S = 0.05
+# Requests pushed this long, with none found not pushed, before the fetch waits longer (10 s before it
+# left half of a 20 s run at 2 000/s on the short wait: benchmarks/results/paced-fetch.md).
+PUSH_SETTLE_S = 2.0
+# A record the fetch brought first whose push has not come this long after was not pushed.
+PUSH_EXCUSE_S = 0.2
+# How long a push, or a record found not pushed, counts: the fetch waits longer only while some record
+# was pushed this recently, and after a record that was not pushed it waits as configured at least
+# this long.
+PUSH_WINDOW_S = 10.0
+# Records fetched first and waiting for their push, at most (beyond it the oldest count as not pushed).
+MAX_UNEXCUSED = 10_000
+# A worker that took no request (fetched or pushed) this long fetches with ``kafka_idle_fetch_wait_ms``:
+# so under load nothing changes (an idle two-worker cluster used 56 % of a core before, 9 % after:
+# benchmarks/results/idle-cost.md).
+INGRESS_IDLE_S = 1.0
+
 # ---- worker: replies and the sequencer log on Kafka (styx_worker.egress) -------------------------------
 # One produce request: room for a few replies of the largest size.
 MAX_EGRESS_PRODUCE_BYTES = 4 * MAX_REQUEST_BYTES

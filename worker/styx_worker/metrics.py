@@ -204,7 +204,7 @@ class _Collector(Collector):
             yield CounterMetricFamily(
                 "styx_worker_ingress_skipped",
                 "ingress records skipped: not a request, and no usable request id to answer",
-                value=self.ingress.skipped,
+                value=self.ingress.counts.skipped,
             )
             pushed = CounterMetricFamily(
                 "styx_worker_ingress_pushed",
@@ -213,9 +213,9 @@ class _Collector(Collector):
                 "expected; logged)",
                 labels=["outcome"],
             )
-            pushed.add_metric(["taken"], self.ingress.pushed_taken)
-            pushed.add_metric(["late"], self.ingress.pushed_late)
-            pushed.add_metric(["mismatched"], self.ingress.push_mismatches)
+            pushed.add_metric(["taken"], self.ingress.counts.pushed_taken)
+            pushed.add_metric(["late"], self.ingress.counts.pushed_late)
+            pushed.add_metric(["mismatched"], self.ingress.counts.push_mismatches)
             yield pushed
             yield GaugeMetricFamily(
                 "styx_worker_ingress_fetch_wait_ms",
