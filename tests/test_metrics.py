@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.parser import text_string_to_metric_families
 
 from styx_client import StyxClient
+from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_py.core.wire import DeployRequest
 from styx_py.io.metrics import LoopHistogram, MetricsServer, histogram_family
 from styx_py.stack.local import LocalStack, admin
@@ -185,7 +186,9 @@ async def test_scrape_after_transactions_has_every_dashboard_metric(stack: Local
 
         # Transactions of every outcome: commits, user aborts, user errors, bad requests.
         async with await StyxClient.connect(stack.coordinator, timeout_s=60) as client:
-            push = client._push
+            transport = client._transport
+            assert isinstance(transport, KafkaTransport)
+            push = transport.links
             assert push is not None
 
             async def subscribed() -> bool:
