@@ -249,14 +249,14 @@ def _version_line(body: dict[str, Any]) -> str:
 
 def format_status(body: dict[str, Any]) -> str:
     """``styx status`` for a person: the cluster line, rates, totals, snapshot, recoveries, tables."""
-    from styx_coordinator.status import WINDOW_S
+    from styx_coordinator.status import STATUS_RATE_WINDOW_S
 
     lines = [
         f"graph         {body['graph'] or '(nothing deployed)'}{_version_line(body)}",
         f"state         {body.get('state', '?')}, generation {body.get('generation', '?')}, "
         f"epoch {body['epoch']}",
         f"rates         {body['epochs_per_s']:,} epochs/s, {body['txn_per_s']:,} txn/s, "
-        f"abort rate {body['abort_rate']:.2%} (last {WINDOW_S} s)",
+        f"abort rate {body['abort_rate']:.2%} (last {STATUS_RATE_WINDOW_S} s)",
     ]
     if body.get("degraded"):
         lines.append(f"DEGRADED      {body['degraded']}")

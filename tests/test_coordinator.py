@@ -14,7 +14,7 @@ from styx_coordinator.barrier import Stage
 from styx_coordinator.membership import Membership
 from styx_coordinator.placement import place
 from styx_coordinator.server import Coordinator
-from styx_coordinator.status import WINDOW_S, Throughput
+from styx_coordinator.status import STATUS_RATE_WINDOW_S, Throughput
 from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes, highest_lc
 from styx_py.core.config import load_config
 from styx_py.core.errors import GraphError
@@ -237,7 +237,7 @@ def test_status_rates_count_every_epoch_of_the_window() -> None:
         t.record(i / 5000, done, 0)
     s = t.summary(12.0)
     assert (s["epochs_per_s"], s["txn_per_s"], s["abort_rate"]) == (5000.0, 15000.0, round(1 / 3, 4))
-    assert len(t.buckets) <= WINDOW_S + 2
+    assert len(t.buckets) <= STATUS_RATE_WINDOW_S + 2
     early = Throughput()
     early.started_at = 0.0
     early.record(0.5, done, 0)

@@ -26,8 +26,9 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
     TopicPartition,
 )
 
+from styx_py.core.limits import MAX_BATCH_BYTES
 from styx_py.core.wire import NIL, Phase, Reply, ReplyStatus, request_decoder
-from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
+from styx_py.io.batching import BatchLanes
 from styx_py.io.fetching import FetchWait
 
 __all__ = ["echo"]

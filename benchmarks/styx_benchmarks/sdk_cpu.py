@@ -46,10 +46,11 @@ from styx_client.sdk.client import BUSY_LINGER_MS
 from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_client.sdk.stats import ClientStats
 from styx_client.sdk.transport import Opened
+from styx_py.core.limits import MAX_BATCH_BYTES
 from styx_py.core.wire import Batch, Phase, PushedReply, Reply, ReplyStatus
 from styx_py.core.wire.frames import HEADER_BYTES, decode_batch, encode_frame
 from styx_py.core.wire.logs import NIL
-from styx_py.io.batching import MAX_BATCH_BYTES, BatchLanes
+from styx_py.io.batching import BatchLanes
 from styx_py.io.runtime import steady_gc
 
 ACK_S = 0.001  # the stand-in producer acknowledges a batch this long after it was handed over

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["LOAD_WINDOW_S", "PartitionLoad"]
+from styx_py.core.limits import LOAD_WINDOW_S
 
-LOAD_WINDOW_S = 30.0
+__all__ = ["LOAD_WINDOW_S", "PartitionLoad"]
 
 
 class PartitionLoad:

@@ -19,13 +19,12 @@ import msgspec
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.tasks import Tasks
+from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS
 from styx_py.core.ports import Clock
 from styx_py.core.wire import MAX_LOOKUP_IDS, AdminReply, FindReplies, FoundReplies, Reply, ReplyLookup
 
 __all__ = ["LOOKUP_TIMEOUT_S", "MAX_OPEN_LOOKUPS", "ReplyLookups"]
 
-LOOKUP_TIMEOUT_S = 2.0  # a worker that does not answer by then makes the answer incomplete
-MAX_OPEN_LOOKUPS = 64
 
 _encoder = msgspec.msgpack.Encoder()
 

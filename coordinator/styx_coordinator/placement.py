@@ -4,19 +4,18 @@ Placement balances by count first (shares differ by at most one, so every worker
 worker holds twice another's partitions) and, when the partitions' measured load is known, by load
 within that: which partitions leave a worker and where the free ones go are chosen to even the load
 out, and then pairs are swapped between the most and the least loaded workers while that lowers the
-heaviest one's load by more than :data:`SWAP_GAIN` of the mean. Every move costs a restore at the
+heaviest one's load by more than :data:`PLACEMENT_SWAP_GAIN` of the mean. Every move costs a restore at the
 barrier (docs/operations.md), so swaps are made only at a shape change, never on their own, and at
-most :data:`MAX_SWAPS` of them.
+most :data:`MAX_PLACEMENT_SWAPS` of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["MAX_SWAPS", "SWAP_GAIN", "loads_of", "place", "rebalance"]
+from styx_py.core.limits import MAX_PLACEMENT_SWAPS, PLACEMENT_SWAP_GAIN
 
-SWAP_GAIN = 0.10  # a swap must lower the heaviest worker's load by more than this share of the mean
-MAX_SWAPS = 8  # swaps per shape change: each moves two partitions
+__all__ = ["MAX_PLACEMENT_SWAPS", "PLACEMENT_SWAP_GAIN", "loads_of", "place", "rebalance"]
 
 
 def place(n_partitions: int, workers: list[str]) -> list[str]:
@@ -100,11 +99,11 @@ def _fill(
 
 def _swap(placement: list[str], weight: Sequence[float], workers: list[str]) -> list[str]:
     """Swap a partition of the most loaded worker with one of the least loaded, while that lowers the
-    heaviest load by more than SWAP_GAIN of the mean (counts stay as they are)."""
+    heaviest load by more than PLACEMENT_SWAP_GAIN of the mean (counts stay as they are)."""
     out = list(placement)
     total = loads_of(out, weight, workers)
     mean = sum(total.values()) / len(workers)
-    for _ in range(MAX_SWAPS):
+    for _ in range(MAX_PLACEMENT_SWAPS):
         hi = max(workers, key=lambda w: (total[w], w))
         lo = min(workers, key=lambda w: (total[w], w))
         best: tuple[float, int, int] | None = None
@@ -116,7 +115,7 @@ def _swap(placement: list[str], weight: Sequence[float], workers: list[str]) -> 
                 peak = max(total[hi] - d, total[lo] + d)  # the larger of the two after the swap
                 if best is None or (peak, a, b) < best:
                     best = (peak, a, b)
-        if best is None or total[hi] - best[0] <= SWAP_GAIN * mean:
+        if best is None or total[hi] - best[0] <= PLACEMENT_SWAP_GAIN * mean:
             break
         _, a, b = best
         out[a], out[b] = lo, hi

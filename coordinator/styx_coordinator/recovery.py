@@ -15,7 +15,7 @@ attempt is a bug: it ends the coordinator (its task group), whose supervisor res
 How long an attempt waits for the workers' answers adapts to how long restores really take: at least
 ``epoch_timeout_ms``, at least :data:`RESTORE_TIMEOUT_FACTOR` times the last successful restore, and
 twice as long after each attempt that some worker did not answer in time (up to
-:data:`MAX_TIMEOUT_FACTOR` times ``epoch_timeout_ms``). A fixed timeout shorter than a restore
+:data:`MAX_RECOVERY_TIMEOUT_FACTOR` times ``epoch_timeout_ms``). A fixed timeout shorter than a restore
 fails every attempt, each one cancelling the restores of the last (restores of a durable-mode cluster
 took up to 28 s against 30 s).
 """
@@ -37,16 +37,13 @@ from styx_coordinator.snapshots import empty_manifest, last_complete_epoch, with
 from styx_coordinator.snapshotter import Snapshotter
 from styx_coordinator.tasks import Tasks
 from styx_py.core.graph import GraphVersion, load_graph
+from styx_py.core.limits import MAX_RECOVERY_BACKOFF_S, MAX_RECOVERY_TIMEOUT_FACTOR, RESTORE_TIMEOUT_FACTOR
 from styx_py.core.ports import Clock, LogReader
 from styx_py.core.wire import Fenced, Manifest, Recover, RecoverDone
 
-__all__ = ["MAX_RECOVERY_BACKOFF_S", "MAX_TIMEOUT_FACTOR", "RESTORE_TIMEOUT_FACTOR", "Recovery"]
+__all__ = ["MAX_RECOVERY_BACKOFF_S", "MAX_RECOVERY_TIMEOUT_FACTOR", "RESTORE_TIMEOUT_FACTOR", "Recovery"]
 
 log = logging.getLogger("styx.coordinator")
-
-MAX_RECOVERY_BACKOFF_S = 2.0
-RESTORE_TIMEOUT_FACTOR = 3.0  # an attempt waits at least this many times the last successful restore
-MAX_TIMEOUT_FACTOR = 16  # ... and at most this many times epoch_timeout_ms
 
 
 class Recovery:
@@ -299,7 +296,7 @@ class Recovery:
         """How long the next attempt waits for every worker's answer (module docstring)."""
         base = self.cluster.config.epoch_timeout_ms / 1000
         wait: float = max(base, RESTORE_TIMEOUT_FACTOR * self.last_restore_s) * 2.0**self.unanswered_attempts
-        return min(wait, MAX_TIMEOUT_FACTOR * base)
+        return min(wait, MAX_RECOVERY_TIMEOUT_FACTOR * base)
 
     async def _until(self, done: Callable[[], bool], timeout_s: float) -> None:
         """Until ``done()`` holds (checked whenever a worker answers), or ``timeout_s`` passed (one

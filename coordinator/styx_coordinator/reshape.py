@@ -35,15 +35,13 @@ from styx_coordinator.placement import rebalance
 from styx_coordinator.recovery import Recovery
 from styx_coordinator.tasks import Tasks
 from styx_py.core.errors import StyxError
+from styx_py.core.limits import MAX_RESHAPE_EVENTS, RETIRE_LEASE_MARGIN_S
 from styx_py.core.ports import Clock
 from styx_py.core.wire import Retire
 
-__all__ = ["LEASE_MARGIN_S", "Reshaper"]
+__all__ = ["RETIRE_LEASE_MARGIN_S", "Reshaper"]
 
 log = logging.getLogger("styx.coordinator")
-
-LEASE_MARGIN_S = 1.0  # beyond failure_timeout_ms: message delays and timer slack on a loaded machine
-MAX_EVENTS = 20  # shape changes kept for ``styx status``
 
 
 @dataclass
@@ -168,7 +166,7 @@ class Reshaper:
             return
         for node, (host, port) in joins.items():
             c.membership.register(node, host, port, now)
-        lease_s = c.config.failure_timeout_ms / 1000 + LEASE_MARGIN_S
+        lease_s = c.config.failure_timeout_ms / 1000 + RETIRE_LEASE_MARGIN_S
         for node in leaves:
             c.membership.remove(node)
             c.load.forget(node)
@@ -188,4 +186,4 @@ class Reshaper:
 
     def _record(self, change: str, **fields: Any) -> None:
         event = {"change": change, "at_s": round(self.clock.now(), 3), "workers": self.cluster.workers}
-        self.events = [*self.events, {**event, **fields}][-MAX_EVENTS:]
+        self.events = [*self.events, {**event, **fields}][-MAX_RESHAPE_EVENTS:]

@@ -10,21 +10,20 @@ from typing import Any
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.placement import loads_of
+from styx_py.core.limits import STATUS_RATE_WINDOW_S
 from styx_py.core.wire import EpochDone
 
-__all__ = ["WINDOW_S", "Throughput", "operator_rows", "version_rows", "worker_rows"]
-
-WINDOW_S = 10  # rates are averaged over this many seconds
+__all__ = ["STATUS_RATE_WINDOW_S", "Throughput", "operator_rows", "version_rows", "worker_rows"]
 
 
 class Throughput:
-    """Totals since start, and per-second counts of the last :data:`WINDOW_S` seconds.
+    """Totals since start, and per-second counts of the last :data:`STATUS_RATE_WINDOW_S` seconds.
 
     ``aborted`` counts what user logic aborted (``Abort`` or another exception); bad requests (unknown
     operator or function, bad key or arguments) are ``rejected``, outside the abort rate: a client's
     mistake says nothing about contention or the workload's logic.
 
-    Counts go into one bucket per second (a ring of ``WINDOW_S + 1``), so the memory is bounded
+    Counts go into one bucket per second (a ring of ``STATUS_RATE_WINDOW_S + 1``), so the memory is bounded
     whatever the epoch rate and no epoch is left out of the rates (a bounded list of epochs capped
     ``epochs_per_s`` at its length divided by the window)."""
 
@@ -46,7 +45,7 @@ class Throughput:
         second = int(now)
         bucket = self.buckets.get(second)
         if bucket is None:
-            for old in [s for s in self.buckets if s <= second - WINDOW_S - 1]:
+            for old in [s for s in self.buckets if s <= second - STATUS_RATE_WINDOW_S - 1]:
                 del self.buckets[old]
             bucket = self.buckets[second] = [0, 0, 0, 0]
         bucket[0] += 1
@@ -55,12 +54,12 @@ class Throughput:
         bucket[3] += rejected
 
     def summary(self, now: float) -> dict[str, Any]:
-        """Rates over the last :data:`WINDOW_S` whole seconds before ``now`` (the current second is
-        still filling), or since the start when that is shorter."""
+        """Rates over the last :data:`STATUS_RATE_WINDOW_S` whole seconds before ``now`` (the current
+        second is still filling), or since the start when that is shorter."""
         current = int(now)
-        recent = [b for s, b in self.buckets.items() if current - WINDOW_S <= s < current]
+        recent = [b for s, b in self.buckets.items() if current - STATUS_RATE_WINDOW_S <= s < current]
         started_at = now if self.started_at is None else self.started_at
-        window = max(1, min(WINDOW_S, current - int(started_at)))
+        window = max(1, min(STATUS_RATE_WINDOW_S, current - int(started_at)))
         epochs = sum(b[0] for b in recent)
         decided = sum(b[1] + b[2] for b in recent)  # committed or aborted by user logic
         aborted = sum(b[2] for b in recent)

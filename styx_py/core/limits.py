@@ -96,3 +96,79 @@ HANDOFF_PIECE_BYTES = 4 * 1024 * 1024
 
 # ---- worker: logs ---------------------------------------------------------------------------------------
 MAX_LOGGED_VALUE_CHARS = 200  # of a reply's result or error, in a log line about it
+
+# ---- coordinator: placement by load (styx_coordinator.load, .placement) ---------------------------------
+# The time constant of each partition's measured load (an exponentially weighted rate from the
+# workers' heartbeats): a burst seconds ago counts little, the last half minute most.
+LOAD_WINDOW_S = 30.0
+# A swap of two partitions must lower the heaviest worker's load by more than this share of the mean.
+PLACEMENT_SWAP_GAIN = 0.10
+MAX_PLACEMENT_SWAPS = 8  # swaps per shape change: each moves two partitions
+
+# ---- coordinator: recovery (styx_coordinator.recovery) ----------------------------------------------
+# The longest pause between two failed recovery attempts (they start at 0.1 s and double); how many are
+# made at most is a setting (recovery_max_attempts, recovery_max_s).
+MAX_RECOVERY_BACKOFF_S = 2.0
+# A recovery attempt waits for the workers at least this many times the last successful restore took,
+# and at most MAX_RECOVERY_TIMEOUT_FACTOR times epoch_timeout_ms (a durable-mode restore may read the
+# log for tens of seconds; one cut off by a fixed timeout would be retried for ever).
+RESTORE_TIMEOUT_FACTOR = 3.0
+MAX_RECOVERY_TIMEOUT_FACTOR = 16
+
+# ---- coordinator: shape changes and status (styx_coordinator.reshape, .status, .lookups) --------------
+# A worker that left is waited for this long beyond failure_timeout_ms before the log is read without
+# its Fenced: message delays and timer slack on a loaded machine.
+RETIRE_LEASE_MARGIN_S = 1.0
+MAX_RESHAPE_EVENTS = 20  # shape changes kept for ``styx status``
+STATUS_RATE_WINDOW_S = 10  # ``styx status`` averages its rates over this many seconds
+# A gateway's reply lookup: a worker that does not answer within this makes the answer incomplete; at
+# most this many lookups are open at once.
+LOOKUP_TIMEOUT_S = 2.0
+MAX_OPEN_LOOKUPS = 64
+# Request ids in one lookup, and reply bytes one worker puts in one answer (a found reply past that
+# budget is listed as deferred: the gateway asks for it again in its next lookup). Well under
+# MAX_FRAME_BYTES, so an answer always fits in one frame.
+MAX_LOOKUP_IDS = 64
+MAX_LOOKUP_REPLY_BYTES = 4 * 1024 * 1024
+
+# ---- Kafka producers and consumers (styx_py.io.batching, .fetching, .kafka_logs) ------------------------
+# Largest batch a lane builds (also the producer's max_batch_size; records larger than this still go,
+# alone in their batch).
+MAX_BATCH_BYTES = 512 * 1024
+# A lane whose last batch carried at least this many records is busy: its next batch may linger
+# (busy_linger_ms) so that more share it.
+BUSY_RECORDS = 4
+# aiokafka's request timeout is 40 s; a broker that needs more than this to list a partition is not
+# usable anyway.
+MAX_FETCH_WAIT_MS = 10_000
+# A partition behind its high watermark this long without moving is starved (its consumer's fetch wait
+# is raised); partitions are looked at this often at most.
+STARVED_FETCH_PATIENCE_S = 0.25
+STARVED_FETCH_CHECK_S = 0.05
+# A log read (recovery, the audit's planning) starts with this fetch wait (it grows on a broker that
+# needs more) and fails after this long without a new record.
+LOG_READ_FETCH_WAIT_MS = 10
+LOG_READ_STALL_TIMEOUT_S = 60.0
+
+# ---- the processes' own ports and runtime (styx_py.io.tcp, .links, .metrics, .runtime) ----------------
+# A peer that stops reading is cut off once this much is buffered for it, instead of eating memory.
+MAX_PEER_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES
+# Larger frames are read into one buffer of their size, piece by piece: readexactly() would grow the
+# stream's buffer to the frame's size by reallocation. Measured on a coordinator fed 20 half-sent 16 MiB
+# frames (a 64 MiB budget, so 4 read at a time): peak RSS growth 128 MiB with readexactly(), 71 MiB so.
+SMALL_FRAME_BYTES = 64 * 1024
+# The metrics and probe endpoint: a request head larger than this, or slower than this, is refused.
+METRICS_MAX_HEAD_BYTES = 16 * 1024
+METRICS_HEAD_TIMEOUT_S = 5.0
+# Young collections of a server process: every SERVER_GC_GEN0 net allocations of container objects
+# instead of Python's 700. A worker allocates several per transaction, almost all freed at once by
+# reference counting; with the default it ran ~2 000 young and 16 full collections in a 15 s run at
+# 11 000/s, ~1 s of CPU, the full ones ~30 ms each (every object of the process is scanned, the
+# entity state among them), which is a pause on every transaction in flight. With this: 2-3 young
+# collections, worker p99 126 / 111 ms against 217 / 190 ms (benchmarks/results/busy-linger-and-gc.md).
+SERVER_GC_GEN0 = 20_000
+
+# ---- the local stack (styx_py.stack) ---------------------------------------------------------------------
+SERVICE_START_TIMEOUT_S = 30.0  # S3, the broker or a cluster process not ready by then fails the start
+# A restarted worker is not killed for being "failed" this long after its start: it has to register.
+WORKER_RESTART_GRACE_S = 5.0

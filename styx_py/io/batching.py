@@ -35,23 +35,18 @@ from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
+from styx_py.core.limits import BUSY_RECORDS
+
 OnDone = Callable[[int, BaseException | None], None]
 Headers = list[tuple[str, bytes]]  # aiokafka's C record builder takes a list, nothing else
 # key, value, on_done, headers, Kafka timestamp (ms: when it was added)
 Entry = tuple[bytes | None, bytes, OnDone | None, Headers, int]
 _NO_HEADERS: Headers = []  # shared, never modified
 
-# Largest batch a lane builds (also the producer's max_batch_size; records larger than this still go,
-# alone in their batch).
-MAX_BATCH_BYTES = 512 * 1024
-
 
 class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
-
-# A lane whose last batch carried at least this many records is busy (module docstring).
-BUSY_RECORDS = 4
 
 # What a failed produce raises: reported to the records' owners (anything else is also raised by run()).
 PRODUCE_FAILURES = (KafkaError, OSError)

@@ -11,16 +11,16 @@ record ever arrives (with a fixed 5 ms wait, the epochs of a durable cluster at 
 Apache Kafka and Tansu in memory never answer empty while records wait.
 
 :class:`FetchWait` detects the starvation from outside: a partition whose high watermark stays ahead
-of the consumer's position, with the position not moving, for :data:`PATIENCE_S` (or four fetch waits,
-if longer) of polling, doubles the consumer's fetch wait, up to :data:`MAX_FETCH_WAIT_MS`. It never
-shrinks it again: the listing only grows. A longer wait costs latency only when the partition is idle
+of the consumer's position, with the position not moving, for :data:`STARVED_FETCH_PATIENCE_S` (or four
+fetch waits, if longer) of polling, doubles the consumer's fetch wait, up to :data:`MAX_FETCH_WAIT_MS`.
+It never shrinks it again: the listing only grows. A longer wait costs latency only when the partition is idle
 (Tansu notices a record that arrives during a waiting fetch after up to half the wait); a busy partition
 is answered as soon as the listing is done.
 
 The verdict is on time, not on a count of polls: a consumer whose other partitions bring records polls
 faster than one partition's fetch round trip, so two polls in a row can see the same partition behind
 its high watermark on any broker (seen on Tansu in memory at a few hundred requests per second, where
-raising the wait only added latency). And the check runs at most every :data:`CHECK_EVERY_S`, since it
+raising the wait only added latency). And the check runs at most every :data:`STARVED_FETCH_CHECK_S`, since it
 asks the consumer for positions.
 """
 
@@ -33,15 +33,11 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from styx_py.core.limits import MAX_FETCH_WAIT_MS, STARVED_FETCH_CHECK_S, STARVED_FETCH_PATIENCE_S
+
 __all__ = ["MAX_FETCH_WAIT_MS", "FetchWait", "set_fetch_wait"]
 
 log = logging.getLogger("styx.kafka")
-
-# aiokafka's request timeout is 40 s; a broker that needs more than this to list a partition is not
-# usable anyway.
-MAX_FETCH_WAIT_MS = 10_000
-PATIENCE_S = 0.25  # a partition behind its high watermark this long without moving is starved
-CHECK_EVERY_S = 0.05  # how often a consumer's partitions are checked (at most)
 
 
 def set_fetch_wait(consumer: Any, wait_ms: int) -> None:
@@ -82,7 +78,7 @@ class FetchWait:
 
     @property
     def patience_s(self) -> float:
-        return max(PATIENCE_S, 4 * self.wait_ms / 1000)
+        return max(STARVED_FETCH_PATIENCE_S, 4 * self.wait_ms / 1000)
 
     def observe(self, starving: Mapping[Hashable, int], now: float) -> bool:
         """One look at the consumer at ``now`` (pure). ``starving``: the partitions behind their high
@@ -117,12 +113,12 @@ class FetchWait:
     ) -> bool:
         """Observe ``consumer`` after one ``getmany`` and apply a raised wait; True when it was raised.
 
-        Looks at most every :data:`CHECK_EVERY_S`; a consumer that did not poll for longer than the
+        Looks at most every :data:`STARVED_FETCH_CHECK_S`; a consumer that did not poll for longer than the
         patience (paused) starts its verdict afresh. ``positions`` (next offset per partition) saves
         asking the consumer when the caller knows them. Call it only after a poll that was not cut
         short by ``max_records``."""
         now = self.clock()
-        if now - self._checked < CHECK_EVERY_S:
+        if now - self._checked < STARVED_FETCH_CHECK_S:
             return False
         if now - self._checked > self.patience_s:
             self._behind = {}  # not polled for a while: what it saw then says nothing about the broker

@@ -24,20 +24,18 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
+from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
 from styx_py.core.segments import segment_topic, segments_in, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
 from styx_py.io.fetching import FetchWait
 
 T = TypeVar("T")
 
-READ_FETCH_WAIT_MS = 10  # the first fetch wait of a reader (it grows on a broker that needs more)
-STALL_TIMEOUT_S = 60.0  # a read that brings nothing new for this long fails
-
 
 async def read_to_end(
     bootstrap: str,
     starts: dict[TopicPartition, int],
-    stall_timeout_s: float = STALL_TIMEOUT_S,
+    stall_timeout_s: float = LOG_READ_STALL_TIMEOUT_S,
     wait: FetchWait | None = None,
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Every record from each start offset up to the partition's current high watermark.
@@ -47,7 +45,7 @@ async def read_to_end(
     in place when the broker starves the reader."""
     if not starts:
         return []
-    wait = wait or FetchWait(READ_FETCH_WAIT_MS, "log reader")
+    wait = wait or FetchWait(LOG_READ_FETCH_WAIT_MS, "log reader")
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=wait.wait_ms
     )
@@ -100,7 +98,7 @@ class KafkaLogReader:
         self.bootstrap = bootstrap
         self.config = config
         # Shared by this reader's reads: what one learned about the broker, the next starts from.
-        self.wait = FetchWait(READ_FETCH_WAIT_MS, "log reader")
+        self.wait = FetchWait(LOG_READ_FETCH_WAIT_MS, "log reader")
 
     async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
         """Replies on the egress log from ``offsets`` (packed: core.segments) on that epochs after

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import HistogramMetricFamily
 
+from styx_py.core.limits import METRICS_HEAD_TIMEOUT_S, METRICS_MAX_HEAD_BYTES
+
 __all__ = [
     "EPOCH_BUCKETS_S",
     "SLOW_BUCKETS_S",
@@ -95,9 +97,6 @@ def histogram_family(
     return family
 
 
-MAX_HEAD_BYTES = 16 * 1024
-HEAD_TIMEOUT_S = 5.0
-
 Readiness = Callable[[], tuple[bool, str]]
 
 
@@ -112,7 +111,9 @@ class MetricsServer:
         self._failed = asyncio.Event()
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEAD_BYTES)
+        self.server = await asyncio.start_server(
+            self._serve, self.host, self.port, limit=METRICS_MAX_HEAD_BYTES
+        )
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def run(self) -> None:
@@ -146,7 +147,7 @@ class MetricsServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with asyncio.timeout(HEAD_TIMEOUT_S):
+            async with asyncio.timeout(METRICS_HEAD_TIMEOUT_S):
                 head = await reader.readuntil(b"\r\n\r\n")
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             parts = request_line.split(" ")

@@ -10,21 +10,14 @@ import os
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
+from styx_py.core.limits import SERVER_GC_GEN0
+
 
 def setup_logging(name: str, level: str | None = None) -> None:
     """``level`` is the parsed ``log_level`` setting; without one (the gateway), ``STYX_LOG_LEVEL``."""
     level = (level or os.environ.get("STYX_LOG_LEVEL") or "INFO").upper()
     logging.basicConfig(level=level, format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
-
-
-# Young collections of a server process: every SERVER_GC_GEN0 net allocations of container objects
-# instead of Python's 700. A worker allocates several per transaction, almost all freed at once by
-# reference counting; with the default it ran ~2 000 young and 16 full collections in a 15 s run at
-# 11 000/s, ~1 s of CPU, the full ones ~30 ms each (every object of the process is scanned, the
-# entity state among them), which is a pause on every transaction in flight. With this: 2-3 young
-# collections, worker p99 126 / 111 ms against 217 / 190 ms (benchmarks/results/busy-linger-and-gc.md).
-SERVER_GC_GEN0 = 20_000
 
 
 @contextlib.contextmanager

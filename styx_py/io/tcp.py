@@ -30,7 +30,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from styx_py.core.errors import EXIT_HANDLER_FAILED, ProtocolError
-from styx_py.core.limits import MAX_FRAME_BYTES
+from styx_py.core.limits import MAX_FRAME_BYTES, MAX_PEER_BUFFERED_BYTES
 from styx_py.core.ports import Clock, LoopClock
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -58,7 +58,6 @@ from styx_py.io.links import (
 log = logging.getLogger("styx.transport")
 
 Handler = Callable[[str, Message], None]
-MAX_BUFFERED_BYTES = 4 * MAX_FRAME_BYTES  # a peer that stops reading is cut off instead of eating memory
 
 
 class HandlerFailed(Exception):
@@ -172,7 +171,7 @@ class TcpTransport:
             if writer.is_closing():
                 log.warning("%s: dropping %d messages to disconnected %s", self.node_id, len(msgs), dest)
                 continue
-            if writer.transport.get_write_buffer_size() > MAX_BUFFERED_BYTES:
+            if writer.transport.get_write_buffer_size() > MAX_PEER_BUFFERED_BYTES:
                 log.error("%s: %s is not reading: closing its connection", self.node_id, dest)
                 link.abort()
                 continue

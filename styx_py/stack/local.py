@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from styx_py.core.errors import EXIT_HANDLER_FAILED, StyxError
+from styx_py.core.limits import WORKER_RESTART_GRACE_S
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordinator
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
@@ -81,9 +82,6 @@ async def admin(
     if not reply.ok:
         raise StyxError(reply.error)
     return reply.body
-
-
-RESTART_GRACE_S = 5.0  # a restarted worker is not killed for being "failed" before it could register
 
 
 def _ended(code: int) -> str:
@@ -329,7 +327,10 @@ class LocalStack:
         for name in failed:
             # A worker started moments ago is still booting and registering: the coordinator lists it
             # as failed until it does. Killing it again would restart it forever.
-            booting = time.monotonic() - self.restarted_at.get(name, -RESTART_GRACE_S) < RESTART_GRACE_S
+            booting = (
+                time.monotonic() - self.restarted_at.get(name, -WORKER_RESTART_GRACE_S)
+                < WORKER_RESTART_GRACE_S
+            )
             if name in self.procs and name not in restarted and not booting:
                 self.kill(name)
                 self.start_worker(name)

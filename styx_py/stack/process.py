@@ -17,12 +17,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self, TypeVar
 
+from styx_py.core.limits import SERVICE_START_TIMEOUT_S
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import can_bind
 
-__all__ = ["DEFAULT_START_TIMEOUT_S", "ManagedProcess", "poll_until"]
+__all__ = ["SERVICE_START_TIMEOUT_S", "ManagedProcess", "poll_until"]
 
-DEFAULT_START_TIMEOUT_S = 30.0
 _POLL_INTERVAL_S = 0.05
 _LOG_TAIL_LINES = 40
 
@@ -86,7 +86,7 @@ class ManagedProcess:
         """Every port the service will listen on (checked for squatters before launch)."""
         raise NotImplementedError
 
-    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> Self:
+    def start(self, timeout_s: float = SERVICE_START_TIMEOUT_S) -> Self:
         """Launch the service and return once it serves (a real operation succeeded)."""
         raise NotImplementedError
 
@@ -187,7 +187,7 @@ class ManagedProcess:
         """SIGKILL the process group at once: simulates a crash (e.g. for durability tests)."""
         self._terminate(timeout_s=5.0, sig=signal.SIGKILL)
 
-    def restart(self, timeout_s: float = DEFAULT_START_TIMEOUT_S, *, hard: bool = False) -> Self:
+    def restart(self, timeout_s: float = SERVICE_START_TIMEOUT_S, *, hard: bool = False) -> Self:
         """Stop (SIGTERM, or SIGKILL with ``hard``) and start again: on the same ports, so clients
         keep their addresses (and, where the service stores data on disk, with the same data)."""
         if hard:

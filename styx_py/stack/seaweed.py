@@ -19,7 +19,7 @@ from minio.error import MinioException, S3Error
 from styx_py.stack.binaries import weed_binary
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import GRPC_OFFSET, free_port, preferred_port
-from styx_py.stack.process import DEFAULT_START_TIMEOUT_S, ManagedProcess, poll_until
+from styx_py.stack.process import SERVICE_START_TIMEOUT_S, ManagedProcess, poll_until
 
 __all__ = ["S3_TRANSIENT", "S3Config", "SeaweedS3", "ensure_buckets", "minio_client"]
 
@@ -216,7 +216,7 @@ class SeaweedS3(ManagedProcess):
             f"(identities file {self.identities_path})"
         )
 
-    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> Self:
+    def start(self, timeout_s: float = SERVICE_START_TIMEOUT_S) -> Self:
         """Launch ``weed mini`` and return once an authenticated PUT succeeds.
 
         Ports are chosen on the first start and kept for later starts.

@@ -25,7 +25,7 @@ from styx_py.io.kafka_admin import create_topics
 from styx_py.stack.binaries import tansu_binary
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import preferred_port
-from styx_py.stack.process import DEFAULT_START_TIMEOUT_S, ManagedProcess, poll_until
+from styx_py.stack.process import SERVICE_START_TIMEOUT_S, ManagedProcess, poll_until
 from styx_py.stack.seaweed import S3_TRANSIENT, S3Config, ensure_buckets, minio_client
 
 __all__ = ["TansuBroker"]
@@ -142,7 +142,7 @@ class TansuBroker(ManagedProcess):
             on_timeout=lambda err: self._timeout_error("Kafka CreateTopics", err),
         )
 
-    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> Self:
+    def start(self, timeout_s: float = SERVICE_START_TIMEOUT_S) -> Self:
         """Launch the broker and return once it answers CreateTopics successfully."""
         if self._port is None:
             self._port, self.port_taken = preferred_port(self.port)

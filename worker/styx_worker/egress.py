@@ -27,10 +27,15 @@ from aiokafka import AIOKafkaProducer
 
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
-from styx_py.core.limits import EGRESS_STOP_FLUSH_S, MAX_EGRESS_PRODUCE_BYTES, REPLY_WAIT_FOR_LOG_ENTRY_S
+from styx_py.core.limits import (
+    EGRESS_STOP_FLUSH_S,
+    MAX_BATCH_BYTES,
+    MAX_EGRESS_PRODUCE_BYTES,
+    REPLY_WAIT_FOR_LOG_ENTRY_S,
+)
 from styx_py.core.segments import pack, replies_to, segment_topic
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
-from styx_py.io.batching import MAX_BATCH_BYTES, PRODUCE_FAILURES, BatchLanes, Headers, OnDone
+from styx_py.io.batching import PRODUCE_FAILURES, BatchLanes, Headers, OnDone
 
 log = logging.getLogger("styx.egress")
 

@@ -31,9 +31,9 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
+from styx_py.core.limits import MAX_BATCH_BYTES
 from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import reply_segments, segment_topic, segments_in
-from styx_py.io.batching import MAX_BATCH_BYTES
 from styx_py.io.kafka_admin import existing_topics
 
 __all__ = [

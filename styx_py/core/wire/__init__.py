@@ -20,6 +20,7 @@ Nothing is ever pickled; bytes that do not decode on a channel raise
 :class:`~styx_py.core.errors.ProtocolError`.
 """
 
+from styx_py.core.limits import MAX_LOOKUP_IDS, MAX_LOOKUP_REPLY_BYTES
 from styx_py.core.wire.admin import AdminReply, DeployRequest, DrainRequest, ScaleRequest, StatusRequest
 from styx_py.core.wire.codes import (
     COORDINATOR,
@@ -89,8 +90,6 @@ from styx_py.core.wire.logs import (
     value_encoder,
 )
 from styx_py.core.wire.lookup import (
-    MAX_LOOKUP_IDS,
-    MAX_LOOKUP_REPLY_BYTES,
     FindReplies,
     FoundReplies,
     ReplyLookup,

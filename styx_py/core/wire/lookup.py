@@ -11,12 +11,6 @@ from __future__ import annotations
 from styx_py.core.wire.codes import Msg
 from styx_py.core.wire.logs import Reply
 
-# Request ids in one lookup, and reply bytes one worker puts in one answer (a found reply past that
-# budget is listed as deferred: the gateway asks for it again in its next lookup). Well under
-# MAX_FRAME_BYTES, so an answer always fits in one frame.
-MAX_LOOKUP_IDS = 64
-MAX_LOOKUP_REPLY_BYTES = 4 * 1024 * 1024
-
 
 class ReplyLookup(Msg, tag="lookup"):
     """Admin → coordinator: the replies to these request ids, wherever they are in the cluster."""
