@@ -38,10 +38,10 @@ from styx_client import (
     TransactionFailed,
 )
 from styx_client.sdk import ClientStats, decode_reply
-from styx_client.sdk.client import BUSY_LINGER_MS
 from styx_client.sdk.pending import PendingTable
 from styx_client.sdk.requests import encode_request
 from styx_py.core.errors import ConfigError
+from styx_py.core.limits import BUSY_LINGER_MS
 from styx_py.core.partitioning import partition_of
 from styx_py.core.wire import (
     NIL,

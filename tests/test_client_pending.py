@@ -10,8 +10,9 @@ from styx_client.sdk.core import ClientCore
 from styx_client.sdk.pending import PendingTable
 from styx_client.sdk.requests import encode_request, same_request
 from styx_client.sdk.stats import ClientStats
-from styx_client.sdk.waiters import SWEEP_S, Waiter
+from styx_client.sdk.waiters import Waiter
 from styx_py.core.errors import BadRequest, RequestTimeout, StyxError
+from styx_py.core.limits import DEADLINE_SWEEP_S
 from styx_py.core.requests import encode_request as checked_request
 from styx_py.core.segments import FRESH_S
 from styx_py.core.wire import NIL, Reply, encode_value
@@ -71,7 +72,7 @@ def test_every_request_times_out_on_time_and_is_told_once() -> None:
         wait_s = (1.0, 2.5, 0.5)[i % 3]
         assert isinstance(error, RequestTimeout) and f"request {rid} within {wait_s} s" in str(error)
         late = at - (start + wait_s)
-        assert 0 <= late <= SWEEP_S + 1e-9, (rid, late)  # never early, at most one sweep late
+        assert 0 <= late <= DEADLINE_SWEEP_S + 1e-9, (rid, late)  # never early, at most one sweep late
     assert core.wake_at == float("inf")
     core.pushed(_reply("r1"))  # a reply after the timeout resolves nothing
     assert core.stats.unmatched_ignored == 1

@@ -25,12 +25,21 @@ from styx_client import StyxClient
 from styx_client.sdk import push as push_module
 from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_client.sdk.pending import EGRESS, PUSHED, PendingTable
-from styx_client.sdk.push import PUSHED_FETCH_WAIT_MS, REFRESH_S, RETRY_S, WorkerLinks, worker_addresses
+from styx_client.sdk.push import WorkerLinks, worker_addresses
 from styx_client.sdk.replies import result_of
-from styx_client.sdk.resting import MISS_S, STALE_S, EgressRest
+from styx_client.sdk.resting import EgressRest
 from styx_client.sdk.stats import ClientStats
 from styx_py.core.config import load_config
-from styx_py.core.limits import EGRESS_MARK_EVERY_S, INGRESS_PUSHED_FETCH_WAIT_MS, MAX_REPLY_SUBSCRIBERS
+from styx_py.core.limits import (
+    EGRESS_MARK_EVERY_S,
+    EGRESS_MARKS_STALE_S,
+    EGRESS_MISS_S,
+    INGRESS_PUSHED_FETCH_WAIT_MS,
+    MAX_REPLY_SUBSCRIBERS,
+    PUSHED_EGRESS_FETCH_WAIT_MS,
+    WORKER_LINK_RETRY_S,
+    WORKER_LIST_REFRESH_S,
+)
 from styx_py.core.segments import REPLY_SEGMENTS, segments_in
 from styx_py.core.wire import (
     HEADER_BYTES,
@@ -130,7 +139,7 @@ async def test_a_worker_that_cannot_be_reached_is_asked_for_again_without_an_err
         finally:
             task.cancel()
             await asyncio.wait([task])
-    assert not push.healthy and push.writers == {}
+    assert not push.healthy and push.subscriptions.writers == {}
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert any("no replies pushed from " + address in r.getMessage() for r in caplog.records)
 
@@ -158,9 +167,11 @@ async def test_a_refused_client_reads_that_workers_replies_from_the_log_and_does
     push = WorkerLinks(status, secret, "client-refused", lambda _: None, 10.0, known={address})
     task = asyncio.get_running_loop().create_task(push.run())
     try:
-        await until(lambda: push.refused == {address}, "the refusal taken")
+        await until(lambda: push.subscriptions.refused == {address}, "the refusal taken")
         assert asked == [("client-refused", [SubscribeReplies()])]
-        assert push.subscribed == set() and not push.healthy and push.egress_wait_floor_ms() == 0
+        assert (
+            push.subscriptions.subscribed == set() and not push.healthy and push.egress_wait_floor_ms() == 0
+        )
         assert not push.links[address].done(), "the connection stays open: no asking again"
     finally:
         task.cancel()
@@ -295,26 +306,28 @@ async def test_asking_soon_for_the_workers_asks_at_once_but_not_more_often_than_
     links.clock = loop.time
 
     async def subscribed_for_good(address: str) -> None:  # the connection, as if it stayed up
-        links.subscribed.add(address)
+        links.subscriptions.subscribed.add(address)
         await asyncio.Event().wait()
 
     links._subscribe = subscribed_for_good  # type: ignore[method-assign]
     runs = loop.create_task(links.run())
     try:
-        await asyncio.sleep(REFRESH_S / 2)
-        assert len(asked_at) == 1 and links.healthy  # at the start; the next refresh is REFRESH_S later
+        await asyncio.sleep(WORKER_LIST_REFRESH_S / 2)
+        assert (
+            len(asked_at) == 1 and links.healthy
+        )  # at the start; the next refresh is WORKER_LIST_REFRESH_S later
         links.ask_soon()  # a reply came through the log only
         await asyncio.sleep(0.001)
-        assert asked_at[1:] == [REFRESH_S / 2]  # at once
+        assert asked_at[1:] == [WORKER_LIST_REFRESH_S / 2]  # at once
         links.ask_soon()
         links.ask_soon()
-        await asyncio.sleep(RETRY_S / 2)
-        assert len(asked_at) == 2  # not again within RETRY_S ...
-        await asyncio.sleep(RETRY_S)
-        assert asked_at[2:] == [REFRESH_S / 2 + RETRY_S]  # ... but once, after it
-        await asyncio.sleep(REFRESH_S - RETRY_S)
-        assert len(asked_at) == 3  # and the regular refresh comes REFRESH_S after the last time
-        await asyncio.sleep(2 * RETRY_S)
+        await asyncio.sleep(WORKER_LINK_RETRY_S / 2)
+        assert len(asked_at) == 2  # not again within WORKER_LINK_RETRY_S ...
+        await asyncio.sleep(WORKER_LINK_RETRY_S)
+        assert asked_at[2:] == [WORKER_LIST_REFRESH_S / 2 + WORKER_LINK_RETRY_S]  # ... but once, after it
+        await asyncio.sleep(WORKER_LIST_REFRESH_S - WORKER_LINK_RETRY_S)
+        assert len(asked_at) == 3  # and the regular refresh comes WORKER_LIST_REFRESH_S after the last time
+        await asyncio.sleep(2 * WORKER_LINK_RETRY_S)
         assert len(asked_at) == 4 and links.asked == 4
     finally:
         runs.cancel()
@@ -337,7 +350,7 @@ def test_the_reader_rests_only_while_pushed_marked_not_overdue_and_settled() -> 
     assert not may_rest()  # in flight, and no mark yet
     rest.mark([(0, 5)], now)
     assert may_rest()  # in flight, not overdue
-    wall += int(MISS_S * 1000)
+    wall += int(EGRESS_MISS_S * 1000)
     assert not may_rest()  # overdue: its reply may be in the log only
     entry.stamp = wall
     healthy = False
@@ -346,13 +359,13 @@ def test_the_reader_rests_only_while_pushed_marked_not_overdue_and_settled() -> 
     settled = False
     assert not may_rest()  # moving to other segments: an old one is dropped once read to its end
     settled = True
-    now += STALE_S
-    assert not may_rest()  # no mark for STALE_S
+    now += EGRESS_MARKS_STALE_S
+    assert not may_rest()  # no mark for EGRESS_MARKS_STALE_S
     rest.mark([(0, 6)], now)
     assert may_rest()
-    now += STALE_S
+    now += EGRESS_MARKS_STALE_S
     table.give_up(waiter)  # its one caller gives up: the request leaves the table
-    assert len(table) == 0 and may_rest(), "no mark for STALE_S, but nothing in flight"
+    assert len(table) == 0 and may_rest(), "no mark for EGRESS_MARKS_STALE_S, but nothing in flight"
     healthy = False
     assert not may_rest(), "a subscription down: read, in flight or not"
     # Where the resting reader may move: a checkpoint every request before which has left the table.
@@ -408,15 +421,15 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         push = _kafka(client).links
         assert push is not None
         assert push.known == workers  # from the status connect() read: no second request for them
-        await until(lambda: push.subscribed == workers, "subscribed on both workers", 60)
+        await until(lambda: push.subscriptions.subscribed == workers, "subscribed on both workers", 60)
         # While every worker pushes, the egress reader waits longer per fetch (the log only confirms).
-        await until(lambda: _fetch_wait(client) == PUSHED_FETCH_WAIT_MS, "the longer fetch wait", 60)
+        await until(lambda: _fetch_wait(client) == PUSHED_EGRESS_FETCH_WAIT_MS, "the longer fetch wait", 60)
         await asyncio.gather(*(client.call("account", f"t{i}", "deposit", 100) for i in range(ACCOUNTS)))
         await _transfers(client, 200, "t")
         stats = client.stats
         assert stats.replied == ACCOUNTS + 200
         # Requests go the other way on the same connections: each acknowledged one is pushed to the
-        # worker that reads its partition (while the client sends fewer than PUSH_BELOW_RATE a second,
+        # worker that reads its partition (while the client sends fewer than PUSH_BELOW_REQUESTS_PER_S,
         # which the bursts above may not have), which takes it before its fetch (mostly) and compares.
         pushed_before, one_by_one = client.requests_pushed, 0
         deadline = asyncio.get_running_loop().time() + 60
@@ -457,12 +470,12 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
         pushed = stats.pushed
         for task in list(push.links.values()):
             task.cancel()
-        await until(lambda: not push.subscribed, "the subscriptions dropped", 60)
+        await until(lambda: not push.subscriptions.subscribed, "the subscriptions dropped", 60)
         await until(lambda: _fetch_wait(client) == client.fetch_wait_ms, "the cluster's fetch wait", 60)
         await _transfers(client, 100, "t")
         assert stats.pushed == pushed, "nothing pushed while no worker is subscribed"
         asked_again.set()
-        await until(lambda: push.subscribed == workers, "subscribed again", 60)
+        await until(lambda: push.subscriptions.subscribed == workers, "subscribed again", 60)
         pushed = stats.pushed
         await _transfers(client, 100, "t")
         assert stats.replied == ACCOUNTS + 400 + one_by_one + extra
@@ -483,8 +496,8 @@ async def test_a_connected_client_takes_pushed_replies_and_the_log_has_each_of_t
 async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_did_not(
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The worker addresses are asked again only when something asks for it, not every REFRESH_S.
-    monkeypatch.setattr(push_module, "REFRESH_S", 3600.0)
+    # The worker addresses are asked again only when something asks for it, not every WORKER_LIST_REFRESH_S.
+    monkeypatch.setattr(push_module, "WORKER_LIST_REFRESH_S", 3600.0)
     async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
         push, rest = _kafka(client).links, client._core.rest
         assert push is not None and rest is not None
@@ -510,7 +523,7 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         loop = asyncio.get_running_loop()
 
         # A reply that only the log has (nothing pushed it): its request stays in flight, the reader
-        # reads again after MISS_S and finds it. Written to every partition the reader reads.
+        # reads again after EGRESS_MISS_S and finds it. Written to every partition the reader reads.
         asked = push.asked
         entry = client._core.table.register("only-in-the-log", b"fp", 0, 0)
         only: list[Reply | None] = []
@@ -529,7 +542,7 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         finally:
             await producer.stop()
         # Other requests go on meanwhile, answered by push: marks keep coming, so what makes the reader
-        # read is the request in flight for MISS_S.
+        # read is the request in flight for EGRESS_MISS_S.
         deadline = loop.time() + 60
         while not only:
             assert loop.time() < deadline, "the reply only the log has was never read"
@@ -537,7 +550,7 @@ async def test_the_resting_reader_skips_what_came_pushed_and_still_reads_what_di
         [got] = only
         assert got is not None and got.request_id == "only-in-the-log" and result_of(got) == 7
         # A reply the log had and no subscribed worker pushed: the client asks the coordinator for the
-        # workers again (one may have joined that does not push to it yet), not REFRESH_S later.
+        # workers again (one may have joined that does not push to it yet), not WORKER_LIST_REFRESH_S later.
         await until(lambda: push.asked > asked, "the workers asked for again", 60)
         # Requests answered meanwhile by push are still answered, and skipping goes on afterwards.
         await _transfers(client, 100, "r")

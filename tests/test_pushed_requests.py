@@ -23,12 +23,14 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from styx_client.sdk.push import PUSH_AGAIN_BELOW, PUSH_BELOW_RATE, WorkerLinks
+from styx_client.sdk.push import WorkerLinks
 from styx_py.core.config import Config, load_config
 from styx_py.core.limits import (
     INGRESS_IDLE_S,
     INGRESS_PUSHED_FETCH_WAIT_MS,
     INGRESS_PUSHED_POLL_S,
+    PUSH_AGAIN_BELOW_REQUESTS_PER_S,
+    PUSH_BELOW_REQUESTS_PER_S,
     PUSH_EXCUSE_S,
     PUSH_SETTLE_S,
     PUSH_WINDOW_S,
@@ -357,10 +359,10 @@ async def test_the_client_pushes_each_request_to_its_partitions_worker_a_frame_p
     push = WorkerLinks(status, secret, "client-p", lambda _: None, 10.0, known=owners)
     assert push.owners == {0: address["w1"], 2: address["w1"], 1: address["w2"], 3: address["w2"]}
     push.push_request(0, 0, 5, 1, b"k", b"v")  # no subscription yet: left to the fetch
-    assert push.requests_not_pushed == 1
+    assert push.outbox.not_pushed == 1
     task = asyncio.get_running_loop().create_task(push.run())
     try:
-        await until(lambda: push.subscribed == set(address.values()), "subscribed on both", 30)
+        await until(lambda: push.subscriptions.subscribed == set(address.values()), "subscribed on both", 30)
         await until(lambda: all(frames.get(n) == [[SubscribeReplies()]] for n in address), "asked", 30)
         for p in range(4):
             for offset in (10, 11):
@@ -379,7 +381,7 @@ async def test_the_client_pushes_each_request_to_its_partitions_worker_a_frame_p
             (3, 10),
             (3, 11),
         ]
-        assert (push.requests_pushed, push.requests_not_pushed) == (8, 2)
+        assert (push.outbox.pushed, push.outbox.not_pushed) == (8, 2)
         # A placement that changed: the next status moves the pushes.
         owners.update({address["w1"]: [0, 1, 2, 3], address["w2"]: []})
         await push._ask_workers()
@@ -395,11 +397,11 @@ async def test_the_client_pushes_each_request_to_its_partitions_worker_a_frame_p
 
 
 async def test_the_client_pushes_only_while_it_sends_fewer_than_the_rate_a_second() -> None:
-    """It stops at PUSH_BELOW_RATE a second and starts again below PUSH_AGAIN_BELOW."""
+    """It stops at PUSH_BELOW_REQUESTS_PER_S and starts again below PUSH_AGAIN_BELOW_REQUESTS_PER_S."""
     now = [100.0]
     push = WorkerLinks(_no_status, "s", "client-r", lambda _: None, 10.0, known={"w:1": [0]})
     push.clock = lambda: now[0]
-    push.subscribed.add("w:1")  # as if subscribed (no connection: the tick's write finds none)
+    push.subscriptions.subscribed.add("w:1")  # as if subscribed (no connection: the tick's write finds none)
 
     def send(n: int, over_s: float) -> None:
         for _ in range(n):
@@ -407,17 +409,17 @@ async def test_the_client_pushes_only_while_it_sends_fewer_than_the_rate_a_secon
             now[0] += over_s / n
 
     send(100, 0.5)  # 200/s
-    assert push.requests_too_fast == 0 and len(push.outbox["w:1"]) == 100
-    send(PUSH_BELOW_RATE, 0.5)  # twice the threshold: pushed until the window that measured it ends
-    assert 0 < push.requests_too_fast < PUSH_BELOW_RATE
-    between = (PUSH_AGAIN_BELOW + PUSH_BELOW_RATE) // 2
+    assert push.outbox.too_fast == 0 and len(push.outbox.waiting["w:1"]) == 100
+    send(PUSH_BELOW_REQUESTS_PER_S, 0.5)  # twice the threshold: pushed until the window that measured it ends
+    assert 0 < push.outbox.too_fast < PUSH_BELOW_REQUESTS_PER_S
+    between = (PUSH_AGAIN_BELOW_REQUESTS_PER_S + PUSH_BELOW_REQUESTS_PER_S) // 2
     send(between, 1.0)  # between the two thresholds, a client that stopped does not start again
-    too_fast = push.requests_too_fast
+    too_fast = push.outbox.too_fast
     send(20, 0.01)
-    assert push.requests_too_fast == too_fast + 20
+    assert push.outbox.too_fast == too_fast + 20
     now[0] += 1.0  # quiet for a second: the next window measures a low rate again
     send(10, 0.01)
-    assert push.requests_too_fast == too_fast + 20
+    assert push.outbox.too_fast == too_fast + 20
 
 
 async def _no_status() -> dict[str, object]:

@@ -38,8 +38,8 @@ from styx_benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run
 from styx_benchmarks.log_latency import log_latencies_ms
 from styx_benchmarks.workload import Options, Workload
 from styx_benchmarks.workloads import make_workload, workload_names
-from styx_client.sdk.client import BUSY_LINGER_MS
 from styx_py.core.errors import StyxError
+from styx_py.core.limits import BUSY_LINGER_MS
 from styx_py.core.segments import replies_to
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ from styx_benchmarks.raw_load import RawSettings, run_raw
 from styx_benchmarks.workload import Options
 from styx_benchmarks.workloads import make_workload
 from styx_client import StyxClient
-from styx_client.sdk.client import BUSY_LINGER_MS
+from styx_py.core.limits import BUSY_LINGER_MS
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import TansuBroker, create_topics
 

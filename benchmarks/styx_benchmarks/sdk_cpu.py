@@ -42,11 +42,10 @@ from styx_benchmarks.driver import SdkSender, run_open_loop
 from styx_benchmarks.workload import Options
 from styx_benchmarks.workloads import make_workload
 from styx_client import StyxClient
-from styx_client.sdk.client import BUSY_LINGER_MS
 from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_client.sdk.stats import ClientStats
 from styx_client.sdk.transport import Opened
-from styx_py.core.limits import MAX_BATCH_BYTES
+from styx_py.core.limits import BUSY_LINGER_MS, MAX_BATCH_BYTES
 from styx_py.core.wire import Batch, Phase, PushedReply, Reply, ReplyStatus
 from styx_py.core.wire.frames import HEADER_BYTES, decode_batch, encode_frame
 from styx_py.core.wire.logs import NIL

@@ -22,6 +22,84 @@ MAX_KEY_CHARS = 1024  # a str entity key
 MIN_INT_KEY, MAX_INT_KEY = -(2**63), 2**64 - 1  # an int entity key: what msgpack carries
 MAX_ARG_DEPTH = 64  # arrays/maps nested inside one argument (``[1]`` is 1, ``[[1]]`` is 2)
 
+# ---- client: the workers' ports (styx_client.sdk.push, .outbox) ----------------------------------------
+# A connection to a worker that failed or dropped waits this long before the worker addresses are asked
+# again; a reply that came through the log only asks again at once, but not more often than this.
+WORKER_LINK_RETRY_S = 1.0
+# How often the worker addresses are asked again while every connection is up (a worker that joined is
+# found by then, or sooner by the first reply it sends through the log only).
+WORKER_LIST_REFRESH_S = 10.0
+# An empty frame this often on each connection, so the worker does not close it as idle (its idle
+# timeout is at least 1 s; a keepalive of its own arrives every third of it).
+WORKER_LINK_KEEPALIVE_S = 1.0
+# The egress consumer's fetch wait while every worker pushes: the log then only confirms, and an idle
+# consumer polling Tansu every 5 ms cost the client ~7 % and the broker ~2 % of a core at 500/s
+# (benchmarks/results/pushed-replies.md). A reply that is not pushed waits for it: Tansu answers a
+# waiting fetch after up to half of it.
+PUSHED_EGRESS_FETCH_WAIT_MS = 25
+# Bytes a worker's connection may hold unwritten before requests are no longer pushed on it (its worker
+# fetches them anyway): a slow worker never makes the client buffer without bound.
+MAX_PUSH_BUFFER_BYTES = 1 << 20
+# Requests a second (acknowledged, counted over PUSH_RATE_WINDOW_S) below which they are pushed: at
+# 2 000/s a push saved 3-4 ms of p50, at 3 000/s nothing, at 4 000/s it cost 2-3 ms
+# (benchmarks/results/request-hops.md).
+PUSH_BELOW_REQUESTS_PER_S = 2_500
+# Requests a second below which a client that stopped pushing pushes again: one sending at about the
+# threshold does not switch every window.
+PUSH_AGAIN_BELOW_REQUESTS_PER_S = 2_000
+PUSH_RATE_WINDOW_S = 0.25
+
+# ---- client: the egress reader (styx_client.sdk.reader, .resting) --------------------------------------
+# How long one poll of the reader may block: only how soon it notices cancellation or a new egress
+# segment while no replies flow (replies are returned as soon as a fetch brings them).
+EGRESS_POLL_MS = 250
+# A request in flight this long makes the resting reader read the log: its reply may not have been
+# pushed.
+EGRESS_MISS_S = 0.5
+# No egress mark (EgressAcked) from any worker this long, while a request is in flight, makes the
+# resting reader read the log.
+EGRESS_MARKS_STALE_S = 1.0
+# How long the resting reader waits before it looks again.
+EGRESS_REST_S = 0.02
+# Checkpoints the resting reader keeps per egress partition; the oldest go first (each one dropped is a
+# skip not made, never a record lost).
+MAX_EGRESS_CHECKPOINTS = 10_000
+
+# ---- client: Kafka, segments, requests in flight (styx_client.sdk.kafka, .config, .pending, .waiters) ---
+# The least consumer fetch wait: Tansu never answers a 0 ms wait, and tiny ones only burn broker CPU.
+MIN_FETCH_WAIT_MS = 5
+# The longest one positioning fetch at the start may block, so the start-up deadline is checked.
+POSITION_POLL_MS = 200
+# Ingress segments asked about by name per metadata request, looking for a newer one.
+SEGMENTS_ASKED_AHEAD = 4
+# The default of how often the client looks for a newer ingress segment (ClientConfig.segment_poll_s):
+# its writes count as read for sure for core.segments.FRESH_S after a look, and workers read the newest
+# two segments (core.segments.LIVE).
+SEGMENT_POLL_S = 0.5
+# The default busy linger (ClientConfig's busy_linger_ms): how long a busy partition waits before its
+# next batch; a quiet one never waits. 8 ms against 2 ms, YCSB-T 500-12 000/s: the same latency or lower
+# up to 8 000/s, a quarter less CPU in all at 4 000/s (the broker's cut by half) and the client's 40 ->
+# 30 µs per request at 8 000/s (benchmarks/results/resting-reader.md, "A longer busy linger").
+BUSY_LINGER_MS = 8.0
+MAX_BUSY_LINGER_MS = 1000.0
+# Request ids whose record the pending table keeps after they left it, at least (and 2 x max_pending),
+# to refuse a reused id carrying another request.
+MIN_RECENT_REQUEST_IDS = 1024
+# How often at most the deadline sweep runs while requests are due: how late a timeout may be reported.
+DEADLINE_SWEEP_S = 0.01
+
+# ---- gateway (styx_client.gateway) -------------------------------------------------------------------
+# Consecutive failed status polls before the cluster counts as unreachable: one slow answer from a busy
+# coordinator must not turn every request into a 503.
+GATEWAY_UNREACHABLE_AFTER_POLLS = 3
+# What one idempotency-table entry costs beside its body (its objects), counted against max_cache_bytes.
+REPLY_CACHE_ENTRY_OVERHEAD_BYTES = 256
+# The least max_body_bytes and max_cache_bytes a gateway accepts.
+MIN_GATEWAY_BODY_BYTES = 1024
+MIN_REPLY_CACHE_BYTES = 1024
+# A bearer token's least length (RFC 6750 token68 characters).
+MIN_TOKEN_CHARS = 8
+
 # ---- internal TCP ports (styx_py.io.tcp) ----------------------------------------------------------------
 MAX_HANDSHAKE_BYTES = 512  # the one frame a connection may send before it has authenticated
 MAX_INBOUND_BYTES = 4 * MAX_FRAME_BYTES  # incomplete frames held by one process, across its connections

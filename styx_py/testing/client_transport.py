@@ -22,9 +22,9 @@ import msgspec
 from styx_client.sdk.config import ClientConfig
 from styx_client.sdk.entry import Pending
 from styx_client.sdk.kafka import reply_partition_of
-from styx_client.sdk.push import RETRY_S
 from styx_client.sdk.resting import EgressRest
 from styx_client.sdk.transport import Batching, Opened, TransportEvents
+from styx_py.core.limits import WORKER_LINK_RETRY_S
 from styx_py.core.segments import reply_segments, segment_topic, segments_in
 from styx_py.core.wire import (
     EgressAcked,
@@ -231,7 +231,8 @@ class _Links:
         )
 
     async def run(self, workers: Callable[[], Mapping[str, list[int]]]) -> None:
-        """Subscribe on every worker, again on one that restarted; look every RETRY_S, or when asked."""
+        """Subscribe on every worker, again on one that restarted; look every WORKER_LINK_RETRY_S, or when
+        asked."""
         while True:
             placement = workers()
             self.owners = {p: w for w, partitions in placement.items() for p in partitions}
@@ -245,7 +246,7 @@ class _Links:
                 del self.subscribed[gone]
             self.ask.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(RETRY_S):
+                async with asyncio.timeout(WORKER_LINK_RETRY_S):
                     await self.ask.wait()
 
     def push(self, entry: Pending, segment: int, offset: int) -> None:

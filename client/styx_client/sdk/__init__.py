@@ -20,7 +20,8 @@ Two properties matter and are kept on purpose:
 The modules, in the order a request meets them:
 
 =================  ==================================================================================
-``client.py``      :class:`StyxClient`: start, submit, call, close, the task group; a facade
+``client.py``      :class:`StyxClient`: construction, start, close, the task group; a facade
+``calls.py``       what it sends: submit, submit_future, call, submit_many, prepare
 ``prepared.py``    :class:`Prepared`, the lean path
 ``config.py``      the settings, checked once (:class:`~styx_client.sdk.config.ClientConfig`)
 ``deployment.py``  what the coordinator says is deployed (:meth:`StyxClient.connect`)
@@ -34,7 +35,8 @@ The modules, in the order a request meets them:
 ``shell.py``       the running client: core and transport wired, the segment and deadline loops
 ``transport.py``   :class:`~styx_client.sdk.transport.ClientTransport`, what a client needs of the world
 ``kafka_transport.py``  the Kafka transport; ``kafka.py`` its producer and positioned consumer,
-                   ``reader.py`` its egress reader, ``push.py`` the workers' ports
+                   ``reader.py`` its egress reader, ``push.py`` the workers' ports,
+                   ``outbox.py`` the requests pushed on them
 ``replies.py``     :func:`result_of` (a reply's result or exception), :func:`decode_reply`
 ``sync.py``        :class:`SyncStyxClient`, the blocking facade on a private loop thread
 =================  ==================================================================================

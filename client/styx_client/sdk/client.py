@@ -4,7 +4,9 @@ A request is produced to the ingress partition that owns its key, so the worker 
 sequences it; it names the client's reply partition, and its reply comes back on that egress partition,
 where the client's reader hands it to the core, which settles the waiters of its request id. The entry
 is registered before the request is produced, and :meth:`StyxClient.start` returns only once the reader
-is positioned at the end of the reply partition, so no reply can be missed.
+is positioned at the end of the reply partition, so no reply can be missed. The calls themselves
+(submit, call, submit_many, prepare) are :class:`~styx_client.sdk.calls.ClientCalls`, its base class;
+this module makes, starts and closes a client.
 
 Every background task (the transport's sender, reader and worker links, the segment look, the deadline
 sweep) is a child of one :class:`asyncio.TaskGroup` that the client owns: if any fails, the client is
@@ -16,32 +18,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from types import TracebackType
 from typing import Any
 
-from styx_client.sdk.config import BUSY_LINGER_MS, SEGMENT_POLL_S, ClientConfig, client_config
+from styx_client.sdk.calls import ClientCalls
+from styx_client.sdk.config import ClientConfig, client_config
 from styx_client.sdk.core import ClientCore
 from styx_client.sdk.deployment import connect_arguments
 from styx_client.sdk.ids import RequestIds
 from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_client.sdk.prepared import Prepared
-from styx_client.sdk.replies import result_of
 from styx_client.sdk.requests import Call, Targets
-from styx_client.sdk.shell import Caller, Shell
+from styx_client.sdk.shell import Shell
 from styx_client.sdk.transport import Batching, ClientTransport
-from styx_client.sdk.view import ClientView
-from styx_py.core.errors import ConfigError, StyxError
-from styx_py.core.requests import encode_request as checked_request
+from styx_py.core.errors import StyxError
+from styx_py.core.limits import BUSY_LINGER_MS, MIN_FETCH_WAIT_MS, SEGMENT_POLL_S
 from styx_py.core.segments import FRESH_S
-from styx_py.core.wire import Key, Reply
 
-__all__ = ["BUSY_LINGER_MS", "Batching", "Call", "Prepared", "StyxClient"]
+__all__ = ["Batching", "Call", "Prepared", "StyxClient"]
 
 log = logging.getLogger("styx.client")
 
 
-class StyxClient(ClientView):
+class StyxClient(ClientCalls):
     """Asynchronous client of a styx-py cluster (one producer, one reply-reader task).
 
     Use :meth:`connect` to learn the operators and the Kafka address from the coordinator, or pass
@@ -95,7 +95,7 @@ class StyxClient(ClientView):
         timeout_s: float = 30.0,
         linger_ms: int = 0,
         busy_linger_ms: float = BUSY_LINGER_MS,
-        fetch_wait_ms: int = 5,
+        fetch_wait_ms: int = MIN_FETCH_WAIT_MS,
         functions: Mapping[str, Collection[str]] | None = None,
         client_id: str | None = None,
         reply_partition: int | None = None,
@@ -264,146 +264,3 @@ class StyxClient(ClientView):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    # ---- requests ----------------------------------------------------------------------------------
-
-    def _started(self) -> Shell:
-        """The shell, or raise why there is none to send with."""
-        if self._closed:
-            raise StyxError("StyxClient is closed")
-        self._core.check_open()
-        shell = self._shell
-        if shell is None:
-            raise StyxError("StyxClient not started: use 'await client.start()' or 'async with'")
-        return shell
-
-    async def submit(
-        self,
-        operator: str,
-        key: Key,
-        function: str,
-        *args: Any,
-        request_id: str | None = None,
-        timeout_s: float | None = None,
-    ) -> Reply:
-        """Send one request and return the server's :class:`~styx_py.core.wire.Reply`, whatever its status.
-
-        ``reply.value`` is the decoded result (decoded when read; ``reply.result`` holds its msgpack
-        bytes), ``reply.status`` is ``"committed"``, ``"aborted"`` or ``"failed"`` (then ``error`` and
-        ``error_type`` say why), and ``request_id``, ``tid``, ``epoch``, ``phase`` place it in the
-        serial order. :meth:`call` returns the value or raises instead.
-
-        Raises :class:`BadRequest` locally (nothing sent) for an unknown operator, a bad key,
-        unencodable arguments, a request above a limit of :mod:`styx_py.core.limits` (id, name and key
-        lengths, 1 MiB, argument nesting) or a ``request_id`` recently used for a different request;
-        :class:`Overloaded` at once when ``max_pending`` requests are in flight, and
-        :class:`RequestTimeout` when no reply came in time. Submitting an id that is already in
-        flight waits for the same reply instead of sending again, so retries with the same
-        ``request_id`` and the same request are safe.
-        """
-        return await self.submit_future(
-            operator, key, function, *args, request_id=request_id, timeout_s=timeout_s
-        )
-
-    def submit_future(
-        self,
-        operator: str,
-        key: Key,
-        function: str,
-        *args: Any,
-        request_id: str | None = None,
-        timeout_s: float | None = None,
-    ) -> asyncio.Future[Reply]:
-        """:meth:`submit` without a coroutine: send now, return a future of the reply.
-
-        Same semantics and errors (local ones are raised here; a timeout or a failed send fails the
-        future), but no task, timeout context or shield per request: for load generators and
-        pipelines that keep thousands in flight. Cancelling the returned future gives up on the
-        reply (the request may still run, as with a timeout).
-        """
-        shell = self._started()
-        partition = self._targets.partition(operator, key, function)
-        rid = request_id if request_id is not None else self._new_rid()
-        transport = self._transport
-        record = checked_request(
-            rid, operator, function, key, args, transport.wall_ms(), shell.reply_partition, self.reply_to
-        )
-        core = self._core
-        entry, new = core.admit(rid, record, partition)
-        wait_s = self.timeout_s if timeout_s is None else timeout_s
-        future: asyncio.Future[Reply] = shell.loop.create_future()
-        caller = Caller(core, future)
-        caller.waiter = waiter = core.wait(
-            entry, caller, wait_s, (operator, function, key, rid), shell.loop.time()
-        )
-        future.add_done_callback(caller.cancelled)
-        shell.deadline_added(waiter.deadline)
-        if new:  # registered before producing: the reply may be read before produce() even returns
-            shell.produce(entry)
-        return future
-
-    def prepare(self, operator: str, function: str, *, timeout_s: float | None = None) -> Prepared:
-        """The lean path for one ``operator.function``, for load generators: see :class:`Prepared`.
-
-        Raises :class:`BadRequest` at once for an unknown operator or function, or a name above its
-        limit; the rest (key, arguments, size, nesting, room) is checked per request.
-        """
-        self._targets.partition(operator, "", function)
-        checked_request("0", operator, function, "", ())  # the names' limits, as the workers check them
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        if timeout <= 0:
-            raise ConfigError(f"timeout_s must be > 0, not {timeout!r}")
-        targets = self._targets
-        partitions = targets.operators[operator]
-        return Prepared(
-            self._started, self.reply_to, operator, function, partitions, timeout, self._new_rid, targets
-        )
-
-    async def call(
-        self,
-        operator: str,
-        key: Key,
-        function: str,
-        *args: Any,
-        request_id: str | None = None,
-        timeout_s: float | None = None,
-    ) -> Any:
-        """Run a function and return its decoded result, raising if the transaction did not commit.
-
-        ``aborted`` raises :class:`TransactionAborted` (the user's ``Abort`` message), a ``failed``
-        reply of type ``BadRequest`` raises :class:`BadRequest`, any other failure (an exception in
-        a function) :class:`TransactionFailed`, whose ``exception_type`` names the exception's class.
-        The exception's ``reply`` holds the server's reply; ``request_id``, ``tid``, ``epoch``,
-        ``error`` and ``error_type`` repeat its fields. Raises like :meth:`submit` otherwise
-        (:class:`RequestTimeout`, :class:`Overloaded`, :class:`Unavailable`, a local
-        :class:`BadRequest`).
-        """
-        reply = await self.submit(operator, key, function, *args, request_id=request_id, timeout_s=timeout_s)
-        return result_of(reply)
-
-    async def submit_many(self, calls: Iterable[Call], *, concurrency: int = 1000) -> list[Reply]:
-        """Submit many requests with at most ``concurrency`` in flight; replies in the order of ``calls``.
-
-        Every call is validated before the first is sent, so a local error (unknown operator, bad key,
-        a limit) sends nothing. If a request fails (timeout, send error), the others still run to the
-        end and the first failure in call order is raised: no request is left unobserved in the
-        background.
-        """
-        batch = list(calls)
-        rids = [self._new_rid() for _ in batch]
-        for rid, (operator, key, function, args) in zip(rids, batch, strict=True):
-            self._targets.partition(operator, key, function)
-            checked_request(rid, operator, function, key, args)
-        limit = asyncio.Semaphore(max(1, min(concurrency, self.max_pending)))
-
-        async def one(rid: str, call: Call) -> Reply:
-            operator, key, function, args = call
-            async with limit:
-                return await self.submit(operator, key, function, *args, request_id=rid)
-
-        calls_ = zip(rids, batch, strict=True)
-        outcomes = await asyncio.gather(*(one(rid, call) for rid, call in calls_), return_exceptions=True)
-        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
-        if failed is not None:
-            raise failed
-        return [o for o in outcomes if not isinstance(o, BaseException)]

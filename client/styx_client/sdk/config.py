@@ -12,28 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from styx_py.core.errors import ConfigError
+from styx_py.core.limits import BUSY_LINGER_MS, MAX_BUSY_LINGER_MS, MIN_FETCH_WAIT_MS, SEGMENT_POLL_S
 from styx_py.core.segments import FRESH_S
 
-__all__ = [
-    "BUSY_LINGER_MS",
-    "MAX_BUSY_LINGER_MS",
-    "SEGMENT_POLL_S",
-    "ClientConfig",
-    "KafkaTuning",
-    "PushSettings",
-    "client_config",
-]
-
-# How often the client looks for a newer ingress segment (its writes count as read for sure for
-# core.segments.FRESH_S after a look; workers read the newest two segments, core.segments.LIVE).
-SEGMENT_POLL_S = 0.5
-
-# The default busy linger (StyxClient): how long a busy partition waits before its next batch; a quiet
-# one never waits. 8 ms against 2 ms, YCSB-T 500-12 000/s: the same latency or lower up to 8 000/s, a
-# quarter less CPU in all at 4 000/s (the broker's cut by half) and the client's 40 -> 30 µs per request
-# at 8 000/s (benchmarks/results/issue15-client.md, "A longer busy linger").
-BUSY_LINGER_MS = 8.0
-MAX_BUSY_LINGER_MS = 1000.0
+__all__ = ["ClientConfig", "KafkaTuning", "PushSettings", "client_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +24,7 @@ class KafkaTuning:
 
     linger_ms: int = 0
     busy_linger_ms: float = BUSY_LINGER_MS
-    fetch_wait_ms: int = 5
+    fetch_wait_ms: int = MIN_FETCH_WAIT_MS
 
     def __post_init__(self) -> None:
         if self.linger_ms < 0:
@@ -51,9 +33,8 @@ class KafkaTuning:
             raise ConfigError(
                 f"busy_linger_ms must be in 0..{MAX_BUSY_LINGER_MS}, not {self.busy_linger_ms!r}"
             )
-        if self.fetch_wait_ms < 5:
-            # Tansu never answers a fetch with a 0 ms wait; tiny values only burn broker CPU.
-            raise ConfigError(f"fetch_wait_ms must be >= 5, not {self.fetch_wait_ms!r}")
+        if self.fetch_wait_ms < MIN_FETCH_WAIT_MS:
+            raise ConfigError(f"fetch_wait_ms must be >= {MIN_FETCH_WAIT_MS}, not {self.fetch_wait_ms!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +88,7 @@ def client_config(
     *,
     linger_ms: int = 0,
     busy_linger_ms: float = BUSY_LINGER_MS,
-    fetch_wait_ms: int = 5,
+    fetch_wait_ms: int = MIN_FETCH_WAIT_MS,
     coordinator: str | None = None,
     cluster_secret: str | None = None,
     push_replies: bool = True,

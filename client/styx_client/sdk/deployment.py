@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
+from styx_py.core.limits import MIN_FETCH_WAIT_MS
 from styx_py.core.wire import StatusRequest
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import default_coordinator, default_secret
@@ -71,7 +72,7 @@ def fetch_wait_of(body: Mapping[str, Any]) -> int | None:
     """The fetch wait a coordinator's status gives its consumers (``Config.kafka_fetch_wait_ms``: it suits
     the cluster's broker), if it names one a client accepts; None from a coordinator that predates it."""
     wait = body.get("kafka_fetch_wait_ms")
-    return wait if type(wait) is int and wait >= 5 else None
+    return wait if type(wait) is int and wait >= MIN_FETCH_WAIT_MS else None
 
 
 async def connect_arguments(

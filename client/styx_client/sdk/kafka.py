@@ -31,7 +31,7 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
-from styx_py.core.limits import MAX_BATCH_BYTES
+from styx_py.core.limits import MAX_BATCH_BYTES, POSITION_POLL_MS, SEGMENTS_ASKED_AHEAD
 from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import reply_segments, segment_topic, segments_in
 from styx_py.io.kafka_admin import existing_topics
@@ -47,9 +47,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("styx.client")
-
-# Upper bound of one positioning fetch, so the start-up deadline is checked regularly.
-_POSITION_POLL_MS = 200
 
 
 class KafkaSettings(Protocol):
@@ -122,9 +119,6 @@ async def open_kafka(settings: KafkaSettings, client_id: str, reply_partition: i
     return KafkaEnds(producer, consumer, chosen, read, segment)
 
 
-SEGMENTS_AHEAD = 4  # ingress segments asked about per metadata request
-
-
 async def newest_segment(producer: Any, ingress_topic: str, known: int) -> int:
     """The newest segment of the ingress topic (:mod:`styx_py.core.segments`), ``known`` or later: asks
     the broker whether the next few exist by name (:func:`~styx_py.io.kafka_admin.existing_topics`,
@@ -132,7 +126,9 @@ async def newest_segment(producer: Any, ingress_topic: str, known: int) -> int:
     all)."""
     newest = known
     while True:
-        names = [segment_topic(ingress_topic, k) for k in range(newest + 1, newest + 1 + SEGMENTS_AHEAD)]
+        names = [
+            segment_topic(ingress_topic, k) for k in range(newest + 1, newest + 1 + SEGMENTS_ASKED_AHEAD)
+        ]
         found = segments_in(await existing_topics(producer.client, names), ingress_topic)
         if not found:
             return newest
@@ -255,7 +251,7 @@ async def _position_at_end(
                 f"{settings.egress_topic!r} within {settings.timeout_s} s "
                 f"(is the broker at {settings.bootstrap} serving fetches?)"
             )
-        await consumer.getmany(*tps, timeout_ms=max(1, min(int(remaining * 1000), _POSITION_POLL_MS)))
+        await consumer.getmany(*tps, timeout_ms=max(1, min(int(remaining * 1000), POSITION_POLL_MS)))
     for tp in tps:
         consumer.seek(tp, consumer.highwater(tp))
 

@@ -159,7 +159,7 @@ class KafkaTransport:
 
     @property
     def requests_pushed(self) -> int:
-        return 0 if self.links is None else self.links.requests_pushed
+        return 0 if self.links is None else self.links.outbox.pushed
 
     async def close(self) -> None:
         producer, self.producer = self.producer, None

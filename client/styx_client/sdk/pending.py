@@ -10,8 +10,9 @@ server may redeliver): neither may resolve the wrong call.
 
 A request id stands for one payload: the server answers a resent id with its first reply, so reusing an
 id for a different request would silently return another request's reply. The table keeps the record
-sent under every pending id and under at least the last ``max(1024, 2 * max_pending)`` ids that left
-it (answered, timed out or given up; :class:`Recent`), and refuses a different request under any of
+sent under every pending id and under at least the last ``2 * max_pending`` ids that left it
+(:data:`~styx_py.core.limits.MIN_RECENT_REQUEST_IDS` at least; answered, timed out or given up:
+:class:`Recent`), and refuses a different request under any of
 them with :class:`~styx_py.core.errors.BadRequest`. Older ids are not checked (the server still answers
 them with their first reply). Keeping the record costs a reference per id; comparing it (without its
 timestamp, :func:`~styx_client.sdk.requests.same_request`) is done only when an id is reused, so a
@@ -27,6 +28,7 @@ from styx_client.sdk.requests import same_request
 from styx_client.sdk.stats import ClientStats
 from styx_client.sdk.waiters import Deadlines, Done, Named, Waiter, timeout_error
 from styx_py.core.errors import BadRequest, Overloaded, StyxError
+from styx_py.core.limits import MIN_RECENT_REQUEST_IDS
 from styx_py.core.wire import Reply
 
 __all__ = ["EGRESS", "PUSHED", "Pending", "PendingTable", "Recent"]
@@ -80,9 +82,9 @@ class PendingTable:
         # Ids answered recently: a later reply with one of them is a duplicate, not a stranger. Bounded,
         # because redeliveries arrive close to the original and the table must not grow forever.
         # The value: the paths (EGRESS | PUSHED) its reply came by so far.
-        self._answered = Recent(max(1024, 2 * max_pending))
+        self._answered = Recent(max(MIN_RECENT_REQUEST_IDS, 2 * max_pending))
         # What was sent under the ids that left the table (module docstring), bounded the same way.
-        self._recent = Recent(max(1024, 2 * max_pending))
+        self._recent = Recent(max(MIN_RECENT_REQUEST_IDS, 2 * max_pending))
         self.deadlines = Deadlines()
 
     def __len__(self) -> int:
@@ -216,7 +218,7 @@ class PendingTable:
         key alone (workers key every reply record by its request id, styx_worker.egress): then it is
         counted here as :meth:`resolve` would count it (an echo, or a duplicate) and the reader skips
         decoding it, which at high rates, with every worker pushing, is nearly every egress record
-        (0.4 instead of 0.7-1.1 µs each, benchmarks/results/issue15-client.md). False: decode it and
+        (0.4 instead of 0.7-1.1 µs each, benchmarks/results/resting-reader.md). False: decode it and
         :meth:`resolve` it."""
         try:
             rid = key.decode()

@@ -13,17 +13,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from styx_client.sdk.resting import REST_S, EgressRest
+from styx_client.sdk.resting import EgressRest
 from styx_client.sdk.stats import ClientStats
 from styx_client.sdk.transport import TransportEvents
+from styx_py.core.limits import EGRESS_POLL_MS, EGRESS_REST_S
 from styx_py.io.fetching import FetchWait
 
 __all__ = ["EgressReader"]
-
-# How long one getmany() may block. Only bounds how quickly the reader notices cancellation or a new
-# egress segment to read when no replies flow; replies themselves are returned as soon as a fetch
-# brings them.
-_READ_POLL_MS = 250
 
 
 class EgressReader:
@@ -68,11 +64,11 @@ class EgressReader:
             if not self.settled:
                 await self._switch()
             if self.rest is not None and await self._rest():
-                await asyncio.sleep(REST_S)
+                await asyncio.sleep(EGRESS_REST_S)
                 continue
             if self.wait_floor_ms is not None:
                 wait.at_least(consumer, self.wait_floor_ms())
-            batches = await consumer.getmany(timeout_ms=_READ_POLL_MS)
+            batches = await consumer.getmany(timeout_ms=EGRESS_POLL_MS)
             await wait.after_poll(consumer, batches)
             for records in batches.values():
                 for record in records:

@@ -3,7 +3,7 @@
 With every worker pushing (:mod:`styx_client.sdk.push`), each reply reaches the client twice:
 pushed, then read from the egress topic, where all but a few are copies of replies already taken.
 Reading them is most of what the reply path costs the client at high rates (7-10 µs per request of
-~50 at 8 000/s, benchmarks/results/issue15-client.md). So while every subscription is up, the reader
+~50 at 8 000/s, benchmarks/results/resting-reader.md). So while every subscription is up, the reader
 pauses its partitions and, instead of reading, moves its position forward over what it may skip.
 
 What it may skip comes from the workers. Each sends the client :class:`~styx_py.core.wire.EgressAcked`
@@ -20,11 +20,13 @@ A reply that was not pushed (a dropped frame, a worker that restarted and replay
 in the table, and the checkpoints after it stay unused. The reader reads again, from where it stands,
 as soon as:
 
-- a request has been in flight :data:`MISS_S` (then its reply may be in the log only);
+- a request has been in flight :data:`~styx_py.core.limits.EGRESS_MISS_S` (then its reply may be in the
+  log only);
 - a subscription is down (:attr:`WorkerLinks.healthy <styx_client.sdk.push.WorkerLinks.healthy>`);
-- or no mark came for :data:`STALE_S` while a request is in flight (workers that send none: an older
-  version; an idle cluster sends none either, and a client with nothing in flight has nothing to read
-  for, so it rests: its fetches cost the broker CPU by the round, 4 % of a core on Tansu);
+- or no mark came for :data:`~styx_py.core.limits.EGRESS_MARKS_STALE_S` while a request is in flight
+  (workers that send none: an older version; an idle cluster sends none either, and a client with
+  nothing in flight has nothing to read for, so it rests: its fetches cost the broker CPU by the round,
+  4 % of a core on Tansu);
 - or the client is moving to other egress segments (``settled`` is False): one it no longer needs is
   dropped only once read to its end, which takes a fetch. The marks have mostly moved the reader to
   that end already, so this costs a fetch or two per rotation, and without it a client that rested
@@ -35,7 +37,7 @@ It reads until none of these holds, then rests again. A reply it finds there, wh
 subscription is up, also makes the client ask the coordinator for the workers at once
 (:meth:`WorkerLinks.ask_soon <styx_client.sdk.push.WorkerLinks.ask_soon>`): a worker that joined
 since the client last asked does not push to it yet, and its replies would otherwise each wait
-:data:`MISS_S` until the next regular look.
+``EGRESS_MISS_S`` until the next regular look.
 """
 
 from __future__ import annotations
@@ -43,19 +45,10 @@ from __future__ import annotations
 import collections
 
 from styx_client.sdk.pending import PendingTable
+from styx_py.core.limits import EGRESS_MARKS_STALE_S, EGRESS_MISS_S, MAX_EGRESS_CHECKPOINTS
 from styx_py.core.segments import segment_topic, unpack
 
-__all__ = ["MAX_CHECKPOINTS", "MISS_S", "REST_S", "STALE_S", "EgressRest", "TopicPart"]
-
-MISS_S = 0.5
-"""A request in flight this long makes the reader read the log: its reply may not have been pushed."""
-STALE_S = 1.0
-"""No mark from any worker this long makes the reader read the log."""
-REST_S = 0.02
-"""How long the resting reader waits before it looks again."""
-MAX_CHECKPOINTS = 10_000
-"""Checkpoints kept per partition; the oldest go first (each one dropped is a skip not made, never a
-record lost)."""
+__all__ = ["EgressRest", "TopicPart"]
 
 TopicPart = tuple[str, int]
 """An egress topic (segment) and partition; aiokafka's ``TopicPartition`` is one (a named tuple)."""
@@ -82,7 +75,7 @@ class EgressRest:
             tp = (segment_topic(self.egress_topic, segment), partition)
             queue = self.checkpoints.get(tp)
             if queue is None:
-                queue = self.checkpoints[tp] = collections.deque(maxlen=MAX_CHECKPOINTS)
+                queue = self.checkpoints[tp] = collections.deque(maxlen=MAX_EGRESS_CHECKPOINTS)
             if not queue or offset > queue[-1][0]:
                 queue.append((offset, n))
         self.last_mark = now
@@ -95,10 +88,10 @@ class EgressRest:
             return False
         if not len(self.table):
             return True  # nothing in flight: no reply to read for
-        if now - self.last_mark >= STALE_S:
+        if now - self.last_mark >= EGRESS_MARKS_STALE_S:
             return False
         _, stamp = self.table.oldest()
-        return stamp == 0 or wall_ms - stamp < MISS_S * 1000
+        return stamp == 0 or wall_ms - stamp < EGRESS_MISS_S * 1000
 
     def skips(self, assigned: set[TopicPart]) -> dict[TopicPart, int]:
         """Where the resting reader may move each of its partitions ``assigned`` (those with a

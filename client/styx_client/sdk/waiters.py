@@ -9,8 +9,9 @@ caller that gives up first (a cancelled future) leaves without being called.
 ``wait_s`` in the order they came, which is also the order of their deadlines (time never goes back),
 so the earliest deadline is at the head of a queue. The client's shell wakes the core at
 :attr:`Deadlines.wake_at`; then every waiter whose deadline has passed expires, and the next wake-up is
-at least :data:`SWEEP_S` later, so a burst of expiries is handled in one sweep. A timeout is therefore
-reported up to ``SWEEP_S`` (plus scheduling lag) after its deadline, never before.
+at least :data:`~styx_py.core.limits.DEADLINE_SWEEP_S` later, so a burst of expiries is handled in one
+sweep. A timeout is therefore reported up to ``DEADLINE_SWEEP_S`` (plus scheduling lag) after its
+deadline, never before.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ import math
 
 from styx_client.sdk.entry import Done, Named, Waiter
 from styx_py.core.errors import RequestTimeout
+from styx_py.core.limits import DEADLINE_SWEEP_S
 
-__all__ = ["SWEEP_S", "Deadlines", "Done", "Named", "Waiter", "timeout_error"]
-
-# How often at most the deadline sweep runs while requests are due (so how late a timeout may be).
-SWEEP_S = 0.01
+__all__ = ["Deadlines", "Done", "Named", "Waiter", "timeout_error"]
 
 
 def timeout_error(waiter: Waiter) -> RequestTimeout:
@@ -65,7 +64,7 @@ class Deadlines:
 
     def expire(self, now: float) -> list[Waiter]:
         """The waiters whose deadline passed by ``now``, out of their queues; :attr:`wake_at` is then
-        the next deadline, but at least :data:`SWEEP_S` after ``now``."""
+        the next deadline, but at least :data:`~styx_py.core.limits.DEADLINE_SWEEP_S` after ``now``."""
         due: list[Waiter] = []
         earliest = math.inf
         for wait_s, queue in list(self._queues.items()):
@@ -78,5 +77,5 @@ class Deadlines:
                 due.append(head)
             if not queue:
                 del self._queues[wait_s]
-        self.wake_at = max(earliest, now + SWEEP_S) if earliest < math.inf else math.inf
+        self.wake_at = max(earliest, now + DEADLINE_SWEEP_S) if earliest < math.inf else math.inf
         return due
