@@ -343,7 +343,7 @@ def _gateway_token(args: argparse.Namespace) -> str | None:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     require("styx gateway", "server")
-    from styx_client.gateway import GatewayConfig, serve_gateway
+    from styx_client.gateway import GatewayConfig, GatewayLimits, GatewayTiming, serve_gateway
     from styx_py.stack.local import cluster_secret, coordinator_address
 
     setup_logging("gateway")
@@ -354,10 +354,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         token=_gateway_token(args),
-        max_pending=args.max_pending,
-        max_body_bytes=args.max_body_bytes,
-        reply_timeout_s=args.reply_timeout,
         state_functions=_state_functions(args.state_function),
+        limits=GatewayLimits(max_pending=args.max_pending, max_body_bytes=args.max_body_bytes),
+        timing=GatewayTiming(reply_timeout_s=args.reply_timeout),
     )
 
     def announce(url: str) -> None:

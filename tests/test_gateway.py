@@ -10,6 +10,7 @@ opens, so an invocation stays in flight exactly as long as the test wants.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html.parser
 import json
 import random
@@ -36,6 +37,8 @@ from styx_client.gateway import (
     ClusterInfo,
     Gateway,
     GatewayConfig,
+    GatewayLimits,
+    GatewayTiming,
     Outcome,
     ReplyCache,
     connect_client,
@@ -95,9 +98,17 @@ def cluster(kafka: TansuBroker, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def config(cluster: LocalStack, **kw: Any) -> GatewayConfig:
+    """A gateway of the module's cluster; ``kw`` are fields of GatewayConfig or of one of its parts."""
+    limits = {k: kw.pop(k) for k in list(kw) if k in fields_of(GatewayLimits)}
+    timing = {"status_interval_s": 0.1} | {k: kw.pop(k) for k in list(kw) if k in fields_of(GatewayTiming)}
     kw.setdefault("state_functions", {"account": "balance"})
-    kw.setdefault("status_interval_s", 0.1)
-    return GatewayConfig(cluster.coordinator, port=0, **kw)
+    return GatewayConfig(
+        cluster.coordinator, port=0, limits=GatewayLimits(**limits), timing=GatewayTiming(**timing), **kw
+    )
+
+
+def fields_of(settings: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(settings)}
 
 
 class GatewayThread:
@@ -685,7 +696,7 @@ async def test_recovering_cluster_503(cluster: LocalStack) -> None:
 
 @services
 async def test_unreachable_coordinator_503() -> None:
-    cfg = GatewayConfig(f"127.0.0.1:{free_port()}", port=0, status_interval_s=0.02)
+    cfg = GatewayConfig(f"127.0.0.1:{free_port()}", port=0, timing=GatewayTiming(status_interval_s=0.02))
     with GatewayThread(cfg) as gt:
         async with client_for(gt.url) as http:
             assert (await http.get("/healthz")).status_code == 200
@@ -730,7 +741,7 @@ def test_token_required_off_loopback() -> None:
     GatewayConfig("127.0.0.1:6000", host="0.0.0.0", token=TOKEN)
     GatewayConfig("127.0.0.1:6000", host="::1")
     with pytest.raises(ConfigError, match="max_pending"):
-        GatewayConfig("127.0.0.1:6000", max_pending=0)
+        GatewayConfig("127.0.0.1:6000", limits=GatewayLimits(max_pending=0))
 
 
 # ---- overload: a burst far above capacity -----------------------------------------------------------------

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from styx_client.gateway import Gateway, GatewayConfig
+from styx_client.gateway import Gateway, GatewayConfig, GatewayTiming
 from styx_py.core.errors import StyxError
 from styx_py.stack.screenshot import screenshot
 
@@ -30,7 +30,7 @@ UNUSED_COORDINATOR = "127.0.0.1:9"  # discard port: nothing answers, the docs do
 
 async def gateway_docs(out: Path, browser: str | None = None) -> Path:
     """Start a gateway, screenshot its ``/docs`` to ``out/gateway-docs.png``, stop the gateway."""
-    gateway = Gateway(GatewayConfig(UNUSED_COORDINATOR, port=0, status_interval_s=60))
+    gateway = Gateway(GatewayConfig(UNUSED_COORDINATOR, port=0, timing=GatewayTiming(status_interval_s=60)))
     sock = gateway.bind()
     gateway.port = int(sock.getsockname()[1])
     async with asyncio.TaskGroup() as tg:

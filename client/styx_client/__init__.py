@@ -27,8 +27,8 @@ A :class:`TransactionFailed` carries the ``reply`` and its ``request_id``, ``tid
 (``reply_partition=``, default a stable hash of ``client_id=``): see :class:`StyxClient`.
 
 The HTTP gateway (``styx gateway``, started by ``styx up``) is :class:`Gateway` with its
-:class:`GatewayConfig`; see ``styx_client.gateway`` (its ``app`` module) for the routes and status
-codes.
+:class:`GatewayConfig` (and its parts :class:`GatewayLimits` and :class:`GatewayTiming`); see
+``styx_client.gateway`` (its ``app`` module) for the routes and status codes.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -53,6 +53,8 @@ __all__ = [
     "ConfigError",
     "Gateway",
     "GatewayConfig",
+    "GatewayLimits",
+    "GatewayTiming",
     "Overloaded",
     "Reply",
     "ReplyStatus",
@@ -67,9 +69,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from styx_client.gateway import Gateway, GatewayConfig
+    from styx_client.gateway import Gateway, GatewayConfig, GatewayLimits, GatewayTiming
 
-_GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig"})
+_GATEWAY_NAMES = frozenset({"Gateway", "GatewayConfig", "GatewayLimits", "GatewayTiming"})
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ them:
 ``cluster.py``     the coordinator's status, polled; the SDK client; readiness and availability
 ``outcomes.py``    HTTP answers: error bodies and the mapping of cluster replies to statuses
 ``models.py``      pydantic models (the OpenAPI schema) stating the core's limits on names, ids and keys
-``config.py``      :class:`GatewayConfig`
+``config.py``      :class:`GatewayConfig` and its parts: :class:`GatewayLimits`, :class:`GatewayTiming`
 ``metrics.py``     Prometheus metrics (``GET /metrics``)
 =================  ==================================================================================
 """
@@ -29,7 +29,7 @@ from styx_client.gateway.cluster import (
     connect_client,
     coordinator_status,
 )
-from styx_client.gateway.config import GatewayConfig
+from styx_client.gateway.config import GatewayConfig, GatewayLimits, GatewayTiming
 from styx_client.gateway.jobs import GatewayStats
 from styx_client.gateway.outcomes import Outcome, reply_outcome
 from styx_client.gateway.replies import ReplyCache
@@ -42,7 +42,9 @@ __all__ = [
     "ClusterInfo",
     "Gateway",
     "GatewayConfig",
+    "GatewayLimits",
     "GatewayStats",
+    "GatewayTiming",
     "Outcome",
     "ReplyCache",
     "StatusSource",

@@ -186,7 +186,7 @@ def _invalid(exc: RequestValidationError) -> Outcome:
 
 def _add_invocation_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) -> None:
     invocations, metrics = gateway.invocations, gateway.metrics
-    max_wait = gateway.config.max_reply_timeout_s
+    max_wait = gateway.config.timing.max_reply_timeout_s
 
     @app.post(
         "/v1/invocations",
@@ -238,7 +238,7 @@ def _add_invocation_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) ->
 
 def _add_admin_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) -> None:
     invocations, link, metrics = gateway.invocations, gateway.link, gateway.metrics
-    max_wait, default_wait = gateway.config.max_reply_timeout_s, gateway.config.reply_timeout_s
+    max_wait, default_wait = gateway.config.timing.max_reply_timeout_s, gateway.config.timing.reply_timeout_s
 
     @app.get(
         "/v1/state/{operator}/{key}",

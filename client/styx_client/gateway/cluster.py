@@ -19,6 +19,7 @@ from styx_client.sdk import StyxClient
 from styx_client.sdk.deployment import fetch_wait_of
 from styx_client.sdk.push import worker_partitions
 from styx_py.core.errors import ProtocolError, StyxError
+from styx_py.core.limits import GATEWAY_UNREACHABLE_AFTER_POLLS
 from styx_py.core.wire import Key, Reply, StatusRequest
 from styx_py.io.admin import admin_request
 
@@ -34,9 +35,6 @@ __all__ = [
 
 log = logging.getLogger("styx.gateway")
 
-# Consecutive failed status polls before the cluster counts as unreachable: one slow answer from a busy
-# coordinator must not turn every request into a 503.
-_UNREACHABLE_AFTER = 3
 _AVAILABLE_STATES = frozenset({"running", "idle"})
 
 StatusSource = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -129,8 +127,8 @@ async def connect_client(status: Mapping[str, Any], config: GatewayConfig) -> Ba
         ingress_topic=str(status.get("ingress_topic") or "styx-ingress"),
         egress_topic=str(status.get("egress_topic") or "styx-egress"),
         # The gateway bounds pending jobs itself; the client's bound is a backstop at the same size.
-        max_pending=config.max_pending,
-        timeout_s=config.connect_timeout_s,
+        max_pending=config.limits.max_pending,
+        timeout_s=config.timing.connect_timeout_s,
         functions=info.functions,
         reply_partition=None if status.get("reply_routing", True) else -1,  # Config.reply_routing
         # Replies pushed by the workers (styx_client.sdk.push), found through the same coordinator.
@@ -162,7 +160,7 @@ class ClusterLink:
         failures = 0
         while True:
             failures = await self._poll(failures)
-            await asyncio.sleep(self.config.status_interval_s)
+            await asyncio.sleep(self.config.timing.status_interval_s)
 
     async def _poll(self, failures: int) -> int:
         """One status poll; returns the number of consecutive failed polls after it."""
@@ -171,7 +169,7 @@ class ClusterLink:
             info = ClusterInfo.from_status(status)
         except (StyxError, OSError, TimeoutError, EOFError) as exc:
             failures += 1
-            if failures >= _UNREACHABLE_AFTER and self.info.state != "unreachable":
+            if failures >= GATEWAY_UNREACHABLE_AFTER_POLLS and self.info.state != "unreachable":
                 log.warning("coordinator at %s unreachable: %r", self.config.coordinator, exc)
                 self.info = replace(self.info, state="unreachable", reason=f"{exc!r}")
             return failures
@@ -237,7 +235,7 @@ class ClusterLink:
                 code, message = "not_ready", f"the gateway is not connected yet: {info.reason or state}"
             case state:
                 code, message = "unavailable", f"the cluster is {state!r}"
-        headers = retry_after(self.config.retry_after_s)
+        headers = retry_after(self.config.timing.retry_after_s)
         return failure(503, code, message, request_id=request_id, headers=headers)
 
     def check_target(self, operator: str, function: str | None) -> Outcome | None:

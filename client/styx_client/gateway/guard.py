@@ -92,7 +92,7 @@ class Guard:
                     # No Content-Type: the body is JSON (the only thing the API takes); said so here
                     # because FastAPI would otherwise not parse it.
                     scope = {**scope, "headers": [*scope["headers"], (b"content-type", b"application/json")]}
-                body = await _read_body(scope, receive, self.gateway.config.max_body_bytes)
+                body = await _read_body(scope, receive, self.gateway.config.limits.max_body_bytes)
                 if body is None:
                     return  # the client went away
                 if isinstance(body, Outcome):
@@ -107,7 +107,7 @@ class Guard:
     def _reject(self, scope: Scope, path: str, probe: bool) -> Outcome | None:
         """The answer for a request refused before its body is read, or None to let it through."""
         gateway, config = self.gateway, self.gateway.config
-        if not probe and self.in_flight >= config.max_http_inflight:
+        if not probe and self.in_flight >= config.limits.max_http_inflight:
             gateway.stats.shed += 1
             return gateway.jobs.overloaded(f"{self.in_flight} HTTP requests in flight")
         if self.expected is not None and path.startswith("/v1/") and not self._authorized(scope):
@@ -133,7 +133,7 @@ class Guard:
             # pending job or a cached reply still gets through to join or fetch it).
             gateway.stats.shed += 1
             return gateway.jobs.overloaded(
-                f"{len(gateway.jobs)} invocations pending (max_pending={config.max_pending})"
+                f"{len(gateway.jobs)} invocations pending (max_pending={config.limits.max_pending})"
             )
         return None
 
@@ -141,7 +141,7 @@ class Guard:
         """``max_pending`` jobs are pending and the request does not name one of them (or a cached reply)
         by its Idempotency-Key header."""
         gateway = self.gateway
-        if len(gateway.jobs) < gateway.config.max_pending:
+        if len(gateway.jobs) < gateway.config.limits.max_pending:
             return False
         for name, value in scope["headers"]:
             if name == b"idempotency-key":

@@ -81,7 +81,7 @@ class Invocations:
             return job
         if not wait:
             return _accepted(job.rid)
-        return await self.jobs.wait(job, timeout_s or self.config.reply_timeout_s)
+        return await self.jobs.wait(job, timeout_s or self.config.timing.reply_timeout_s)
 
     def _cached(self, rid: str, fingerprint: bytes, wait: bool) -> Outcome | None:
         """The cached reply for ``rid`` (202 without ``wait``), 422 for a reused id, None if not cached."""
@@ -143,7 +143,7 @@ class Invocations:
         """The reply the cluster's reply tables hold for ``rid``, polled until ``wait_s`` has passed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        interval = self.config.lookup_interval_s
+        interval = self.config.timing.lookup_interval_s
         while True:
             found = await self.cluster_replies.find(rid)
             reply = found.reply
@@ -154,7 +154,7 @@ class Invocations:
             if remaining <= 0:
                 return self._not_found(rid, found)
             await asyncio.sleep(min(interval, remaining))
-            interval = min(2 * interval, self.config.max_lookup_interval_s)
+            interval = min(2 * interval, self.config.timing.max_lookup_interval_s)
 
     def _not_found(self, rid: str, found: Found) -> Outcome:
         """No reply anywhere: 202 while it runs, 503 when some worker could not say, else 404."""
@@ -167,7 +167,7 @@ class Invocations:
                 "unavailable",
                 f"cannot tell whether {rid!r} has a reply: {why}; retry shortly",
                 request_id=rid,
-                headers=retry_after(self.config.retry_after_s),
+                headers=retry_after(self.config.timing.retry_after_s),
             )
         return failure(
             404,

@@ -75,7 +75,7 @@ class Jobs:
         return self._pending.get(rid)
 
     def overloaded(self, message: str) -> Outcome:
-        return overloaded(message, self.config.retry_after_s)
+        return overloaded(message, self.config.timing.retry_after_s)
 
     def start(
         self, rid: str, fingerprint: bytes | None, call: JobCall, backend: Backend, *, cache: bool
@@ -84,10 +84,10 @@ class Jobs:
 
         The caller has checked availability and the target first.
         """
-        if len(self._pending) >= self.config.max_pending:
+        if len(self._pending) >= self.config.limits.max_pending:
             self.stats.shed += 1
             return self.overloaded(
-                f"{len(self._pending)} invocations pending (max_pending={self.config.max_pending})"
+                f"{len(self._pending)} invocations pending (max_pending={self.config.limits.max_pending})"
             )
         assert self.group is not None, "Gateway.run() is not running"
         job = Job(rid, fingerprint, asyncio.get_running_loop().create_future(), cache)
@@ -135,7 +135,7 @@ class Jobs:
         started = time.perf_counter()
         try:
             reply = await backend.submit(
-                operator, key, function, *args, request_id=job.rid, timeout_s=self.config.job_timeout_s
+                operator, key, function, *args, request_id=job.rid, timeout_s=self.config.timing.job_timeout_s
             )
         except StyxError as exc:
             return self._not_replied(job.rid, exc)
@@ -150,13 +150,15 @@ class Jobs:
         """The answer for a request the client raised on (no reply from the cluster)."""
         match exc:
             case RequestTimeout():
-                message = f"no reply within {self.config.job_timeout_s} s; the transaction may still commit"
+                message = (
+                    f"no reply within {self.config.timing.job_timeout_s} s; the transaction may still commit"
+                )
                 return failure(504, "timeout", message, request_id=rid)
             case Overloaded():
                 return self.overloaded(str(exc))
             case BadRequest():  # raised locally by the client: nothing was sent
                 return failure(422, "bad_request", str(exc), request_id=rid)
             case _:
-                headers = retry_after(self.config.retry_after_s)
+                headers = retry_after(self.config.timing.retry_after_s)
                 message = f"cannot reach the cluster: {exc}"
                 return failure(503, "unavailable", message, request_id=rid, headers=headers)

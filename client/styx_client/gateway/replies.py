@@ -11,11 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from styx_client.gateway.outcomes import Outcome
+from styx_py.core.limits import REPLY_CACHE_ENTRY_OVERHEAD_BYTES
 
 __all__ = ["Cached", "ReplyCache"]
-
-# Per-entry overhead counted against ``max_bytes``: the body dominates; this covers the entry's objects.
-_ENTRY_OVERHEAD_BYTES = 256
 
 
 @dataclass(slots=True)
@@ -53,7 +51,7 @@ class ReplyCache:
     def put(self, rid: str, fingerprint: bytes | None, outcome: Outcome) -> None:
         if rid in self._entries:
             self._remove(rid)
-        size = len(outcome.body) + len(rid) + _ENTRY_OVERHEAD_BYTES
+        size = len(outcome.body) + len(rid) + REPLY_CACHE_ENTRY_OVERHEAD_BYTES
         self._entries[rid] = Cached(fingerprint, outcome, self.clock() + self.ttl_s, size)
         self.bytes += size
         self._evict(self.clock())

@@ -57,7 +57,9 @@ class Gateway:
             status_source or coordinator_status(config.coordinator, cluster_secret=config.cluster_secret),
             backend_factory or connect_client,
         )
-        self.replies = ReplyCache(config.max_cached_replies, config.max_cache_bytes, config.idempotency_ttl_s)
+        self.replies = ReplyCache(
+            config.limits.max_cached_replies, config.limits.max_cache_bytes, config.limits.idempotency_ttl_s
+        )
         self.stats = GatewayStats()
         self.jobs = Jobs(config, self.replies, self.stats, self.metrics)
         self.cluster_replies = ClusterReplies(
@@ -154,7 +156,7 @@ def _uvicorn_config(asgi: ASGIApp, config: GatewayConfig) -> uvicorn.Config:
         # Longer than clients' idle pools: a server closing an idle keep-alive connection races a
         # client reusing it (httpx ReadError); uvicorn's default is 5 s.
         timeout_keep_alive=75,
-        timeout_graceful_shutdown=config.shutdown_grace_s,
+        timeout_graceful_shutdown=config.timing.shutdown_grace_s,
     )
 
 
