@@ -153,7 +153,7 @@ async def test_a_planned_change_moves_partitions_in_pieces_without_s3_or_replay(
         last = c.coordinator.recovery.last
         assert last is not None and last["replay_epochs"] == 0 and last["stopped_s"] >= 0
         await check_against_serial(c)
-        assert not c.duplicate_replies()
+        assert not c.sent.duplicate_replies()
 
 
 async def test_a_worker_that_cannot_hand_off_ends_the_change_in_a_full_recovery(
@@ -175,4 +175,4 @@ async def test_a_worker_that_cannot_hand_off_ends_the_change_in_a_full_recovery(
         moved = [p for p, w in enumerate(c.coordinator.cluster.placement) if w == "w3"]
         assert moved and any(f"p{p:05d}" in key for key in reads for p in moved), reads
         await check_against_serial(c)
-        assert not c.duplicate_replies()
+        assert not c.sent.duplicate_replies()

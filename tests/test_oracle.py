@@ -102,7 +102,7 @@ async def test_rescheduled_transactions_of_one_entity_run_one_per_epoch() -> Non
         await c.wait()
         await check_against_serial(c)
         rescheduled = sum(w.totals.rescheduled for w in c.workers)
-        numbers = sorted(decode_value(r.result) for r in c.unique_replies())
+        numbers = sorted(decode_value(r.result) for r in c.sent.unique_replies())
     assert numbers == sorted([*range(1, n + 1)] * 2), "every order got its own number"
     assert 0 < rescheduled <= 2 * n, f"{rescheduled} reschedules for {2 * n} transactions"
 

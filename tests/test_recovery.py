@@ -65,18 +65,18 @@ async def run_with_crashes(
         base = c.network.delivered
         for _ in range(crashes):
             node = rng.choice(["w1", "w2", "w3"])
-            c.network.fault_at(base + rng.randint(20, 1200), lambda node=node: c.crash(node))
+            c.network.faults.at(base + rng.randint(20, 1200), lambda node=node: c.crash(node))
         for _ in range(duplicates):
-            c.network.duplicates.add(base + rng.randint(20, 1200))
+            c.network.faults.duplicates.add(base + rng.randint(20, 1200))
         for _ in range(drops):
-            c.network.drops.add(base + rng.randint(20, 1200))  # a lost message stalls an epoch
+            c.network.faults.drops.add(base + rng.randint(20, 1200))  # a lost message stalls an epoch
         for _ in range(coordinator_crashes):
-            c.network.fault_at(base + rng.randint(20, 1200), c.crash_coordinator)
+            c.network.faults.at(base + rng.randint(20, 1200), c.crash_coordinator)
         for i in range(upload_failures):
             # The next few uploads fail: of snapshot objects first (snapshots taken then are torn and
             # must never be used), then of any object (manifests, the coordinator's own state).
             failures, prefix = rng.randint(3, 12), "snapshots/" if i % 2 == 0 else ""
-            c.network.fault_at(base + rng.randint(20, 1000), lambda f=failures, p=prefix: c.blobs.fail(f, p))
+            c.network.faults.at(base + rng.randint(20, 1000), lambda f=failures, p=prefix: c.blobs.fail(f, p))
         for _ in range(3):
             if resends_first:
                 # Resends queued ahead of fresh requests of their partitions: an epoch's batch then
@@ -160,7 +160,7 @@ async def test_resends_ahead_of_fresh_requests_replay_in_log_order(seed: int) ->
 @pytest.mark.parametrize("seed", range(8))
 async def test_lost_messages_stall_an_epoch_and_recovery_repairs_it(seed: int) -> None:
     c = await run_with_crashes(400 + seed, crashes=seed % 2, snapshot_every=1 + seed % 3, drops=2)
-    assert c.network.dropped >= 1
+    assert c.network.faults.dropped >= 1
 
 
 @pytest.mark.parametrize("lost", ["EpochStart", "Vote", "Ack", "ExecDone", "Final", "Invoke"])
@@ -171,11 +171,11 @@ async def test_a_lost_protocol_message_is_repaired(lost: str) -> None:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
         await c.wait()
-        c.network.drop_types.add(getattr(wire, lost))
+        c.network.faults.drop_types.add(getattr(wire, lost))
         submit_random_mix(c, random.Random(9), 200, n_keys=20, hot=0.6)
         await c.wait(timeout_s=60)
         await check_against_serial(c)
-        assert c.network.dropped == 1
+        assert c.network.faults.dropped == 1
         assert c.coordinator.stalls >= 1, "the lost message went unnoticed"
 
 
@@ -203,7 +203,7 @@ async def test_duplicated_messages_change_nothing(seed: int) -> None:
     c = await run_with_crashes(
         500 + seed, crashes=seed % 2, snapshot_every=1 + seed % 3, duplicates=40, drops=seed % 2
     )
-    assert c.network.duplicated >= 10
+    assert c.network.faults.duplicated >= 10
 
 
 async def test_a_request_resent_after_a_recovery_is_answered_again() -> None:
@@ -313,12 +313,12 @@ async def test_a_register_lost_while_the_coordinator_resumes_is_sent_again() -> 
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
         await c.wait()
-        c.network.drop_types.add(Register)
+        c.network.faults.drop_types.add(Register)
         c.crash_coordinator()
         submit_random_mix(c, random.Random(22), 150, n_keys=20, hot=0.5)
         await c.wait(timeout_s=60)
         await check_against_serial(c)
-        assert c.network.dropped == 1
+        assert c.network.faults.dropped == 1
 
 
 async def test_a_silent_worker_is_reported_failed_and_rejoins_once_heard_again() -> None:
@@ -329,14 +329,14 @@ async def test_a_silent_worker_is_reported_failed_and_rejoins_once_heard_again()
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
         await c.wait()
-        c.network.isolated.add("w2")
+        c.network.faults.isolated.add("w2")
         submit_random_mix(c, random.Random(23), 100, n_keys=20, hot=0.5)
         await until_failed_workers(c, ["w2"])
-        c.network.isolated.clear()
+        c.network.faults.isolated.clear()
         await c.wait(timeout_s=60)
         await check_against_serial(c)
         await until_failed_workers(c, [])
-        assert c.network.cut > 0
+        assert c.network.faults.cut > 0
         assert c.coordinator.recoveries >= 1
 
 
@@ -376,7 +376,7 @@ async def test_a_replay_that_diverges_stops_the_cluster_with_a_named_error_and_n
         for w in c.workers:
             ready, why = w.readiness()
             assert not ready and "degraded" in why, (w.node_id, why)
-        assert len(c.duplicate_replies()) == 0, "no second, different answer left the cluster"
+        assert len(c.sent.duplicate_replies()) == 0, "no second, different answer left the cluster"
 
 
 async def test_a_request_id_reused_for_another_request_replays_without_divergence() -> None:

@@ -130,7 +130,7 @@ async def test_join_drain_and_loss_under_load_equal_the_serial_execution() -> No
         assert c.coordinator.workers == ["w1", "w4"]
         assert set(owners(c)) == {"w1", "w4"}
         await check_against_serial(c)
-        assert not c.duplicate_replies()
+        assert not c.sent.duplicate_replies()
         events = c.coordinator.status()["shape_changes"]
         # The two joins met at one barrier; planned changes keep state, the loss recovers in full.
         assert [(e["added"], e["removed"], e["barrier"]) for e in events] == [
@@ -208,7 +208,7 @@ class Changes:
 
     def at_random(self, kind: str, within: int) -> None:
         """Fire ``kind`` within the next ``within`` message deliveries."""
-        self.c.network.fault_at(
+        self.c.network.faults.at(
             self.c.network.delivered + self.rng.randint(10, within), lambda: self.fire(kind)
         )
 
@@ -248,7 +248,7 @@ async def run_with_reshapes(seed: int, *, steps: int = 4, n: int = 240, **config
             submit_random_mix(c, rng, n // steps, n_keys=20, hot=rng.choice([0.2, 0.6]))
             await c.wait(timeout_s=600)
         await check_against_serial(c)
-        assert not c.duplicate_replies()
+        assert not c.sent.duplicate_replies()
         assert set(c.coordinator.cluster.placement) <= set(c.coordinator.workers)
         return c
 
@@ -279,7 +279,7 @@ async def run_reshapes_and_an_update(seed: int) -> SimCluster:
                 await deploy_until_committed(c, V2)
             await c.wait(timeout_s=600)
         await check_against_serial(c)
-        assert not c.duplicate_replies()
+        assert not c.sent.duplicate_replies()
         return c
 
 

@@ -88,13 +88,13 @@ async def run_update(
         base = c.network.delivered
         for _ in range(crashes):
             node = rng.choice(["w1", "w2", "w3"])
-            c.network.fault_at(base + rng.randint(10, 600), lambda node=node: c.crash(node))
+            c.network.faults.at(base + rng.randint(10, 600), lambda node=node: c.crash(node))
         for _ in range(coordinator_crashes):
-            c.network.fault_at(base + rng.randint(10, 600), c.crash_coordinator)
+            c.network.faults.at(base + rng.randint(10, 600), c.crash_coordinator)
         for _ in range(drops):
-            c.network.drops.add(base + rng.randint(10, 600))  # e.g. a PrepareGraph, a view, a vote
+            c.network.faults.drops.add(base + rng.randint(10, 600))  # e.g. a PrepareGraph, a view, a vote
         for _ in range(duplicates):
-            c.network.duplicates.add(base + rng.randint(10, 600))
+            c.network.faults.duplicates.add(base + rng.randint(10, 600))
         c.submit("acct", "bonus", "k1")  # before the barrier: v1 has no such function
         submit_mix(c, rng, 120, new_functions=False)
         await c.wait_for_replies(len(c.replies) + 30)
@@ -115,7 +115,7 @@ def assert_versions_by_epoch(c: SimCluster) -> tuple[int, int]:
     """Every committed reply names the version of its epoch; returns (v1 replies, v2 replies)."""
     barrier = barrier_of(c)
     counts = {"v1": 0, "v2": 0}
-    for reply in c.unique_replies():
+    for reply in c.sent.unique_replies():
         tag = version_of(reply)
         if tag is None:
             continue
@@ -138,7 +138,7 @@ async def test_an_update_under_load_answers_v1_before_the_barrier_and_v2_after()
     c = await run_update(1, crashes=0, coordinator_crashes=0)
     v1, v2 = assert_versions_by_epoch(c)
     assert v1 > 0 and v2 > 0, (v1, v2)
-    bonus = [r for r in c.unique_replies() if c.requests[r.request_id].function == "bonus"]
+    bonus = [r for r in c.sent.unique_replies() if c.requests[r.request_id].function == "bonus"]
     before = [r for r in bonus if r.epoch < barrier_of(c)]
     assert before and all(r.status == "failed" and "unknown function" in (r.error or "") for r in before)
     assert any(r.committed for r in bonus), "no bonus ran on v2"
@@ -166,7 +166,7 @@ async def test_updates_with_lost_and_duplicated_messages(seed: int) -> None:
     c = await run_update(
         seed, crashes=seed % 3, coordinator_crashes=seed % 2, drops=1 + seed % 2, duplicates=20
     )
-    assert c.network.dropped >= 1
+    assert c.network.faults.dropped >= 1
     assert_versions_by_epoch(c)
 
 
@@ -192,7 +192,7 @@ async def test_a_refused_update_leaves_the_old_version_running(import_path: str,
         await c.wait()
         await check_against_serial(c)
         assert c.coordinator.cluster.versions == [GraphVersion(1, V1, 0)]
-        assert {version_of(r) for r in c.unique_replies() if r.committed} == {"v1"}
+        assert {version_of(r) for r in c.sent.unique_replies() if r.committed} == {"v1"}
         assert c.coordinator.status()["refused_updates"] == 1
 
 
@@ -255,7 +255,7 @@ async def test_two_updates_in_a_row_and_a_replay_across_both() -> None:
         await check_against_serial(c)
         assert c.coordinator.recoveries >= 1
         assert [v.number for v in c.coordinator.cluster.versions] == [1, 2, 3]
-        tags = {version_of(r) for r in c.unique_replies()} - {None}
+        tags = {version_of(r) for r in c.sent.unique_replies()} - {None}
         assert tags == {"v1", "v2", "v3"}
 
 
@@ -290,7 +290,7 @@ async def test_the_audit_replays_each_epoch_with_its_version() -> None:
         submit_mix(c, rng, 30, new_functions=True)
         await c.wait()
     versions = [(v.number, v.first_epoch, v.import_path) for v in c.coordinator.cluster.versions]
-    ordered = sorted(c.unique_replies(), key=lambda r: (r.epoch, r.phase, r.tid))
+    ordered = sorted(c.sent.unique_replies(), key=lambda r: (r.epoch, r.phase, r.tid))
 
     async def findings(app: Any) -> int:
         check = SerialCheck(graphs_of(app), None, None)

@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import functools
 import hashlib
-import itertools
-import random
 from collections import Counter
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -22,15 +20,14 @@ from typing import Any, TypeVar
 import looptime
 import msgspec
 
-from styx_client.sdk import StyxClient
 from styx_coordinator.server import Coordinator
 from styx_py.core.config import Config, load_config
 from styx_py.core.graph import Graph, load_graph, version_at
 from styx_py.core.partitioning import Key, partition_of
-from styx_py.core.segments import FRESH_S, MIN_PERIOD_S, segment_topic, segments_in, unread
+from styx_py.core.segments import segment_topic
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import COORDINATOR, Reply, Request, decode_value, encode_value
-from styx_py.testing.client_transport import MemoryTransport
+from styx_py.testing.clients import CLIENT_TIMEOUT_S, SimClients
 from styx_py.testing.memory import (
     MemoryBlobStore,
     MemoryEgress,
@@ -40,14 +37,13 @@ from styx_py.testing.memory import (
     MemoryNetwork,
     MemorySeqLog,
 )
+from styx_py.testing.submissions import Submissions
 from styx_worker.ports import WorkerPorts
 from styx_worker.shell import Worker
 
-T = TypeVar("T")
+__all__ = ["CLIENT_TIMEOUT_S", "SimCluster", "check_against_serial", "run_simulated", "virtual_time"]
 
-# The simulation's clients wait this long (virtual time) before a request times out: longer than any
-# run, so a request that is never answered fails the run's own check instead.
-CLIENT_TIMEOUT_S = 10_000.0
+T = TypeVar("T")
 
 
 def virtual_time() -> contextlib.AbstractContextManager[None]:
@@ -73,7 +69,14 @@ def run_simulated(main: Coroutine[Any, Any, T]) -> T:
 
 
 class SimCluster:
-    """``async with SimCluster("pkg.mod:app", workers=3, seed=7) as c: c.submit(...); await c.wait()``."""
+    """``async with SimCluster("pkg.mod:app", workers=3, seed=7) as c: c.submit(...); await c.wait()``.
+
+    The processes (the coordinator, the workers) run on the in-memory fakes; the requests go through
+    :attr:`clients` (:class:`~styx_py.testing.clients.SimClients`, real StyxClients), and :attr:`sent`
+    (:class:`~styx_py.testing.submissions.Submissions`) records what was asked and answered for the
+    checks. Faults are seeded on :attr:`network` (``network.faults``), :attr:`blobs` and by
+    :meth:`crash`, :meth:`lose` and :meth:`crash_coordinator`.
+    """
 
     def __init__(
         self,
@@ -96,26 +99,13 @@ class SimCluster:
         )
         self.network = MemoryNetwork(seed)
         self.log = MemoryLog()
-        self.requests: dict[str, Request] = {}
-        self.submissions: Counter[str] = Counter()  # the sends of each request id (by a client, or raw)
-        # Every record of a request id appended to the ingress log (a client writes one again to a newer
-        # segment when the workers may have stopped reading the one it went to late), and the oldest
-        # segment one of its copies went to late (not the newest when appended: by a client that has not
-        # seen the newest yet).
-        self.written: Counter[str] = Counter()
-        self.late_segment: dict[str, int] = {}
-        # The real StyxClients that send the requests (SimClients, seeded), each submission's future,
-        # and the reply partitions each request id may be answered on (-1: any).
-        self._client_rng = random.Random(seed)
-        self.clients: list[StyxClient] = []
-        self.futures: list[tuple[int, str, asyncio.Future[Reply]]] = []
-        self.sent_by: dict[str, set[int]] = {}
-        self._sent_requests: dict[str, Request] = {}  # the request each id was last sent for
-        self.routes: dict[str, set[int]] = {}
-        self.replies: list[Reply] = []
         self._reply_event = asyncio.Event()
         self.network.on_error = self._reply_event.set
-        self._ids = itertools.count()
+        cfg = self.config
+        self.sent = Submissions(self.log, cfg.ingress_topic, cfg.egress_topic)
+        self.clients = SimClients(
+            seed, cfg, self.log, self.network, self.sent, self._placement, self._reply_event.set
+        )
         self.workers: list[Worker] = []
         self.worker_tasks: dict[str, asyncio.Task[None]] = {}
         self._dead: list[asyncio.Task[None]] = []  # tasks of crashed workers and coordinators
@@ -139,44 +129,26 @@ class SimCluster:
         for i in range(1, self.n_workers + 1):
             self._start_worker(f"w{i}")
         await self.coordinator.deploy(self.graph_path)
-        for i in range(self._client_rng.randint(2, 3)):
-            client = self._new_client(i)
-            await client.start()
-            self.clients.append(client)
+        await self.clients.start(self._operators(), n)
         return self
 
-    def _new_client(self, i: int) -> StyxClient:
-        """A seeded client: its reply partition (some read every one), pushed replies and requests on or
-        off, and how often it looks for a newer ingress segment (a slow one writes late to older ones)."""
-        rng, cfg = self._client_rng, self.config
-        push = rng.random() < 0.6
-        # A client's write counts as read for sure FRESH_S after a look, which must stay below the
-        # cluster's shortest segment period (MIN_PERIOD_S, which real coordinators enforce): the
-        # simulation's segments are milliseconds long, so its clients' timings shrink with them. A slow
-        # client looks only every few periods, and so writes late to older segments.
-        period = cfg.log_segment_s
-        fresh_s = FRESH_S if not period else period * FRESH_S / MIN_PERIOD_S
-        poll_s = rng.choice((fresh_s / 2, fresh_s / 2, 4 * max(period, fresh_s)))
-        transport = MemoryTransport(
-            self.log, self.network, rng.randrange(1 << 30), self._placement, self._on_write
-        )
-        return StyxClient(
-            "memory",
-            {name: op.partitions for name, op in self.graph.operators.items()},
-            ingress_topic=cfg.ingress_topic,
-            egress_topic=cfg.egress_topic,
-            max_pending=1_000_000,
-            timeout_s=CLIENT_TIMEOUT_S,
-            client_id=f"sim-client-{i}",
-            reply_partition=rng.randrange(-1, self.graph.n_partitions),
-            coordinator="memory" if push else None,
-            push_requests=rng.random() < 0.5,
-            rest_egress=False,
-            request_id_prefix=f"sim{i}-",
-            segment_poll_s=poll_s,
-            fresh_s=fresh_s,
-            transport=transport,
-        )
+    @property
+    def requests(self) -> dict[str, Request]:
+        """Every request id submitted, and the request as it ran (:class:`Submissions`)."""
+        return self.sent.requests
+
+    @property
+    def submissions(self) -> Counter[str]:
+        """The sends of each request id, by a client or raw."""
+        return self.sent.submissions
+
+    @property
+    def replies(self) -> list[Reply]:
+        """Every reply the egress log got, in order."""
+        return self.sent.replies
+
+    def _operators(self) -> dict[str, int]:
+        return {name: op.partitions for name, op in self.graph.operators.items()}
 
     def _placement(self) -> dict[str, list[int]]:
         """Each worker and the ingress partitions it reads, as the coordinator's status lists them."""
@@ -184,11 +156,6 @@ class SimCluster:
         for p, node in enumerate(self.coordinator.cluster.placement):
             out.setdefault(node, []).append(p)
         return out
-
-    def _on_write(self, rid: str, segment: int) -> None:
-        self.written[rid] += 1
-        if segment < segments_in(self.log.topics, self.config.ingress_topic)[-1]:
-            self.late_segment.setdefault(rid, segment)
 
     def _new_coordinator(self) -> Coordinator:
         cfg = self.config
@@ -287,8 +254,7 @@ class SimCluster:
     async def __aexit__(self, *exc: object) -> None:
         with self._clock:
             self._closing = True  # a worker that fences itself now is not restarted
-            for client in self.clients:
-                await client.close()  # raises what failed in one of its tasks
+            await self.clients.close()  # raises what failed in one of a client's tasks
             tasks = [self.coordinator_task, *self.worker_tasks.values()]
             for t in tasks:
                 t.cancel()
@@ -299,19 +265,14 @@ class SimCluster:
                     raise r
 
     def _on_reply(self, reply: Reply) -> None:
-        # The request as it ran: its time (ctx.time()) is the one its client stamped on the copy that
-        # ran, which the reply names (a resend by another client has another).
-        req = self.requests.get(reply.request_id)
-        if req is not None and req.ts_ms != reply.request_ts_ms:
-            self.requests[reply.request_id] = msgspec.structs.replace(req, ts_ms=reply.request_ts_ms)
-        self.replies.append(reply)
+        self.sent.on_reply(reply)
         self._reply_event.set()
 
     def submit(
         self, operator: str, function: str, key: Key, *args: Any, request_id: str | None = None
     ) -> str:
         """Send a request through one of the clients (seeded); its request id."""
-        rid = request_id or f"r{next(self._ids)}"
+        rid = request_id or self.sent.new_id()
         known = operator in self.graph.operators
         partitions = self.graph.operators[operator].partitions if known else 1
         partition = partition_of(key, partitions)  # raises TypeError for a bad key, before recording
@@ -323,89 +284,22 @@ class SimCluster:
             # No client sends it (it refuses an unknown operator locally): written as a raw record, as a
             # client of another SDK could, for the workers to answer BadRequest.
             self.submissions[rid] += 1
-            self.routes.setdefault(rid, set()).add(-1)
-            self.log.append(self._newest_ingress(), partition, req)
-            self._on_write(rid, segments_in(self.log.topics, self.config.ingress_topic)[-1])
+            self.sent.routes.setdefault(rid, set()).add(-1)
+            newest = self.sent.newest_segment()
+            self.log.append(segment_topic(self.config.ingress_topic, newest), partition, req)
+            self.sent.on_write(rid, newest)
             return rid
-        self._send(req)
+        self.clients.send(req)
         return rid
 
     def resubmit(self, request_id: str) -> None:
         """A client resending a request id it already sent (the same request; through another client, or
         the same one once answered, it may name another reply partition)."""
-        self._send(self.requests[request_id])
-
-    def _newest_ingress(self) -> str:
-        return segment_topic(
-            self.config.ingress_topic, segments_in(self.log.topics, self.config.ingress_topic)[-1]
-        )
-
-    def _send(self, req: Request) -> None:
-        rid = req.request_id
-        sent_by = self.sent_by.setdefault(rid, set())
-        # A client with the id in flight would join it (no new send); one that sent it for another request
-        # recently would refuse it (a test that reuses an id for another request).
-        free = [i for i, c in enumerate(self.clients) if not c.is_pending(rid)]
-        previous = self._sent_requests.get(rid)
-        other = previous is not None and _call_of(previous) != _call_of(req)
-        fresh = [i for i in free if i not in sent_by] if other else free
-        i = self._client_rng.choice(fresh or free or range(len(self.clients)))
-        client = self.clients[i]
-        if i in free:
-            self.submissions[rid] += 1
-        sent_by.add(i)
-        self._sent_requests[rid] = req
-        self.routes.setdefault(rid, set()).add(client.reply_partition)
-        args = msgspec.msgpack.decode(req.args)
-        future = client.submit_future(req.operator, req.key, req.function, *args, request_id=rid)
-        future.add_done_callback(self._settled)
-        self.futures.append((i, rid, future))
-
-    def _settled(self, future: asyncio.Future[Reply]) -> None:
-        if not future.cancelled():
-            future.exception()  # looked at by check_clients
-        self._reply_event.set()
+        self.clients.send(self.requests[request_id])
 
     def _unanswered(self) -> bool:
-        """A client still waits, or some submission of a request id has no reply on the log yet. Of a
-        request id with a late copy in a segment the workers may no longer read, one reply will do: that
-        copy may have been left unread (its client, answered, does not write it again)."""
-        if any(not f.done() for _, _, f in self.futures):
-            return True
-        newest = segments_in(self.log.topics, self.config.ingress_topic)[-1]
-        if not unread(0, newest):
-            return len(self.replies) < self.submissions.total()
-        counts = Counter(r.request_id for r in self.replies)
-        return any(
-            counts[rid] < (1 if unread(self.late_segment.get(rid, newest), newest) else n)
-            for rid, n in self.submissions.items()
-        )
-
-    def check_clients(self) -> None:
-        """Every submission settled exactly once at its client, with the reply the egress log holds for
-        its request id; no client counted a timeout or lost a task."""
-        logged = {r.request_id: r for r in self.replies}
-        for i, rid, future in self.futures:
-            assert future.done(), f"client {i} still waits for {rid}"
-            assert future.exception() is None, (i, rid, future.exception())
-            assert future.result() == logged[rid], (i, rid, future.result(), logged.get(rid))
-        for client in self.clients:
-            assert client.stats.timeouts == 0 and client.pending_count == 0, client.stats
-            answered = sum(1 for i, _, _ in self.futures if self.clients[i] is client)
-            assert client.stats.replied <= answered, (client.stats, answered)
-
-    def misrouted_replies(self) -> list[tuple[int, Reply]]:
-        """Replies on an egress partition that no submission of their request id named (a submission
-        that named none may be answered on any), in every egress segment."""
-        egress = self.config.egress_topic
-        out = []
-        for s in segments_in(self.log.topics, egress):
-            for q, part in enumerate(self.log.topics[segment_topic(egress, s)]):
-                for r in part:
-                    routes = self.routes.get(r.request_id, ())
-                    if q not in routes and -1 not in routes:
-                        out.append((q, r))
-        return out
+        """A client still waits, or some submission has no reply on the log yet (:class:`Submissions`)."""
+        return self.clients.waiting() or self.sent.unanswered()
 
     async def deploy(self, import_path: str, timeout_s: float = 30.0) -> dict[str, Any]:
         """Deploy ``import_path`` to the running cluster (a code update; raises GraphError when it is
@@ -416,8 +310,7 @@ class SimCluster:
         await asyncio.wait_for(coordinator.cluster.deployed.wait(), timeout_s)
         body = await coordinator.deploy(import_path, timeout_s)
         self.graph = load_graph(import_path)
-        for client in self.clients:
-            client.set_deployment({name: op.partitions for name, op in self.graph.operators.items()})
+        self.clients.set_deployment(self._operators())
         return body
 
     def graph_at(self, epoch: int) -> Graph:
@@ -488,18 +381,6 @@ class SimCluster:
                 merged[k] = decode_value(v)
         return merged
 
-    def duplicate_replies(self) -> list[str]:
-        """Request ids answered more often than they were submitted, or answered differently."""
-        counts = Counter(r.request_id for r in self.replies)
-        first: dict[str, Reply] = {}
-        differing = {r.request_id for r in self.replies if first.setdefault(r.request_id, r) != r}
-        allowed = self.submissions + (self.written - self.submissions)  # copies written again count too
-        return sorted({rid for rid, n in counts.items() if n > allowed[rid]} | differing)
-
-    def unique_replies(self) -> list[Reply]:
-        """One reply per request id (resent ids are answered with an identical reply)."""
-        return list({r.request_id: r for r in self.replies}.values())
-
     def fingerprint(self) -> str:
         """A hash of the final state and every reply: equal for two runs of the same seed."""
         h = hashlib.sha256()
@@ -510,11 +391,6 @@ class SimCluster:
         return h.hexdigest()
 
 
-def _call_of(req: Request) -> tuple[Any, ...]:
-    """What a request asks, without when it was stamped."""
-    return (req.operator, req.function, req.key, bytes(req.args))
-
-
 async def check_against_serial(cluster: SimCluster) -> None:
     """Every request answered (resends identically), nothing answered twice, and every reply and the
     final state equal to the serial execution in commit order, each transaction running the graph
@@ -522,13 +398,13 @@ async def check_against_serial(cluster: SimCluster) -> None:
     c = cluster
     # On a quiet cluster: a fault not fired by now (a crash scheduled past the end of the work) would
     # fire while the check runs and catch a restarted worker mid-recovery.
-    c.network.faults.clear()
+    c.network.faults.points.clear()
     await c.wait()
-    assert not c.duplicate_replies(), "a request was answered twice, or differently"
-    assert not c.misrouted_replies(), "a reply went to an egress partition its request did not name"
+    assert not c.sent.duplicate_replies(), "a request was answered twice, or differently"
+    assert not c.sent.misrouted_replies(), "a reply went to an egress partition its request did not name"
     assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
-    serial_state, serial_outcomes = await serial_replay(c.graph_at, c.requests, c.unique_replies())
+    serial_state, serial_outcomes = await serial_replay(c.graph_at, c.requests, c.sent.unique_replies())
     for reply in c.replies:
         assert reply_outcome(reply) == serial_outcomes[reply.request_id], (c.seed, reply)
     assert c.state() == serial_state, f"seed {c.seed}: final state differs from the serial execution"
-    c.check_clients()
+    c.clients.check()

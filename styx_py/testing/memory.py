@@ -35,6 +35,50 @@ from styx_py.core.wire import (
 Handler = Callable[[str, Message], None]
 
 
+class NetworkFaults:
+    """What the network does wrong, as a test seeds it: actions at delivery numbers (a crash, a lost
+    upload), lost and duplicated deliveries, isolated nodes; and how often each happened."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[int, Callable[[], None]]] = []  # (after n deliveries, action), sorted
+        self.drops: set[int] = set()  # delivery numbers whose message is lost
+        self.drop_types: set[type] = set()  # the next message of each of these types is lost
+        self.duplicates: set[int] = set()  # delivery numbers whose message arrives twice
+        self.isolated: set[str] = set()  # nodes cut off: whatever they send or are sent is lost
+        self.duplicated = 0
+        self.dropped = 0
+        self.cut = 0  # messages lost to isolation
+
+    def at(self, delivered: int, action: Callable[[], None]) -> None:
+        """Run ``action`` right after the ``delivered``-th message delivery (seeded fault points)."""
+        self.points.append((delivered, action))
+        self.points.sort(key=lambda f: f[0])
+
+    def duplicate(self, n: int) -> bool:
+        """Whether the ``n``-th delivery arrives twice."""
+        if n in self.duplicates:
+            self.duplicated += 1
+            return True
+        return False
+
+    def lost(self, n: int, ch: tuple[str, str], msg: Message) -> bool:
+        """Whether the ``n``-th delivery, ``msg`` on channel ``ch``, is lost."""
+        if ch[0] in self.isolated or ch[1] in self.isolated:
+            self.cut += 1
+            return True  # a network partition: the process runs on, nobody hears it
+        if n in self.drops or type(msg) in self.drop_types:
+            self.drop_types.discard(type(msg))
+            self.dropped += 1
+            return True  # lost: only the epoch watchdog can notice
+        return False
+
+    def fire(self, delivered: int) -> None:
+        """Run the next fault point if ``delivered`` deliveries reached it."""
+        if self.points and delivered >= self.points[0][0]:
+            _, fault = self.points.pop(0)
+            fault()
+
+
 class MemoryNetwork:
     def __init__(self, seed: int = 0, max_hops: int = 3, serialize: bool = True) -> None:
         self.rng = random.Random(seed)
@@ -51,22 +95,10 @@ class MemoryNetwork:
         self.delivered = 0
         self.errors: list[BaseException] = []
         self.on_error: Callable[[], None] | None = None
-        self.faults: list[tuple[int, Callable[[], None]]] = []  # (after n deliveries, action), sorted
-        self.drops: set[int] = set()  # delivery numbers whose message is lost
-        self.drop_types: set[type] = set()  # the next message of each of these types is lost
-        self.duplicates: set[int] = set()  # delivery numbers whose message arrives twice
-        self.isolated: set[str] = set()  # nodes cut off: whatever they send or are sent is lost
-        self.duplicated = 0
-        self.dropped = 0
-        self.cut = 0  # messages lost to isolation
+        self.faults = NetworkFaults()
         # Registrations per node: a new process under the same id (a restart) is a new connection to
         # whoever talks to it, as a TCP peer's restart is (client push links resubscribe).
         self.incarnations: Counter[str] = Counter()
-
-    def fault_at(self, delivered: int, action: Callable[[], None]) -> None:
-        """Run ``action`` right after the ``delivered``-th message delivery (seeded fault points)."""
-        self.faults.append((delivered, action))
-        self.faults.sort(key=lambda f: f[0])
 
     def endpoint(self, node_id: str) -> MemoryTransport:
         return MemoryTransport(self, node_id)
@@ -112,21 +144,16 @@ class MemoryNetwork:
             return
         q = self.channels[ch]
         handler = self.handlers.get(ch[1])
+        faults = self.faults
         for _ in range(self._rng(ch).randint(1, len(q)) if q else 0):
             if not q:
                 break  # a fault injected by the previous delivery cleared the channel
             msg = q.popleft()
             self.delivered += 1
-            if self.delivered in self.duplicates:
+            if faults.duplicate(self.delivered):
                 q.append(msg)  # delivered again later (after whatever is queued behind it)
-                self.duplicated += 1
-            if ch[0] in self.isolated or ch[1] in self.isolated:
-                self.cut += 1
-                continue  # a network partition: the process runs on, nobody hears it
-            if self.delivered in self.drops or type(msg) in self.drop_types:
-                self.drop_types.discard(type(msg))
-                self.dropped += 1
-                continue  # lost: only the epoch watchdog can notice
+            if faults.lost(self.delivered, ch, msg):
+                continue
             if handler is not None:
                 try:
                     handler(ch[0], msg)
@@ -136,9 +163,7 @@ class MemoryNetwork:
                     if self.on_error is not None:
                         self.on_error()
                     raise
-            if self.faults and self.delivered >= self.faults[0][0]:
-                _, fault = self.faults.pop(0)
-                fault()
+            faults.fire(self.delivered)
         if q:
             self._schedule(ch)
         else:
