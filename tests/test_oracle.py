@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 
-from styx_py.core.wire import Phase, decode_value
-from styx_py.testing.cluster import SimCluster, check_against_serial
+from styx_py.core.wire import Phase, PushedReply, decode_value
+from styx_py.testing.cluster import SimCluster, check_against_serial, run_simulated
 
 APP = "tests.apps.oracle:app"
 
@@ -127,3 +128,61 @@ async def test_parallel_branches_reach_one_entity_in_the_serial_order(seed: int)
         await c.wait()
         await check_against_serial(c)
         assert any(r.phase == Phase.SERIAL for r in c.replies)
+
+
+async def run_resting(seed: int) -> SimCluster:
+    """The mix of :func:`run_seed` through clients whose egress readers rest (those with pushed replies),
+    with epochs on a timer so that virtual time moves and the workers send their egress marks; some
+    pushed replies are lost and a worker restarts, so some replies reach their client by the log only."""
+    rng = random.Random(seed)
+    size = rng.choice([5, 20, 100])
+    async with SimCluster(
+        APP, workers=3, seed=seed, epoch_size_max=size, epoch_interval_ms=5, resting_clients=True
+    ) as c:
+        loop = asyncio.get_running_loop()
+
+        def virtual_marks() -> None:
+            # A worker times its egress marks by time.monotonic unless told otherwise (ReplyFeed's
+            # clock), which would make the marks, and so the run, depend on real time: here they follow
+            # the event loop's virtual clock, as the rest of the run does.
+            for w in c.workers:
+                w.feed.clock = loop.time
+
+        def restart(node: str) -> None:
+            c.crash(node)
+            virtual_marks()
+
+        virtual_marks()
+        faults = c.network.faults
+        for _ in range(4):
+            faults.at(rng.randint(50, 1500), lambda: faults.drop_types.add(PushedReply))
+        node = f"w{rng.randint(1, 3)}"
+        faults.at(rng.randint(1500, 2500), lambda: restart(node))
+        for i in range(20):
+            c.submit("acct", "deposit", f"k{i}", 100)
+        await c.wait()
+        for _ in range(3):
+            submit_random_mix(c, rng, 100, n_keys=20, hot=rng.choice([0.2, 0.6]))
+            await c.wait()
+        await check_against_serial(c)
+        return c
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_resting_clients_miss_no_reply(seed: int) -> None:
+    """A resting reader moves over the egress records the workers' marks say hold only replies taken
+    already (styx_client.sdk.resting), and reads again for a reply that was not pushed: every reply
+    still reaches its caller once, the run equals the serial execution, and the same seed runs the
+    same (each run on a fresh loop: virtual time moves here, and a second run on the same loop would
+    start later)."""
+    c = run_simulated(run_resting(seed))
+    assert any(client.rest_egress for client in c.clients.clients), f"seed {seed}: no resting client"
+    assert all(client.stats.egress_skipped == 0 for client in c.clients.clients if not client.rest_egress)
+    assert c.network.faults.dropped > 0 and c.crashes == 1
+    assert run_simulated(run_resting(seed)).fingerprint() == c.fingerprint()
+
+
+def test_resting_clients_skip_what_came_pushed() -> None:
+    c = run_simulated(run_resting(3))
+    resting = [client for client in c.clients.clients if client.rest_egress]
+    assert len(resting) == 2 and all(client.stats.egress_skipped > 0 for client in resting), resting

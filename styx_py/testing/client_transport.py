@@ -7,7 +7,10 @@ consumer hands over; the newest segment is the newest topic in the log. With pus
 node of the :class:`~styx_py.testing.memory.MemoryNetwork` (inbox ``admin``) that subscribes on every
 worker, as on the workers' ports, and pushes each acknowledged request to the worker that reads its
 partition. A worker that restarts (a new registration under its id) is a dropped connection: the client
-subscribes again at its next look.
+subscribes again at its next look. A client that lets its egress reader rest (``rest_egress``) asks the
+workers for their egress marks, and while :class:`~styx_client.sdk.resting.EgressRest` allows it, its
+reader reads nothing and moves its positions over what the marks let it skip, as the Kafka reader
+pauses and seeks its partitions.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from styx_client.sdk.entry import Pending
 from styx_client.sdk.kafka import reply_partition_of
 from styx_client.sdk.resting import EgressRest
 from styx_client.sdk.transport import Batching, Opened, TransportEvents
-from styx_py.core.limits import WORKER_LINK_RETRY_S
+from styx_py.core.limits import EGRESS_REST_S, WORKER_LINK_RETRY_S
 from styx_py.core.segments import reply_segments, segment_topic, segments_in
 from styx_py.core.wire import (
     EgressAcked,
@@ -63,6 +66,7 @@ class MemoryTransport:
         self.positions: dict[tuple[str, int], int] = {}  # egress topic and partition -> next offset
         self.draining: set[tuple[str, int]] = set()  # read to their end, then dropped
         self.woken = asyncio.Event()
+        self.rest: EgressRest | None = None  # the client's, when its reader may rest
         self.links = _Links(network)
         self.acked = 0
 
@@ -74,7 +78,7 @@ class MemoryTransport:
         rest: EgressRest | None,
         reply_to: str,
     ) -> Opened:
-        self.config, self.events = config, events
+        self.config, self.events, self.rest = config, events, rest
         egress = config.egress_topic
         chosen = reply_partition_of(config.client_id, config.reply_partition, len(self.log.topics[egress]))
         self.read = list(range(len(self.log.topics[egress]))) if chosen == -1 else [chosen]
@@ -169,6 +173,9 @@ class MemoryTransport:
         encode = msgspec.msgpack.encode
         while True:
             self.woken.clear()
+            if self.rest is not None and self._rest(self.rest):
+                await asyncio.sleep(EGRESS_REST_S)
+                continue
             for tp, at in list(self.positions.items()):
                 part = self.log.topics[tp[0]][tp[1]]
                 self.positions[tp] = len(part)
@@ -179,6 +186,17 @@ class MemoryTransport:
                 self.log.listeners[tp].remove(self.woken.set)
             self.draining = set()
             await self.woken.wait()
+
+    def _rest(self, rest: EgressRest) -> bool:
+        """Rest (positions moved past what may be skipped) and say so, or read (False)."""
+        now = asyncio.get_running_loop().time()
+        rest.resting = rest.may_rest(self.links.healthy, not self.draining, now, self.wall_ms())
+        if rest.resting:
+            for tp, end in rest.skips(set(self.positions)).items():
+                if end > self.positions[tp]:
+                    rest.table.stats.egress_skipped += end - self.positions[tp]
+                    self.positions[tp] = end
+        return rest.resting
 
     @property
     def batching(self) -> Batching:

@@ -75,7 +75,8 @@ class SimCluster:
     :attr:`clients` (:class:`~styx_py.testing.clients.SimClients`, real StyxClients), and :attr:`sent`
     (:class:`~styx_py.testing.submissions.Submissions`) records what was asked and answered for the
     checks. Faults are seeded on :attr:`network` (``network.faults``), :attr:`blobs` and by
-    :meth:`crash`, :meth:`lose` and :meth:`crash_coordinator`.
+    :meth:`crash`, :meth:`lose` and :meth:`crash_coordinator`. ``resting_clients``: the clients with
+    pushed replies let their egress reader rest (:class:`~styx_py.testing.clients.SimClients`).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class SimCluster:
         seed: int = 0,
         egress_ack_lag: int = 0,
         seqlog_ack_lag: int = 0,
+        resting_clients: bool = False,
         **config: Any,
     ) -> None:
         self.graph_path = graph_path
@@ -104,7 +106,14 @@ class SimCluster:
         cfg = self.config
         self.sent = Submissions(self.log, cfg.ingress_topic, cfg.egress_topic)
         self.clients = SimClients(
-            seed, cfg, self.log, self.network, self.sent, self._placement, self._reply_event.set
+            seed,
+            cfg,
+            self.log,
+            self.network,
+            self.sent,
+            self._placement,
+            self._reply_event.set,
+            resting_clients,
         )
         self.workers: list[Worker] = []
         self.worker_tasks: dict[str, asyncio.Task[None]] = {}
