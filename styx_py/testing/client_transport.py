@@ -6,7 +6,8 @@ later, as a broker would; replies are read from the in-memory egress log through
 consumer hands over; the newest segment is the newest topic in the log. With pushes, the client is a
 node of the :class:`~styx_py.testing.memory.MemoryNetwork` (inbox ``admin``) that subscribes on every
 worker, as on the workers' ports, and pushes each acknowledged request to the worker that reads its
-partition. A worker that restarts (a new registration under its id) is a dropped connection: the client
+partition, only while it sends few requests a second (:class:`~styx_client.sdk.outbox.PushRate`). A
+worker that restarts (a new registration under its id) is a dropped connection: the client
 subscribes again at its next look. A client that lets its egress reader rest (``rest_egress``) asks the
 workers for their egress marks, and while :class:`~styx_client.sdk.resting.EgressRest` allows it, its
 reader reads nothing and moves its positions over what the marks let it skip, as the Kafka reader
@@ -25,6 +26,7 @@ import msgspec
 from styx_client.sdk.config import ClientConfig
 from styx_client.sdk.entry import Pending
 from styx_client.sdk.kafka import reply_partition_of
+from styx_client.sdk.outbox import PushRate
 from styx_client.sdk.resting import EgressRest
 from styx_client.sdk.transport import Batching, Opened, TransportEvents
 from styx_py.core.limits import EGRESS_REST_S, WORKER_LINK_RETRY_S
@@ -226,6 +228,7 @@ class _Links:
         self.refused: set[str] = set()
         self.owners: dict[int, str] = {}  # ingress partition -> its worker
         self.ask = asyncio.Event()
+        self.rate = PushRate()  # pushed only while the client sends few a second, as on the workers' ports
         self.requests_pushed = 0
 
     def open(self, name: str, events: TransportEvents, marks: bool) -> None:
@@ -268,6 +271,8 @@ class _Links:
                     await self.ask.wait()
 
     def push(self, entry: Pending, segment: int, offset: int) -> None:
+        if not self.rate.push(asyncio.get_running_loop().time()):
+            return
         worker = self.owners.get(entry.partition)
         if worker is None or worker not in self.subscribed or worker in self.refused:
             return
