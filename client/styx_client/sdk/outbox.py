@@ -51,7 +51,8 @@ class PushRate:
 
 class RequestOutbox:
     """The acknowledged requests to push, per worker address, written at the end of this event-loop tick
-    in one frame per connection, and what became of the requests offered."""
+    in one frame per connection; the rate that decides whether to push, and what became of the requests
+    acknowledged (:meth:`WorkerLinks.push_request <styx_client.sdk.push.WorkerLinks.push_request>`)."""
 
     def __init__(self, name: str, writers: Mapping[str, asyncio.StreamWriter]) -> None:
         self.name = name  # the node id the frames come from
@@ -62,15 +63,8 @@ class RequestOutbox:
         self.not_pushed = 0  # acknowledged with no subscribed owner, or its connection full
         self.too_fast = 0  # acknowledged while the client sent PUSH_BELOW_REQUESTS_PER_S a second or more
 
-    def offer(self, address: str | None, request: PushedRequest, now: float) -> None:
-        """Push ``request``, acknowledged at ``now`` (monotonic s), to the worker at ``address`` (None: no
-        subscribed worker reads its partition), unless the client sends too many a second."""
-        if not self.rate.push(now):
-            self.too_fast += 1
-            return
-        if address is None:
-            self.not_pushed += 1
-            return
+    def add(self, address: str, request: PushedRequest) -> None:
+        """Push ``request`` to ``address`` with the others of this event-loop tick."""
         out = self.waiting.get(address)
         if out is None:
             if not self.waiting:

@@ -218,11 +218,15 @@ class WorkerLinks:
         """The broker acknowledged this request at ``offset``: push it to the worker reading its
         partition, with the others of this event-loop tick, unless the client sends too many a second
         (:mod:`styx_client.sdk.outbox`)."""
+        outbox = self.outbox
+        if not outbox.rate.push(self.clock()):
+            outbox.too_fast += 1
+            return
         address = self.owners.get(partition)
-        if address is not None and address not in self.subscriptions.subscribed:
-            address = None
-        request = PushedRequest(segment, partition, offset, ts_ms, key, value)
-        self.outbox.offer(address, request, self.clock())
+        if address is None or address not in self.subscriptions.subscribed:
+            outbox.not_pushed += 1
+            return
+        outbox.add(address, PushedRequest(segment, partition, offset, ts_ms, key, value))
 
     def _follow(self, addresses: set[str]) -> None:
         """One subscription per address in ``addresses``, and none to a worker that left."""
