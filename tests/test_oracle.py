@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -139,25 +138,11 @@ async def run_resting(seed: int) -> SimCluster:
     async with SimCluster(
         APP, workers=3, seed=seed, epoch_size_max=size, epoch_interval_ms=5, resting_clients=True
     ) as c:
-        loop = asyncio.get_running_loop()
-
-        def virtual_marks() -> None:
-            # A worker times its egress marks by time.monotonic unless told otherwise (ReplyFeed's
-            # clock), which would make the marks, and so the run, depend on real time: here they follow
-            # the event loop's virtual clock, as the rest of the run does.
-            for w in c.workers:
-                w.feed.clock = loop.time
-
-        def restart(node: str) -> None:
-            c.crash(node)
-            virtual_marks()
-
-        virtual_marks()
         faults = c.network.faults
         for _ in range(4):
             faults.at(rng.randint(50, 1500), lambda: faults.drop_types.add(PushedReply))
         node = f"w{rng.randint(1, 3)}"
-        faults.at(rng.randint(1500, 2500), lambda: restart(node))
+        faults.at(rng.randint(1500, 2500), lambda: c.crash(node))
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
         await c.wait()

@@ -37,12 +37,11 @@ class SimClients:
         sent: Submissions,
         placement: Callable[[], dict[str, list[int]]],
         wake: Callable[[], None],
-        resting: bool = False,
+        resting: bool | None = None,
     ) -> None:
         self.rng = random.Random(seed)
-        # Whether the clients with pushed replies let their egress reader rest. Off by default: the
-        # workers time their egress marks by the process's monotonic clock, not the event loop's, so the
-        # marks a run sends depend on real time and a seed would no longer reproduce its run.
+        # Whether the clients with pushed replies let their egress reader rest: all of them, none, or
+        # (None) every second one (the workers' egress marks follow the event loop's virtual clock).
         self.resting = resting
         self.config = config
         self.log = log
@@ -63,8 +62,8 @@ class SimClients:
 
     def _new_client(self, i: int, operators: Mapping[str, int], n_partitions: int) -> StyxClient:
         """A seeded client: its reply partition (some read every one), pushed replies and requests on or
-        off, and how often it looks for a newer ingress segment (a slow one writes late to older ones); with
-        :attr:`resting`, one with pushed replies lets its egress reader rest."""
+        off, and how often it looks for a newer ingress segment (a slow one writes late to older ones); one
+        with pushed replies lets its egress reader rest as :attr:`resting` says."""
         rng, cfg = self.rng, self.config
         push = rng.random() < 0.6
         # A client's write counts as read for sure FRESH_S after a look, which must stay below the
@@ -88,7 +87,7 @@ class SimClients:
             reply_partition=rng.randrange(-1, n_partitions),
             coordinator="memory" if push else None,
             push_requests=rng.random() < 0.5,
-            rest_egress=self.resting,
+            rest_egress=i % 2 == 1 if self.resting is None else self.resting,
             request_id_prefix=f"sim{i}-",
             segment_poll_s=poll_s,
             fresh_s=fresh_s,

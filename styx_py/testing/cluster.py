@@ -87,7 +87,7 @@ class SimCluster:
         seed: int = 0,
         egress_ack_lag: int = 0,
         seqlog_ack_lag: int = 0,
-        resting_clients: bool = False,
+        resting_clients: bool | None = None,
         **config: Any,
     ) -> None:
         self.graph_path = graph_path

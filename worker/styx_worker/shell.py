@@ -80,7 +80,7 @@ class Worker:
         self.versions = CodeVersions(node_id, self.core.epochs.graphs)
         self.membership = Membership(node_id, host, port, config.failure_timeout_ms / 1000, heartbeats)
         self.on_fenced = on_fenced
-        self.feed = ReplyFeed(ports.transport.send, ports.egress.offsets)
+        self.feed = ReplyFeed(ports.transport.send, ports.egress.offsets, ports.clock.now)
         self.runner = InvocationRunner(self.step, self.step, self.spawn)
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.reconfig = Reconfiguration(
