@@ -642,3 +642,38 @@ def test_the_snapshot_stall_measure_finds_the_late_epochs_after_a_snapshot_and_n
     assert out["baseline_ms"] == [0.0, 0.0]
     assert out["latency_ms"]["p50"] == 23.0 and out["latency_ms"]["p99.9"] == 23.9
     assert snapshot_stall.stalls(rows[:20], [1])["stall_ms"] == []  # one epoch: nothing to measure
+
+
+@pytest.mark.services
+def test_ctrl_c_ends_a_bench_with_one_line_and_keeps_the_finished_runs(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) during a sweep: one line on stderr naming the runs that finished, whose result
+    files stay, no traceback; exit code 130."""
+    import subprocess
+    import sys
+
+    args = ["bench", "ycsbt", "--sweep", "50,60", "--duration", "3", "--warmup", "0", "--keys", "100"]
+    args += ["--one-cluster", "--no-plots", "--quiet", "--out", str(tmp_path)]
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "styx_py.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert bench.stdout is not None and bench.stderr is not None
+        first = ""
+        for line in bench.stdout:  # ends when the bench does: then the assertion below fails
+            if line.strip().startswith("results:"):
+                first = line.split("results:", 1)[1].strip()
+                break
+        assert first, "the first run never finished"
+        bench.send_signal(signal.SIGINT)  # during the second run
+        assert bench.wait(timeout=120) == 130
+        err = bench.stderr.read()
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1] == f"styx bench: interrupted; finished runs kept: {first}", lines[-5:]
+    assert Path(first).exists()

@@ -47,6 +47,25 @@ def test_no_cluster_is_a_readable_error(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
 
 
+def test_an_address_without_a_port_is_one_line(tmp_path: Path) -> None:
+    for address in ("127.0.0.1", "localhost:http", "::1:6000"):
+        out = styx("status", "--coordinator", address, cwd=tmp_path)
+        assert out.returncode == 2, (address, out.stderr)
+        assert out.stderr.strip().count("\n") == 0 and "is not HOST:PORT" in out.stderr, (address, out.stderr)
+
+
+def test_a_port_that_is_not_a_coordinator_fails_with_a_reason(tmp_path: Path) -> None:
+    """A port that takes the connection and says nothing (another server, a proxy): the handshake's
+    bound ends the wait, and the error says what was wrong, not an empty reason after the request's."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        out = styx("status", "--coordinator", f"127.0.0.1:{port}", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "sent no handshake" in out.stderr and "is it a styx-py coordinator's port?" in out.stderr, out.stderr
+
+
 @pytest.mark.services
 def test_deploy_call_status(local_cluster: ClusterFactory) -> None:
     stack = local_cluster()

@@ -243,27 +243,35 @@ def _supervised(stack: LocalStack) -> Iterator[None]:
 def cmd_bench(args: argparse.Namespace) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    runs: list[tuple[RunResult, Path]] = []
     try:
-        return _cmd_bench(args)
+        return _cmd_bench(args, runs)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM: the cluster started here is stopped already (its context managers ran);
+        # the runs that finished were written as they ended.
+        kept = ", ".join(str(path) for _, path in runs) or "none"
+        print(f"styx bench: interrupted; finished runs kept: {kept}", file=sys.stderr, flush=True)
+        if len(runs) > 1:
+            summarize(args, runs)
+        return 130
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
+def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.rate]
     workload = make_workload(args.workload, options_from(args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs: list[tuple[RunResult, Path]] = []
     audits: list[int] = []
     if args.coordinator:
         gateway = args.gateway
         if args.via == "http" and not gateway:
             print("styx bench: --via http with --coordinator needs --gateway URL", file=sys.stderr)
             return 2
-        runs = _run_fast(bench(args, workload, rates, args.coordinator, gateway))
+        _run_fast(bench(args, workload, rates, args.coordinator, gateway, runs))
         if args.audit:
             # The running cluster's Kafka and topics come from its coordinator; S3 from $STYX_S3_*.
             from styx_py.core.wire import StatusRequest
@@ -315,13 +323,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     stack.deploy(workload.app)
                     print(deployed_line(workload.app, stack.coordinator), flush=True)
                     with _supervised(stack):
-                        runs += _run_fast(
+                        _run_fast(
                             bench(
                                 args,
                                 workload,
                                 group,
                                 stack.coordinator,
                                 stack.gateway_url or None,
+                                runs,
                                 stack.pids(),
                             )
                         )
@@ -336,19 +345,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             finally:
                 shutil.rmtree(data_dir, ignore_errors=True)
     if len(runs) > 1:
-        sweep_path = write_sweep(out, args, workload, runs)
-        if not args.no_plots:
-            from styx_benchmarks.plots import plot_sweep
-
-            plot_sweep([r for r, _ in runs], sweep_path.with_suffix(""), title=f"{workload.name} sweep")
-        print(f"sweep: {sweep_path}", flush=True)
-        best = max((r.rate for r, _ in runs if r.sustainable()), default=None)
-        print(f"max sustainable rate (p99 < 1 s, ≥98 % served): {best if best is not None else 'none'}")
+        summarize(args, runs)
     if 1 in audits:  # styx audit: 1 a check failed, 2 it could not run (its error line is above)
         print("audit: FAILED (see the report above)", flush=True)
     if 2 in audits:
         print("audit: could not run (see its error above)", flush=True)
     return 1 if any(r.check for r, _ in runs) or any(audits) else 0
+
+
+def summarize(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> None:
+    """The sweep's file (and plot) over ``runs``, and its best sustained rate."""
+    workload = make_workload(args.workload, options_from(args))
+    sweep_path = write_sweep(Path(args.out), args, workload, runs)
+    if not args.no_plots:
+        from styx_benchmarks.plots import plot_sweep
+
+        plot_sweep([r for r, _ in runs], sweep_path.with_suffix(""), title=f"{workload.name} sweep")
+    print(f"sweep: {sweep_path}", flush=True)
+    best = max((r.rate for r, _ in runs if r.sustainable()), default=None)
+    print(f"max sustainable rate (p99 < 1 s, ≥98 % served): {best if best is not None else 'none'}")
 
 
 def audit(args: argparse.Namespace, workload: Workload, kafka: str, out: Path, extra: list[str]) -> int:
@@ -369,10 +384,12 @@ async def bench(
     rates: list[float],
     coordinator: str,
     gateway: str | None,
+    runs: list[tuple[RunResult, Path]],
     processes: dict[str, int] | None = None,
-) -> list[tuple[RunResult, Path]]:
-    """Load (unless --no-load), then one run per rate on this cluster, each checked and written;
-    ``processes`` (a cluster started here) are charged their CPU per transaction."""
+) -> None:
+    """Load (unless --no-load), then one run per rate on this cluster, each checked, written and added
+    to ``runs`` as it ends (an interrupted benchmark keeps those); ``processes`` (a cluster started
+    here) are charged their CPU per transaction."""
     from styx_client import StyxClient
 
     say = print
@@ -397,7 +414,6 @@ async def bench(
             await sender.wait_ready()
         else:
             sender = SdkSender(client, args.timeout)
-        runs: list[tuple[RunResult, Path]] = []
         try:
             for rate in rates:
                 say(
@@ -466,7 +482,6 @@ async def bench(
         finally:
             if isinstance(sender, HttpSender):
                 await sender.close()
-    return runs
 
 
 async def _read_log_latency(

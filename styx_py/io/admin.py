@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import uuid
 
+from styx_py.core.addresses import host_port
+from styx_py.core.limits import HANDSHAKE_TIMEOUT_S
 from styx_py.core.wire import (
     HEADER_BYTES,
     AdminReply,
@@ -15,7 +17,7 @@ from styx_py.core.wire import (
     encode_frame,
     frame_length,
 )
-from styx_py.io.handshake import client_secret, dial_handshake
+from styx_py.io.handshake import HandshakeFailed, client_secret, dial_handshake
 
 __all__ = ["admin_request"]
 
@@ -26,14 +28,21 @@ async def admin_request(
     """One request/reply exchange with the coordinator's admin API (used by the CLI, the SDK and the
     gateway), authenticated with ``secret`` (default ``$STYX_CLUSTER_SECRET``, see
     :func:`~styx_py.io.handshake.client_secret`)."""
-    host, _, port = address.rpartition(":")
+    host, port = host_port(address, "the coordinator's address")
     key = client_secret(secret).encode()
     name = f"admin-{uuid.uuid4().hex[:12]}"
     writer: asyncio.StreamWriter | None = None
     try:
         async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(host or "127.0.0.1", int(port))
-            await dial_handshake(reader, writer, key, name, name)
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                    await dial_handshake(reader, writer, key, name, name)
+            except TimeoutError:
+                raise HandshakeFailed(
+                    f"{address} took the connection but sent no handshake within {HANDSHAKE_TIMEOUT_S:g} s: "
+                    "is it a styx-py coordinator's port?"
+                ) from None
             writer.write(encode_frame(Batch(name, [msg])))
             while True:
                 try:

@@ -77,7 +77,9 @@ async def admin(
     secret = cluster_secret(address) if secret is None else secret
     try:
         reply: AdminReply = await admin_request(address, msg, timeout_s, secret=secret)
-    except (OSError, TimeoutError) as exc:
+    except TimeoutError:
+        raise StyxError(f"no answer from the coordinator at {address} within {timeout_s:g} s") from None
+    except OSError as exc:
         raise StyxError(f"cannot reach the coordinator at {address}: {exc}") from exc
     if not reply.ok:
         raise StyxError(reply.error)

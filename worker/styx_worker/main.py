@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from styx_py.core.addresses import host_port
 from styx_py.core.config import Config
 from styx_py.core.wire import COORDINATOR, ClusterView, Message, Retire
 from styx_py.io.kafka_logs import KafkaLogReader
@@ -45,8 +46,7 @@ async def serve_worker(
         node_id, handle, config, host, port, inbox="worker", who=f"worker {node_id}"
     )
     await transport.start()
-    chost, _, cport = coordinator.rpartition(":")
-    transport.set_address(COORDINATOR, chost or "127.0.0.1", int(cport))
+    transport.set_address(COORDINATOR, *host_port(coordinator, "--coordinator"))
     ingress = KafkaIngress(kafka, config)
     sink = KafkaSink(kafka, config)
     await ingress.start()
