@@ -63,7 +63,9 @@ def test_a_port_that_is_not_a_coordinator_fails_with_a_reason(tmp_path: Path) ->
         port = server.getsockname()[1]
         out = styx("status", "--coordinator", f"127.0.0.1:{port}", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "sent no handshake" in out.stderr and "is it a styx-py coordinator's port?" in out.stderr, out.stderr
+    assert "sent no handshake" in out.stderr and "is it a styx-py coordinator's port?" in out.stderr, (
+        out.stderr
+    )
 
 
 @pytest.mark.services

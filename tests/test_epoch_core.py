@@ -232,3 +232,19 @@ def test_a_replayed_reply_unlike_the_logged_one_halts_the_worker_and_names_the_r
     assert core.halted and any(type(e).__name__ == "Halt" for e in halted)
     assert core.step(start(1)) == [], "a halted worker runs nothing more"
     assert core.step(Halt("again")) and core.halted == "again"
+
+
+def test_every_message_a_worker_takes_has_one_handler() -> None:
+    """A worker's port decodes ToWorker: each of its messages goes to the core or to the shell, never both
+    and never neither; each epoch message has its handler in the epoch machine."""
+    from typing import get_args
+
+    from styx_py.core.wire import ToWorker
+    from styx_worker import epoch
+    from styx_worker.core import CORE_MESSAGES
+    from styx_worker.shell import SHELL_MESSAGES
+
+    taken = set(get_args(ToWorker))
+    assert taken == CORE_MESSAGES | SHELL_MESSAGES, taken ^ (CORE_MESSAGES | SHELL_MESSAGES)
+    assert not CORE_MESSAGES & SHELL_MESSAGES
+    assert set(epoch.EPOCH_MESSAGES) == set(epoch._HANDLERS)

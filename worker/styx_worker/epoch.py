@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, get_args
 
 from styx_py.core.barrier import combine_exec, combine_revotes, combine_votes
 from styx_py.core.wire import (
@@ -57,7 +57,7 @@ __all__ = ["EPOCH_MESSAGES", "EpochMachine", "PortView"]
 
 log = logging.getLogger("styx.worker")
 
-EPOCH_MESSAGES = (Invoke, Ack, CallResult, Final, EpochStart, ExecDone, Vote, Revote)
+EPOCH_MESSAGES: tuple[type, ...] = get_args(EpochMessage)
 """What :meth:`EpochMachine.on_message` takes: every message that belongs to an epoch."""
 
 

@@ -47,7 +47,10 @@ from styx_worker.state import StateStore
 from styx_worker.txn import Tally
 from styx_worker.versions import CodeVersions
 
-__all__ = ["Worker", "fence_off"]
+__all__ = ["SHELL_MESSAGES", "Worker", "fence_off"]
+
+SHELL_MESSAGES = frozenset({Heartbeat, Handoff, PrepareGraph, SubscribeReplies, PushedRequest, Recover})
+"""The messages a worker's port takes that the shell handles itself (the core takes the others)."""
 
 log = logging.getLogger("styx.worker")
 
