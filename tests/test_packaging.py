@@ -112,6 +112,7 @@ COMMANDS: dict[tuple[str, ...], str | None] = {
     ("bench", "ycsbt", "--rate", "10"): "bench",
     ("bench", "--help"): "bench",
     ("audit", "--help"): "spark",
+    ("simulate", "app:x", "--workload", "m:w"): "sim",
 }
 
 

@@ -345,6 +345,8 @@ class SimCluster:
                 self._reply_event.clear()
                 if self.network.errors:
                     raise self.network.errors[0]
+                if self.coordinator.cluster.halted:  # for good: a replay diverged
+                    raise AssertionError(f"the cluster stopped: {self.coordinator.cluster.degraded}")
                 leaving = {w.node_id for w in self.workers if w.retired.is_set()}
                 live = [t for n, t in self.worker_tasks.items() if n not in leaving]
                 for t in [self.coordinator_task, *live]:
@@ -413,7 +415,18 @@ async def check_against_serial(cluster: SimCluster) -> None:
     assert not c.sent.misrouted_replies(), "a reply went to an egress partition its request did not name"
     assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
     serial_state, serial_outcomes = await serial_replay(c.graph_at, c.requests, c.sent.unique_replies())
-    for reply in c.replies:
-        assert reply_outcome(reply) == serial_outcomes[reply.request_id], (c.seed, reply)
-    assert c.state() == serial_state, f"seed {c.seed}: final state differs from the serial execution"
+    for reply in sorted(c.replies, key=lambda r: (r.epoch, r.phase, r.tid)):
+        got, serial = reply_outcome(reply), serial_outcomes[reply.request_id]
+        if got != serial:
+            req = c.requests[reply.request_id]
+            raise AssertionError(
+                f"seed {c.seed}: the reply to {req.operator}.{req.function}(key={req.key!r}) request "
+                f"{reply.request_id} (epoch {reply.epoch}, tid {reply.tid}) differs from the serial "
+                f"execution: {got[0]} {got[1]!r}, serially {serial[0]} {serial[1]!r}"
+            )
+    state = c.state()
+    if state != serial_state:
+        differ = sorted(k for k in state.keys() | serial_state.keys() if state.get(k) != serial_state.get(k))
+        shown = ", ".join(f"{k}: {state.get(k)!r} (serially {serial_state.get(k)!r})" for k in differ[:5])
+        raise AssertionError(f"seed {c.seed}: the final state differs from the serial execution at {shown}")
     c.clients.check()
