@@ -221,7 +221,7 @@ async def _scenario(
         egress_ack_lag=rng.choice([0, 2, 8]),
         seqlog_ack_lag=(seed % 3) * 20,
     ) as c:
-        events = _Events(c, rng)
+        events = Events(c, rng)
         events.schedule(faults)
         update_at = rng.randrange(ROUNDS) if faults.update else -1
         per_round = max(1, requests // ROUNDS)
@@ -252,12 +252,14 @@ async def _deploy(c: SimCluster, import_path: str, attempts: int = 20) -> None:
     raise AssertionError(f"the code update to {import_path} was never committed")
 
 
-class _Events:
-    """Faults and shape changes, each fired at a random message of the seeded run."""
+class Events:
+    """Faults and shape changes, each fired at a random message of the seeded run: ``join``, ``drain``,
+    ``lose`` (for good), ``crash`` (a worker, restarted) or ``coordinator``."""
 
-    def __init__(self, c: SimCluster, rng: random.Random) -> None:
+    def __init__(self, c: SimCluster, rng: random.Random, names: Iterator[str] | None = None) -> None:
         self.c, self.rng = c, rng
-        self.names: Iterator[str] = (f"w{i}" for i in itertools.count(len(c.worker_tasks) + 1))
+        # The ids of the workers that join (by default the ones after the cluster's first workers').
+        self.names = names or (f"w{i}" for i in itertools.count(len(c.worker_tasks) + 1))
 
     def schedule(self, faults: Faults) -> None:
         net = self.c.network
