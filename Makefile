@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint lock bench bench-tpcc10 bench-http screenshots
+.PHONY: install chromium demo test lint lock bench bench-tpcc10 bench-http screenshots
 
 SOURCES := styx_py worker coordinator client benchmarks tests
 
@@ -20,8 +20,19 @@ demo: install
 	$(VENV)/bin/styx up --demo
 
 # What CI runs (.ci/run): the static checks, then the whole test suite (it starts its own services).
-test: lint
+test: lint chromium
 	$(PY) -m pytest -q
+
+# Headless Chromium for the tests that render pages (the gateway's /docs, the audit's report): Debian's
+# package, installed when missing (apt lists refreshed if the first try fails). Where there is no apt,
+# those tests skip and say so.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		apt-get install -y -q chromium >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	else echo "no chromium and no apt-get: the browser tests will skip"; fi
 
 # Lint and format (ruff), strict types (mypy), and the import contracts: layers point one way, no
 # cycles (import-linter, [tool.importlinter] in pyproject.toml).
