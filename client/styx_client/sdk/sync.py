@@ -78,8 +78,9 @@ class SyncStyxClient:
             raise
 
     @classmethod
-    def connect(cls, coordinator: str, **kw: Any) -> SyncStyxClient:
-        """Like :meth:`StyxClient.connect`: learn the deployment from the coordinator, then start."""
+    def connect(cls, coordinator: str | None = None, **kw: Any) -> SyncStyxClient:
+        """Like :meth:`StyxClient.connect` (the same default address): learn the deployment from the
+        coordinator, then start."""
         runner = _LoopThread()
         try:
             client = runner.run(StyxClient.connect(coordinator, **kw))
