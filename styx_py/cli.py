@@ -31,11 +31,21 @@ if TYPE_CHECKING:
 DEMO_APP = "styx_benchmarks.bank:app"
 
 
+_LOOKS_LIKE_JSON = re.compile(r"[-+\d.\[{\"]|(true|false|null)\b")
+
+
 def _parse_arg(text: str) -> Any:
-    """Arguments on the command line are JSON when they parse as JSON, plain strings otherwise."""
+    """Arguments on the command line are JSON (``10``, ``"bob"``, ``[1, 2]``, ``{"a": 1}``); a bare word
+    (``bob``) is a string. Anything that starts like a JSON value but is not one (``1O``, ``[1,``) is an
+    error naming it, never a string it was not meant to be."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as exc:
+        if _LOOKS_LIKE_JSON.match(text.strip()):
+            raise StyxError(
+                f"argument {text!r} is not valid JSON ({exc.msg}); quote a string that looks like a "
+                f"number or a list: '\"{text}\"'"
+            ) from None
         return text
 
 
@@ -370,6 +380,8 @@ def cmd_call(args: argparse.Namespace) -> int:
     from styx_client import StyxClient
     from styx_py.stack.local import cluster_secret, coordinator_address
 
+    key, values = _parse_arg(args.key), [_parse_arg(a) for a in args.args]  # before connecting
+
     async def call() -> int:
         if args.kafka:
             client = _client_without_coordinator(args.kafka, args.app, args.timeout)
@@ -378,13 +390,7 @@ def cmd_call(args: argparse.Namespace) -> int:
             coordinator = coordinator_address(args.coordinator)
             client = await StyxClient.connect(coordinator, cluster_secret=cluster_secret(coordinator))
         try:
-            reply = await client.submit(
-                args.operator,
-                _parse_arg(args.key),
-                args.function,
-                *[_parse_arg(a) for a in args.args],
-                timeout_s=args.timeout,
-            )
+            reply = await client.submit(args.operator, key, args.function, *values, timeout_s=args.timeout)
         finally:
             await client.close()
         out = {"request_id": reply.request_id, "status": reply.status, "tid": reply.tid, "epoch": reply.epoch}
@@ -469,7 +475,10 @@ def cmd_invocations(args: argparse.Namespace) -> int:
     if not isinstance(error, dict):
         raise StyxError(f"the gateway answered {status}: {body}")
     if status == 404 and error.get("code") == "unknown_request":
-        print(f"styx: {error.get('message')}", file=sys.stderr)
+        # The gateway's hint names its HTTP parameter; here the flag does the same.
+        hint = ("long-poll with wait_s", "wait for it with --wait SECONDS")
+        message = str(error.get("message")).replace(*hint)
+        print(f"styx: {message}", file=sys.stderr)
         return EXIT_UNKNOWN_REQUEST
     if error.get("reply"):  # the cluster's answer: aborted (409) or failed (422)
         print(json.dumps(error["reply"]))

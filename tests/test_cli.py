@@ -47,6 +47,17 @@ def test_no_cluster_is_a_readable_error(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
 
 
+def test_call_arguments_are_json_or_bare_words_and_a_typo_is_an_error(tmp_path: Path) -> None:
+    from styx_py.cli import _parse_arg
+
+    assert [_parse_arg(a) for a in ("10", "bob", '"1O"', "[1, 2]", "alice-2", "true", "truex")] == [
+        10, "bob", "1O", [1, 2], "alice-2", True, "truex"
+    ]  # fmt: skip
+    out = styx("call", "account", "alice", "deposit", "1O", "--coordinator", "127.0.0.1:1", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("styx: error: argument '1O' is not valid JSON"), out.stderr
+
+
 def test_an_address_without_a_port_is_one_line(tmp_path: Path) -> None:
     for address in ("127.0.0.1", "localhost:http", "::1:6000"):
         out = styx("status", "--coordinator", address, cwd=tmp_path)
@@ -183,6 +194,7 @@ def test_up_prints_settings_that_every_command_finds(tmp_path: Path) -> None:
         assert no.returncode == 3 and json.loads(no.stdout)["status"] == "aborted", no.stdout + no.stderr
         unknown = here("invocations", "get", "never-sent")
         assert unknown.returncode == 4 and "never-sent" in unknown.stderr and not unknown.stdout
+        assert "--wait SECONDS" in unknown.stderr and "wait_s" not in unknown.stderr, unknown.stderr
 
         program = (
             "import asyncio\nfrom styx_client import StyxClient\n"

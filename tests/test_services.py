@@ -250,3 +250,19 @@ def test_a_cluster_that_fails_to_start_stops_what_it_started(kafka: TansuBroker,
         assert sorted(stack.started) == ["coordinator", "w1", "w2"], how
         left = [name for name, proc in stack.started.items() if proc.poll() is None]
         assert not left, f"{how}: left running: {left}"
+
+
+def test_seaweed_leaves_no_socket_files_behind(tmp_path: Path) -> None:
+    """SeaweedFS makes Unix sockets in /tmp named by its ports; stopped, the instance removes its own
+    and keeps its log files in its data directory."""
+    import glob
+
+    def ours(ports: list[int]) -> list[str]:
+        return [p for port in ports for p in glob.glob(f"/tmp/seaweedfs-*-{port}.sock")]
+
+    service = SeaweedS3(tmp_path / "s3", buckets=["styx-sockets"])
+    with service:
+        ports = service._listen_ports()
+        assert ours(ports), "no socket of this instance in /tmp: the test tests nothing"
+    assert ours(ports) == []
+    assert list((tmp_path / "s3" / "tmp").glob("weed*")), "its log files are not in its data directory"

@@ -79,6 +79,9 @@ class ManagedProcess:
     def _env(self) -> dict[str, str] | None:
         return None
 
+    def _after_exit(self) -> None:
+        """The process ended: remove what it leaves behind outside its own directories."""
+
     def _wait_ready(self, deadline: float) -> None:
         raise NotImplementedError
 
@@ -176,6 +179,7 @@ class ManagedProcess:
         if self._log_fh is not None:
             self._log_fh.close()
             self._log_fh = None
+        self._after_exit()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM the process group, SIGKILL it after ``timeout_s``. Safe to call twice."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -171,6 +172,21 @@ class SeaweedS3(ManagedProcess):
         if self.buckets:
             cmd.append(f"-bucket={','.join(self.buckets)}")
         return cmd
+
+    def _env(self) -> dict[str, str]:
+        # Its log files go to the temp directory: to one in its own data directory instead.
+        tmp = self.data_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return {**os.environ, "TMPDIR": str(tmp)}
+
+    def _after_exit(self) -> None:
+        # Its processes talk over Unix sockets named by their ports, always in /tmp (TMPDIR aside), and
+        # leave them there: those of this instance's ports go with it.
+        if self._ports is None:
+            return
+        for port in self._listen_ports():
+            for path in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                path.unlink(missing_ok=True)
 
     def _probe_bucket(self) -> str:
         return self.buckets[0] if self.buckets else "styx-readiness-probe"
