@@ -16,11 +16,13 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from styx_py.core.config import Config, load_config
 from styx_py.core.errors import ConfigError, StyxError
+from styx_py.core.words import counted
 from styx_py.extras import add_parser, require
 from styx_py.io.runtime import run, setup_logging
 
@@ -76,7 +78,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     print(
         f"starting styx-py: SeaweedFS, Tansu ({'S3' if args.durable else 'memory'} storage), "
-        f"coordinator, {args.workers} workers{'' if args.no_gateway else ', HTTP gateway'} …",
+        f"coordinator, {counted(args.workers, 'worker')}{'' if args.no_gateway else ', HTTP gateway'} …",
         flush=True,
     )
     try:
@@ -191,29 +193,61 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     running = (
         f" (version {versions[-1]['version']}, from epoch {versions[-1]['first_epoch']})" if versions else ""
     )
-    print(f"deployed {body['graph']}{running} on {len(body['workers'])} workers")
+    print(f"deployed {body['graph']}{running} on {counted(len(body['workers']), 'worker')}")
     for op in body["operators"]:
-        print(f"  {op['name']}: {op['partitions']} partitions, functions {', '.join(op['functions'])}")
+        functions = ", ".join(op["functions"])
+        print(f"  {op['name']}: {counted(op['partitions'], 'partition')}, functions {functions}")
     for warning in body.get("warnings") or []:
         print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    from styx_py.core.wire import DrainRequest, ScaleRequest
+    from styx_py.core.wire import DrainRequest, ScaleRequest, StatusRequest
     from styx_py.stack.local import admin, coordinator_address
 
+    address = coordinator_address(args.coordinator)
     msg = DrainRequest(args.drain) if args.drain else ScaleRequest(args.workers)
-    body = asyncio.run(admin(coordinator_address(args.coordinator), msg))
-    workers = [w["node_id"] for w in body["workers"]]
+    body = asyncio.run(admin(address, msg))
     if body.get("draining"):
-        print(f"draining {', '.join(body['draining'])}: their partitions move, then they stop")
+        one = len(body["draining"]) == 1
+        what = "its partitions move, then it stops" if one else "their partitions move, then they stop"
+        print(f"draining {', '.join(body['draining'])}: {what}", flush=True)
     if body.get("waiting_for"):
         print(
-            f"waiting for {body['waiting_for']} more workers to register (start them: 'styx up' does, "
-            "a Kubernetes StatefulSet does when its replicas are raised)"
+            f"waiting for {counted(body['waiting_for'], 'more worker')} to register (start them: 'styx up' "
+            "does, a Kubernetes StatefulSet does when its replicas are raised)",
+            flush=True,
         )
-    print(f"workers now: {', '.join(workers)} ({body['state']}, generation {body['generation']})")
+
+    def done(status: dict[str, Any]) -> bool:
+        workers = [w["node_id"] for w in status["workers"]]
+        shaped = args.drain not in workers if args.drain else len(workers) == args.workers
+        return shaped and status["state"] == "running"
+
+    if not args.no_wait:
+        deadline = time.monotonic() + args.timeout
+        while not done(body):
+            if body.get("degraded"):
+                raise StyxError(f"the cluster is degraded: {body['degraded']}")
+            if time.monotonic() > deadline:
+                have = [w["node_id"] for w in body["workers"]]
+                print(
+                    f"styx: not done after {args.timeout:g} s: {counted(len(have), 'worker')} "
+                    f"({', '.join(have)}), {body['state']}; the change goes on ('styx status' follows it)",
+                    file=sys.stderr,
+                )
+                return EXIT_PENDING
+            time.sleep(SCALE_POLL_S)
+            body = asyncio.run(admin(address, StatusRequest()))
+    workers = [w["node_id"] for w in body["workers"]]
+    line = f"workers now: {', '.join(workers)} ({body['state']}, generation {body['generation']})"
+    changes, move = body.get("shape_changes") or [], body.get("last_move")
+    if not args.no_wait and changes and changes[-1].get("moved") is not None:
+        line += f"; {counted(changes[-1]['moved'], 'partition')} moved"
+        if move and changes[-1].get("barrier"):
+            line += f" after epoch {move['after_epoch']} in {move['move_s']} s"
+    print(line)
     return 0
 
 
@@ -274,8 +308,9 @@ def format_status(body: dict[str, Any]) -> str:
         lines.append(f"FAILED        {', '.join(body['failed_workers'])}")
     snap = body.get("last_snapshot")
     if snap:
-        line = f"snapshot      epoch {snap['epoch']}, {snap['objects']} objects, {snap['bytes']:,} bytes"
-        line += f", {body['compactions']} compactions" if "compactions" in body else ""
+        objects = counted(snap["objects"], "object")
+        line = f"snapshot      epoch {snap['epoch']}, {objects}, {snap['bytes']:,} bytes"
+        line += f", {counted(body['compactions'], 'compaction')}" if "compactions" in body else ""
         line += f" ({body['failed_compactions']} failed)" if body.get("failed_compactions") else ""
         lines.append(line)
     else:
@@ -287,7 +322,7 @@ def format_status(body: dict[str, Any]) -> str:
         recoveries += (
             f"; last: generation {rec['generation']} from snapshot {rec['snapshot_epoch']}, "
             f"detect {rec['detect_s']} s, restore {rec['restore_s']} s, "
-            f"replay {rec['replay_epochs']} epochs {replay}"
+            f"replay {counted(rec['replay_epochs'], 'epoch')} {replay}"
         )
     if body.get("recovery_attempts"):
         recoveries += f"; under way: attempt {body['recovery_attempts']}"
@@ -295,7 +330,12 @@ def format_status(body: dict[str, Any]) -> str:
     changes = body.get("shape_changes") or []
     if changes or body.get("desired_workers") is not None:
         last = changes[-1] if changes else None
-        shape = f"shape         {len(changes)} changes" + (f"; last: {last['change']}" if last else "")
+        shape = f"shape         {counted(len(changes), 'change')}"
+        shape += f"; last: {last['change']}" if last else ""
+        if last and last.get("moved") is not None:
+            shape += f", {counted(last['moved'], 'partition')} moved"
+        if (move := body.get("last_move")) and last and last.get("barrier"):
+            shape += f" after epoch {move['after_epoch']} in {move['move_s']} s"
         if body.get("desired_workers") is not None:
             shape += f"; desired workers {body['desired_workers']}"
         lines.append(shape)
@@ -438,7 +478,9 @@ def _gateway_url(args: argparse.Namespace) -> str:
 
 EXIT_FAILED = 3  # the transaction aborted or failed (styx call, styx invocations get)
 EXIT_UNKNOWN_REQUEST = 4  # styx invocations get: the gateway knows no invocation with this id
-EXIT_PENDING = 5  # styx invocations get: no reply yet (still running, or --wait ran out)
+# styx invocations get: no reply yet (still running, or --wait ran out); styx scale: not done in time
+EXIT_PENDING = 5
+SCALE_POLL_S = 0.2  # styx scale: how often it asks for the status while the change runs
 
 
 def cmd_invocations(args: argparse.Namespace) -> int:
@@ -560,7 +602,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     invariant = resolve(args.invariant, "--invariant") if args.invariant else None
     faults = NO_FAULTS if args.no_faults else Faults(update=args.update)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
-    print(f"simulating {args.app}: {len(seeds)} seeds, {faults.describe()}", flush=True)
+    print(f"simulating {args.app}: {counted(len(seeds), 'seed')}, {faults.describe()}", flush=True)
     done = 0
 
     def progress(result: SeedResult) -> None:
@@ -569,7 +611,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if not result.ok:
             print(f"  seed {result.seed}: FAILED", flush=True)
         elif done % 25 == 0:
-            print(f"  {done} seeds run", flush=True)
+            print(f"  {counted(done, 'seed')} run", flush=True)
 
     report = simulate(
         args.app,
@@ -774,6 +816,14 @@ def build_parser() -> argparse.ArgumentParser:
             how.add_argument(
                 "--drain", metavar="NODE", help="move every partition off worker NODE and stop it"
             )
+            sp.add_argument(
+                "--timeout",
+                type=float,
+                default=120.0,
+                metavar="SECONDS",
+                help="wait this long for the new shape to run (then exit 5; the change goes on)",
+            )
+            sp.add_argument("--no-wait", action="store_true", help="return once the change is asked for")
         else:
             sp.add_argument(
                 "--kafka",

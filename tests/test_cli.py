@@ -394,6 +394,18 @@ def test_status_prints_tables() -> None:
     failing = format_status({**body, "failed_compactions": 2, "recovery_attempts": 4})
     assert "snapshot      epoch 1200, 8 objects, 12,345 bytes, 3 compactions (2 failed)\n" in failing
     assert "replay 5 epochs 0.3 s; under way: attempt 4\n" in failing
+    moved = {
+        **body,
+        "compactions": 1,
+        "last_snapshot": {"epoch": 1200, "objects": 1, "bytes": 12_345},
+        "shape_changes": [{"change": "w3 joined", "moved": 1, "barrier": True}],
+        "last_move": {"generation": 3, "after_epoch": 812, "move_s": 0.05},
+        "desired_workers": 3,
+    }
+    text_moved = format_status(moved)
+    assert "epoch 1200, 1 object, 12,345 bytes, 1 compaction\n" in text_moved, text_moved
+    shape = "shape         1 change; last: w3 joined, 1 partition moved after epoch 812 in 0.05 s"
+    assert f"{shape}; desired workers 3\n" in text_moved, text_moved
     header = "committed  aborted  rejected  fallback  rescheduled"
     assert f"{header}\n  120,000    1,500         3        40            1" in text
     assert re.search(r"^w2 +2 +127\.0\.0\.1:4002 +1,3 +1,234\.6 +0\.0 s ago$", text, re.M), text

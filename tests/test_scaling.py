@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import subprocess
 import sys
 import uuid
@@ -90,11 +91,13 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
                 await asyncio.gather(*pending)
 
             load_task = asyncio.create_task(load())
-            out = await styx_scale(stack, "--workers", "4")  # the CLI, as an operator would
+            # The CLI, as an operator would. The workers are started below (here, not by 'styx up').
+            out = await styx_scale(stack, "--workers", "4", "--no-wait")
             assert "waiting for 2 more workers to register" in out, out
             await asyncio.to_thread(stack.wait_for, running_on(["w1", "w2", "w3", "w4"]), "on 4 workers")
-            out = await styx_scale(stack, "--workers", "3")
+            out = await styx_scale(stack, "--workers", "3")  # returns once the cluster runs on 3
             assert "draining w4" in out, out
+            assert re.search(r"^workers now: w1, w2, w3 \(running, .*; \d+ partitions? moved", out, re.M), out
             on_3 = running_on(["w1", "w2", "w3"])
             # w4 exits with code 0 once it handed over, and is not restarted.
             await asyncio.to_thread(stack.wait_for, lambda st: on_3(st) and "w4" in stack.left, "w4 gone")

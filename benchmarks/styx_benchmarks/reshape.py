@@ -63,10 +63,11 @@ async def changes(stack: LocalStack, at_s: list[float], t0: float) -> list[dict[
                 "asked_s": round(asked, 3),
                 "running_again_s": round(done, 3),
                 "until_running_s": round(done - asked, 3),
-                "recovery": st["last_recovery"],
+                # A loss is a recovery; a planned change moves partitions at a barrier.
+                "recovery": st["last_recovery"] if lost else st["last_move"],
             }
         )
-        print(f"  {what}: running again after {done - asked:.2f} s; {st['last_recovery']}", flush=True)
+        print(f"  {what}: running again after {done - asked:.2f} s; {out[-1]['recovery']}", flush=True)
     return out
 
 

@@ -57,6 +57,8 @@ class CoordinatorReadout(Protocol):
     @property
     def last_recovery(self) -> Mapping[str, Any] | None: ...
     @property
+    def last_move(self) -> Mapping[str, Any] | None: ...
+    @property
     def last_snapshot(self) -> Mapping[str, Any] | None: ...
 
 
@@ -190,15 +192,24 @@ class _Collector(Collector):
         last = GaugeMetricFamily(
             "styx_coordinator_last_recovery_seconds",
             "the last recovery: detect (failure to re-registration), restore (snapshot loaded), "
-            "replay (logged epochs re-run); stopped: a planned shape change's stop, from the end of "
-            "its barrier epoch until epochs run again",
+            "replay (logged epochs re-run)",
             labels=["stage"],
         )
         rec = c.last_recovery or {}
-        for stage in ("detect", "restore", "replay", "stopped"):
+        for stage in ("detect", "restore", "replay"):
             value = rec.get(f"{stage}_s")
             last.add_metric([stage], float(value) if value is not None else 0.0)
         yield last
+        moved = GaugeMetricFamily(
+            "styx_coordinator_last_move_seconds",
+            "the last planned shape change: barrier (asked for to the end of its epoch, which ran as "
+            "usual), move (partitions handed off), stopped (no epoch ran, from the barrier epoch's end)",
+            labels=["stage"],
+        )
+        move = c.last_move or {}
+        for stage in ("barrier", "move", "stopped"):
+            moved.add_metric([stage], float(move.get(f"{stage}_s") or 0.0))
+        yield moved
         snap = c.last_snapshot or {}
         yield GaugeMetricFamily(
             "styx_coordinator_snapshot_bytes",

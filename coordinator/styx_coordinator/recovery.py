@@ -69,7 +69,8 @@ class Recovery:
         self.answers: dict[str, RecoverDone] = {}  # this attempt's RecoverDone, per worker
         self.fenced: set[str] = set()  # workers that saw this generation's view (Fenced)
         self.answered = asyncio.Event()
-        self.count = 0  # recoveries started (a generation each)
+        self.count = 0  # recoveries started (a generation each; a planned shape change is not one)
+        self.moves = 0  # planned shape changes begun (a generation each, partitions moved at a barrier)
         self.give_up = give_up  # the retries are spent: stop the cluster, degraded, saying why
         self.failed_attempts = 0  # in a row, for the backoff
         # Since the last successful recovery: attempts begun (one cut short by a newer start counts:
@@ -85,6 +86,7 @@ class Recovery:
         self.detected_after_s = 0.0  # last failure to its worker's re-registration
         self.started_at = 0.0  # when the last successful attempt began
         self.last: dict[str, Any] | None = None  # the last recovery, as ``styx status`` shows it
+        self.last_move: dict[str, Any] | None = None  # the last planned shape change's, likewise
         self.resuming = False  # taking over from a dead coordinator: waiting for ``expected`` to register
         self.expected: set[str] = set()
         self.resume_started = 0.0
@@ -135,7 +137,10 @@ class Recovery:
         generation, so no message of the old one can reach a restarted worker as if it were current."""
         self.epochs.stop()
         self.cluster.state = "recovering"
-        self.count += 1
+        if self.keep:
+            self.moves += 1
+        else:
+            self.count += 1
         self.snapshots.abandon()
         self.cluster.gen += 1
         self.fenced = set()
@@ -157,11 +162,11 @@ class Recovery:
             self._new_generation()
         self.failed_attempts = self.attempts = 0
         self.first_attempt_at = None
-        if self.keep and self.last is not None:
+        if self.keep and self.last_move is not None:
             # A planned change: from the barrier asked for to the end of its epoch (which ran as usual),
             # and how long no epoch ran after it, until now.
-            self.last["barrier_s"] = round(self.epochs.parked_at - self.epochs.barrier_at, 3)
-            self.last["stopped_s"] = round(self.clock.now() - self.epochs.parked_at, 3)
+            self.last_move["barrier_s"] = round(self.epochs.parked_at - self.epochs.barrier_at, 3)
+            self.last_move["stopped_s"] = round(self.clock.now() - self.epochs.parked_at, 3)
         self.epochs.start(self.replay_until, on_replayed=self._replayed)
 
     async def _counted_attempt(self) -> str | None:
@@ -230,14 +235,17 @@ class Recovery:
         if self.keep and (why := await self._fence()) is not None:
             return why
         restore_s = self.last_restore_s = self.clock.now() - started
-        self.last = {
-            "generation": c.gen,
-            "snapshot_epoch": m.epoch,
-            "detect_s": round(self.detected_after_s, 3),
-            "restore_s": round(restore_s, 3),
-            "replay_epochs": 0 if self.keep else max(0, replay_until - m.epoch),
-            "replay_s": 0.0 if self.keep or replay_until <= m.epoch else None,
-        }
+        if self.keep:  # ``styx status`` shows it with the shape changes, not as a recovery
+            self.last_move = {"generation": c.gen, "after_epoch": replay_until, "move_s": round(restore_s, 3)}
+        else:
+            self.last = {
+                "generation": c.gen,
+                "snapshot_epoch": m.epoch,
+                "detect_s": round(self.detected_after_s, 3),
+                "restore_s": round(restore_s, 3),
+                "replay_epochs": max(0, replay_until - m.epoch),
+                "replay_s": 0.0 if replay_until <= m.epoch else None,
+            }
         if self.keep:  # every worker is at the last epoch that ran: the next one follows it
             log.warning(
                 "generation %d: partitions moved after epoch %d in %.3fs", c.gen, replay_until, restore_s

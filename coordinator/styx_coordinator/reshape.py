@@ -38,6 +38,7 @@ from styx_py.core.errors import StyxError
 from styx_py.core.limits import MAX_RESHAPE_EVENTS, RETIRE_LEASE_MARGIN_S
 from styx_py.core.ports import Clock
 from styx_py.core.wire import Retire
+from styx_py.core.words import counted
 
 __all__ = ["RETIRE_LEASE_MARGIN_S", "Reshaper"]
 
@@ -178,7 +179,8 @@ class Reshaper:
         moved = sum(1 for a, b in zip(before, c.placement, strict=True) if a != b)
         change = changes.describe()
         self._record(change, added=sorted(joins), removed=sorted(leaves), moved=moved, barrier=keep)
-        log.warning("reshaping: %s; %d partitions move; %d workers", change, moved, len(c.workers))
+        workers = counted(len(c.workers), "worker")
+        log.warning("reshaping: %s; %s move; %s", change, counted(moved, "partition"), workers)
         self.recovery.start(keep=keep)
         view = c.view(handoff=True) if keep else None  # a drained worker hands off what it owned
         for node, why in leaves.items():

@@ -342,6 +342,7 @@ class Coordinator:
             "recovery_attempts": self.recovery.attempts,
             "stalled_epochs": self.stalls,
             "last_recovery": self.last_recovery,
+            "last_move": self.last_move,  # the last planned shape change's partition move
             "last_snapshot": self.last_snapshot,
             "compactions": self.compactions,
             "failed_compactions": self.snapshots.failed_compactions,
@@ -421,6 +422,10 @@ class Coordinator:
     @property
     def last_recovery(self) -> Mapping[str, Any] | None:
         return self.recovery.last
+
+    @property
+    def last_move(self) -> Mapping[str, Any] | None:
+        return self.recovery.last_move
 
     @property
     def manifest(self) -> Manifest | None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from styx_py.core.errors import EXIT_HANDLER_FAILED, StyxError
 from styx_py.core.limits import WORKER_RESTART_GRACE_S
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordinator
+from styx_py.core.words import counted
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
@@ -325,7 +326,8 @@ class LocalStack:
             self.start_worker(name)  # it registers and joins: partitions move to it
             self.restarted_at[name] = time.monotonic()
             restarted.append(name)
-            said.append(f"{name} started: {desired} workers asked for (partitions move to it)")
+            asked = counted(desired or 0, "worker")
+            said.append(f"{name} started: {asked} asked for (partitions move to it)")
         for name in failed:
             # A worker started moments ago is still booting and registering: the coordinator lists it
             # as failed until it does. Killing it again would restart it forever.

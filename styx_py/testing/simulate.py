@@ -48,6 +48,7 @@ from typing import Any
 
 from styx_py.core.errors import ConfigError, GraphError, StyxError
 from styx_py.core.partitioning import Key
+from styx_py.core.words import counted
 from styx_py.testing.cluster import SimCluster, check_against_serial, run_simulated
 
 __all__ = [
@@ -121,7 +122,7 @@ class Report:
         """What a person reads: how many seeds passed, and the first that failed, with how to run it
         alone (``replay``, with ``{seed}`` in it)."""
         n, bad = len(self.results), self.failed
-        head = f"{self.app}: {n - len(bad)} of {n} seeds passed in {self.seconds:.1f} s"
+        head = f"{self.app}: {n - len(bad)} of {counted(n, 'seed')} passed in {self.seconds:.1f} s"
         if not bad:
             return head
         first = bad[0]
