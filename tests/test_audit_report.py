@@ -18,7 +18,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.datasource import InputPartition
 
-from styx_py.audit.analytics import with_run_time
+from styx_py.audit.analytics import with_logged_time, with_run_time
 from styx_py.audit.failures import EXIT_COULD_NOT_RUN, last_error_line
 from styx_py.audit.kafka_source import KafkaRangeReader
 from styx_py.audit.report import write_report
@@ -125,6 +125,27 @@ def stats() -> dict[str, object]:
         "replies": 417,
         "check_replies": 200,
     }
+
+
+def test_epochs_show_their_time_since_the_run_start_not_a_raw_timestamp() -> None:
+    start_ms = 1_763_464_000_250
+    raw = pd.DataFrame(
+        {
+            "epoch": [0, 1],
+            "gen": [1, 1],
+            "transactions": [3, 4],
+            "logged_ms": [start_ms + 750, start_ms + 1755],
+        }
+    )
+    epochs = with_logged_time(raw, start_ms)
+    assert "logged_ms" not in epochs.columns and list(epochs.columns[:4]) == [
+        "epoch",
+        "gen",
+        "t_s",
+        "logged_at",
+    ]
+    assert list(epochs["t_s"]) == [0.75, 1.755]
+    assert list(epochs["logged_at"]) == ["2025-11-18T11:06:41.000Z", "2025-11-18T11:06:42.005Z"]
 
 
 def test_per_second_time_is_seconds_since_the_run_start_and_iso_time() -> None:

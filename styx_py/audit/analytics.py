@@ -39,6 +39,18 @@ def with_run_time(table: pd.DataFrame, start_ms: int | None) -> pd.DataFrame:
     return out
 
 
+def with_logged_time(epochs: pd.DataFrame, start_ms: int | None) -> pd.DataFrame:
+    """``logged_ms`` (Unix milliseconds) replaced by ``t_s``, seconds since the run's start (as in
+    :func:`with_run_time`), and ``logged_at``, ISO UTC time to the millisecond."""
+    logged = epochs["logged_ms"].astype("int64")
+    start = start_ms if start_ms is not None else int(logged.min()) if len(logged) else 0
+    out = epochs.drop(columns="logged_ms")
+    at = pd.to_datetime(logged, unit="ms", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%S.%f").str[:-3] + "Z"
+    out.insert(2, "logged_at", at)
+    out.insert(2, "t_s", ((logged - start) / 1000).round(3))
+    return out
+
+
 def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
     """Small result tables (pandas): latency, throughput, aborts, epochs."""
     traffic = F.when(F.col("request_id").startswith(CHECK_ID_PREFIX), F.lit(CHECK)).otherwise(F.lit(WORKLOAD))
@@ -128,6 +140,7 @@ def analytics(facts: DataFrame, entries: DataFrame) -> dict[str, pd.DataFrame]:
     latency_per_second_by_function = with_run_time(latency_per_second_by_function, start_ms)
     # An epoch lasts from its sequencer-log entries to the next epoch's (the log is written at its start).
     epochs["duration_ms"] = epochs["logged_ms"].shift(-1) - epochs["logged_ms"]
+    epochs = with_logged_time(epochs, start_ms)
     return {
         "latency_by_function": latency_by_function,
         "per_second": per_second,
