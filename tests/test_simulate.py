@@ -65,7 +65,7 @@ def test_styx_simulate_finds_the_docs_bug_in_its_default_seeds_and_prints_a_repl
     replay = next(line for line in done.stdout.splitlines() if line.startswith("run it alone: "))
     argv = replay.removeprefix("run it alone: styx simulate ").split()
     again = styx(*argv)
-    assert again.returncode == 1 and "0 of 1 seeds passed" in again.stdout
+    assert again.returncode == 1 and "0 of 1 seed passed" in again.stdout
     failure = done.stdout.split("failed:\n", 1)[1].split("\nrun it alone")[0]
     assert failure in again.stdout, "the seed did not fail the same way alone"
 
