@@ -10,6 +10,9 @@ defect is caught with a precise message and nothing else fails:
 * a tampered balance — a copy of the snapshot bucket with one account rewritten in one delta (audited
   through ``styx audit``'s entry point: exit code 1, a progress line per stage).
 
+A second run of its own scales the cluster to 3 workers and back to 2 with ``styx scale`` (the README's
+walk-through): the audit passes, tids interleaving by the sequencer count the log records (3).
+
 The lost-reply audit runs without S3: the state checks are reported skipped, never passed.
 
 Defects go into copies (topics, bucket) so the tests do not depend on each other's order.
@@ -47,6 +50,7 @@ from styx_py.core.wire import PartitionSnapshot, Reply, StatusRequest, decode_va
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics
 from tests.service_fixtures import start_cluster
+from tests.test_scaling import running_on, styx_scale
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -79,6 +83,35 @@ def config(run: Run, out: Path, **changes: object) -> AuditConfig:
     return replace(cfg, **changes)  # type: ignore[arg-type]
 
 
+async def transfers(client: StyxClient, workload: YcsbT, rng: random.Random, n: int) -> None:
+    window = asyncio.Semaphore(100)
+
+    async def transfer() -> None:
+        op = workload.next_op(rng)
+        async with window:
+            await client.submit(op.operator, op.key, op.function, *op.args, request_id=uuid.uuid4().hex)
+
+    await asyncio.gather(*(transfer() for _ in range(n)))
+
+
+async def read_until_snapshot(stack: LocalStack, client: StyxClient, reads: list[str]) -> None:
+    """Balance reads, marked as a check's own traffic, until a snapshot after the last transfer is
+    durable (epochs run only while there is work)."""
+    last_transfer_epoch = (await admin(stack.coordinator, StatusRequest()))["epoch"]
+
+    async def read(i: int) -> None:
+        rid = f"{CHECK_ID_PREFIX}{uuid.uuid4().hex}"
+        reads.append(rid)
+        await client.submit("account", f"acct{i % ACCOUNTS}", "balance", request_id=rid)
+
+    for attempt in range(200):
+        await asyncio.gather(*(read(attempt * 10 + i) for i in range(10)))
+        snap = (await admin(stack.coordinator, StatusRequest()))["last_snapshot"]
+        if snap is not None and snap["epoch"] >= last_transfer_epoch:
+            return
+    raise AssertionError("no snapshot after the last transfer")
+
+
 async def drive(stack: LocalStack) -> tuple[list[str], list[str]]:
     """Load, transfer (killing a worker half-way), resend a few request ids, then read until a snapshot
     covers the transfers. Returns the ids of the reads and of the resent requests."""
@@ -106,21 +139,7 @@ async def drive(stack: LocalStack) -> tuple[list[str], list[str]]:
         first = [await client.submit(o, k, f, *a, request_id=rid) for rid, o, k, f, a in resent]
         again = [await client.submit(o, k, f, *a, request_id=rid) for rid, o, k, f, a in resent]
         assert first == again
-        last_transfer_epoch = (await admin(stack.coordinator, StatusRequest()))["epoch"]
-
-        async def read(i: int) -> None:
-            rid = f"{CHECK_ID_PREFIX}{uuid.uuid4().hex}"
-            reads.append(rid)
-            await client.submit("account", f"acct{i % ACCOUNTS}", "balance", request_id=rid)
-
-        # Epochs run only while there is work: read until a snapshot after the last transfer is durable.
-        for attempt in range(200):
-            await asyncio.gather(*(read(attempt * 10 + i) for i in range(10)))
-            snap = (await admin(stack.coordinator, StatusRequest()))["last_snapshot"]
-            if snap is not None and snap["epoch"] >= last_transfer_epoch:
-                break
-        else:
-            raise AssertionError("no snapshot after the last transfer")
+        await read_until_snapshot(stack, client, reads)
     return reads, [rid for rid, *_ in resent]
 
 
@@ -315,3 +334,56 @@ def test_tampered_balance_is_detected(spark: object, run: Run, tmp_path: Path) -
         f"account {key!r}: snapshot {manifest.epoch} holds {balance + 7}, the serial replay of the log "
         f"up to epoch {manifest.epoch} gives {balance}"
     )
+
+
+async def drive_scaling(stack: LocalStack) -> list[str]:
+    """Load, then transfers on 2 workers, on 3 (``styx scale --workers 3``) and on 2 again (``styx scale
+    --workers 2``: w3 drained); then reads until a snapshot covers it all. The ids of the reads."""
+    workload = YcsbT(Options(keys=ACCOUNTS, seed=5))
+    rng = random.Random(5)
+    reads: list[str] = []
+    async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+        await workload.load(client, progress=lambda _: None)
+        await transfers(client, workload, rng, 300)
+        out = await styx_scale(stack, "--workers", "3", "--no-wait")  # the stack starts w3 below
+        assert "waiting for 1 more worker to register" in out, out
+        await asyncio.to_thread(stack.wait_for, running_on(["w1", "w2", "w3"]), "on 3 workers")
+        await transfers(client, workload, rng, 300)
+        out = await styx_scale(stack, "--workers", "2")  # returns once the cluster runs on 2
+        assert "draining w3" in out, out
+        on_2 = running_on(["w1", "w2"])
+        await asyncio.to_thread(stack.wait_for, lambda st: on_2(st) and "w3" in stack.left, "w3 gone")
+        await transfers(client, workload, rng, 300)
+        await read_until_snapshot(stack, client, reads)
+    return reads
+
+
+def test_the_audit_passes_after_scaling_up_and_back_down(
+    spark: object, kafka: TansuBroker, s3: SeaweedS3, tmp_path: Path
+) -> None:
+    """After 2 → 3 → 2 workers the cluster keeps its sequencer-id space at 3 (the most workers it had),
+    so the two workers' tids interleave by 3. The audit takes that count from the log (``n_seq`` of
+    each entry), not from the workers that logged in a generation, and every check passes."""
+    settings = {"snapshot_interval_s": "0.2"}
+    with start_cluster(tmp_path / "cluster", kafka, s3=s3, app=YcsbT.app, settings=settings) as stack:
+        env = stack.env
+        reads = asyncio.run(drive_scaling(stack))
+        events = stack.status()["shape_changes"]
+        assert [n for e in events for n in e["added"]] == ["w3"], events
+        assert [e["removed"] for e in events if e["removed"]] == [["w3"]], events
+    c = s3.config
+    run = Run(
+        kafka.bootstrap,
+        env["STYX_INGRESS_TOPIC"],
+        env["STYX_EGRESS_TOPIC"],
+        env["STYX_SEQLOG_TOPIC"],
+        S3Options(c.endpoint, c.access_key, c.secret_key, env["STYX_SNAPSHOT_BUCKET"], c.region),
+        reads,
+        [],
+    )
+    result = run_audit(spark, config(run, tmp_path / "audit"))  # type: ignore[arg-type]
+    assert result.ok, "\n".join(f"[{f.check}] {f.message}" for f in result.samples)
+    assert not errors(result)
+    assert {v.verdict for v in result.verdicts} == {"pass"}, result.verdicts
+    workers = result.stats["workers_by_generation"]
+    assert 3 in workers.values() and workers[max(workers)] == 2, workers

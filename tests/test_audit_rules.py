@@ -227,6 +227,28 @@ def test_mencius_entries_and_epochs_are_clean() -> None:
     assert mencius_tids(2, 2, 3, 6) == [8, 10, 12]
 
 
+def test_tids_follow_the_logged_sequencer_count_after_a_scale_down() -> None:
+    """Scaled to 3 workers and back to 2: the cluster keeps the sequencer-id space at 3 (n_seq, logged
+    in every entry), so the 2 workers' tids interleave by 3 — not by the 2 workers of the generation."""
+    seqs = [Sequencer(sid, 3) for sid in (1, 3)]  # w2 (sid 2) left
+    rows = []
+    for epoch, counts in enumerate([[2, 1], [0, 3], [1, 1]]):
+        top = max(s.lc for s in seqs)
+        for s in seqs:
+            s.rebalance(top)
+        for s, count in zip(seqs, counts, strict=True):
+            start = s.lc
+            rows.append({**entry(epoch, f"w{s.sid}", start, start + count, s.assign(count)), "n_seq": 3})
+    assert check_epochs(summaries(rows, 2), {0: 2}) == []
+    assert [summaries([r], 2)[0].sid for r in rows[:2]] == [1, 3]
+    # Without the logged count (an entry of an older version) the generation's 2 workers are assumed:
+    # the finding a healthy cluster got before the count was read from the log.
+    [f], _ = check_entry({**rows[3], "n_seq": 0}, 2)
+    assert f.message.endswith(
+        "fresh tids 9, 12, 15 do not follow tid = sid + lc·2 for lc in [2, 5): sid 5 is not in 1..2"
+    )
+
+
 def test_rescheduled_and_resent_entries() -> None:
     # w1 (sid 1 of 2) at counter 4: tid 3 rescheduled from an earlier epoch, two fresh, one resend.
     found, s = check_entry(entry(5, "w1", 4, 6, [3, 9, 11, ANSWERED]), 2)

@@ -37,6 +37,7 @@ from styx_py.core.wire import (
     encode_value,
 )
 from styx_worker.core import WorkerCore
+from styx_worker.digests import digests_of
 from styx_worker.effects import Closed, Effect, Emit, Live, Log, LogAcked, Run, Send, Take, Taken
 from styx_worker.executor import run_invocation
 from styx_worker.txn import EpochPhase
@@ -248,3 +249,42 @@ def test_every_message_a_worker_takes_has_one_handler() -> None:
     assert taken == CORE_MESSAGES | SHELL_MESSAGES, taken ^ (CORE_MESSAGES | SHELL_MESSAGES)
     assert not CORE_MESSAGES & SHELL_MESSAGES
     assert set(epoch.EPOCH_MESSAGES) == set(epoch._HANDLERS)
+
+
+def test_the_next_batch_logs_the_digests_of_what_the_epoch_before_committed() -> None:
+    core = core_of("w1", ["w1", "w1"])
+    take = core.step(start())[1]
+    assert isinstance(take, Take)
+    effects = core.step(Taken(take, [record("r1", 0, "deposit", "a", 5), record("r2", 1, "deposit", "d", 7)]))
+    first = effects[0]
+    assert isinstance(first, Log) and (first.entry.written_epoch, first.entry.written) == (-1, [])
+    run_all(core, effects[1:])
+    core.step(LogAcked(0, 0))
+    take = core.step(start(1))[1]
+    assert isinstance(take, Take)
+    logged = core.step(Taken(take, []))[0]
+    assert isinstance(logged, Log) and logged.entry.written_epoch == 0
+    written = {w.partition: (w.tids, w.digests) for w in logged.entry.written}
+    a = digests_of({("acct", "a"): encode_value(5)}, {"acct": 2})
+    d = digests_of({("acct", "d"): encode_value(7)}, {"acct": 2})
+    assert written == {0: ([1], a[0]), 1: ([2], d[1])}
+
+
+def test_a_replayed_write_unlike_its_logged_digest_halts_the_worker_and_names_the_writer() -> None:
+    """The reply of the transaction is the same (nothing on the log to compare it with here); its write
+    differs from the digest the first run logged: the worker halts naming epoch, partition, tid and
+    function, and the reply does not leave."""
+    core = core_of("w1", ["w1", "w1"])
+    p = partition_of("a", 2)
+    core.epochs.expected = {0: {p: {1: digests_of({("acct", "a"): encode_value(6)}, {"acct": 2})[p]}}}
+    take = core.step(start())[1]
+    assert isinstance(take, Take)
+    effects = core.step(Taken(take, [record("r1", 0, "deposit", "a", 5), record("r2", 1, "deposit", "d", 1)]))
+    run_all(core, effects[1:])
+    halted = core.step(LogAcked(0, 0))
+    [diverged] = sent(halted, ReplayDiverged, COORDINATOR)
+    assert (diverged.epoch, diverged.partition, diverged.tid) == (0, p, 1)
+    assert diverged.function == "acct.deposit" and diverged.request_id == "r1"
+    assert f"the writes of tid 1 (acct.deposit, request r1) on partition {p}" in diverged.describe()
+    assert not replies(halted), "no reply of the diverged transaction leaves, nor any after it"
+    assert core.halted and not sent(halted, EpochDone)

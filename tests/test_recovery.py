@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -376,6 +377,40 @@ async def test_a_replay_that_diverges_stops_the_cluster_with_a_named_error_and_n
         for w in c.workers:
             ready, why = w.readiness()
             assert not ready and "degraded" in why, (w.node_id, why)
+        assert len(c.sent.duplicate_replies()) == 0, "no second, different answer left the cluster"
+
+
+async def test_a_replay_that_changes_only_state_is_caught_at_the_write_and_named() -> None:
+    """``stir`` draws from the global ``random`` but always answers "ok": on replay only the state it
+    writes differs, and the next reads of that key answer differently. The digests of the writes its
+    first run logged catch it at the write: the cluster stops, naming the epoch, the partition, the tid
+    and ``counter.stir`` — not the read whose reply would have been the first to differ."""
+    app = "tests.apps.quiet_nondeterministic:app"
+    async with SimCluster(app, workers=3, seed=32, snapshot_interval_epochs=0) as c:
+        for i in range(6):
+            c.submit("counter", "read", f"k{i}")
+        await c.wait()
+        stirred = c.submit("counter", "stir", "k3")
+        await c.wait()
+        reads = [c.submit("counter", "read", "k3") for _ in range(3)]
+        await c.wait()
+        stir = next(r for r in c.replies if r.request_id == stirred)
+        assert min(r.epoch for r in c.replies if r.request_id in reads) > stir.epoch, "read in later epochs"
+        partition = partition_of("k3", 4)  # the counter operator's partitions
+        owner = next(w.node_id for w in c.workers if partition in w.core.table.owned())
+        c.crash(next(w.node_id for w in c.workers if w.node_id != owner))  # replay from the start
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while c.coordinator.status()["state"] != "degraded":
+            assert loop.time() < deadline, "the divergence was never reported"
+            await asyncio.sleep(0.1)  # simulated time
+        reason = c.coordinator.status()["degraded"]
+        assert reason.startswith(f"replay of epoch {stir.epoch} diverged on {owner}: "), reason
+        named = f"the writes of tid {stir.tid} (counter.stir, request {stirred}) on partition {partition}"
+        assert named in reason
+        assert re.search(r"gave digest [0-9a-f]{16} before the failure and digest [0-9a-f]{16} on", reason)
+        assert "ctx.random()" in reason
+        assert "counter.read" not in reason
         assert len(c.sent.duplicate_replies()) == 0, "no second, different answer left the cluster"
 
 

@@ -12,8 +12,9 @@ ingress    :class:`~styx_py.core.wire.Request`: request_id, operator, function, 
            (msgpack), ts_ms (the client's send time)
 egress     :class:`~styx_py.core.wire.Reply`: request_id, tid, epoch, phase, status, result (msgpack), error,
            error_type, request_ts_ms
-seqlog     :class:`~styx_py.core.wire.SeqLogEntry`: epoch, node_id, gen, lc_start, lc_end, entries (tid,
-           partition, offset, request_id; tid -1 / -2 mark a resent request answered from its reply)
+seqlog     :class:`~styx_py.core.wire.SeqLogEntry`: epoch, node_id, gen, lc_start, lc_end, entries (kind,
+           tid, partition, offset, request_id; no tid for a resent request answered from its reply),
+           nodes, n_seq
 raw        the value bytes, undecoded
 =========  ==========================================================================================
 """
@@ -91,6 +92,8 @@ SEQLOG = pa.struct(
         ("lc_start", pa.int64()),
         ("lc_end", pa.int64()),
         ("entries", pa.list_(pa.field("element", SEQ_ENTRY))),
+        ("nodes", pa.int64()),  # workers of the generation, 0 in entries of older versions
+        ("n_seq", pa.int64()),  # sequencer-id space (the most workers the cluster had), likewise
     ]
 )
 VALUE_TYPES: dict[Kind, pa.DataType] = {
@@ -226,6 +229,8 @@ def _seqlog(values: list[SeqLogEntry | None]) -> pa.Array:
         pa.array([v.lc_start for v in ok], pa.int64()),
         pa.array([v.lc_end for v in ok], pa.int64()),
         pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), entries, type=SEQLOG.field("entries").type),
+        pa.array([v.nodes for v in ok], pa.int64()),
+        pa.array([v.n_seq for v in ok], pa.int64()),
     ]
     return _sparse_struct(SEQLOG, children, values)
 

@@ -12,8 +12,11 @@ Where the rules come from (DESIGN.md §3, §4, ``styx_worker.epoch``, ``styx_wor
   belongs to an id no client sent, no tid answers two request ids.
 * **Ordering.** Each epoch every worker logs one :class:`~styx_py.core.wire.SeqLogEntry` before any reply
   of that epoch leaves: its rescheduled transactions first (old tids, ascending), then its fresh ones,
-  whose tids are ``sid + lc·n`` for ``lc`` in ``[lc_start, lc_end)`` (Mencius, n = workers of the
-  generation); all workers start an epoch at the same counter, the previous epoch's maximum. A reply's
+  whose tids are ``sid + lc·n`` for ``lc`` in ``[lc_start, lc_end)`` (Mencius; n is the entry's
+  ``n_seq``, the sequencer-id space, which the cluster keeps at the most workers it ever had, so after
+  a scale down it exceeds the generation's workers; entries of older versions carry 0, and n is then
+  the generation's workers); all workers start an epoch at the same counter, the previous epoch's
+  maximum. A reply's
   epoch is the last epoch in which the log runs its tid, for the same request id. Only the generation
   that ran an epoch counts: a generation that died mid-epoch may have logged part of an epoch whose
   number the next generation reused.
@@ -342,8 +345,11 @@ def mencius_tids(sid: int, n_seq: int, lc_start: int, lc_end: int) -> list[int]:
     return [sid + lc * n_seq for lc in range(lc_start, lc_end)]
 
 
-def check_entry(entry: Mapping[str, Any], n_seq: int) -> tuple[list[Finding], EntrySummary]:
-    """One worker's logged batch of one epoch; ``n_seq`` is the number of workers of its generation."""
+def check_entry(entry: Mapping[str, Any], workers: int) -> tuple[list[Finding], EntrySummary]:
+    """One worker's logged batch of one epoch. Its tids follow the sequencer-id space it logged
+    (``n_seq``); ``workers``, the number of workers of its generation, stands in for an entry of a
+    version that did not log it (0)."""
+    n_seq = entry.get("n_seq") or workers
     epoch, node, gen = entry["epoch"], entry["node_id"], entry["gen"]
     lc_start, lc_end = entry["lc_start"], entry["lc_end"]
     subject = f"epoch {epoch} {node}"

@@ -1,4 +1,6 @@
-"""An app with every call shape the engine supports, for the serializability oracle."""
+"""An app with every call shape the engine supports, for the serializability oracle: reads, writes and
+deletes (an insert after a delete, a delete of a missing key, a read after a delete), asynchronous and
+synchronous calls, fan-outs that meet, aborts, user errors and deterministic randomness."""
 
 from __future__ import annotations
 
@@ -77,6 +79,28 @@ async def move_if_rich(ctx: Context, to: str, threshold: int) -> str:
         ctx.call_async(acct, "deposit", to, threshold)
         return "moved"
     return "kept"
+
+
+@acct.function
+async def close(ctx: Context, to: str) -> list[int]:
+    """Deletes this account and moves its balance to ``to``. Read again in the same transaction, the
+    account has no value (the default); closing one that has none deletes a missing key."""
+    bal = int(await ctx.get(default=0))
+    await ctx.delete()
+    after = int(await ctx.get(default=-1))
+    if bal:
+        ctx.call_async(acct, "deposit", to, bal)
+    return [bal, after]
+
+
+@acct.function
+async def reopen(ctx: Context, amount: int) -> list[int]:
+    """Deletes this account and inserts it again in one transaction: the insert after the delete is
+    what commits."""
+    before = int(await ctx.get(default=-1))
+    await ctx.delete()
+    await ctx.put(amount)
+    return [before, int(await ctx.get(default=-1))]
 
 
 @acct.function

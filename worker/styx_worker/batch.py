@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Run, SeqLogEntry, Waiting
+from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Run, SeqLogEntry, Waiting, Written
 from styx_worker.replies import ReplyOut
 from styx_worker.sequencer import Sequencer
 from styx_worker.txn import Resend, RootTxn
@@ -91,11 +91,17 @@ class BatchFormer:
         return max(0, self.epoch_size_max - len(self.next_run))
 
     def form(
-        self, epoch: int, gen: int, version: int, records: list[IngressRecord]
+        self,
+        epoch: int,
+        gen: int,
+        version: int,
+        records: list[IngressRecord],
+        written: tuple[int, list[Written]] = (-1, []),
     ) -> tuple[Formed, SeqLogEntry]:
         """The live batch of ``epoch`` (run by graph ``version``) from the rescheduled transactions
         :meth:`room` chose and ``records``: its roots, the resent ids it answers and the copies that
-        wait for a running one, and its sequencer-log entry."""
+        wait for a running one, and its sequencer-log entry, which carries ``written``: the digests
+        of the epoch this worker finished before (:mod:`styx_worker.digests`)."""
         lc_start = self.sequencer.lc
         resched, self.next_run = self.next_run, []
         # In flight: this batch's rescheduled transactions, those still waiting, and resent copies.
@@ -124,7 +130,16 @@ class BatchFormer:
         entries: list[BatchEntry] = [Run(r.tid, r.partition, r.offset, r.request.request_id) for r in roots]
         seq = self.sequencer
         entry = SeqLogEntry(
-            epoch, self.node_id, lc_start, entries + answered, gen, seq.lc, self.nodes, seq.n_seq, version
+            epoch,
+            self.node_id,
+            lc_start,
+            entries + answered,
+            gen,
+            seq.lc,
+            self.nodes,
+            seq.n_seq,
+            version,
+            *written,
         )
         return (roots, resends, waiting), entry
 

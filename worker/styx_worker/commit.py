@@ -2,8 +2,8 @@
 
 Which transactions commit follows from the union of every worker's conflicts, which each worker combines
 itself from the same reports (:mod:`styx_py.core.barrier`); here a worker applies the committed
-transactions' buffered writes in tid order and turns every finished root into its reply (the early
-commit reply).
+transactions' buffered writes in tid order (and their digests: :mod:`styx_worker.digests`) and
+turns every finished root into its reply (the early commit reply).
 """
 
 from __future__ import annotations
@@ -18,14 +18,18 @@ _ERROR_TYPES = {Status.ABORT: "Abort", Status.BAD: "BadRequest"}
 def commit_lock_free(
     es: EpochState, fallback: frozenset[int], store: StateStore
 ) -> list[tuple[RootTxn, Reply]]:
-    """Apply the writes of every transaction that neither conflicted nor aborted, in tid order, and
-    return the replies of this worker's roots outside ``fallback`` (as ``(root, reply)``), in tid
-    order. The epoch's tally counts them."""
+    """Apply the writes of every transaction that neither conflicted nor aborted, in tid order (their
+    digests go to ``es.committed``), and return the replies of this worker's roots outside
+    ``fallback`` (as ``(root, reply)``), in tid order. The epoch's tally counts them."""
     aborted = es.reports.aborted
     writes = es.opt.writes
+    committed = es.committed
     for tid in sorted(writes):
         if tid not in fallback and tid not in aborted:
-            store.apply(writes[tid])
+            w = writes[tid]
+            if w:  # every invocation opens its transaction's buffer, a read-only one too
+                store.apply(w)
+                committed.add(tid, w)
     replies: list[tuple[RootTxn, Reply]] = []
     for tid in sorted(es.roots):
         if tid in fallback:

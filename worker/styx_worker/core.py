@@ -6,9 +6,11 @@ a synchronous call made, a log entry acknowledged, the ingress records asked for
 (:mod:`styx_worker.effects`) are what the shell (:mod:`styx_worker.shell`) then carries out over the
 ports, in order. The core holds the cluster view and routes on it, runs every epoch through the epoch
 machine (:mod:`styx_worker.epoch`), emits replies (:mod:`styx_worker.replies`), hands partitions off at
-a planned change (:mod:`styx_worker.handoff`) and stops for good when a replay diverges. Membership
-(:mod:`styx_worker.membership`), recovery (:mod:`styx_worker.reconfig`) and code versions
-(:mod:`styx_worker.versions`) sit beside it in the shell.
+a planned change (:mod:`styx_worker.handoff`) and stops for good when a replay diverges: a reply
+unlike the egress log's, or writes unlike the digests the first run logged
+(:mod:`styx_worker.digests`). Membership (:mod:`styx_worker.membership`), recovery
+(:mod:`styx_worker.reconfig`) and code versions (:mod:`styx_worker.versions`) sit beside it in the
+shell.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from styx_py.core.wire import (
     SnapshotResult,
     decode_value,
 )
-from styx_worker import effects, recovery, snapshot
+from styx_worker import digests, effects, recovery, snapshot
 from styx_worker.batch import BatchFormer
 from styx_worker.dedup import ReplyTable
+from styx_worker.digests import Divergence
 from styx_worker.effects import Called, Effect, Event, Invoked, LogAcked, Outbox, PortView, Send, Taken
 from styx_worker.epoch import EPOCH_MESSAGES, EpochMachine
 from styx_worker.handoff import HandoffRefused, Moved, outgoing, refusal
@@ -50,6 +53,7 @@ from styx_worker.lookup import find_replies
 from styx_worker.replies import ReplyOut
 from styx_worker.routing import RoutingTable
 from styx_worker.sequencer import Sequencer
+from styx_worker.txn import EpochState
 from styx_worker.versions import listed
 
 __all__ = ["CORE_MESSAGES", "WorkerCore", "shown"]
@@ -77,7 +81,9 @@ class WorkerCore:
         self.table = RoutingTable(node_id)
         self.replies = ReplyOut(self.out, config.dedup_replies_per_partition, self._reply_diverged)
         self.batch = BatchFormer(node_id, config.epoch_size_max, self.replies, self._batch_diverged)
-        self.epochs = EpochMachine(node_id, config, self.table, self.batch, self.replies, ports, self.out)
+        self.epochs = EpochMachine(
+            node_id, config, self.table, self.batch, self.replies, ports, self.out, self._writes_diverged
+        )
         self.view: ClusterView | None = None
         self.versions: list[GraphVersion] = []  # every committed graph version (from the view)
         self.halted = ""  # why the cluster stopped for good (a replay diverged); "" while healthy
@@ -316,6 +322,10 @@ class WorkerCore:
         batch.replay = r.replay
         batch.sequencer.lc = msg.manifest.lc
         self.replies.restore(r.answered, r.waiting, {})
+        m.expected = r.digests
+        # Digests of an epoch the restored state does not come from: no recovery replays it again
+        # (every later one starts from this snapshot or a newer one), and the replay makes its own.
+        m.written = (-1, [])
 
     # ---- a replay that diverges stops the cluster ----------------------------------------------------
     def _reply_diverged(self, epoch: int, logged: Reply, replayed: Reply) -> None:
@@ -328,10 +338,38 @@ class WorkerCore:
         kind = type(logged).__name__.lower()
         self._diverged(epoch, logged.request_id, "", f"a batch entry {kind}", f"{replayed.lower()}")
 
-    def _diverged(self, epoch: int, request_id: str, function: str, logged: str, replayed: str) -> None:
+    def _writes_diverged(self, es: EpochState, wrong: Divergence) -> None:
+        """A replayed transaction's writes on a partition differ from its first run's: named by the
+        functions it invoked here on that partition's entities (those that wrote, if any did)."""
+        n = self.table.op_partitions
+        here = [
+            c.inv
+            for c in es.opt.cache.get(wrong.tid, ())
+            if partition_of(c.inv.key, n[c.inv.operator]) == wrong.partition
+        ]
+        wrote = es.opt.writes.get(wrong.tid, {})
+        writers = [inv for inv in here if (inv.operator, inv.key) in wrote] or here
+        function = ", ".join(sorted({f"{inv.operator}.{inv.function}" for inv in writers}))
+        root = es.roots.get(wrong.tid)
+        request_id = root.request.request_id if root is not None else ""
+        logged, replayed = digests.shown(wrong.logged), digests.shown(wrong.replayed)
+        self._diverged(es.epoch, request_id, function, logged, replayed, wrong.partition, wrong.tid)
+
+    def _diverged(
+        self,
+        epoch: int,
+        request_id: str,
+        function: str,
+        logged: str,
+        replayed: str,
+        partition: int = -1,
+        tid: int = -1,
+    ) -> None:
         if self.halted:
             return
-        msg = ReplayDiverged(self.node_id, epoch, request_id, function, logged, replayed, self.gen)
+        msg = ReplayDiverged(
+            self.node_id, epoch, request_id, function, logged, replayed, self.gen, partition, tid
+        )
         self.out.effects.append(Send(COORDINATOR, msg))
         self._halt(msg.describe())
 

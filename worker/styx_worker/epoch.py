@@ -13,7 +13,11 @@ One epoch, as seen by a worker (the coordinator's side is :mod:`styx_coordinator
                  lock-free commit and early replies (commit.py, replies.py), then the fallback tids
                  re-run under locks in tid order (fallback.py, locks.py)
     SERIAL     then each serial tid alone, in tid order
-    FINISHED   every fallback and serial tid final ─► snapshot if asked ─► EpochDone(e, pending)
+    FINISHED   every fallback and serial tid final ─► snapshot if asked ─► EpochDone(e, pending);
+                 the digests of its writes go into the next batch's log entry (digests.py)
+
+A replayed epoch compares its writes with the digests its first run logged at every commit, and a
+difference halts the worker, as a replayed reply that differs from the egress log does.
 
 Every worker decides from the same reports, so no coordinator round trip stands between the votes and
 the replies. A message that comes before the epoch is where it can be handled waits in the
@@ -48,6 +52,7 @@ from styx_py.core.wire import (
 from styx_worker import effects, fallback, snapshot
 from styx_worker.commit import commit_lock_free, reply_for
 from styx_worker.conflicts import find_conflicts
+from styx_worker.digests import EpochWrites
 from styx_worker.effects import PortView, Send, Take, Taken
 from styx_worker.inbox import EpochMessage, Until
 from styx_worker.invocations import InvocationFlow
@@ -101,6 +106,8 @@ class EpochMachine(InvocationFlow):
         es.graph = graph
         es.view = TxnView(self.node_id, graph, self.store, es)
         self.table.know(graph)
+        # A replayed epoch's writes are compared with the digests its first run logged, if any.
+        es.committed = EpochWrites(self.table.op_partitions, self.expected.pop(es.epoch, None))
         self._replay(self.inbox.release(es.epoch, Until.STARTED))
         self.batch.sequencer.rebalance(msg.lc)
         out = self.out.effects
@@ -117,9 +124,11 @@ class EpochMachine(InvocationFlow):
         if es is None or es.gen != ev.gen:
             return  # of an epoch that recovery ended
         if isinstance(ev.request, Take):
+            # The entry carries the digests of the epoch finished before (styx_worker.digests).
             (roots, es.resends, copies), entry = self.batch.form(
-                es.epoch, es.gen, ev.request.version, ev.records
+                es.epoch, es.gen, ev.request.version, ev.records, self.written
             )
+            self.written = (-1, [])
             es.logged = False
             self.out.effects.append(effects.Log(es.epoch, es.gen, entry))
         else:
@@ -234,6 +243,19 @@ class EpochMachine(InvocationFlow):
     def _decide(self, es: EpochState, fallback_tids: list[int], serial: list[int]) -> None:
         es.phase = EpochPhase.FALLBACK
         replies = commit_lock_free(es, frozenset(fallback_tids) | frozenset(serial), self.store)
+        wrong = es.committed.diverged
+        if wrong is not None:
+            # A replay whose writes differ from the first run's: the replies of lower tids go first,
+            # and that tid's own if the egress log has it, to compare (a reply that differs too is
+            # named with both results); one the log lacks does not leave. Then the worker halts.
+            first = [
+                (root, r)
+                for root, r in replies
+                if root.tid < wrong.tid or (root.tid == wrong.tid and self.replies.on_the_log(r))
+            ]
+            self.replies.send(es.epoch, first)
+            self.on_diverged(es, wrong)
+            return
         self.replies.send(es.epoch, replies)
         for partition, reply, reply_to in es.resends:
             self.replies.emit(es.epoch, partition, reply, reply_to)
@@ -285,7 +307,11 @@ class EpochMachine(InvocationFlow):
         fb = es.fb
         if msg.tid in fb.serial:
             fb.serial.remove(msg.tid)
-        for key, tid in fallback.apply_final(es, msg, self.store):
+        released = fallback.apply_final(es, msg, self.store)
+        if es.committed.diverged is not None:
+            self.on_diverged(es, es.committed.diverged)
+            return
+        for key, tid in released:
             for inv, cached in fb.waiting.pop((key, tid), ()):
                 self._start(es, inv, cached)
         if not fb.pending:
@@ -297,11 +323,16 @@ class EpochMachine(InvocationFlow):
     def _finish(self, es: EpochState) -> None:
         if es.phase == EpochPhase.FINISHED:
             return  # a held final finished it while its decision was still being carried out
+        wrong = es.committed.finished()
+        if wrong is not None:
+            self.on_diverged(es, wrong)
+            return
         es.phase = EpochPhase.FINISHED
         es.tally.epochs = 1
         self.totals.add(es.tally)
         del self.epochs[es.epoch]
         self.completed_epoch = es.epoch
+        self.written = (es.epoch, es.committed.logged(self.table.owned()))
         self.inbox.drop_epoch(es.epoch)
         out = self.out.effects
         out.append(effects.Closed(es.epoch))

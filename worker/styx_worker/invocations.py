@@ -12,14 +12,16 @@ before the decision, a serial one before its turn) waits in the inbox.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from styx_py.core.config import Config
 from styx_py.core.graph import Graph
-from styx_py.core.wire import Ack, CallResult, Invoke, Phase, Status
+from styx_py.core.wire import Ack, CallResult, Invoke, Phase, Status, Written
 from styx_worker import effects
 from styx_worker.ackshare import Share, from_wire, to_wire
 from styx_worker.batch import BatchFormer
+from styx_worker.digests import Divergence, Logged
 from styx_worker.effects import Deliver, Invoked, Outbox, PortView, Send
 from styx_worker.executor import EMPTY_RAW
 from styx_worker.inbox import EpochMessage, Inbox, Until
@@ -29,7 +31,9 @@ from styx_worker.snapshot import Unconfirmed
 from styx_worker.state import StateStore
 from styx_worker.txn import CachedInvocation, EpochPhase, EpochState, RootTxn, Tally
 
-__all__ = ["InvocationFlow"]
+__all__ = ["InvocationFlow", "WritesDiverged"]
+
+WritesDiverged = Callable[[EpochState, Divergence], None]  # a replayed epoch's writes differ
 
 
 class InvocationFlow:
@@ -46,8 +50,10 @@ class InvocationFlow:
         replies: ReplyOut,
         ports: PortView,
         out: Outbox,
+        on_diverged: WritesDiverged,
     ) -> None:
         self.node_id = node_id
+        self.on_diverged = on_diverged
         self.config = config
         self.table = table
         self.batch = batch
@@ -65,12 +71,17 @@ class InvocationFlow:
         self.inbox = Inbox()
         self.totals = Tally()  # since the start; read by the metrics
         self.unconfirmed: Unconfirmed = {}  # snapshots' deltas until the coordinator's verdict
+        # The digests of the last epoch finished here, until the next batch's log entry carries them
+        # (styx_worker.digests); and those of the epochs a recovery replays, as first logged.
+        self.written: tuple[int, list[Written]] = (-1, [])
+        self.expected: dict[int, Logged] = {}
 
     def reset(self, gen: int) -> None:
         """A recovery: every epoch in flight is forgotten; the new generation starts."""
         self.epochs.clear()
         self.inbox.clear()
         self.gen = gen
+        self.expected = {}
 
     def pending(self) -> int:
         """Transactions waiting to run: rescheduled ones and requests buffered from the ingress."""

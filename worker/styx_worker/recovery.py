@@ -4,7 +4,8 @@
 compacted base first, then deltas, in epoch order) and the sequencer log from the snapshot's
 position; it returns everything as a :class:`Restored` value, which the worker installs only once
 the whole restore succeeded. :func:`plan_replay` (pure) picks this worker's logged batch of every
-epoch to replay. :func:`replies_on_log` reads back the replies that replayed epochs already sent.
+epoch to replay, :func:`~styx_worker.digests.logged_digests` the digests its writes are compared
+with. :func:`replies_on_log` reads back the replies that replayed epochs already sent.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from styx_py.core.ports import LogReader
 from styx_py.core.segments import Cursor, cursor_of
 from styx_py.core.wire import IngressRecord, Manifest, Recover, Reply, SeqLogEntry
 from styx_worker.dedup import ReplyTable
+from styx_worker.digests import Logged, logged_digests
 from styx_worker.snapshot import HeldRow, PartitionSnapshot, ResumeRow, snapshot_decoder
 from styx_worker.state import StateStore
 from styx_worker.txn import RootTxn
@@ -33,6 +35,8 @@ class Restored:
     # Egress partition -> where to read back replies from: below it, none of a replayed epoch's.
     egress_offsets: dict[int, int]
     replay: dict[int, SeqLogEntry]  # epoch -> this worker's logged batch
+    # epoch -> partition -> tid -> digest of its writes, as first logged (styx_worker.digests)
+    digests: dict[int, Logged]
 
 
 async def restore(
@@ -79,10 +83,12 @@ async def restore(
     for q in egress_offsets:
         egress_offsets[q] = min(b.get(q, 0) for b in bounds)
     replay: dict[int, SeqLogEntry] = {}
+    written: dict[int, Logged] = {}
     if msg.replay_until > m.epoch:  # else nothing to replay: no need to read the log
         entries = await logs.seqlog(max(seqlog_from, m.seqlog_offset) if m.epoch >= 0 else 0)
         replay = plan_replay(entries, m, msg.replay_until, set(owned), node_id)
-    return Restored(store, rescheduled, answered, waiting, positions, egress_offsets, replay)
+        written = logged_digests(entries, m, msg.replay_until, set(owned))
+    return Restored(store, rescheduled, answered, waiting, positions, egress_offsets, replay, written)
 
 
 def resumed(partition: int, rows: list[ResumeRow]) -> list[RootTxn]:

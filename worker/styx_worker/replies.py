@@ -109,6 +109,10 @@ class ReplyOut:
                 return
         self.out.effects.append(Emit(partition, reply, epoch, reply_to))
 
+    def on_the_log(self, reply: Reply) -> bool:
+        """Whether a replayed epoch finds a reply of ``reply``'s request id and tid on the egress log."""
+        return any(r.tid == reply.tid for r in self.on_log.get(reply.request_id, ()))
+
     def live(self) -> None:
         """Replay is over: what is left of the replies found on the egress log belongs to epochs up to
         the restored snapshot (acknowledged after it recorded its egress position), which were not

@@ -18,6 +18,7 @@ from styx_py.core.partitioning import Key
 from styx_py.core.wire import ExecDone, IngressRecord, Invoke, Phase, Reply, Revote, Status, Vote
 from styx_worker.ackshare import Share, ShareCollector
 from styx_worker.conflicts import EntityKey
+from styx_worker.digests import EpochWrites
 from styx_worker.locks import LockTable
 from styx_worker.state import StateStore, Writes
 
@@ -203,6 +204,7 @@ class EpochState:
     """One epoch on one worker, from its EpochStart to its EpochDone."""
 
     __slots__ = (
+        "committed",
         "epoch",
         "fb",
         "gen",
@@ -236,6 +238,9 @@ class EpochState:
         self.opt = Reservations()
         self.reports = Reports()
         self.fb = FallbackState()
+        # The digests of what it committed here (and, replayed, of what its first run logged): its
+        # EpochStart sets them up.
+        self.committed = EpochWrites({}, None)
 
 
 class TxnView:

@@ -11,7 +11,8 @@ Every message is a ``msgspec.Struct``, tagged, in one module per part of the pro
 * :mod:`.push` — replies pushed to clients on the workers' ports;
 * :mod:`.lookup` — finding a request's reply in the workers' reply tables (any gateway replica);
 * :mod:`.logs` — Kafka payloads: requests, replies, sequencer-log batches with typed entries
-  (:class:`Run`, :class:`Answered`, :class:`Waiting`);
+  (:class:`Run`, :class:`Answered`, :class:`Waiting`) and the digests of the writes each epoch
+  committed (:class:`Written`);
 * :mod:`.storage` — objects in S3: snapshot parts, manifests, the coordinator's state;
 * :mod:`.frames` — one union per channel (:data:`ToCoordinator`, :data:`ToWorker`,
   :data:`ToAdmin`), the TCP frame and its per-channel decoders.
@@ -70,6 +71,7 @@ from styx_py.core.wire.frames import (
     frame_length,
 )
 from styx_py.core.wire.logs import (
+    DIGEST_BYTES,
     EPOCH_HEADER,
     NIL,
     Answered,
@@ -80,6 +82,7 @@ from styx_py.core.wire.logs import (
     Run,
     SeqLogEntry,
     Waiting,
+    Written,
     decode_value,
     encode_value,
     reply_decoder,
@@ -100,6 +103,7 @@ from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
     "COORDINATOR",
+    "DIGEST_BYTES",
     "EPOCH_HEADER",
     "HEADER_BYTES",
     "MAX_LOOKUP_IDS",
@@ -169,6 +173,7 @@ __all__ = [
     "Waiting",
     "WorkAvailable",
     "WorkerInfo",
+    "Written",
     "decode_batch",
     "decode_value",
     "encode_frame",

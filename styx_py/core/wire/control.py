@@ -117,20 +117,31 @@ class RecoverDone(Msg, tag="recovered"):
 
 class ReplayDiverged(Msg, tag="diverged"):
     """A replayed epoch did not reproduce what it did before the crash (a nondeterministic function):
-    the cluster cannot go on without breaking what its clients were told. Terminal."""
+    the cluster cannot go on without breaking what its clients were told. Terminal.
+
+    Either a reply differs from the one on the egress log (``partition`` -1), or the writes of
+    transaction ``tid`` on ``partition`` differ from the digest its first run logged."""
 
     node_id: str
     epoch: int
-    request_id: str
+    request_id: str  # "" when the transaction's root is on another worker
     function: str  # "operator.function", or "" when the request is not known here
-    logged: str  # what the original run answered (or how it classified the request), shown
-    replayed: str  # what the replay answered, shown
+    logged: str  # what the original run answered, wrote (or how it classified the request), shown
+    replayed: str  # what the replay answered or wrote, shown
     gen: int
+    # Where the writes differ (the last fields, with defaults: absent when a reply differs).
+    partition: int = -1
+    tid: int = -1
 
     def describe(self) -> str:
-        what = (
-            f"{self.function} (request {self.request_id})" if self.function else f"request {self.request_id}"
-        )
+        if self.partition >= 0:
+            by = ", ".join(x for x in (self.function, self.request_id and f"request {self.request_id}") if x)
+            by = by or "an unknown function"
+            what = f"the writes of tid {self.tid} ({by}) on partition {self.partition}"
+        elif self.function:
+            what = f"{self.function} (request {self.request_id})"
+        else:
+            what = f"request {self.request_id}"
         return (
             f"replay of epoch {self.epoch} diverged on {self.node_id}: {what} gave {self.logged} before "
             f"the failure and {self.replayed} on replay. A function is not deterministic (use ctx.random(), "

@@ -102,6 +102,18 @@ class Waiting(_Entry, tag="waiting"):
 BatchEntry = Run | Answered | Waiting
 
 
+class Written(msgspec.Struct, array_like=True):
+    """What one epoch committed on one partition: for each transaction that wrote there (ascending
+    tids), a digest of its writes (styx_worker.digests), ``DIGEST_BYTES`` each, concatenated."""
+
+    partition: int
+    tids: list[int]
+    digests: bytes
+
+
+DIGEST_BYTES = 8
+
+
 class SeqLogEntry(msgspec.Struct, array_like=True):
     """Composition of one worker's batch in one epoch: enough to replay it with the same tids.
 
@@ -118,9 +130,14 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     # every one of them logged it) and its sequencer-id space; 0 in entries of older versions.
     nodes: int = 0
     n_seq: int = 0
-    # The graph version that ran the epoch (replay checks it runs the same). Last, with a default:
-    # 0 in records written before code updates, when the first version ran every epoch.
+    # The graph version that ran the epoch (replay checks it runs the same). With a default: 0 in
+    # records written before code updates, when the first version ran every epoch.
     version: int = 0
+    # The writes of the epoch this worker finished before forming this batch (``written_epoch``, -1:
+    # none), per partition it owned then, an empty ``Written`` for one with no write: a replay
+    # compares them with its own (styx_worker.digests). Last, with defaults, so older records decode.
+    written_epoch: int = -1
+    written: list[Written] = msgspec.field(default_factory=list)
 
 
 class IngressRecord(msgspec.Struct, array_like=True):
