@@ -1,14 +1,12 @@
 """The worker process's shell: the ports, one task group, and the effects of the core carried out.
 
-Everything the worker decides is in its core (:mod:`styx_worker.core`): a message or an event goes in,
-effects come out. The :class:`Worker` feeds it — messages from the transport, the end of each invocation
-from the runner (:mod:`styx_worker.runner`), log acknowledgements, ingress records — and carries out the
-effects in order over the ports: sends, invocations, log appends, replies (pushed to subscribed clients
-too, :mod:`styx_worker.feed`), snapshot uploads, reports once the egress is flushed. Beside the core it
-keeps the worker in the cluster (:mod:`styx_worker.membership`: registration, heartbeats from its own
-event loop, the lease that fences it), runs recoveries and partition moves
-(:mod:`styx_worker.reconfig`) and loads code (:mod:`styx_worker.versions`). Every task it starts is a
-child of one task group, so a failure anywhere ends the process.
+Everything the worker decides is in its core (:mod:`styx_worker.core`). The :class:`Worker` feeds it
+messages, the end of each invocation (:mod:`styx_worker.runner`), log acknowledgements and ingress
+records, and carries out the effects in order over the ports: sends, invocations, log appends, replies
+(pushed to subscribed clients too, :mod:`styx_worker.feed`), snapshot uploads, reports once the egress is
+flushed. Membership (:mod:`styx_worker.membership`), recoveries and partition moves
+(:mod:`styx_worker.reconfig`) and code versions (:mod:`styx_worker.versions`) are their own modules. Every
+task is a child of one task group, so a failure anywhere ends the process.
 """
 
 from __future__ import annotations
