@@ -17,7 +17,7 @@ function h(tag, attrs, ...children) {
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -65,7 +65,7 @@ async function api(path) {
 
 function show(...nodes) {
   const main = document.getElementById("main");
-  main.replaceChildren(...nodes);
+  main.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined));
 }
 
 function failed(err) {
@@ -129,7 +129,7 @@ async function clusterView() {
   health.textContent = s.state || body.summary.state;
   health.className = "badge " + (body.summary.ready ? "ok" : "bad");
   const workers = (s.workers || []).map((w) =>
-    h("tr", { "data-worker": w.node_id }, h("td", {}, w.node_id), h("td", {}, w.address),
+    h("tr", { "data-worker": w.node_id, "data-partitions": (w.partitions || []).join(",") }, h("td", {}, w.node_id), h("td", {}, w.address),
       h("td", { "data-field": "partitions" }, (w.partitions || []).join(", ")),
       h("td", {}, w.txn_per_s), h("td", {}, w.last_heartbeat_s_ago + " s")));
   const versions = (s.versions || []).map((v) =>

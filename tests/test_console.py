@@ -1,0 +1,405 @@
+"""The invocation listing, the cluster view and the web console of the gateway.
+
+Pure: the window of recent invocations (pages, filters, bounds) and the history of rates and epoch
+latency. On a real cluster (bank app, 2 workers, a gateway with a token): the listing and the view of
+one invocation over HTTP, ``styx invocations list``, and a walk through the console in headless
+Chromium (cluster → an invocation found by id in the list → its entity), asserting on the DOM the
+page's own scripts built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from styx_client.gateway.history import ClusterHistory
+from styx_client.gateway.outcomes import failure, reply_outcome
+from styx_client.gateway.recent import ENTRY_OVERHEAD_BYTES, RecentInvocations
+from styx_py.core.wire import Phase, Reply, StatusRequest, encode_value
+from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.screenshot import dump_dom, find_browser, screenshot
+from styx_py.stack.services import TansuBroker
+from tests.service_fixtures import start_cluster
+from tests.test_gateway import TOKEN, GatewayThread, client_for, config, invocation, wait_ready, wait_until
+
+pytestmark = [pytest.mark.timeout(180)]
+
+
+# ---- the window of recent invocations (pure) ----------------------------------------------------------
+
+
+def _reply(rid: str, status: str, value: Any = None, epoch: int = 1) -> Reply:
+    error = None if status == "committed" else "no"
+    return Reply(rid, 7, epoch, Phase.OPTIMISTIC, status, msgspec.Raw(encode_value(value)), error, None)  # type: ignore[arg-type]
+
+
+def _fill(window: RecentInvocations, n: int) -> None:
+    for i in range(n):
+        entry = window.started(f"r{i}", "account" if i % 2 else "order", f"k{i}", "f", [i])
+        reply = _reply(f"r{i}", "aborted" if i % 3 == 0 else "committed", i)
+        window.finished(entry, reply_outcome(reply), reply, 1.0)
+
+
+def test_pages_are_newest_first_and_cover_the_window_once() -> None:
+    window = RecentInvocations(100, 1 << 20, clock=lambda: 1000.0)
+    _fill(window, 23)
+    seen: list[str] = []
+    after = None
+    while True:
+        page, after = window.page(status=None, operator=None, limit=5, after=after)
+        seen += [e.request_id for e in page]
+        if after is None:
+            break
+    assert seen == [f"r{i}" for i in reversed(range(23))]
+    # New entries do not move a cursor: the next page still starts where the last one ended.
+    _, cursor = window.page(status=None, operator=None, limit=5, after=None)
+    _fill(window, 2)  # r0 and r1 again: the newest entry of an id is the one a view shows
+    more, _ = window.page(status=None, operator=None, limit=5, after=cursor)
+    assert [e.request_id for e in more] == ["r17", "r16", "r15", "r14", "r13"]
+    assert window.get("r1") is not None and window.get("r1").seq == 25  # type: ignore[union-attr]
+
+
+def test_filters_by_status_and_operator() -> None:
+    window = RecentInvocations(100, 1 << 20)
+    _fill(window, 12)
+    pending = window.started("p", "account", "k", "f", [])
+    aborted, _ = window.page(status="aborted", operator=None, limit=50, after=None)
+    assert [e.request_id for e in aborted] == ["r9", "r6", "r3", "r0"]
+    accounts, _ = window.page(status="committed", operator="account", limit=50, after=None)
+    assert [e.request_id for e in accounts] == ["r11", "r7", "r5", "r1"]
+    assert [e.request_id for e in window.page(status="pending", operator=None, limit=5, after=None)[0]] == [
+        "p"
+    ]
+    window.finished(pending, failure(504, "timeout", "no reply"), None, 3.0)
+    [timed_out] = window.page(status="error", operator=None, limit=5, after=None)[0]
+    view = timed_out.view()
+    assert (view["status"], view["http_status"], view["code"], view["tid"]) == ("error", 504, "timeout", None)
+
+
+def test_the_window_is_bounded_by_entries_and_bytes() -> None:
+    window = RecentInvocations(10, 1 << 20)
+    _fill(window, 25)
+    assert len(window) == 10 and window.get("r14") is None and window.get("r15") is not None
+    small = RecentInvocations(1000, 4 * ENTRY_OVERHEAD_BYTES + 4000)
+    for i in range(20):
+        small.started(f"big{i}", "account", "k", "f", ["x" * 1000])
+    assert small.bytes <= small.max_bytes and len(small) == 3
+    assert [e.request_id for e in small.page(status=None, operator=None, limit=9, after=None)[0]] == [
+        "big19",
+        "big18",
+        "big17",
+    ]
+
+
+def test_history_takes_rates_and_epoch_latency_from_differences() -> None:
+    now = [100.0]
+    history = ClusterHistory(step_s=2.0, max_samples=3, clock=lambda: now[0])
+
+    def poll(epoch: int, committed: int, aborted: int, timed: int, total_s: float) -> None:
+        totals = {"committed": committed, "aborted": aborted}
+        status = {"epoch": epoch, "totals": totals, "epoch_seconds": {"count": timed, "sum": total_s}}
+        history.record({**status, "workers": [{}, {}], "state": "running"})
+
+    poll(10, 100, 5, 10, 0.1)  # the first reading: nothing to difference
+    now[0] += 1.0
+    poll(11, 150, 5, 11, 0.2)  # within the step: skipped
+    now[0] += 1.0
+    poll(30, 500, 25, 30, 0.48)  # 2 s later: 20 epochs, 400 committed, 20 aborted, 20 timed in 0.38 s
+    [sample] = history.as_list()
+    assert sample["epochs_per_s"] == 10.0 and sample["committed_per_s"] == 200.0
+    assert sample["aborted_per_s"] == 10.0 and sample["epoch_ms"] == 19.0 and sample["workers"] == 2
+    now[0] += 2.0
+    poll(30, 500, 25, 30, 0.48)  # idle: no epoch, no latency
+    assert history.as_list()[-1]["epochs_per_s"] == 0.0 and history.as_list()[-1]["epoch_ms"] is None
+    now[0] += 2.0
+    poll(2, 3, 0, 2, 0.01)  # a restarted coordinator: no negative rates
+    for _ in range(5):
+        now[0] += 2.0
+        poll(2, 3, 0, 2, 0.01)
+    assert len(history.as_list()) == 3 and all(s["committed_per_s"] >= 0 for s in history.as_list())
+
+
+# ---- on a real cluster --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(kafka: TansuBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with start_cluster(
+        tmp_path_factory.mktemp("console-stack"), kafka, app="styx_benchmarks.bank:app"
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster: LocalStack) -> Iterator[GatewayThread]:
+    with GatewayThread(config(cluster, token=TOKEN)) as gt:
+        yield gt
+
+
+class Traffic:
+    """What the module's invocations were: ids of the committed deposits and of the aborted transfers."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.deposits: dict[str, dict[str, Any]] = {}
+        self.aborted: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def traffic(gateway: GatewayThread) -> Traffic:
+    """Deposits into a few accounts, then transfers larger than their balances (aborted)."""
+    seen = Traffic(uuid.uuid4().hex[:8])
+
+    async def run() -> None:
+        async with client_for(gateway.url, TOKEN) as http:
+            await wait_ready(http)
+            for i in range(6):
+                rid = f"dep-{seen.tag}-{i}"
+                body = invocation(f"{seen.tag}-{i % 3}", "deposit", 10 + i)
+                answer = await http.post("/v1/invocations", json=body, headers={"Idempotency-Key": rid})
+                assert answer.status_code == 200, answer.text
+                seen.deposits[rid] = answer.json()
+            for i in range(3):
+                rid = f"over-{seen.tag}-{i}"
+                body = invocation(f"{seen.tag}-{i}", "transfer", f"{seen.tag}-x", 10_000)
+                answer = await http.post("/v1/invocations", json=body, headers={"Idempotency-Key": rid})
+                assert answer.status_code == 409, answer.text
+                seen.aborted.append(rid)
+
+    asyncio.run(run())
+    return seen
+
+
+@pytest.mark.services
+async def test_listing_filters_pages_and_views_over_http(gateway: GatewayThread, traffic: Traffic) -> None:
+    async with client_for(gateway.url, TOKEN) as http:
+        assert (await client_for(gateway.url).get("/v1/invocations")).status_code == 401
+        page = (await http.get("/v1/invocations", params={"limit": 500})).json()
+        ours = [i for i in page["invocations"] if traffic.tag in i["request_id"]]
+        assert [i["request_id"] for i in ours] == [*reversed(traffic.aborted), *reversed(traffic.deposits)]
+        assert page["window"] == 1000 and page["retained"] >= len(ours)
+
+        aborted = (await http.get("/v1/invocations", params={"status": "aborted"})).json()["invocations"]
+        assert {i["request_id"] for i in aborted} >= set(traffic.aborted)
+        assert all(i["status"] == "aborted" and i["error"] for i in aborted)
+        assert (await http.get("/v1/invocations", params={"operator": "nothing"})).json()["invocations"] == []
+        bad = await http.get("/v1/invocations", params={"status": "done"})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_request"
+
+        listed: list[str] = []
+        after: str | None = None
+        while True:
+            params: dict[str, str | int] = {
+                "limit": 2,
+                "status": "committed",
+                **({"after": after} if after else {}),
+            }
+            body = (await http.get("/v1/invocations", params=params)).json()
+            listed += [i["request_id"] for i in body["invocations"]]
+            after = body["next_after"]
+            if after is None:
+                break
+        assert len(listed) == len(set(listed)) and set(traffic.deposits) <= set(listed)
+
+        rid, reply = next(iter(traffic.deposits.items()))
+        view = (await http.get(f"/v1/invocations/{rid}/view")).json()
+        assert view["source"] == "gateway" and view["status"] == "committed"
+        assert (view["operator"], view["key"], view["function"], view["args"]) == (
+            "account",
+            f"{traffic.tag}-0",
+            "deposit",
+            [10],
+        )
+        assert (view["epoch"], view["tid"], view["phase"], view["result"]) == (
+            reply["epoch"],
+            reply["tid"],
+            reply["phase"],
+            reply["result"],
+        )
+        unknown = await http.get(f"/v1/invocations/none-{traffic.tag}/view")
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_request"
+
+
+@pytest.mark.services
+async def test_another_replica_views_an_invocation_from_the_cluster(
+    cluster: LocalStack, traffic: Traffic
+) -> None:
+    """A second gateway never sent it: the view has the cluster's reply, and no call."""
+    rid, reply = next(iter(traffic.deposits.items()))
+    with GatewayThread(config(cluster)) as other:
+        async with client_for(other.url) as http:
+            await wait_ready(http)
+            view = (await http.get(f"/v1/invocations/{rid}/view")).json()
+    assert view["source"] == "cluster" and view["operator"] is None
+    assert (view["status"], view["epoch"], view["tid"], view["result"]) == (
+        "committed",
+        reply["epoch"],
+        reply["tid"],
+        reply["result"],
+    )
+
+
+@pytest.mark.services
+async def test_cluster_view_has_the_workers_and_a_history(
+    cluster: LocalStack, gateway: GatewayThread, traffic: Traffic
+) -> None:
+    async with client_for(gateway.url, TOKEN) as http:
+
+        async def sampled() -> bool:
+            return len((await http.get("/v1/cluster")).json()["history"]) >= 1
+
+        await wait_until(sampled)
+        view = (await http.get("/v1/cluster")).json()
+    status = await admin(cluster.coordinator, StatusRequest())
+    assert [w["node_id"] for w in view["status"]["workers"]] == [w["node_id"] for w in status["workers"]]
+    assert view["summary"]["ready"] and view["gateway"]["window"] == 1000
+    assert view["status"]["epoch_seconds"]["count"] >= 1
+    sample = view["history"][-1]
+    assert sample["workers"] == 2 and sample["epochs_per_s"] >= 0
+
+
+@pytest.mark.services
+def test_styx_invocations_list(gateway: GatewayThread, traffic: Traffic, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    styx = [sys.executable, "-m", "styx_py.cli", "invocations", "list", "--gateway", gateway.url]
+    done = subprocess.run(
+        [*styx, "--token-file", str(token), "--status", "aborted", "--limit", "100"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == [
+        "REQUEST",
+        "ID",
+        "STATUS",
+        "OPERATOR",
+        "KEY",
+        "FUNCTION",
+        "EPOCH",
+        "TID",
+        "MS",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[1:] if line and not line.startswith("(")}
+    assert set(traffic.aborted) <= set(rows) and all(r[1] == "aborted" for r in rows.values())
+    as_json = subprocess.run(
+        [*styx, "--token-file", str(token), "--json", "--limit", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert as_json.returncode == 0 and len(msgspec.json.decode(as_json.stdout)["invocations"]) == 3
+    unauthorized = subprocess.run([*styx], capture_output=True, text=True, timeout=60, check=False)
+    assert unauthorized.returncode == 2 and "401" in unauthorized.stderr, unauthorized.stderr
+
+
+# ---- the console in headless Chromium ----------------------------------------------------------------
+
+
+class Dom(HTMLParser):
+    """Elements by id, rows by data attribute, text by data-field: enough to read the console's DOM."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.ids: dict[str, dict[str, str | None]] = {}
+        self.by_attr: dict[str, list[dict[str, str | None]]] = {}
+        self.text: dict[str, str] = {}  # data-field / id → the element's text
+        self._open: list[tuple[str, str]] = []
+        self.html = html
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        for name, value in a.items():
+            if name.startswith("data-"):
+                self.by_attr.setdefault(name, []).append(a)
+            if name == "id" and value:
+                self.ids[value] = a
+        for name in ("data-field", "id"):
+            if a.get(name):
+                self._open.append((tag, str(a[name])))
+                self.text.setdefault(str(a[name]), "")
+        if tag == "a" and a.get("href"):
+            self.by_attr.setdefault("href", []).append(a)
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open and self._open[-1][0] == tag:
+            self._open.pop()
+            break
+
+    def handle_data(self, data: str) -> None:
+        for _, name in self._open:
+            self.text[name] += data
+
+
+def _page(url: str, fragment: str) -> Dom:
+    """The console at ``fragment`` (with the token, as ``styx console`` gives it), as Chromium built it."""
+    sep = "&" if "?" in fragment else "?"
+    return Dom(dump_dom(f"{url}/console{fragment}{sep}token={TOKEN}", (1280, 1600)))
+
+
+@pytest.mark.services
+def test_console_walkthrough_in_headless_chromium(
+    cluster: LocalStack, gateway: GatewayThread, traffic: Traffic, tmp_path: Path
+) -> None:
+    if find_browser() is None:
+        pytest.skip("no Chromium installed (Debian: apt-get install chromium; make test installs it)")
+    page = httpx.get(f"{gateway.url}/console", timeout=10)
+    assert page.status_code == 200 and "http://" not in page.text and "https://" not in page.text
+
+    # Cluster: every worker with the partitions the coordinator says it owns.
+    status = cluster.status()
+    home = _page(gateway.url, "#/cluster")
+    rows = {str(r["data-worker"]): r for r in home.by_attr.get("data-worker", [])}
+    assert set(rows) == {w["node_id"] for w in status["workers"]}, home.text
+    for w in status["workers"]:
+        assert rows[w["node_id"]]["data-partitions"] == ",".join(map(str, w["partitions"]))
+    assert home.text.get("state", "").strip() == "running", home.html
+    to_list = home.ids["to-invocations"]["href"]
+    assert to_list == "#/invocations"
+
+    # The list: the invocation is found by its id; its link opens it.
+    rid, reply = next(iter(traffic.deposits.items()))
+    listing = _page(gateway.url, str(to_list))
+    row = next(r for r in listing.by_attr["data-request-id"] if r["data-request-id"] == rid)
+    assert row["data-status"] == "committed"
+    link = next(a["href"] for a in listing.by_attr["href"] if a["href"] == f"#/invocation/{rid}")
+
+    # The invocation: its reply, epoch, phase and entity.
+    opened = _page(gateway.url, str(link))
+    assert opened.text["request-id"] == rid and opened.text["status"].strip() == "committed"
+    assert opened.text["epoch"] == str(reply["epoch"]) and opened.text["tid"] == str(reply["tid"])
+    assert opened.text["phase"].startswith(str(reply["phase"]))
+    assert msgspec.json.decode(opened.text["reply"]) == reply["result"]
+    to_entity = str(opened.ids["to-entity"]["href"])
+    assert urllib.parse.parse_qs(to_entity.split("?", 1)[1])["key"] == [f"{traffic.tag}-0"]
+
+    # The entity: its value, read through the state route as the page does.
+    entity = _page(gateway.url, to_entity)
+    balance = sum(10 + i for i in range(6) if i % 3 == 0)  # the deposits into account <tag>-0
+    assert entity.text["entity"] == f"account/{traffic.tag}-0"
+    assert msgspec.json.decode(str(entity.ids["value"]["data-value"])) == balance
+
+    # The same pages render as images at desktop and phone widths (the docs' screenshots).
+    for name, fragment, window in (
+        ("cluster", "#/cluster", (1280, 1100)),
+        ("invocations", "#/invocations", (1280, 800)),
+        ("phone", "#/cluster", (390, 1400)),
+    ):
+        png = screenshot(f"{gateway.url}/console{fragment}?token={TOKEN}", tmp_path / f"{name}.png", window)
+        assert png.stat().st_size > 10_000, name
