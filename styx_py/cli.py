@@ -138,6 +138,7 @@ def _announce(stack: LocalStack, state_file: Path) -> None:
     endpoints = stack.endpoints()
     if stack.gateway_url:
         endpoints["http docs"] = f"{stack.gateway_url}/docs"
+        endpoints["console"] = f"{stack.gateway_url}/console"
     for name, address in endpoints.items():
         print(f"  {name:<20} {address}", flush=True)
     print(f"  {'logs':<20} {stack.log_dir}", flush=True)
@@ -394,12 +395,20 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         port=args.port,
         token=_gateway_token(args),
         state_functions=_state_functions(args.state_function),
-        limits=GatewayLimits(max_pending=args.max_pending, max_body_bytes=args.max_body_bytes),
+        limits=GatewayLimits(
+            max_pending=args.max_pending,
+            max_body_bytes=args.max_body_bytes,
+            max_recent_invocations=args.recent_invocations,
+        ),
         timing=GatewayTiming(reply_timeout_s=args.reply_timeout),
     )
 
     def announce(url: str) -> None:
-        print(f"gateway listening on {url} (docs {url}/docs); coordinator {config.coordinator}", flush=True)
+        print(
+            f"gateway listening on {url} (docs {url}/docs, console {url}/console); "
+            f"coordinator {config.coordinator}",
+            flush=True,
+        )
 
     run(serve_gateway(config, announce=announce))
     return 0
@@ -670,6 +679,12 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--max-pending", type=int, default=1000, help="invocations in flight before 429")
     gw.add_argument("--max-body-bytes", type=int, default=1024 * 1024, help="largest request body (413)")
     gw.add_argument("--reply-timeout", type=float, default=30.0, help="default reply wait in seconds (504)")
+    gw.add_argument(
+        "--recent-invocations",
+        type=int,
+        default=1000,
+        help="invocations kept for GET /v1/invocations and the console (default 1000; also at most 16 MiB)",
+    )
     gw.add_argument(
         "--state-function",
         action="append",
