@@ -23,12 +23,13 @@ import httpx
 import msgspec
 import pytest
 
+from styx_benchmarks.screenshots import console_shots
 from styx_client.gateway.history import ClusterHistory
 from styx_client.gateway.outcomes import failure, reply_outcome
 from styx_client.gateway.recent import ENTRY_OVERHEAD_BYTES, RecentInvocations
 from styx_py.core.wire import Phase, Reply, StatusRequest, encode_value
 from styx_py.stack.local import LocalStack, admin
-from styx_py.stack.screenshot import dump_dom, find_browser, screenshot
+from styx_py.stack.screenshot import dump_dom, find_browser
 from styx_py.stack.services import TansuBroker
 from tests.service_fixtures import start_cluster
 from tests.test_gateway import TOKEN, GatewayThread, client_for, config, invocation, wait_ready, wait_until
@@ -396,10 +397,5 @@ def test_console_walkthrough_in_headless_chromium(
     assert msgspec.json.decode(str(entity.ids["value"]["data-value"])) == balance
 
     # The same pages render as images at desktop and phone widths (the docs' screenshots).
-    for name, fragment, window in (
-        ("cluster", "#/cluster", (1280, 1100)),
-        ("invocations", "#/invocations", (1280, 800)),
-        ("phone", "#/cluster", (390, 1400)),
-    ):
-        png = screenshot(f"{gateway.url}/console{fragment}?token={TOKEN}", tmp_path / f"{name}.png", window)
-        assert png.stat().st_size > 10_000, name
+    for png in console_shots(gateway.url, tmp_path, rid, TOKEN):
+        assert png.stat().st_size > 10_000, png

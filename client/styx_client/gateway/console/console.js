@@ -122,12 +122,16 @@ function chart(title, samples, field, unit) {
 }
 
 // ---- views ----------------------------------------------------------------------------------------
+function badge(state, ready) {
+  const health = document.getElementById("health");
+  health.textContent = state;
+  health.className = "badge " + (ready ? "ok" : "bad");
+}
+
 async function clusterView() {
   const { body } = await api("/v1/cluster");
   const s = body.status || {};
-  const health = document.getElementById("health");
-  health.textContent = s.state || body.summary.state;
-  health.className = "badge " + (body.summary.ready ? "ok" : "bad");
+  badge(s.state || body.summary.state, body.summary.ready);
   const workers = (s.workers || []).map((w) =>
     h("tr", { "data-worker": w.node_id, "data-partitions": (w.partitions || []).join(",") }, h("td", {}, w.node_id), h("td", {}, w.address),
       h("td", { "data-field": "partitions" }, (w.partitions || []).join(", ")),
@@ -261,15 +265,18 @@ async function entityView(params) {
 async function render() {
   clearTimeout(timer);
   const { parts, params } = parseHash();
-  const view = parts[0] || "cluster";
+  const known = { invocations: true, invocation: parts.length > 1, entity: true };
+  const view = known[parts[0]] ? parts[0] : "cluster";
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === (view === "invocation" ? "invocations" : view));
   try {
-    if (view === "invocations") show(...await invocationsView(params));
-    else if (view === "invocation" && parts[1]) show(...await invocationView(parts[1]));
-    else if (view === "entity") show(...await entityView(params));
-    else {
+    if (view === "cluster") {
       show(...await clusterView());
       timer = setTimeout(render, REFRESH_MS);  // the cluster view follows the cluster
+    } else {
+      api("/v1/operators").then(({ body }) => badge(body.state, body.ready), () => {});
+      if (view === "invocations") show(...await invocationsView(params));
+      else if (view === "invocation") show(...await invocationView(parts[1]));
+      else show(...await entityView(params));
     }
     document.body.dataset.view = view;
   } catch (err) {
