@@ -13,7 +13,6 @@ listed here, but each one is still found by id (``GET /v1/invocations/{id}``, fr
 tables).
 """
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from styx_client.gateway.outcomes import Outcome
+from styx_client.gateway.outcomes import Outcome, json_bytes
 from styx_py.core.wire import UNDECODABLE, Key, Reply, decode_value
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "STATUSES", "Recent", "RecentInvocations", "Status"]
@@ -112,7 +111,7 @@ class RecentInvocations:
 
     def started(self, rid: str, operator: str, key: Key, function: str, args: list[Any]) -> Recent:
         """A job started: its entry, in the window from now on (the oldest may go)."""
-        raw = msgspec.Raw(_json(args))
+        raw = msgspec.Raw(json_bytes(args))
         size = len(raw) + len(rid) + ENTRY_OVERHEAD_BYTES
         entry = Recent(self._next, rid, operator, key, function, raw, self.clock(), size)
         self._next += 1
@@ -165,10 +164,3 @@ class RecentInvocations:
             self.bytes -= entry.size
             if self._by_id.get(entry.request_id) == seq:
                 del self._by_id[entry.request_id]
-
-
-def _json(value: Any) -> bytes:
-    try:
-        return msgspec.json.encode(value)
-    except UnicodeEncodeError:  # lone surrogates: valid JSON escapes, not UTF-8
-        return json.dumps(value, ensure_ascii=True).encode()
