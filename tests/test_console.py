@@ -407,3 +407,48 @@ def test_console_walkthrough_in_headless_chromium(
     # The same pages render as images at desktop and phone widths (the docs' screenshots).
     for png in console_shots(gateway.url, tmp_path, rid, TOKEN):
         assert png.stat().st_size > 10_000, png
+
+
+# ---- the HTTP docs' examples, run as written ------------------------------------------------------------
+
+
+@pytest.mark.services
+def test_the_http_api_examples_run_as_written(cluster: LocalStack, tmp_path: Path) -> None:
+    """docs/http-api.md's curl walk-through (the blocks that use ``$GW``), in order, in one shell, against
+    a fresh gateway without a token: each exits 0 and prints what its ``# {...}`` comment says."""
+    from tests.test_readme import commands, expected_json, run_script
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "http-api.md").read_text()
+    blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "$GW" in b]
+    steps = [(c, comment) for block in blocks for c, comment in commands(block)]
+    assert steps[0][0].startswith("GW=") and any("/view" in c for c, _ in steps), steps
+    with GatewayThread(config(cluster)) as gt:
+        asyncio.run(_ready(gt.url))
+        script = [f"GW={gt.url}" if c.startswith("GW=") else c for c, _ in steps]
+        results = run_script(script, tmp_path, tmp_path)
+    for (command, comment), (rc, output) in zip(steps, results, strict=True):
+        assert rc == 0, f"{command!r} exited {rc}:\n{output}"
+        expected = expected_json(comment)
+        if expected is not None:
+            actual = msgspec.json.decode(output.splitlines()[-1])
+            assert _matches(actual, expected), f"{command!r} printed {actual}; the docs say {expected}"
+    listing = next(out for (c, _), (_, out) in zip(steps, results, strict=True) if "status=aborted" in c)
+    assert [i["request_id"] for i in msgspec.json.decode(listing)["invocations"]] == ["pay-43"]
+    table = results[-1][1].splitlines()
+    assert table[0].startswith("REQUEST ID") and table[1].split()[:2] == ["pay-43", "aborted"], table
+
+
+def _matches(actual: Any, expected: Any) -> bool:
+    """``actual`` has every value ``expected`` names, at any depth (``None``, the docs' ``…``: any)."""
+    if expected is None:
+        return True
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and _matches(actual[k], v) for k, v in expected.items()
+        )
+    return bool(actual == expected)
+
+
+async def _ready(url: str) -> None:
+    async with client_for(url) as http:
+        await wait_ready(http)

@@ -16,9 +16,9 @@ why it cannot run here):
   service it names are checked), and shell plumbing (``eval``, ``export``, ``set``, variables, the
   ``.env`` loop).
 
-README's quickstart commands also run for real, in order, in ``tests/test_readme.py``; ``styx
-simulate``'s in ``tests/test_simulate.py``; ``styx audit --master spark://…`` in
-``tests/test_audit_spark.py``.
+Some also run for real, as written: README's quickstart and HTTP examples in order in
+``tests/test_readme.py``, docs/http-api.md's ``$GW`` examples in ``tests/test_console.py``, ``styx
+audit --master spark://…`` in ``tests/test_audit_spark.py``.
 """
 
 from __future__ import annotations
