@@ -138,8 +138,11 @@ async function clusterView() {
       h("td", {}, w.txn_per_s), h("td", {}, w.last_heartbeat_s_ago + " s")));
   const versions = (s.versions || []).map((v) =>
     h("tr", {}, h("td", {}, v.version), h("td", {}, v.graph), h("td", {}, v.first_epoch)));
-  const moves = (s.shape_changes || []).map((e) => h("tr", {}, h("td", {}, JSON.stringify(e))));
-  const rec = s.last_recovery;
+  const list = (v) => (Array.isArray(v) && v.length ? v.join(", ") : "–");
+  const moves = (s.shape_changes || []).map((e) => h("tr", {}, h("td", {}, e.change), h("td", {}, list(e.added)),
+    h("td", {}, list(e.removed)), h("td", {}, e.moved ?? "–"), h("td", {}, list(e.workers))));
+  const rec = s.last_recovery, move = s.last_move, snap = s.last_snapshot;
+  const secs = (v) => (v === null || v === undefined ? "(still running)" : `${v} s`);
   return [
     h("h1", {}, "Cluster"),
     fields([
@@ -159,12 +162,13 @@ async function clusterView() {
     h("h2", {}, "Recoveries and reshapes"),
     fields([
       ["recoveries", s.recoveries, "recoveries"], ["failed workers", (s.failed_workers || []).join(", ") || "none"],
-      ["last recovery", rec ? JSON.stringify(rec) : "none"],
-      ["last move", s.last_move ? JSON.stringify(s.last_move) : "none"],
-      ["last snapshot", s.last_snapshot ? JSON.stringify(s.last_snapshot) : "none"],
+      ["last recovery", rec ? `generation ${rec.generation} from snapshot ${rec.snapshot_epoch}: detected in ${secs(rec.detect_s)}, ` +
+        `restored in ${secs(rec.restore_s)}, replayed ${rec.replay_epochs} epochs in ${secs(rec.replay_s)}` : "none", "last-recovery"],
+      ["last move", move ? `generation ${move.generation}, after epoch ${move.after_epoch}: partitions moved in ${secs(move.move_s)}` : "none", "last-move"],
+      ["last snapshot", snap ? `epoch ${snap.epoch}: ${snap.objects} objects, ${snap.bytes} bytes` : "none", "last-snapshot"],
       ["desired workers", s.desired_workers],
     ]),
-    moves.length ? table(["shape change"], moves) : null,
+    moves.length ? table(["shape change", "added", "removed", "partitions moved", "workers after"], moves, { id: "shape-changes" }) : null,
     h("h2", {}, "Code versions"),
     table(["version", "graph", "first epoch"], versions),
     h("h2", {}, "Operators"),
