@@ -1,8 +1,8 @@
 """The invocation listing, the cluster view and the web console of the gateway, on a real cluster (bank
 app, 2 workers, a gateway with a token): the listing and the view of one invocation over HTTP,
-``styx invocations list`` and ``styx console``, a walk through the console in headless Chromium
-(cluster → an invocation found by id in the list → its entity), asserting on the DOM the page's own
-scripts built, and docs/http-api.md's examples run as written. The window and the history alone:
+``styx invocations list`` and ``styx console``, a click-through of the console in headless Chromium
+(cluster → the list, filtered → an invocation found by its id → its entity), asserting on what the
+page's own scripts built, and docs/http-api.md's examples run as written. The window and the history alone:
 ``tests/test_gateway_recent.py``.
 """
 
@@ -15,7 +15,6 @@ import sys
 import urllib.parse
 import uuid
 from collections.abc import Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,9 @@ import pytest
 from styx_benchmarks.screenshots import console_shots
 from styx_py.core.wire import StatusRequest
 from styx_py.stack.local import LocalStack, admin
-from styx_py.stack.screenshot import dump_dom, find_browser
+from styx_py.stack.screenshot import find_browser
 from styx_py.stack.services import TansuBroker
+from tests.browser import Browser
 from tests.service_fixtures import start_cluster
 from tests.test_gateway import TOKEN, GatewayThread, client_for, config, invocation, wait_ready, wait_until
 
@@ -236,56 +236,24 @@ def test_styx_console_prints_the_url(gateway: GatewayThread) -> None:
 # ---- the console in headless Chromium ----------------------------------------------------------------
 
 
-class Dom(HTMLParser):
-    """Elements by id, rows by data attribute, text by data-field: enough to read the console's DOM."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.ids: dict[str, dict[str, str | None]] = {}
-        self.by_attr: dict[str, list[dict[str, str | None]]] = {}
-        self.text: dict[str, str] = {}  # data-field / id → the element's text
-        self._open: list[tuple[str, str]] = []
-        self.html = html
-        self.feed(html)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        for name, value in a.items():
-            if name.startswith("data-"):
-                self.by_attr.setdefault(name, []).append(a)
-            if name == "id" and value:
-                self.ids[value] = a
-        for name in ("data-field", "id"):
-            if a.get(name):
-                self._open.append((tag, str(a[name])))
-                self.text.setdefault(str(a[name]), "")
-        if tag == "a" and a.get("href"):
-            self.by_attr.setdefault("href", []).append(a)
-
-    def handle_endtag(self, tag: str) -> None:
-        while self._open and self._open[-1][0] == tag:
-            self._open.pop()
-            break
-
-    def handle_data(self, data: str) -> None:
-        for _, name in self._open:
-            self.text[name] += data
-
-
 SVG_NS = "http://www.w3.org/2000/svg"  # a name for the SVG elements the charts create, never fetched
-
-
-def _page(url: str, fragment: str) -> Dom:
-    """The console at ``fragment`` (with the token, as ``styx console`` gives it), as Chromium built it."""
-    sep = "&" if "?" in fragment else "?"
-    return Dom(dump_dom(f"{url}/console{fragment}{sep}token={TOKEN}", (1280, 1600)))
+ROWS = (
+    "Object.fromEntries([...document.querySelectorAll('tr[data-worker]')]"
+    ".map(r => [r.dataset.worker, r.dataset.partitions]))"
+)
+STATUSES = "[...document.querySelectorAll('tr[data-request-id]')].map(r => r.dataset.status)"
+IDS = "[...document.querySelectorAll('tr[data-request-id]')].map(r => r.dataset.requestId)"
+SHOWN = "document.body.dataset.shown === '{}'"  # the page has rendered the view of this address
 
 
 @pytest.mark.services
 def test_console_walkthrough_in_headless_chromium(
     cluster: LocalStack, gateway: GatewayThread, traffic: Traffic, tmp_path: Path
 ) -> None:
-    if find_browser() is None:
+    """Clicks through the console as a user does (mouse clicks, the filter form), over the DevTools
+    protocol: cluster → the invocation list, filtered → an invocation found by its id → its entity."""
+    browser = find_browser()
+    if browser is None:
         pytest.skip("no Chromium installed (Debian: apt-get install chromium; make test installs it)")
     # The page, its script and style come from the gateway, without the token; its data needs it.
     for asset in ("/console", "/console-assets/console.js", "/console-assets/console.css"):
@@ -293,39 +261,49 @@ def test_console_walkthrough_in_headless_chromium(
         others = re.findall(r"https?://[^\s\"')]+", served.text.replace(SVG_NS, ""))
         assert served.status_code == 200 and not others, (asset, others)
     assert httpx.get(f"{gateway.url}/v1/cluster", timeout=10).status_code == 401
-
-    # Cluster: every worker with the partitions the coordinator says it owns.
     status = cluster.status()
-    home = _page(gateway.url, "#/cluster")
-    rows = {str(r["data-worker"]): r for r in home.by_attr.get("data-worker", [])}
-    assert set(rows) == {w["node_id"] for w in status["workers"]}, home.text
-    for w in status["workers"]:
-        assert rows[w["node_id"]]["data-partitions"] == ",".join(map(str, w["partitions"]))
-    assert home.text.get("state", "").strip() == "running", home.html
-    to_list = home.ids["to-invocations"]["href"]
-    assert to_list == "#/invocations"
-
-    # The list: the invocation is found by its id; its link opens it.
     rid, reply = next(iter(traffic.deposits.items()))
-    listing = _page(gateway.url, str(to_list))
-    row = next(r for r in listing.by_attr["data-request-id"] if r["data-request-id"] == rid)
-    assert row["data-status"] == "committed"
-    link = next(a["href"] for a in listing.by_attr["href"] if a["href"] == f"#/invocation/{rid}")
 
-    # The invocation: its reply, epoch, phase and entity.
-    opened = _page(gateway.url, str(link))
-    assert opened.text["request-id"] == rid and opened.text["status"].strip() == "committed"
-    assert opened.text["epoch"] == str(reply["epoch"]) and opened.text["tid"] == str(reply["tid"])
-    assert opened.text["phase"].startswith(str(reply["phase"]))
-    assert msgspec.json.decode(opened.text["reply"]) == reply["result"]
-    to_entity = str(opened.ids["to-entity"]["href"])
-    assert urllib.parse.parse_qs(to_entity.split("?", 1)[1])["key"] == [f"{traffic.tag}-0"]
+    with Browser(browser) as page:
+        # Cluster: every worker with the partitions the coordinator says it owns.
+        page.goto(f"{gateway.url}/console#/cluster?token={TOKEN}")  # as `styx console` would hand it out
+        page.wait("tr[data-worker]")
+        assert page.eval("location.hash") == "#/cluster", "the token stays in the address bar"
+        assert page.eval(ROWS) == {
+            w["node_id"]: ",".join(map(str, w["partitions"])) for w in status["workers"]
+        }
+        assert page.text('[data-field="state"]') == "running"
 
-    # The entity: its value, read through the state route as the page does.
-    entity = _page(gateway.url, to_entity)
-    balance = sum(10 + i for i in range(6) if i % 3 == 0)  # the deposits into account <tag>-0
-    assert entity.text["entity"] == f"account/{traffic.tag}-0"
-    assert msgspec.json.decode(str(entity.ids["value"]["data-value"])) == balance
+        # The list, filtered by status with the form.
+        page.click("#to-invocations")
+        page.wait("table#invocations")
+        page.select('select[name="status"]', "aborted")
+        page.click("form.filters button")
+        page.until(SHOWN.format("#/invocations?status=aborted"), "the aborted invocations")
+        assert set(page.eval(STATUSES)) == {"aborted"}
+        assert set(traffic.aborted) <= set(page.eval(IDS))
+
+        # All of them again (the menu), and the invocation found by its id; its link opens it.
+        page.click('nav a[data-nav="invocations"]')
+        page.until(SHOWN.format("#/invocations"), "every invocation")
+        assert page.attr(f'tr[data-request-id="{rid}"]', "data-status") == "committed"
+        page.click(f'tr[data-request-id="{rid}"] a')
+        page.wait("#request-id", rid)
+        assert page.text('[data-field="status"]') == "committed"
+        assert page.text('[data-field="epoch"]') == str(reply["epoch"])
+        assert page.text('[data-field="tid"]') == str(reply["tid"])
+        assert page.text('[data-field="phase"]').startswith(str(reply["phase"]))
+        assert msgspec.json.decode(page.text("#reply")) == reply["result"]
+        entity_key = f"{traffic.tag}-0"
+        assert page.text("#to-entity") == f"account/{entity_key}"
+
+        # The entity: its value, read through the state route as the page does.
+        page.click("#to-entity")
+        page.wait("#value")
+        assert page.text("#entity") == f"account/{entity_key}"
+        balance = sum(10 + i for i in range(6) if i % 3 == 0)  # the deposits into account <tag>-0
+        assert msgspec.json.decode(page.attr("#value", "data-value") or "null") == balance
+        assert urllib.parse.parse_qs(page.eval("location.hash").split("?", 1)[1])["key"] == [entity_key]
 
     # The same pages render as images at desktop and phone widths (the docs' screenshots).
     for png in console_shots(gateway.url, tmp_path, rid, TOKEN):

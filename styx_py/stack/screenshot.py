@@ -106,24 +106,6 @@ def screenshot(
     return png
 
 
-def dump_dom(
-    page: str | Path,
-    window: tuple[int, int] = DEFAULT_WINDOW,
-    browser: str | None = None,
-    timeout_s: float = TIMEOUT_S,
-) -> str:
-    """The DOM of ``page`` as headless Chromium has it once the page's scripts ran (``--dump-dom``):
-    what a user would see, for tests that assert on a page."""
-    browser = _browser(browser)
-    url = page_url(page)
-    with tempfile.TemporaryDirectory(prefix="styx-chromium-") as profile:
-        done = _run([*_base(browser, Path(profile), window), "--dump-dom", url], url, timeout_s)
-    if done.returncode != 0 or "<html" not in done.stdout:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        raise ScreenshotError(f"Chromium dumped no DOM of {url} (exit {done.returncode}): {tail}")
-    return done.stdout
-
-
 def _size(text: str) -> tuple[int, int]:
     width, _, height = text.partition(",")
     return int(width), int(height)

@@ -283,6 +283,7 @@ async function render() {
       else show(...await entityView(params));
     }
     document.body.dataset.view = view;
+    document.body.dataset.shown = location.hash;  // what the page shows now (tests wait for it)
   } catch (err) {
     show(failed(err));
   }
