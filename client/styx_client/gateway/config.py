@@ -53,7 +53,7 @@ class GatewayLimits:
     max_recent_invocations: int = 1000
     """Entries of the recent-invocations window (``GET /v1/invocations``; the oldest go first)."""
     max_recent_bytes: int = 16 * 1024 * 1024
-    """Bytes of that window (arguments and results as JSON, plus a fixed overhead per entry)."""
+    """Bytes of that window (arguments and results, plus a fixed overhead per entry)."""
 
     def __post_init__(self) -> None:
         _check(

@@ -7,10 +7,10 @@ or error) or why there is none (timeout, cluster unavailable). Entries are numbe
 jobs started; the number is the listing's cursor (``after``), so paging is stable while new entries
 arrive.
 
-Bounded by entries (``max_recent_invocations``) and bytes (``max_recent_bytes``: arguments and result
-as JSON): the oldest go first. The window is this replica's own: another replica's invocations are not
-listed here, but each one is still found by id (``GET /v1/invocations/{id}``, from the cluster's reply
-tables).
+Bounded by entries (``max_recent_invocations``) and bytes (``max_recent_bytes``: arguments as JSON,
+results as the cluster encoded them): the oldest go first. The window is this replica's own: another
+replica's invocations are not listed here, but each one is still found by id
+(``GET /v1/invocations/{id}``, from the cluster's reply tables).
 
 Cost, measured on the 2-core machine: an entry and its outcome take ~11 µs per invocation (the
 arguments encoded once as JSON); a filtered listing scans the whole window, ~0.6 ms for 1 000 entries.
