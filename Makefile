@@ -68,6 +68,7 @@ bench-tpcc10: install
 bench-http: install
 	$(PY) -m styx_benchmarks.http_overhead --rate 200 --seconds 10
 
-# What users see, rendered by headless Chromium (Debian's chromium) into docs/img/: the gateway's /docs.
+# What users see, rendered by headless Chromium (Debian's chromium) into docs/img/: the gateway's /docs, and
+# its web console on a local stack (Tansu, coordinator, 2 workers, gateway) with a few invocations.
 screenshots: install
 	$(PY) -m styx_benchmarks.screenshots --out docs/img

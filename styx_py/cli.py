@@ -24,6 +24,8 @@ from styx_py.core.config import Config, load_config
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.words import counted
 from styx_py.extras import add_parser, require
+from styx_py.gateway_cli import EXIT_PENDING, add_gateway_commands
+from styx_py.gateway_cli import gateway_token as _gateway_token
 from styx_py.io.runtime import run, setup_logging
 
 if TYPE_CHECKING:
@@ -136,6 +138,7 @@ def _announce(stack: LocalStack, state_file: Path) -> None:
     endpoints = stack.endpoints()
     if stack.gateway_url:
         endpoints["http docs"] = f"{stack.gateway_url}/docs"
+        endpoints["console"] = f"{stack.gateway_url}/console"
     for name, address in endpoints.items():
         print(f"  {name:<20} {address}", flush=True)
     print(f"  {'logs':<20} {stack.log_dir}", flush=True)
@@ -378,19 +381,6 @@ def _state_functions(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _gateway_token(args: argparse.Namespace) -> str | None:
-    """``--token-file``, else ``$STYX_GATEWAY_TOKEN`` (never a plain argument: argv is visible in ps)."""
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise StyxError(f"cannot read --token-file {args.token_file}: {exc}") from exc
-        if not token:
-            raise StyxError(f"--token-file {args.token_file} is empty")
-        return token
-    return os.environ.get("STYX_GATEWAY_TOKEN") or None
-
-
 def cmd_gateway(args: argparse.Namespace) -> int:
     require("styx gateway", "server")
     from styx_client.gateway import GatewayConfig, GatewayLimits, GatewayTiming, serve_gateway
@@ -405,12 +395,20 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         port=args.port,
         token=_gateway_token(args),
         state_functions=_state_functions(args.state_function),
-        limits=GatewayLimits(max_pending=args.max_pending, max_body_bytes=args.max_body_bytes),
+        limits=GatewayLimits(
+            max_pending=args.max_pending,
+            max_body_bytes=args.max_body_bytes,
+            max_recent_invocations=args.recent_invocations,
+        ),
         timing=GatewayTiming(reply_timeout_s=args.reply_timeout),
     )
 
     def announce(url: str) -> None:
-        print(f"gateway listening on {url} (docs {url}/docs); coordinator {config.coordinator}", flush=True)
+        print(
+            f"gateway listening on {url} (docs {url}/docs, console {url}/console); "
+            f"coordinator {config.coordinator}",
+            flush=True,
+        )
 
     run(serve_gateway(config, announce=announce))
     return 0
@@ -469,63 +467,7 @@ def _client_without_coordinator(kafka: str, app: str | None, timeout_s: float) -
     )
 
 
-def _gateway_url(args: argparse.Namespace) -> str:
-    url = args.gateway or os.environ.get("STYX_GATEWAY_URL")
-    if not url:
-        raise StyxError("no gateway URL: pass --gateway URL, set STYX_GATEWAY_URL or run 'styx up'")
-    return str(url).rstrip("/")
-
-
-EXIT_FAILED = 3  # the transaction aborted or failed (styx call, styx invocations get)
-EXIT_UNKNOWN_REQUEST = 4  # styx invocations get: the gateway knows no invocation with this id
-# styx invocations get: no reply yet (still running, or --wait ran out); styx scale: not done in time
-EXIT_PENDING = 5
 SCALE_POLL_S = 0.2  # styx scale: how often it asks for the status while the change runs
-
-
-def cmd_invocations(args: argparse.Namespace) -> int:
-    """``GET /v1/invocations/{id}`` on the gateway: print the reply; the exit code says what it was."""
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    url = f"{_gateway_url(args)}/v1/invocations/{urllib.parse.quote(args.request_id, safe='')}"
-    if args.wait:
-        url += f"?wait_s={args.wait:g}"
-    request = urllib.request.Request(url, headers={"accept": "application/json"})
-    token = _gateway_token(args)
-    if token:
-        request.add_header("authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=args.wait + 30) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    except OSError as exc:
-        raise StyxError(f"cannot reach the gateway at {url}: {exc}") from exc
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise StyxError(f"the gateway answered {status} with a body that is not JSON: {raw[:200]!r}") from exc
-    error = body.get("error") if isinstance(body, dict) else None
-    if status == 200:
-        print(json.dumps(body))
-        return 0
-    if status in (202, 504):
-        print(json.dumps(body))
-        return EXIT_PENDING
-    if not isinstance(error, dict):
-        raise StyxError(f"the gateway answered {status}: {body}")
-    if status == 404 and error.get("code") == "unknown_request":
-        # The gateway's hint names its HTTP parameter; here the flag does the same.
-        hint = ("long-poll with wait_s", "wait for it with --wait SECONDS")
-        message = str(error.get("message")).replace(*hint)
-        print(f"styx: {message}", file=sys.stderr)
-        return EXIT_UNKNOWN_REQUEST
-    if error.get("reply"):  # the cluster's answer: aborted (409) or failed (422)
-        print(json.dumps(error["reply"]))
-        return EXIT_FAILED
-    raise StyxError(f"the gateway answered {status} {error.get('code')}: {error.get('message')}")
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -539,7 +481,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-CLIENT_COMMANDS = frozenset({"deploy", "status", "call", "invocations", "gateway", "audit"})
+CLIENT_COMMANDS = frozenset({"deploy", "status", "call", "invocations", "console", "gateway", "audit"})
 
 
 def use_cluster_file(args: argparse.Namespace) -> None:
@@ -738,6 +680,12 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--max-body-bytes", type=int, default=1024 * 1024, help="largest request body (413)")
     gw.add_argument("--reply-timeout", type=float, default=30.0, help="default reply wait in seconds (504)")
     gw.add_argument(
+        "--recent-invocations",
+        type=int,
+        default=1000,
+        help="invocations kept for GET /v1/invocations and the console (default 1000; also at most 16 MiB)",
+    )
+    gw.add_argument(
         "--state-function",
         action="append",
         default=[],
@@ -846,26 +794,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     env.set_defaults(fn=cmd_env)
 
-    inv = sub.add_parser(
-        "invocations",
-        help="look up an invocation on the HTTP gateway by request id",
-        description="'styx invocations get ID' prints the reply of a request id (GET /v1/invocations/ID "
-        "on the gateway). Exit code 0: committed; 3: aborted or failed; 4: the gateway knows no such id; "
-        "5: no reply yet; 2: any other error.",
-    )
-    inv_sub = inv.add_subparsers(dest="action", required=True)
-    get = inv_sub.add_parser("get", help="print the reply of request id ID")
-    get.add_argument("request_id", metavar="ID")
-    get.add_argument(
-        "--gateway", help="gateway URL (default: $STYX_GATEWAY_URL or the one 'styx up' started)"
-    )
-    get.add_argument(
-        "--wait", type=float, default=0.0, help="seconds to wait for a pending reply (default 0)"
-    )
-    get.add_argument(
-        "--token-file", help="file holding the gateway's bearer token (else $STYX_GATEWAY_TOKEN)"
-    )
-    get.set_defaults(fn=cmd_invocations)
+    add_gateway_commands(sub)
     return p
 
 

@@ -332,6 +332,12 @@ class Coordinator:
             "workers": worker_rows(c, now),
             "operators": operator_rows(c),
             **self.epochs.throughput.summary(now),  # epochs_per_s, txn_per_s, abort_rate, totals
+            # Epochs timed since the start and their summed duration: a reader's two samples give the
+            # mean epoch latency between them (the gateway's console charts it).
+            "epoch_seconds": {
+                "count": sum(self.metrics.epoch_duration.counts),
+                "sum": round(self.metrics.epoch_duration.total, 6),
+            },
             "failed_workers": list(self.failed),
             "state": c.state,
             "degraded": c.degraded or None,

@@ -155,10 +155,20 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 
 def spark_session(
-    app_name: str = "styx-audit", driver_memory: str = "2g", log: Path | None = None, verbose: bool = False
+    app_name: str = "styx-audit",
+    driver_memory: str = "2g",
+    log: Path | None = None,
+    verbose: bool = False,
+    *,
+    master: str | None = None,
+    executor_memory: str | None = None,
 ) -> SparkSession:
-    """``local[2]`` (unless spark-submit chose a master), UI off, two shuffle partitions, UTC; the
-    settings measured best on this 2-core machine (shared/PYSPARK.md).
+    """On ``master``, else the one spark-submit chose, else ``local[2]``; UI off, two shuffle
+    partitions, UTC; the settings measured best on this 2-core machine (shared/PYSPARK.md).
+
+    On a cluster master the executors run this package's code (the data sources and the rules): they
+    need the same Python with styx-py installed (``PYSPARK_PYTHON``, default: this interpreter) and
+    must reach Kafka and S3 at the addresses the audit was given.
 
     Quiet unless ``verbose``: log level ERROR, no console progress bars, and a JVM started here writes
     its output to ``log`` (when given) instead of the terminal. ``verbose``: level WARN, progress bars."""
@@ -166,8 +176,12 @@ def spark_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     java_opts = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     builder = SparkSession.builder.appName(app_name)
-    if not SparkConf().contains("spark.master"):
+    if master is not None:
+        builder = builder.master(master)
+    elif not SparkConf().contains("spark.master"):
         builder = builder.master("local[2]")
+    if executor_memory is not None:
+        builder = builder.config("spark.executor.memory", executor_memory)
     for key, value in {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": str(verbose).lower(),
@@ -636,9 +650,16 @@ def run_from_args(
             progress.stage(f"checking S3 at {cfg.s3.endpoint} (bucket {cfg.s3.bucket!r})")
             check_s3(cfg.s3)
         log = cfg.out / "spark.log"
-        progress.stage("starting Spark (local[2])" + ("" if cfg.verbose else f"; its own log: {log}"))
+        where = cfg.master or SparkConf().get("spark.master", "local[2]")
+        progress.stage(f"starting Spark ({where})" + ("" if cfg.verbose else f"; its own log: {log}"))
         ours = SparkSession.getActiveSession() is None  # a caller's session is left running
-        spark = spark_session(driver_memory=cfg.driver_memory, log=log, verbose=cfg.verbose)
+        spark = spark_session(
+            driver_memory=cfg.driver_memory,
+            log=log,
+            verbose=cfg.verbose,
+            master=cfg.master,
+            executor_memory=cfg.executor_memory,
+        )
         try:
             progress.watch(spark)
             result = run_audit(spark, cfg, progress, planned)

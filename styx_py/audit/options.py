@@ -81,6 +81,8 @@ class AuditConfig:
     split_records: int = DEFAULT_SPLIT_RECORDS
     timeout_s: float = DEFAULT_TIMEOUT_S
     driver_memory: str = "2g"
+    master: str | None = None  # the Spark master (None: spark-submit's, else local[2])
+    executor_memory: str | None = None  # per executor, on a cluster master (None: Spark's default, 1g)
     verbose: bool = False  # Spark's own output on the terminal, tracebacks
     strict: bool = False  # a skipped check fails the audit
 
@@ -112,6 +114,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds without progress on a Kafka read"
     )
     p.add_argument("--driver-memory", default="2g", help="Spark driver memory (default 2g)")
+    p.add_argument(
+        "--master",
+        help="Spark master URL, e.g. spark://HOST:7077 (default: spark-submit's --master, else local[2])",
+    )
+    p.add_argument("--executor-memory", help="memory per executor on a cluster master (Spark's default: 1g)")
     p.add_argument("--strict", action="store_true", help="a check that had to be skipped fails the audit")
     p.add_argument(
         "--verbose", action="store_true", help="show Spark's log and progress bars, and tracebacks of errors"
@@ -154,6 +161,8 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
         split_records=args.split_records,
         timeout_s=args.timeout,
         driver_memory=args.driver_memory,
+        master=args.master,
+        executor_memory=args.executor_memory,
         verbose=args.verbose,
         strict=args.strict,
     )

@@ -64,14 +64,25 @@ def page_url(page: str | Path) -> str:
 
 def command(browser: str, url: str, png: Path, profile: Path, window: tuple[int, int]) -> list[str]:
     """The Chromium command line of one screenshot."""
-    return [
-        browser,
-        *FLAGS,
-        f"--user-data-dir={profile}",
-        f"--window-size={window[0]},{window[1]}",
-        f"--screenshot={png}",
-        url,
-    ]
+    return [*_base(browser, profile, window), f"--screenshot={png}", url]
+
+
+def _base(browser: str, profile: Path, window: tuple[int, int]) -> list[str]:
+    return [browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={window[0]},{window[1]}"]
+
+
+def _browser(browser: str | None) -> str:
+    found = browser or find_browser()
+    if found is None:
+        raise ScreenshotError(f"no Chromium found (tried {', '.join(BROWSERS)}): apt-get install chromium")
+    return found
+
+
+def _run(args: list[str], url: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ScreenshotError(f"Chromium took more than {timeout_s:g}s to render {url}") from exc
 
 
 def screenshot(
@@ -82,24 +93,13 @@ def screenshot(
     timeout_s: float = TIMEOUT_S,
 ) -> Path:
     """Render ``page`` (a file or a URL) to ``png`` in a ``window``-sized headless Chromium window."""
-    browser = browser or find_browser()
-    if browser is None:
-        raise ScreenshotError(f"no Chromium found (tried {', '.join(BROWSERS)}): apt-get install chromium")
+    browser = _browser(browser)
     url = page_url(page)
     png = png.resolve()
     png.parent.mkdir(parents=True, exist_ok=True)
     png.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="styx-chromium-") as profile:
-        try:
-            done = subprocess.run(
-                command(browser, url, png, Path(profile), window),
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise ScreenshotError(f"Chromium took more than {timeout_s:g}s to render {url}") from exc
+        done = _run(command(browser, url, png, Path(profile), window), url, timeout_s)
     if done.returncode != 0 or not png.exists() or png.stat().st_size == 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
         raise ScreenshotError(f"Chromium wrote no screenshot of {url} (exit {done.returncode}): {tail}")

@@ -17,6 +17,9 @@ them:
 ``models.py``      pydantic models (the OpenAPI schema) stating the core's limits on names, ids and keys
 ``config.py``      :class:`GatewayConfig` and its parts: :class:`GatewayLimits`, :class:`GatewayTiming`
 ``metrics.py``     Prometheus metrics (``GET /metrics``)
+``recent.py``      the window of recent invocations; ``listing.py`` its routes (``GET /v1/invocations``)
+``console.py``     the web console (``/console``, files in ``console/``) and ``GET /v1/cluster``
+``history.py``     the cluster's recent rates and epoch latency, from the status polls
 =================  ==================================================================================
 """
 

@@ -14,6 +14,10 @@ served offline by :mod:`.apidoc`; the user-facing description and the error tabl
 ==========================================  =================================================================
 ``POST /v1/invocations``                    run ``{operator, key, function, args}``; ``?wait=false`` → 202
 ``GET  /v1/invocations/{request_id}``       the reply of an earlier invocation (``?wait_s=`` long-polls)
+``GET  /v1/invocations``                    this replica's recent invocations (:mod:`.listing`)
+``GET  /v1/invocations/{request_id}/view``  one invocation: its call and its reply
+``GET  /v1/cluster``                        the cluster's status and its recent history (:mod:`.console`)
+``GET  /console``                           the web console (static; its data from the routes above)
 ``GET  /v1/state/{operator}/{key}``         one entity's state through a read-only transaction (debug/admin)
 ``GET  /v1/operators``                      what is deployed, and the cluster's state
 ``GET  /healthz`` / ``/readyz``             liveness / readiness (cluster running and client connected)
@@ -80,7 +84,11 @@ from starlette.responses import Response
 from styx_client.gateway.apidoc import API_DESCRIPTION, add_doc_routes
 from styx_client.gateway.cluster import ClusterLink
 from styx_client.gateway.config import GatewayConfig
+from styx_client.gateway.console import add_console_routes
+from styx_client.gateway.history import ClusterHistory
 from styx_client.gateway.invocations import Invocations
+from styx_client.gateway.jobs import Jobs
+from styx_client.gateway.listing import add_listing_routes
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import (
     ID_PATTERN,
@@ -98,6 +106,7 @@ from styx_client.gateway.models import (
     ValidationIssue,
 )
 from styx_client.gateway.outcomes import Outcome, failure, ok, respond
+from styx_client.gateway.recent import RecentInvocations
 from styx_client.gateway.strict_json import StrictJsonRoute
 from styx_py.core.limits import MAX_KEY_CHARS, MAX_NAME_CHARS
 from styx_py.core.wire import Key
@@ -114,6 +123,9 @@ class Served(Protocol):
     metrics: GatewayMetrics
     link: ClusterLink
     invocations: Invocations
+    recent: RecentInvocations
+    jobs: Jobs
+    history: ClusterHistory
 
 
 def build_app(gateway: Served) -> FastAPI:
@@ -135,6 +147,8 @@ def build_app(gateway: Served) -> FastAPI:
     bearer = HTTPBearer(auto_error=False, description="required when the gateway has a token")
     _add_error_handlers(app, gateway.metrics)
     _add_invocation_routes(app, gateway, bearer)
+    add_listing_routes(app, gateway, bearer)
+    add_console_routes(app, gateway, bearer)
     _add_admin_routes(app, gateway, bearer)
     _add_probe_routes(app, gateway)
     return app

@@ -152,6 +152,9 @@ class ClusterLink:
         self.backend_factory = backend_factory
         self.info = ClusterInfo("starting", reason="the coordinator has not answered yet")
         self.backend: Backend | None = None
+        self.status: Mapping[str, Any] = {}
+        """The coordinator's latest status body, as it answered it (``GET /v1/cluster``)."""
+        self.on_status: Callable[[Mapping[str, Any]], None] = lambda status: None
 
     # ---- polling ----------------------------------------------------------------------------------------
 
@@ -173,6 +176,8 @@ class ClusterLink:
                 log.warning("coordinator at %s unreachable: %r", self.config.coordinator, exc)
                 self.info = replace(self.info, state="unreachable", reason=f"{exc!r}")
             return failures
+        self.status = status
+        self.on_status(status)
         if info.state != self.info.state:
             log.info("cluster state: %s", info.state)
         if (

@@ -50,6 +50,10 @@ class GatewayLimits:
     max_cache_bytes: int = 64 * 1024 * 1024
     idempotency_ttl_s: float = 600.0
     """How long the idempotency table keeps a reply."""
+    max_recent_invocations: int = 1000
+    """Entries of the recent-invocations window (``GET /v1/invocations``; the oldest go first)."""
+    max_recent_bytes: int = 16 * 1024 * 1024
+    """Bytes of that window (arguments and results, plus a fixed overhead per entry)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -61,6 +65,8 @@ class GatewayLimits:
                 ("max_cached_replies", self.max_cached_replies >= 1),
                 ("max_cache_bytes", self.max_cache_bytes >= MIN_REPLY_CACHE_BYTES),
                 ("idempotency_ttl_s", self.idempotency_ttl_s > 0),
+                ("max_recent_invocations", self.max_recent_invocations >= 1),
+                ("max_recent_bytes", self.max_recent_bytes >= MIN_REPLY_CACHE_BYTES),
             ],
         )
 

@@ -152,11 +152,11 @@ class Invocations:
                 return reply_outcome(reply)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return self._not_found(rid, found)
+                return self.not_found(rid, found)
             await asyncio.sleep(min(interval, remaining))
             interval = min(2 * interval, self.config.timing.max_lookup_interval_s)
 
-    def _not_found(self, rid: str, found: Found) -> Outcome:
+    def not_found(self, rid: str, found: Found) -> Outcome:
         """No reply anywhere: 202 while it runs, 503 when some worker could not say, else 404."""
         if found.pending:
             return _pending(rid)

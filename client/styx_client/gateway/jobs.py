@@ -15,9 +15,10 @@ from styx_client.gateway.cluster import Backend
 from styx_client.gateway.config import GatewayConfig
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.outcomes import Outcome, failure, overloaded, reply_outcome, retry_after
+from styx_client.gateway.recent import Recent, RecentInvocations
 from styx_client.gateway.replies import ReplyCache
 from styx_py.core.errors import BadRequest, Overloaded, RequestTimeout, StyxError
-from styx_py.core.wire import Key
+from styx_py.core.wire import Key, Reply
 
 __all__ = ["GatewayStats", "Job", "JobCall", "Jobs"]
 
@@ -46,6 +47,9 @@ class Job:
     fingerprint: bytes | None
     done: asyncio.Future[Outcome]
     cache: bool
+    entry: Recent | None = None
+    """Its entry in the recent-invocations window (the invocations clients sent, not state reads)."""
+    reply: Reply | None = None
 
 
 class Jobs:
@@ -55,10 +59,16 @@ class Jobs:
     """
 
     def __init__(
-        self, config: GatewayConfig, replies: ReplyCache, stats: GatewayStats, metrics: GatewayMetrics
+        self,
+        config: GatewayConfig,
+        replies: ReplyCache,
+        stats: GatewayStats,
+        metrics: GatewayMetrics,
+        recent: RecentInvocations,
     ) -> None:
         self.config = config
         self.replies = replies
+        self.recent = recent
         self.stats = stats
         self.metrics = metrics
         self.group: asyncio.TaskGroup | None = None
@@ -91,6 +101,8 @@ class Jobs:
             )
         assert self.group is not None, "Gateway.run() is not running"
         job = Job(rid, fingerprint, asyncio.get_running_loop().create_future(), cache)
+        if cache:
+            job.entry = self.recent.started(rid, *call)
         self._pending[rid] = job
         self.stats.jobs_started += 1
         self.stats.peak_pending = max(self.stats.peak_pending, len(self._pending))
@@ -119,6 +131,7 @@ class Jobs:
 
     async def _execute(self, job: Job, call: JobCall, backend: Backend) -> None:
         outcome: Outcome | None = None
+        started = time.perf_counter()
         try:
             outcome = await self._submit(job, call, backend)
         except asyncio.CancelledError:
@@ -126,6 +139,9 @@ class Jobs:
             raise
         finally:
             del self._pending[job.rid]
+            if job.entry is not None and outcome is not None:
+                elapsed_ms = (time.perf_counter() - started) * 1000
+                self.recent.finished(job.entry, outcome, job.reply, elapsed_ms)
             if outcome is not None and not job.done.done():
                 job.done.set_result(outcome)
 
@@ -139,6 +155,7 @@ class Jobs:
             )
         except StyxError as exc:
             return self._not_replied(job.rid, exc)
+        job.reply = reply
         elapsed = time.perf_counter() - started
         self.metrics.transactions.labels(reply.status).observe(elapsed)
         outcome = reply_outcome(reply, elapsed * 1000)

@@ -22,8 +22,10 @@ __all__ = [
     "ErrorDetail",
     "Health",
     "InvocationAccepted",
+    "InvocationPage",
     "InvocationReply",
     "InvocationRequest",
+    "InvocationView",
     "OperatorInfo",
     "Readiness",
     "StateView",
@@ -82,6 +84,42 @@ class InvocationAccepted(BaseModel):
     request_id: str
     status: Literal["pending"] = "pending"
     location: str = Field(description="GET this to fetch the reply")
+
+
+class InvocationView(BaseModel):
+    """One invocation as the window of recent invocations holds it (``source`` "gateway"), or as the
+    cluster's reply tables do (``source`` "cluster": an invocation another replica sent; its call is
+    not known here, only its reply)."""
+
+    request_id: str
+    cursor: str | None = Field(description="its place in the listing (pass as ?after= for the next page)")
+    status: Literal["pending", "committed", "aborted", "failed", "error"] = Field(
+        description="error: no reply from the cluster (timeout, unavailable, refused); see code"
+    )
+    operator: str | None
+    key: str | int | None = Field(description="the entity the invocation called (with operator)")
+    function: str | None
+    args: list[Any] | None
+    submitted_at: float | None = Field(description="Unix time (s) this gateway sent it")
+    latency_ms: float | None = Field(description="submit to reply, as this gateway measured it")
+    http_status: int | None = Field(description="the status POST /v1/invocations answered with")
+    code: str | None = Field(description="the error code of that answer, if it was an error")
+    tid: int | None
+    epoch: int | None
+    phase: int | None = Field(
+        description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)"
+    )
+    result: Any = None
+    error: str | None
+    error_type: str | None
+    source: Literal["gateway", "cluster"]
+
+
+class InvocationPage(BaseModel):
+    invocations: list[InvocationView] = Field(description="newest first")
+    next_after: str | None = Field(description="cursor of the next (older) page; null: no more")
+    retained: int = Field(description="invocations the window holds now")
+    window: int = Field(description="its size: the most it holds (max_recent_invocations)")
 
 
 class ValidationIssue(BaseModel):

@@ -17,7 +17,7 @@ from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import ErrorBody, ErrorDetail, InvocationReply, ValidationIssue
 from styx_py.core.wire import UNDECODABLE, Reply, decode_value
 
-__all__ = ["Outcome", "failure", "ok", "overloaded", "reply_outcome", "respond", "retry_after"]
+__all__ = ["Outcome", "failure", "json_bytes", "ok", "overloaded", "reply_outcome", "respond", "retry_after"]
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -42,7 +42,7 @@ def respond(outcome: Outcome, metrics: GatewayMetrics) -> Response:
     return outcome.response()
 
 
-def _json(value: Any) -> bytes:
+def json_bytes(value: Any) -> bytes:
     """JSON bytes; strings with lone surrogates (valid JSON escapes, invalid UTF-8) go through json."""
     try:
         return msgspec.json.encode(value)
@@ -51,7 +51,7 @@ def _json(value: Any) -> bytes:
 
 
 def ok(model: BaseModel, status: int = 200, headers: Headers = ()) -> Outcome:
-    return Outcome(status, _json(model.model_dump()), None, headers)
+    return Outcome(status, json_bytes(model.model_dump()), None, headers)
 
 
 def failure(
@@ -67,7 +67,7 @@ def failure(
     detail = ErrorDetail(
         status=status, code=code, message=message, request_id=request_id, reply=reply, errors=errors
     )
-    return Outcome(status, _json(ErrorBody(error=detail).model_dump()), code, headers)
+    return Outcome(status, json_bytes(ErrorBody(error=detail).model_dump()), code, headers)
 
 
 def retry_after(seconds: int) -> Headers:

@@ -27,10 +27,12 @@ from styx_client.gateway.cluster import (
 )
 from styx_client.gateway.config import GatewayConfig
 from styx_client.gateway.guard import Guard
+from styx_client.gateway.history import ClusterHistory
 from styx_client.gateway.invocations import Invocations
 from styx_client.gateway.jobs import GatewayStats, Jobs
 from styx_client.gateway.lookups import ClusterReplies, LookupSource, coordinator_lookup
 from styx_client.gateway.metrics import GatewayMetrics
+from styx_client.gateway.recent import RecentInvocations
 from styx_client.gateway.replies import ReplyCache
 from styx_py.core.errors import StyxError
 
@@ -57,11 +59,14 @@ class Gateway:
             status_source or coordinator_status(config.coordinator, cluster_secret=config.cluster_secret),
             backend_factory or connect_client,
         )
+        self.history = ClusterHistory()
+        self.link.on_status = self.history.record
         self.replies = ReplyCache(
             config.limits.max_cached_replies, config.limits.max_cache_bytes, config.limits.idempotency_ttl_s
         )
         self.stats = GatewayStats()
-        self.jobs = Jobs(config, self.replies, self.stats, self.metrics)
+        self.recent = RecentInvocations(config.limits.max_recent_invocations, config.limits.max_recent_bytes)
+        self.jobs = Jobs(config, self.replies, self.stats, self.metrics, self.recent)
         self.cluster_replies = ClusterReplies(
             reply_lookup or coordinator_lookup(config.coordinator, cluster_secret=config.cluster_secret),
             self.metrics.lookup,

@@ -1,0 +1,128 @@
+"""The routes over the window of recent invocations (:mod:`.recent`): the listing, and the view of one.
+
+``GET /v1/invocations`` lists this replica's recent invocations, newest first, filtered by status and
+operator, a page at a time (``after`` is the ``next_after`` cursor of the previous page).
+``GET /v1/invocations/{id}/view`` shows one: the call and its reply from the window, else the reply
+alone from the cluster's reply tables (an invocation another replica sent, or one the window has
+dropped), else why there is none (202 pending, 404 unknown, 503 cannot tell).
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the route signatures at run time.
+from typing import Annotated, Any, Literal, Protocol
+
+from fastapi import Depends, FastAPI, Path, Query
+from fastapi.security import HTTPBearer
+from starlette.responses import Response
+
+from styx_client.gateway.config import GatewayConfig
+from styx_client.gateway.invocations import Invocations
+from styx_client.gateway.metrics import GatewayMetrics
+from styx_client.gateway.models import (
+    ID_PATTERN,
+    MAX_ID_CHARS,
+    ErrorBody,
+    InvocationAccepted,
+    InvocationPage,
+    InvocationView,
+)
+from styx_client.gateway.outcomes import Outcome, ok, respond
+from styx_client.gateway.recent import RecentInvocations, reply_fields
+from styx_py.core.limits import MAX_NAME_CHARS
+
+__all__ = ["MAX_LIST_LIMIT", "add_listing_routes"]
+
+MAX_LIST_LIMIT = 500  # invocations in one page
+DEFAULT_LIST_LIMIT = 50
+
+
+class Listed(Protocol):
+    config: GatewayConfig
+    metrics: GatewayMetrics
+    invocations: Invocations
+    recent: RecentInvocations
+
+
+def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> None:
+    recent, invocations, metrics = gateway.recent, gateway.invocations, gateway.metrics
+    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (401, 422, 429)}
+
+    @app.get(
+        "/v1/invocations",
+        response_model=InvocationPage,
+        responses=errors,
+        summary="List this gateway's recent invocations, newest first",
+        operation_id="listInvocations",
+        description=(
+            "The window of the invocations this gateway replica sent (`max_recent_invocations` "
+            "entries, 1 000 by default, and `max_recent_bytes`; the oldest go first), with their "
+            "call and reply. Page with `after` = the previous page's `next_after`."
+        ),
+        tags=["invocations"],
+    )
+    async def list_invocations(
+        status: Annotated[
+            Literal["pending", "committed", "aborted", "failed", "error"] | None,
+            Query(description="only invocations with this status"),
+        ] = None,
+        operator: Annotated[
+            str | None, Query(min_length=1, max_length=MAX_NAME_CHARS, description="only this operator")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
+        after: Annotated[
+            str | None, Query(pattern=r"^[0-9]{1,18}$", description="cursor: list what is older than it")
+        ] = None,
+        _auth: Annotated[Any, Depends(bearer)] = None,
+    ) -> Response:
+        entries, next_seq = recent.page(
+            status=status, operator=operator, limit=limit, after=None if after is None else int(after)
+        )
+        page = InvocationPage(
+            invocations=[InvocationView(**e.view()) for e in entries],
+            next_after=None if next_seq is None else str(next_seq),
+            retained=len(recent),
+            window=recent.max_entries,
+        )
+        return respond(ok(page), metrics)
+
+    @app.get(
+        "/v1/invocations/{request_id}/view",
+        response_model=InvocationView,
+        responses={
+            202: {"model": InvocationAccepted, "description": "running, no reply yet"},
+            **{s: {"model": ErrorBody} for s in (401, 404, 429, 503)},
+        },
+        summary="One invocation: its call (if this gateway sent it) and its reply",
+        operation_id="viewInvocation",
+        tags=["invocations"],
+    )
+    async def view_invocation(
+        request_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)],
+        _auth: Annotated[Any, Depends(bearer)] = None,
+    ) -> Response:
+        return respond(await _view(recent, invocations, request_id), metrics)
+
+
+async def _view(recent: RecentInvocations, invocations: Invocations, rid: str) -> Outcome:
+    entry = recent.get(rid)
+    if entry is not None:
+        return ok(InvocationView(**entry.view()))
+    found = await invocations.cluster_replies.find(rid)
+    reply = found.reply
+    if reply is None:
+        return invocations.not_found(rid, found)
+    view = InvocationView(
+        request_id=rid,
+        cursor=None,
+        status=reply.status,  # type: ignore[arg-type]  # committed | aborted | failed
+        operator=None,
+        key=None,
+        function=None,
+        args=None,
+        submitted_at=None,
+        latency_ms=None,
+        http_status=None,
+        code=None,
+        source="cluster",
+        **reply_fields(reply),
+    )
+    return ok(view)
