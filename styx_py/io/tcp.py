@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -59,7 +58,7 @@ from styx_py.io.links import (
     read_payload,
     refusal_of,
 )
-from styx_py.io.tls import Tls, accept_tls, open_connection
+from styx_py.io.tls import Tls, TlsServer, open_connection, start_server
 
 log = logging.getLogger("styx.transport")
 
@@ -102,7 +101,7 @@ class TcpTransport:
         self.accepted = 0  # open accepted connections, authenticated or not
         self.budget = InboundBudget(self.limits.inbound_bytes)
         self.refusals = Refusals(node_id, self.clock)
-        self.server: asyncio.Server | None = None
+        self.server: asyncio.Server | TlsServer | None = None
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.on_disconnect: Callable[[str], None] | None = None
@@ -113,7 +112,16 @@ class TcpTransport:
         self._keepalive = encode_frame(Batch(node_id, [], self.incarnation))
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accepted, self.host, self.port)
+        self.server = await start_server(
+            self._accepted,
+            self.host,
+            self.port,
+            self.tls,
+            self.refusals.add,
+            clock=self.clock,
+            timeout_s=self.limits.handshake_timeout_s,
+            limit=self.limits.connections,
+        )
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def run(self) -> None:
@@ -247,17 +255,12 @@ class TcpTransport:
         self.accepted += 1
         try:
             async with self.clock.timeout(self.limits.handshake_timeout_s):
-                if self.tls is not None:
-                    await accept_tls(writer, self.tls)
                 hello = await accept_handshake(reader, writer, self.key)
         except TimeoutError:
             self.refusals.add("handshake_timeout", address, "no proof of the cluster secret in time")
             writer.transport.abort()
         except Refused as exc:
             self.refusals.add(exc.reason, address, exc.detail)
-            writer.transport.abort()
-        except ssl.SSLError as exc:
-            self.refusals.add("tls", address, f"no TLS, or a certificate the CA did not sign: {exc}")
             writer.transport.abort()
         except (asyncio.IncompleteReadError, OSError):
             writer.transport.abort()  # went away before it authenticated

@@ -14,14 +14,21 @@ without them).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from styx_py.core.errors import ConfigError
+from styx_py.core.ports import Clock
 from styx_py.core.security import KafkaSecurity, TlsFiles, tls_from_env
 
-__all__ = ["Tls", "accept_tls", "client_tls", "kafka_options", "open_connection"]
+__all__ = ["Tls", "TlsServer", "client_tls", "kafka_options", "open_connection", "start_server"]
+
+log = logging.getLogger("styx.transport")
+ACCEPT_RETRY_S = 0.1
 
 
 def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
@@ -120,8 +127,106 @@ async def open_connection(
     )
 
 
-async def accept_tls(writer: asyncio.StreamWriter, tls: Tls) -> None:
-    """The acceptor's TLS handshake on a connection just accepted (before the HMAC handshake); raises
-    :class:`ssl.SSLError` for a peer that does not speak TLS or whose certificate the CA did not sign.
-    The caller bounds it in time."""
-    await writer.start_tls(tls.server())
+Accepted = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Refuse = Callable[[str, str, str], None]  # (reason, address, detail)
+
+
+class TlsServer:
+    """A listening socket whose connections are TLS from their first byte, handed on as streams once
+    the mutual handshake succeeded; a failed or overdue handshake is refused through ``refuse``
+    (reason ``tls`` or ``handshake_timeout``). ``asyncio.start_server`` with ``ssl=`` would drop those
+    failures silently, and ``StreamWriter.start_tls`` on an accepted stream loses a ClientHello that
+    arrives before it is called (uvloop reads at once)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        tls: Tls,
+        accepted: Accepted,
+        refuse: Refuse,
+        *,
+        clock: Clock,
+        timeout_s: float,
+        limit: int,
+    ) -> None:
+        self.sockets = [sock]
+        self.tls = tls
+        self.accepted = accepted
+        self.refuse = refuse
+        self.clock = clock
+        self.timeout_s = timeout_s
+        self.limit = limit  # handshakes in progress at once
+        self.handshaking: set[asyncio.Task[None]] = set()
+        self.task = asyncio.get_running_loop().create_task(self._accept_loop())
+
+    def close(self) -> None:
+        self.task.cancel()
+        for task in list(self.handshaking):
+            task.cancel()
+        self.sockets[0].close()
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        listening = self.sockets[0]
+        while True:
+            try:
+                conn, peer = await loop.sock_accept(listening)
+            except OSError as exc:  # out of file descriptors, say: the next accept may work
+                log.error("accepting a TLS connection failed: %s", exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            address = f"{peer[0]}:{peer[1]}"
+            if len(self.handshaking) >= self.limit:
+                self.refuse("too_many_connections", address, f"{len(self.handshaking)} TLS handshakes open")
+                conn.close()
+                continue
+            task = loop.create_task(self._handshake(conn, address))
+            self.handshaking.add(task)
+            task.add_done_callback(self.handshaking.discard)
+
+    async def _handshake(self, conn: socket.socket, address: str) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            async with self.clock.timeout(self.timeout_s):
+                transport, _ = await loop.connect_accepted_socket(
+                    # the clock's timeout is the one that counts; asyncio's is only a backstop
+                    lambda: protocol,
+                    conn,
+                    ssl=self.tls.server(),
+                    ssl_handshake_timeout=2 * self.timeout_s + 1,
+                )
+        except ssl.SSLError as exc:
+            self.refuse("tls", address, f"no TLS, or a certificate the CA did not sign: {exc}")
+            conn.close()
+            return
+        except (TimeoutError, ConnectionAbortedError):  # the handshake timeout: asyncio's, or ours
+            self.refuse("handshake_timeout", address, "no TLS handshake in time")
+            conn.close()
+            return
+        except OSError:
+            conn.close()  # went away during the handshake
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self.accepted(reader, writer)
+
+
+async def start_server(
+    accepted: Accepted,
+    host: str,
+    port: int,
+    tls: Tls | None,
+    refuse: Refuse,
+    *,
+    clock: Clock,
+    timeout_s: float,
+    limit: int,
+) -> asyncio.Server | TlsServer:
+    """The server of a coordinator or worker port: ``asyncio.start_server``, or with ``tls`` a
+    :class:`TlsServer` (handshakes bounded by ``timeout_s`` and ``limit``)."""
+    if tls is None:
+        return await asyncio.start_server(accepted, host, port)
+    sock = socket.create_server((host, port))
+    sock.setblocking(False)
+    return TlsServer(sock, tls, accepted, refuse, clock=clock, timeout_s=timeout_s, limit=limit)
