@@ -13,6 +13,7 @@ from typing import Any
 from minio import Minio
 
 from styx_py.core.errors import ConfigError
+from styx_py.core.security import PLAINTEXT, KafkaSecurity
 
 DEFAULT_SPLIT_RECORDS = 250_000  # largest offset range one Spark task reads
 DEFAULT_TIMEOUT_S = 120.0  # a Kafka read that makes no progress for this long fails
@@ -75,6 +76,7 @@ class AuditConfig:
     workload_options: dict[str, Any] = field(default_factory=dict)  # benchmarks.workload.Options fields
     app: str | None = None  # graph import path for the serial replay (default: the workload's app)
     s3: S3Options | None = None
+    kafka_security: KafkaSecurity = PLAINTEXT  # from STYX_KAFKA_SECURITY_PROTOCOL, _SSL_*, _SASL_*
     snapshot: str = "latest"
     serial: bool = True
     write_facts: bool = False
@@ -148,6 +150,7 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
         workload_options={k: v for k, v in named if v is not None},
         app=args.app,
         s3=s3,
+        kafka_security=KafkaSecurity.from_env(),
         snapshot=args.snapshot,
         serial=not args.no_serial,
         write_facts=args.write_facts,

@@ -24,6 +24,7 @@ from styx_py.core.errors import ConfigError
 
 __all__ = [
     "KAFKA_PROTOCOLS",
+    "PLAINTEXT",
     "SASL_MECHANISMS",
     "KafkaSecurity",
     "TlsFiles",
@@ -144,3 +145,6 @@ class KafkaSecurity:
     def from_options(cls, options: Mapping[str, str]) -> KafkaSecurity:
         names = {f.name for f in fields(cls)}
         return cls(**{k[6:]: v for k, v in options.items() if k.startswith("kafka.") and k[6:] in names})
+
+
+PLAINTEXT = KafkaSecurity()  # the default: no TLS, no SASL
