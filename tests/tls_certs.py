@@ -1,5 +1,6 @@
 """Throwaway certificate authorities and certificates for the TLS tests, made with the ``openssl`` command
-(EC P-256, valid for a day). The cluster's name, :data:`SERVER_NAME`, is in every node certificate."""
+(EC P-256, valid for a day). Every certificate issued names the cluster (:data:`SERVER_NAME`) and
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class Authority:
         cert, key, csr = (self.dir / f"{who}.{ext}" for ext in ("pem", "key", "csr"))
         ext = self.dir / f"{who}.ext"
         ext.write_text(
-            f"subjectAltName=DNS:{server_name}\nbasicConstraints=CA:FALSE\n"
+            f"subjectAltName=DNS:{server_name},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
             "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
         )
         _openssl("req", *_EC, "-subj", f"/CN={who}", "-keyout", key, "-out", csr, cwd=self.dir)
