@@ -24,7 +24,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from styx_py.core.errors import ConfigError
-from styx_py.core.security import KAFKA_PROTOCOLS, SASL_MECHANISMS, KafkaSecurity, TlsFiles, tls_files
+from styx_py.core.security import (
+    KAFKA_PROTOCOLS,
+    SASL_MECHANISMS,
+    KafkaSecurity,
+    TlsFiles,
+    is_placeholder,
+    tls_files,
+)
 
 Scope = Literal["cluster", "process", "client"]
 SCOPES: dict[str, str] = {
@@ -376,6 +383,10 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             ("s3_ca_file", self.s3_secure or not self.s3_ca_file, "is set but s3_secure is not"),
         ]
         hidden = {s.name for s in SETTINGS if s.meta.secret}
+        checks += [
+            (key, not is_placeholder(getattr(self, key)), "a placeholder, not a secret: generate one")
+            for key in sorted(hidden)
+        ]
         for key, ok, why in checks:
             if not ok:
                 value = "(hidden)" if key in hidden else repr(getattr(self, key))

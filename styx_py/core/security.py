@@ -17,6 +17,7 @@ is a :class:`~styx_py.core.errors.ConfigError` naming the variable, never a sile
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
@@ -28,6 +29,7 @@ __all__ = [
     "SASL_MECHANISMS",
     "KafkaSecurity",
     "TlsFiles",
+    "is_placeholder",
     "tls_files",
     "tls_from_env",
 ]
@@ -148,3 +150,19 @@ class KafkaSecurity:
 
 
 PLAINTEXT = KafkaSecurity()  # the default: no TLS, no SASL
+
+
+# Values that stand for a secret someone was meant to fill in: in a manifest or the environment, they
+# would let anyone who read the example in. Matched case-insensitively, anywhere in the value.
+_PLACEHOLDER = re.compile(
+    r"change[-_ ]?me|replace[-_ ]?me|placeholder|fill[-_ ]?me|your[-_ ]?(secret|password|token|key)"
+    r"|^(password|secret|token|example|xxx+|\.\.\.|…)$|<[^>]*>|\$\{[^}]*\}",
+    re.IGNORECASE,
+)
+
+
+def is_placeholder(value: str) -> bool:
+    """Whether ``value`` (a secret) is a known placeholder (``change-me``, ``<token>``, …), never a
+    real secret: the processes and the gateway refuse to start with one, and the deploy checks reject
+    manifests that carry one."""
+    return bool(value) and bool(_PLACEHOLDER.search(value))
