@@ -19,7 +19,18 @@ from styx_client.gateway import GatewayConfig
 from styx_py.core.config import load_config
 from styx_py.core.errors import ConfigError
 from styx_py.core.security import is_placeholder
-from tests.test_deploy import K8S, ROOT, _containers, generated_secrets, k8s, k8s_docs
+from tests.test_deploy import (
+    K8S,
+    ROOT,
+    _containers,
+    _interpolate,
+    compose_raw,
+    env_of,
+    generated_secrets,
+    k8s,
+    k8s_docs,
+    styx_services,
+)
 
 # What deploy/k8s/secret.yaml shipped before the secrets were generated: it applied as it was.
 PLACEHOLDER_SECRET = """
@@ -266,3 +277,22 @@ def test_every_port_a_policy_names_is_a_container_port() -> None:
         for rule in policy["spec"].get("ingress") or []:
             for port in rule.get("ports") or []:
                 assert port["port"] in names, f"{policy['metadata']['name']}: no port {port['port']}"
+
+
+def test_compose_processes_mount_the_certificates_tls_init_makes() -> None:
+    compose = _interpolate(compose_raw())
+    services = compose["services"]
+    init = services["tls-init"]
+    assert init["entrypoint"] == ["sh", "/make-certs.sh"] and init["restart"] == "no"
+    (script,) = [v for v in init["volumes"] if v.endswith(":/make-certs.sh:ro")]
+    assert (ROOT / script.split(":")[0]).is_file()
+    (out,) = init["command"]
+    (written,) = [v.split(":")[0] for v in init["volumes"] if v.split(":")[1] == out]
+    assert services["coordinator"]["depends_on"]["tls-init"]["condition"] == "service_completed_successfully"
+    for name, service in styx_services(compose).items():
+        env = env_of(service)
+        files = {env[f"STYX_TLS_{k}_FILE"] for k in ("CERT", "KEY", "CA")}
+        assert {str(PurePosixPath(f).parent) for f in files} == {out}, name
+        assert {PurePosixPath(f).name for f in files} == {"ca.crt", "tls.crt", "tls.key"}
+        assert f"{written}:{out}:ro" in service["volumes"], name
+        assert env["STYX_TLS_SERVER_NAME"] == env_of(init)["SERVER_NAME"], name
