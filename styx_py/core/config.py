@@ -122,7 +122,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     call_graph_caching: Annotated[
         bool, Setting("re-invoke cached calls in parallel in the fallback phase")
     ] = True
-    # ---- internal ports (coordinator and workers; docs/architecture.md#internal-port-security) -----------
+    # ---- internal ports (coordinator and workers; docs/deploy.md#security) -------------------------------
     cluster_secret: Annotated[
         str,
         Setting(
