@@ -154,10 +154,16 @@ def test_rotated_files_make_new_contexts(pki: dict[str, Identity], tmp_path: Pat
     identity.key.write_bytes(pki["coordinator"].key.read_bytes())
     os.utime(identity.cert, ns=(1, 1))  # a different stamp however fast the rewrite was
     assert node.server() is not first
-    identity.key.write_bytes(b"not a key")
+    second = node.server()
+    identity.key.write_bytes(pki["w1"].key.read_bytes())  # half rotated: the key no longer matches
     os.utime(identity.key, ns=(2, 2))
+    assert node.server() is second  # the contexts in use stay (and the error is logged) ...
+    identity.cert.write_bytes(pki["w1"].cert.read_bytes())
+    os.utime(identity.cert, ns=(3, 3))
+    assert node.server() is not second  # ... until the files match again
+    identity.key.write_bytes(b"not a key")
     with pytest.raises(ConfigError, match="STYX_TLS_KEY_FILE"):
-        node.client()
+        tls(identity)  # at start-up, a bad file is an error naming it
 
 
 def test_tls_settings_are_all_or_nothing() -> None:

@@ -118,6 +118,7 @@ class TcpTransport:
             self.port,
             self.tls,
             self.refusals.add,
+            spawn=self._spawn,
             clock=self.clock,
             timeout_s=self.limits.handshake_timeout_s,
             limit=self.limits.connections,

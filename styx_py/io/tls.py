@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from styx_py.core.errors import ConfigError
@@ -64,11 +64,19 @@ class Tls:
         return self._contexts()[1]
 
     def _contexts(self) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-        stamp = _stamp(self._paths)
-        if stamp != self._stamp or self._server is None or self._client is None:
-            self._server = self._context(ssl.Purpose.CLIENT_AUTH)
-            self._client = self._context(ssl.Purpose.SERVER_AUTH)
-            self._stamp = stamp
+        """The contexts, rebuilt when a file changed. Files being rotated may not match for a moment
+        (a new certificate, the old key): then the contexts in use stay, and the next call tries
+        again; only the first build, at start-up, fails."""
+        try:
+            stamp = _stamp(self._paths)
+            if stamp != self._stamp or self._server is None or self._client is None:
+                server = self._context(ssl.Purpose.CLIENT_AUTH)
+                self._client = self._context(ssl.Purpose.SERVER_AUTH)
+                self._server, self._stamp = server, stamp
+        except ConfigError as exc:
+            if self._server is None or self._client is None:
+                raise
+            log.error("keeping the TLS files in use: %s", exc)
         return self._server, self._client
 
     def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
@@ -129,6 +137,8 @@ async def open_connection(
 
 Accepted = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 Refuse = Callable[[str, str, str], None]  # (reason, address, detail)
+# Runs a connection's coroutine as a task of the transport (what it raises ends the process).
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
 
 class TlsServer:
@@ -145,11 +155,13 @@ class TlsServer:
         accepted: Accepted,
         refuse: Refuse,
         *,
+        spawn: Spawn,
         clock: Clock,
         timeout_s: float,
         limit: int,
     ) -> None:
         self.sockets = [sock]
+        self.spawn = spawn
         self.tls = tls
         self.accepted = accepted
         self.refuse = refuse
@@ -157,7 +169,7 @@ class TlsServer:
         self.timeout_s = timeout_s
         self.limit = limit  # handshakes in progress at once
         self.handshaking: set[asyncio.Task[None]] = set()
-        self.task = asyncio.get_running_loop().create_task(self._accept_loop())
+        self.task = spawn(self._accept_loop(), "accepting TLS connections")
 
     def close(self) -> None:
         self.task.cancel()
@@ -180,7 +192,7 @@ class TlsServer:
                 self.refuse("too_many_connections", address, f"{len(self.handshaking)} TLS handshakes open")
                 conn.close()
                 continue
-            task = loop.create_task(self._handshake(conn, address))
+            task = self.spawn(self._handshake(conn, address), f"the TLS handshake of {address}")
             self.handshaking.add(task)
             task.add_done_callback(self.handshaking.discard)
 
@@ -209,6 +221,9 @@ class TlsServer:
             conn.close()  # went away during the handshake
             return
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        task = asyncio.current_task()
+        assert task is not None
+        self.handshaking.discard(task)  # the connection is the transport's now (its own limit)
         await self.accepted(reader, writer)
 
 
@@ -219,6 +234,7 @@ async def start_server(
     tls: Tls | None,
     refuse: Refuse,
     *,
+    spawn: Spawn,
     clock: Clock,
     timeout_s: float,
     limit: int,
@@ -229,4 +245,4 @@ async def start_server(
         return await asyncio.start_server(accepted, host, port)
     sock = socket.create_server((host, port))
     sock.setblocking(False)
-    return TlsServer(sock, tls, accepted, refuse, clock=clock, timeout_s=timeout_s, limit=limit)
+    return TlsServer(sock, tls, accepted, refuse, spawn=spawn, clock=clock, timeout_s=timeout_s, limit=limit)
