@@ -51,6 +51,9 @@ def test_a_tls_cluster_serves_and_refuses_plain_and_forged_peers(
         async with await StyxClient.connect(stack.coordinator, timeout_s=60) as client:
             await client.call("account", "tls-a", "deposit", 100)
             results = [await client.call("account", "tls-a", "transfer", f"tls-{k}", 10) for k in "bcdefgh"]
+            # The SDK's links to the workers' ports (pushed replies and requests) are up: in TLS, as
+            # those ports take nothing else.
+            await until(lambda: client._transport.pushes_healthy, "the SDK subscribed on every worker")
             return [*results, await client.call("account", "tls-h", "balance")]
 
     results = asyncio.run(transact())

@@ -7,8 +7,11 @@ certificate is used by the next connection without a restart; connections alread
 
 :func:`kafka_options` is the one place that turns a :class:`~styx_py.core.security.KafkaSecurity` into
 aiokafka keyword arguments: every ``AIOKafkaProducer``, ``AIOKafkaConsumer`` and
-``AIOKafkaAdminClient`` of the product gets them (``tests/test_tls.py`` checks that none is built
-without them).
+``AIOKafkaAdminClient`` of the product gets them (``tests/test_kafka_security.py`` checks that none is
+built without them).
+
+:class:`TlsServer` accepts a coordinator's or worker's TLS connections, :func:`open_connection` dials
+one (with or without TLS): the one path of every dialer (nodes, admin clients, the SDK's worker links).
 """
 
 from __future__ import annotations
