@@ -246,6 +246,7 @@ async def start_server(
     :class:`TlsServer` (handshakes bounded by ``timeout_s`` and ``limit``)."""
     if tls is None:
         return await asyncio.start_server(accepted, host, port)
-    sock = socket.create_server((host, port))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # an IPv6 literal, else IPv4 or a name
+    sock = socket.create_server((host, port), family=family)
     sock.setblocking(False)
     return TlsServer(sock, tls, accepted, refuse, spawn=spawn, clock=clock, timeout_s=timeout_s, limit=limit)
