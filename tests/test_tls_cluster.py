@@ -70,7 +70,7 @@ def test_a_tls_cluster_serves_and_refuses_plain_and_forged_peers(
         # its handshake timeout.
         for name in admin.env():
             monkeypatch.delenv(name)
-        with pytest.raises(HandshakeFailed):
+        with pytest.raises(HandshakeFailed, match="STYX_TLS_"):
             await admin_request(stack.coordinator, StatusRequest(), 30.0, secret=stack.secret)
         reader, writer = await raw(port)
         writer.write(register("w1"))  # plain bytes where TLS belongs

@@ -50,6 +50,7 @@ async def admin_request(
                 raise HandshakeFailed(
                     f"{address} took the connection but sent no handshake within {HANDSHAKE_TIMEOUT_S:g} s: "
                     "is it a styx-py coordinator's port?"
+                    + ("" if tls else " (one in TLS waits for a client with STYX_TLS_* set)")
                 ) from None
             writer.write(encode_frame(Batch(name, [msg])))
             while True:

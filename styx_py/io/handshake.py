@@ -158,7 +158,8 @@ async def dial_handshake(
         welcome = await _read(reader, Welcome, "unauthenticated")
     except asyncio.IncompleteReadError as exc:
         raise HandshakeFailed(
-            f"the peer closed the connection during the handshake: is {SECRET_ENV} the cluster's?"
+            f"the peer closed the connection during the handshake: is {SECRET_ENV} the cluster's "
+            "(and STYX_TLS_* set, if its ports require TLS)?"
         ) from exc
     except Refused as exc:
         raise HandshakeFailed(f"the peer is not a styx-py node of this cluster ({exc})") from exc
