@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from styx_benchmarks.driver import tick_for
 from styx_client.sdk.kafka import open_kafka, stop_quietly
 from styx_py.core.requests import encode_request
+from styx_py.core.security import KafkaSecurity
 from styx_py.core.segments import segment_topic
 from styx_py.io.batching import BatchLanes
 
@@ -39,6 +40,7 @@ class RawSettings:
     timeout_s: float = 30.0
     linger_ms: int = 0
     fetch_wait_ms: int = 5
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity.from_env)
 
 
 @dataclass(slots=True)

@@ -26,6 +26,10 @@ A :class:`TransactionFailed` carries the ``reply`` and its ``request_id``, ``tid
 ``error`` and ``error_type``. Each client reads only its reply partition of the egress topic
 (``reply_partition=``, default a stable hash of ``client_id=``): see :class:`StyxClient`.
 
+A client reaches Kafka with TLS and SASL when given a :class:`KafkaSecurity` (``kafka_security=``,
+default from the ``STYX_KAFKA_SECURITY_PROTOCOL``, ``STYX_KAFKA_SSL_*`` and ``STYX_KAFKA_SASL_*``
+environment), and the cluster's ports in mutual TLS with the ``STYX_TLS_*`` files (docs/deploy.md).
+
 The HTTP gateway (``styx gateway``, started by ``styx up``) is :class:`Gateway` with its
 :class:`GatewayConfig` (and its parts :class:`GatewayLimits` and :class:`GatewayTiming`); see
 ``styx_client.gateway`` (its ``app`` module) for the routes and status codes.
@@ -44,6 +48,7 @@ from styx_py.core.errors import (
     TransactionFailed,
     Unavailable,
 )
+from styx_py.core.security import KafkaSecurity
 from styx_py.core.wire import Reply, ReplyStatus
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "GatewayConfig",
     "GatewayLimits",
     "GatewayTiming",
+    "KafkaSecurity",
     "Overloaded",
     "Reply",
     "ReplyStatus",

@@ -48,7 +48,9 @@ async def serve_coordinator(
     )
 
     # One admin client for the process: the coordinator creates two topics per log segment.
-    admin = TopicAdmin(kafka, replication_factor=config.kafka_replication_factor)
+    admin = TopicAdmin(
+        kafka, replication_factor=config.kafka_replication_factor, security=config.kafka_security()
+    )
     blobs = blob_store_from(config)
     # Compaction merges a partition's snapshot chain with its reply table: a second or more of CPU at a
     # few thousand transactions per second, which on the event loop stalled every epoch meanwhile.

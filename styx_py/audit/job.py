@@ -276,6 +276,7 @@ def kafka_df(spark: SparkSession, cfg: AuditConfig, kind: str, ranges: list[Offs
         .option("ranges", ranges_option(ranges))
         .option("split_records", str(cfg.split_records))
         .option("timeout_s", str(cfg.timeout_s))
+        .options(**cfg.kafka_security.as_options())
         .load()
     )
 
@@ -426,7 +427,9 @@ def plan(cfg: AuditConfig) -> list[OffsetRange]:
     topics = [cfg.ingress_topic, cfg.egress_topic, cfg.seqlog_topic]
     try:
         segmented = [cfg.ingress_topic, cfg.egress_topic]
-        return asyncio.run(plan_ranges(cfg.kafka, topics, cfg.timeout_s, segmented=segmented))
+        return asyncio.run(
+            plan_ranges(cfg.kafka, topics, cfg.timeout_s, segmented=segmented, security=cfg.kafka_security)
+        )
     except (OSError, KafkaError, MissingData) as exc:  # TimeoutError is an OSError
         raise kafka_failure(cfg.kafka, exc) from exc
 

@@ -12,7 +12,9 @@ Options: ``bootstrap`` (required); ``topics`` (comma-separated; ``topic`` is an 
 (``ingress`` | ``egress`` | ``seqlog`` | ``raw``, see :mod:`styx_py.audit.rows`); ``ranges`` (JSON
 from :func:`ranges_option`: read exactly these offset ranges); ``split_records`` (largest range one
 task reads, default 250 000); ``timeout_s`` (a range that makes no progress for this long fails,
-default 120).
+default 120); ``kafka.security_protocol``, ``kafka.ssl_ca_file``, ``kafka.ssl_cert_file``,
+``kafka.ssl_key_file``, ``kafka.sasl_mechanism``, ``kafka.sasl_username``, ``kafka.sasl_password``
+(:meth:`~styx_py.core.security.KafkaSecurity.as_options`; default PLAINTEXT).
 
 **Where a partition ends.** The end of each partition is its *fetch high watermark*, captured once
 at planning time, so a DataFrame is a fixed cut of the log (later appends are not read). Neither
@@ -40,7 +42,9 @@ from styx_py.audit.arrow import spark_schema
 from styx_py.audit.failures import MissingData
 from styx_py.audit.options import DEFAULT_SPLIT_RECORDS, DEFAULT_TIMEOUT_S
 from styx_py.audit.rows import KINDS, KafkaRecord, Kind, decode_records, kafka_schema
+from styx_py.core.security import PLAINTEXT, KafkaSecurity
 from styx_py.core.segments import segment_topic, segments_in
+from styx_py.io.tls import kafka_options
 
 FETCH_WAIT_MS = (
     10  # Tansu never answers a fetch with max wait 0, and answers a waiting one only at its deadline
@@ -62,13 +66,14 @@ class OffsetRange:
         return f"{self.topic}/{self.partition}[{self.start}, {self.end})"
 
 
-def _consumer(bootstrap: str) -> AIOKafkaConsumer:
+def _consumer(bootstrap: str, security: KafkaSecurity) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         group_id=None,
         fetch_max_wait_ms=FETCH_WAIT_MS,
         max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES,
+        **kafka_options(security),
     )
 
 
@@ -76,11 +81,15 @@ TOPIC_WAIT_S = 10.0  # a topic whose metadata shows no partitions for this long 
 
 
 async def plan_ranges(
-    bootstrap: str, topics: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S, segmented: Sequence[str] = ()
+    bootstrap: str,
+    topics: Sequence[str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    segmented: Sequence[str] = (),
+    security: KafkaSecurity = PLAINTEXT,
 ) -> list[OffsetRange]:
     """Every partition of ``topics`` from its log start to its current fetch high watermark; of each
     topic in ``segmented`` (one of ``topics``), every segment's (:mod:`styx_py.core.segments`)."""
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, security)
     try:
         await consumer.start()  # inside: a consumer that failed to bootstrap is stopped too
         if segmented:
@@ -145,13 +154,17 @@ def parse_ranges(text: str) -> list[OffsetRange]:
 
 
 async def iter_range(
-    bootstrap: str, r: OffsetRange, timeout_s: float = DEFAULT_TIMEOUT_S, batch_records: int = BATCH_RECORDS
+    bootstrap: str,
+    r: OffsetRange,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    batch_records: int = BATCH_RECORDS,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> AsyncGenerator[list[KafkaRecord], None]:
     """The records of ``r`` in offset order, in lists of at most ``batch_records``."""
     if r.end <= r.start:
         return
     tp = TopicPartition(r.topic, r.partition)
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, security)
     await consumer.start()
     try:
         consumer.assign([tp])
@@ -188,12 +201,16 @@ async def iter_range(
 
 
 def read_range(
-    bootstrap: str, r: OffsetRange, timeout_s: float = DEFAULT_TIMEOUT_S, batch_records: int = BATCH_RECORDS
+    bootstrap: str,
+    r: OffsetRange,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    batch_records: int = BATCH_RECORDS,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Iterator[list[KafkaRecord]]:
     """:func:`iter_range` for synchronous callers (a Spark task): a generator driving a private event
     loop, so Spark consumes the range batch by batch with bounded memory."""
     loop = asyncio.new_event_loop()
-    batches = iter_range(bootstrap, r, timeout_s, batch_records)
+    batches = iter_range(bootstrap, r, timeout_s, batch_records, security)
     try:
         while True:
             try:
@@ -242,6 +259,7 @@ class StyxKafkaSource(DataSource):
             parse_ranges(ranges_text) if ranges_text else None,
             int(self.options.get("split_records", DEFAULT_SPLIT_RECORDS)),
             float(self.options.get("timeout_s", DEFAULT_TIMEOUT_S)),
+            KafkaSecurity.from_options(self.options),
         )
 
 
@@ -254,8 +272,10 @@ class KafkaRangeReader(DataSourceReader):
         ranges: list[OffsetRange] | None,
         split_records: int,
         timeout_s: float,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.topics = topics
         self.kind = kind
         self.ranges = ranges
@@ -265,7 +285,9 @@ class KafkaRangeReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         ranges = self.ranges
         if ranges is None:
-            ranges = asyncio.run(plan_ranges(self.bootstrap, self.topics, self.timeout_s))
+            ranges = asyncio.run(
+                plan_ranges(self.bootstrap, self.topics, self.timeout_s, security=self.security)
+            )
         return [RangePartition(r) for r in split([r for r in ranges if r.end > r.start], self.split_records)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -273,5 +295,5 @@ class KafkaRangeReader(DataSourceReader):
             # No records to read (every range empty): PySpark then calls read() once with a plain
             # InputPartition of its own instead of none at all.
             return
-        for records in read_range(self.bootstrap, partition.range, self.timeout_s):
+        for records in read_range(self.bootstrap, partition.range, self.timeout_s, security=self.security):
             yield decode_records(self.kind, records)

@@ -13,6 +13,8 @@ from typing import Any
 from minio import Minio
 
 from styx_py.core.errors import ConfigError
+from styx_py.core.security import PLAINTEXT, KafkaSecurity
+from styx_py.io.s3 import s3_client
 
 DEFAULT_SPLIT_RECORDS = 250_000  # largest offset range one Spark task reads
 DEFAULT_TIMEOUT_S = 120.0  # a Kafka read that makes no progress for this long fails
@@ -28,6 +30,7 @@ class S3Options:
     bucket: str = "styx-snapshots"
     region: str = "us-east-1"
     secure: bool = False
+    ca_file: str = ""  # the CA bundle S3's certificate is verified against (secure; empty: the system's)
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> S3Options:
@@ -42,6 +45,7 @@ class S3Options:
             options.get("bucket") or env.get("STYX_SNAPSHOT_BUCKET", "styx-snapshots"),
             options.get("region") or env.get("STYX_S3_REGION", "us-east-1"),
             (options.get("secure") or env.get("STYX_S3_SECURE", "false")).lower() in ("1", "true", "yes"),
+            options.get("ca_file") or env.get("STYX_S3_CA_FILE", ""),
         )
 
     def as_options(self) -> dict[str, str]:
@@ -52,15 +56,17 @@ class S3Options:
             "bucket": self.bucket,
             "region": self.region,
             "secure": str(self.secure).lower(),
+            "ca_file": self.ca_file,
         }
 
     def client(self) -> Minio:
-        return Minio(
+        return s3_client(
             self.endpoint,
-            access_key=self.access_key,
-            secret_key=self.secret_key,
-            region=self.region,
+            self.access_key,
+            self.secret_key,
+            self.region,
             secure=self.secure,
+            ca_file=self.ca_file,
         )
 
 
@@ -75,6 +81,7 @@ class AuditConfig:
     workload_options: dict[str, Any] = field(default_factory=dict)  # benchmarks.workload.Options fields
     app: str | None = None  # graph import path for the serial replay (default: the workload's app)
     s3: S3Options | None = None
+    kafka_security: KafkaSecurity = PLAINTEXT  # from STYX_KAFKA_SECURITY_PROTOCOL, _SSL_*, _SASL_*
     snapshot: str = "latest"
     serial: bool = True
     write_facts: bool = False
@@ -99,7 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-access-key", help="default $STYX_S3_ACCESS_KEY")
     p.add_argument("--s3-secret-key", help="default $STYX_S3_SECRET_KEY")
     p.add_argument("--s3-region", help="default $STYX_S3_REGION or us-east-1")
-    p.add_argument("--s3-secure", action="store_true", help="HTTPS")
+    p.add_argument("--s3-secure", action="store_true", help="HTTPS (default $STYX_S3_SECURE)")
+    p.add_argument("--s3-ca-file", help="PEM CA bundle of S3's certificate (default $STYX_S3_CA_FILE)")
     p.add_argument("--bucket", help="snapshot bucket (default $STYX_SNAPSHOT_BUCKET or styx-snapshots)")
     p.add_argument("--snapshot", default="latest", help="'latest' (default) or a snapshot epoch")
     p.add_argument("--workload", help="check this workload's invariants (ycsbt, tpcc, …)")
@@ -141,6 +149,7 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
                 "secret_key": args.s3_secret_key or "",
                 "region": args.s3_region or "",
                 "secure": "true" if args.s3_secure else "",
+                "ca_file": args.s3_ca_file or "",
                 "bucket": args.bucket or "",
             }
         )
@@ -155,6 +164,7 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
         workload_options={k: v for k, v in named if v is not None},
         app=args.app,
         s3=s3,
+        kafka_security=KafkaSecurity.from_env(),
         snapshot=args.snapshot,
         serial=not args.no_serial,
         write_facts=args.write_facts,

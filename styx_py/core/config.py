@@ -24,6 +24,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from styx_py.core.errors import ConfigError
+from styx_py.core.security import (
+    KAFKA_PROTOCOLS,
+    SASL_MECHANISMS,
+    KafkaSecurity,
+    TlsFiles,
+    is_placeholder,
+    tls_files,
+)
 
 Scope = Literal["cluster", "process", "client"]
 SCOPES: dict[str, str] = {
@@ -114,7 +122,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     call_graph_caching: Annotated[
         bool, Setting("re-invoke cached calls in parallel in the fallback phase")
     ] = True
-    # ---- internal ports (coordinator and workers; docs/architecture.md#internal-port-security) -----------
+    # ---- internal ports (coordinator and workers; docs/deploy.md#security) -------------------------------
     cluster_secret: Annotated[
         str,
         Setting(
@@ -137,6 +145,28 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             ge=1,
         ),
     ] = 60.0
+    tls_cert_file: Annotated[
+        str,
+        Setting(
+            "PEM certificate of this process on the internal ports: with tls_key_file and tls_ca_file, "
+            "every connection to and from a coordinator or worker port is mutual TLS (both sides "
+            "verify the other's certificate against the CA) under the HMAC handshake; admin clients, "
+            "the SDK and the gateway read the same variables; empty: plain TCP",
+            scope="process",
+        ),
+    ] = ""
+    tls_key_file: Annotated[str, Setting("PEM private key of tls_cert_file", scope="process")] = ""
+    tls_ca_file: Annotated[
+        str, Setting("PEM CA certificate(s) the peers' certificates must be signed by", scope="process")
+    ] = ""
+    tls_server_name: Annotated[
+        str,
+        Setting(
+            "a DNS name (subjectAltName) every node's certificate carries, checked by whoever dials a "
+            "node; empty: the CA signature is checked, the name is not (nodes are dialed by address)",
+            scope="process",
+        ),
+    ] = ""
     # ---- Kafka ---------------------------------------------------------------------------------------------
     kafka_bootstrap: Annotated[
         str,
@@ -212,6 +242,30 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             32,
         ),
     ] = 1
+    kafka_security_protocol: Annotated[
+        str,
+        Setting(
+            "how every Kafka client of the cluster (workers, coordinator, SDK, gateway, audit) reaches the "
+            "broker",
+            choices=KAFKA_PROTOCOLS,
+            scope="process",
+        ),
+    ] = "PLAINTEXT"
+    kafka_ssl_ca_file: Annotated[
+        str,
+        Setting("PEM CA of the broker's certificate (SSL, SASL_SSL; empty: the system's)", scope="process"),
+    ] = ""
+    kafka_ssl_cert_file: Annotated[
+        str,
+        Setting("PEM client certificate, for a broker that requires one (SSL, SASL_SSL)", scope="process"),
+    ] = ""
+    kafka_ssl_key_file: Annotated[str, Setting("PEM key of kafka_ssl_cert_file", scope="process")] = ""
+    kafka_sasl_mechanism: Annotated[
+        str,
+        Setting(f"SASL mechanism (SASL_*): one of {', '.join(SASL_MECHANISMS)}", scope="process"),
+    ] = ""
+    kafka_sasl_username: Annotated[str, Setting("SASL user name (SASL_*)", scope="process")] = ""
+    kafka_sasl_password: Annotated[str, Setting("SASL password (SASL_*)", scope="process", secret=True)] = ""
     # ---- S3 and snapshots ------------------------------------------------------------------------------
     snapshot_bucket: Annotated[
         str,
@@ -224,7 +278,11 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     s3_access_key: Annotated[str, Setting("S3 access key", secret=True)] = ""
     s3_secret_key: Annotated[str, Setting("S3 secret key", secret=True)] = ""
     s3_region: Annotated[str, Setting("S3 region")] = "us-east-1"
-    s3_secure: Annotated[bool, Setting("use HTTPS to reach S3")] = False
+    s3_secure: Annotated[bool, Setting("use HTTPS to reach S3 (the certificate is verified)")] = False
+    s3_ca_file: Annotated[
+        str,
+        Setting("PEM CA bundle that S3's certificate is verified against (s3_secure; empty: the system's)"),
+    ] = ""
     snapshot_interval_s: Annotated[
         float,
         Setting("take an incremental snapshot this often (at an epoch boundary)", "s", ge=0),
@@ -322,12 +380,35 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
                 not self.cluster_secret or len(self.cluster_secret) >= 16,
                 "must be at least 16 characters (or empty on a loopback-only cluster)",
             ),
+            ("s3_ca_file", self.s3_secure or not self.s3_ca_file, "is set but s3_secure is not"),
         ]
         hidden = {s.name for s in SETTINGS if s.meta.secret}
+        checks += [
+            (key, not is_placeholder(getattr(self, key)), "a placeholder, not a secret: generate one")
+            for key in sorted(hidden)
+        ]
         for key, ok, why in checks:
             if not ok:
                 value = "(hidden)" if key in hidden else repr(getattr(self, key))
                 raise ConfigError(f"invalid value for {key} (STYX_{key.upper()}): {value}: {why}")
+        self.internal_tls()
+        self.kafka_security()
+
+    def internal_tls(self) -> TlsFiles | None:
+        """TLS on the internal ports, None for plain TCP (see :mod:`styx_py.core.security`)."""
+        return tls_files(self.tls_cert_file, self.tls_key_file, self.tls_ca_file, self.tls_server_name)
+
+    def kafka_security(self) -> KafkaSecurity:
+        """How this process's Kafka clients reach the broker (see :mod:`styx_py.core.security`)."""
+        return KafkaSecurity(
+            self.kafka_security_protocol,
+            self.kafka_ssl_ca_file,
+            self.kafka_ssl_cert_file,
+            self.kafka_ssl_key_file,
+            self.kafka_sasl_mechanism,
+            self.kafka_sasl_username,
+            self.kafka_sasl_password,
+        )
 
 
 @dataclass(frozen=True)

@@ -18,23 +18,31 @@ from styx_py.core.wire import (
     frame_length,
 )
 from styx_py.io.handshake import HandshakeFailed, client_secret, dial_handshake
+from styx_py.io.tls import Tls, client_tls, open_connection
 
 __all__ = ["admin_request"]
 
 
 async def admin_request(
-    address: str, msg: Message, timeout_s: float = 60.0, *, secret: str | None = None
+    address: str,
+    msg: Message,
+    timeout_s: float = 60.0,
+    *,
+    secret: str | None = None,
+    tls: Tls | None = None,
 ) -> AdminReply:
     """One request/reply exchange with the coordinator's admin API (used by the CLI, the SDK and the
     gateway), authenticated with ``secret`` (default ``$STYX_CLUSTER_SECRET``, see
-    :func:`~styx_py.io.handshake.client_secret`)."""
+    :func:`~styx_py.io.handshake.client_secret`), in mutual TLS with ``tls`` (default: from
+    ``$STYX_TLS_*``, see :func:`~styx_py.io.tls.client_tls`)."""
     host, port = host_port(address, "the coordinator's address")
     key = client_secret(secret).encode()
+    tls = client_tls(tls)
     name = f"admin-{uuid.uuid4().hex[:12]}"
     writer: asyncio.StreamWriter | None = None
     try:
         async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await open_connection(host, port, tls)
             try:
                 async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                     await dial_handshake(reader, writer, key, name, name)
@@ -42,6 +50,7 @@ async def admin_request(
                 raise HandshakeFailed(
                     f"{address} took the connection but sent no handshake within {HANDSHAKE_TIMEOUT_S:g} s: "
                     "is it a styx-py coordinator's port?"
+                    + ("" if tls else " (one in TLS waits for a client with STYX_TLS_* set)")
                 ) from None
             writer.write(encode_frame(Batch(name, [msg])))
             while True:

@@ -15,8 +15,8 @@ another connection; the role label keeps one side's proof from being replayed as
 dialer's node id and incarnation are bound into the proof, so the identity a connection claims is the
 one it authenticated (the transport then refuses frames whose ``src`` differs).
 
-The handshake authenticates; it does not encrypt: run the cluster on a private network (see
-docs/architecture.md#internal-port-security). A connection that fails it is closed without an answer.
+The handshake authenticates; it does not encrypt: with TLS files configured, it runs inside mutual
+TLS (:mod:`styx_py.io.tls`, docs/deploy.md#security). A connection that fails it is closed without an answer.
 An empty secret is allowed only on loopback (:func:`require_secret`): any local process can join then.
 """
 
@@ -158,7 +158,8 @@ async def dial_handshake(
         welcome = await _read(reader, Welcome, "unauthenticated")
     except asyncio.IncompleteReadError as exc:
         raise HandshakeFailed(
-            f"the peer closed the connection during the handshake: is {SECRET_ENV} the cluster's?"
+            f"the peer closed the connection during the handshake: is {SECRET_ENV} the cluster's "
+            "(and STYX_TLS_* set, if its ports require TLS)?"
         ) from exc
     except Refused as exc:
         raise HandshakeFailed(f"the peer is not a styx-py node of this cluster ({exc})") from exc

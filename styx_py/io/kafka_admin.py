@@ -27,6 +27,8 @@ from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.protocol.metadata import MetadataRequest  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.errors import BackendError
+from styx_py.core.security import PLAINTEXT, KafkaSecurity
+from styx_py.io.tls import kafka_options
 
 __all__ = ["TopicAdmin", "create_topics", "existing_topics"]
 
@@ -39,9 +41,15 @@ class TopicAdmin:
     """One admin client kept for a process that creates topics again and again (the coordinator)."""
 
     def __init__(
-        self, bootstrap: str, *, request_timeout_ms: int = 10000, replication_factor: int = 1
+        self,
+        bootstrap: str,
+        *,
+        request_timeout_ms: int = 10000,
+        replication_factor: int = 1,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.request_timeout_ms = request_timeout_ms
         self.replication_factor = replication_factor
         self._admin: Any = None
@@ -67,6 +75,7 @@ class TopicAdmin:
                     bootstrap_servers=self.bootstrap,
                     request_timeout_ms=self.request_timeout_ms,
                     metadata_max_age_ms=_ADMIN_METADATA_MAX_AGE_MS,
+                    **kafka_options(self.security),
                 )
                 await admin.start()
                 self._admin = admin
@@ -92,11 +101,19 @@ class TopicAdmin:
 
 
 async def create_topics(
-    bootstrap: str, topics: dict[str, int], *, request_timeout_ms: int = 10000, replication_factor: int = 1
+    bootstrap: str,
+    topics: dict[str, int],
+    *,
+    request_timeout_ms: int = 10000,
+    replication_factor: int = 1,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Create topics once (a :class:`TopicAdmin` for this call alone)."""
     admin = TopicAdmin(
-        bootstrap, request_timeout_ms=request_timeout_ms, replication_factor=replication_factor
+        bootstrap,
+        request_timeout_ms=request_timeout_ms,
+        replication_factor=replication_factor,
+        security=security,
     )
     try:
         await admin.create(topics)

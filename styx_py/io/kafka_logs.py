@@ -25,9 +25,11 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
 from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
+from styx_py.core.security import PLAINTEXT, KafkaSecurity
 from styx_py.core.segments import segment_topic, segments_in, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
 from styx_py.io.fetching import FetchWait
+from styx_py.io.tls import kafka_options
 
 T = TypeVar("T")
 
@@ -37,6 +39,7 @@ async def read_to_end(
     starts: dict[TopicPartition, int],
     stall_timeout_s: float = LOG_READ_STALL_TIMEOUT_S,
     wait: FetchWait | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Every record from each start offset up to the partition's current high watermark.
 
@@ -47,7 +50,11 @@ async def read_to_end(
         return []
     wait = wait or FetchWait(LOG_READ_FETCH_WAIT_MS, "log reader")
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=wait.wait_ms
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        fetch_max_wait_ms=wait.wait_ms,
+        **kafka_options(security),
     )
     await consumer.start()
     try:
@@ -83,9 +90,11 @@ async def read_to_end(
         await consumer.stop()
 
 
-async def list_topics(bootstrap: str) -> set[str]:
+async def list_topics(bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> set[str]:
     """The broker's topics (listing creates none, unlike asking for one topic's metadata)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **kafka_options(security)
+    )
     await consumer.start()
     try:
         return set(await consumer.topics())
@@ -97,6 +106,7 @@ class KafkaLogReader:
     def __init__(self, bootstrap: str, config: Config) -> None:
         self.bootstrap = bootstrap
         self.config = config
+        self.security = config.kafka_security()
         # Shared by this reader's reads: what one learned about the broker, the next starts from.
         self.wait = FetchWait(LOG_READ_FETCH_WAIT_MS, "log reader")
 
@@ -105,7 +115,11 @@ class KafkaLogReader:
         ``after_epoch`` sent (a record without the epoch header counts as such): in each partition, from
         the offset in its segment, then every later segment of the egress topic whole."""
         topic = self.config.egress_topic
-        listed = await _from_broker("listing topics", list_topics(self.bootstrap)) if offsets else set()
+        listed = (
+            await _from_broker("listing topics", list_topics(self.bootstrap, self.security))
+            if offsets
+            else set()
+        )
         segments = segments_in(listed, topic)
         starts: dict[TopicPartition, int] = {}
         for p, bound in offsets.items():
@@ -113,7 +127,8 @@ class KafkaLogReader:
             for s in (s for s in segments if s >= first):
                 starts[TopicPartition(segment_topic(topic, s), p)] = start if s == first else 0
         records = await _from_broker(
-            f"reading replies on {topic}", read_to_end(self.bootstrap, starts, wait=self.wait)
+            f"reading replies on {topic}",
+            read_to_end(self.bootstrap, starts, wait=self.wait, security=self.security),
         )
         out: list[Reply] = []
         for r in records:
@@ -128,7 +143,7 @@ class KafkaLogReader:
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
         tp = TopicPartition(self.config.seqlog_topic, 0)
-        read = read_to_end(self.bootstrap, {tp: from_offset}, wait=self.wait)
+        read = read_to_end(self.bootstrap, {tp: from_offset}, wait=self.wait, security=self.security)
         records = await _from_broker(f"reading {tp.topic}", read)
         out: list[SeqLogEntry] = []
         for r in records:

@@ -58,6 +58,7 @@ log = logging.getLogger("styx.transport")
 REFUSAL_REASONS = (
     "unauthenticated",  # no Hello, a wrong proof of the secret, or a large frame before authenticating
     "handshake_timeout",
+    "tls",  # TLS required: a plain peer, or a certificate the cluster's CA did not sign
     "too_many_connections",
     "oversized_frame",  # announced more than MAX_FRAME_BYTES
     "undecodable",

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import io
+import os
 from collections.abc import Callable
 from typing import TypeVar
 
+import urllib3
 import urllib3.exceptions
 from minio import Minio
 from minio.deleteobjects import DeleteObject
@@ -23,6 +25,8 @@ from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
 
 T = TypeVar("T")
+
+S3_TIMEOUT_S = 300.0  # minio's default connect and read timeouts
 
 # What a minio call raises when S3 fails it or cannot be reached (a bad argument is a ValueError: a bug).
 S3_FAILURES = (MinioException, urllib3.exceptions.HTTPError)
@@ -103,15 +107,51 @@ class MinioBlobStore:
             await _in_thread(f"delete of {len(keys)} objects", remove)
 
 
+def s3_client(
+    endpoint: str,
+    access_key: str,
+    secret_key: str,
+    region: str,
+    *,
+    secure: bool = False,
+    ca_file: str = "",
+    fail_fast: bool = False,
+) -> Minio:
+    """The one way a ``minio`` client is made (processes, the audit, the local stack): HTTPS when
+    ``secure``, its certificate verified against ``ca_file`` (empty: ``$SSL_CERT_FILE`` or the system's
+    CAs, as minio does). ``fail_fast``: one quick attempt, no retries (a readiness poll)."""
+    if fail_fast:
+        timeout, retries = urllib3.Timeout(connect=1.0, read=5.0), urllib3.Retry(0, read=0, redirect=0)
+    else:  # minio's own defaults
+        timeout = urllib3.Timeout(connect=S3_TIMEOUT_S, read=S3_TIMEOUT_S)
+        retries = urllib3.Retry(total=5, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504])
+    http_client = urllib3.PoolManager(
+        timeout=timeout,
+        retries=retries,
+        maxsize=10,
+        cert_reqs="CERT_REQUIRED",
+        ca_certs=ca_file or os.environ.get("SSL_CERT_FILE") or None,
+    )
+    return Minio(
+        endpoint,
+        access_key=access_key,
+        secret_key=secret_key,
+        region=region,
+        secure=secure,
+        http_client=http_client,
+    )
+
+
 def blob_store_from(config: Config) -> MinioBlobStore | None:
     """The snapshot store a process should use, or None when no S3 endpoint is configured."""
     if not config.s3_endpoint:
         return None
-    client = Minio(
+    client = s3_client(
         config.s3_endpoint,
-        access_key=config.s3_access_key,
-        secret_key=config.s3_secret_key,
-        region=config.s3_region,
+        config.s3_access_key,
+        config.s3_secret_key,
+        config.s3_region,
         secure=config.s3_secure,
+        ca_file=config.s3_ca_file,
     )
     return MinioBlobStore(client, config.snapshot_bucket)

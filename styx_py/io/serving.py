@@ -19,6 +19,7 @@ from styx_py.io.handshake import require_secret
 from styx_py.io.links import TransportLimits
 from styx_py.io.metrics import MetricsServer, Readiness
 from styx_py.io.tcp import EXIT_HANDLER_FAILED, HandlerFailed, TcpTransport
+from styx_py.io.tls import Tls
 
 __all__ = ["cluster_transport", "run_until_failure", "start_metrics"]
 
@@ -40,10 +41,12 @@ def cluster_transport(
     who: str,
 ) -> TcpTransport:
     """The process's TCP transport, authenticated with the cluster secret (refused without one unless
-    ``host`` is loopback, see :func:`~styx_py.io.handshake.require_secret`)."""
+    ``host`` is loopback, see :func:`~styx_py.io.handshake.require_secret`), in mutual TLS when the
+    configuration names the TLS files."""
     require_secret(config.cluster_secret, host, who)
     if not config.cluster_secret:
         log.warning("no cluster_secret (STYX_CLUSTER_SECRET): any local process can join (loopback only)")
+    files = config.internal_tls()
     return TcpTransport(
         node_id,
         handle,
@@ -52,6 +55,7 @@ def cluster_transport(
         inbox=inbox,
         secret=config.cluster_secret,
         limits=TransportLimits.from_config(config),
+        tls=None if files is None else Tls(files),
     )
 
 

@@ -7,12 +7,16 @@ A peer is reached on the connection it opened to us or on one we dial from the a
 cluster view.
 
 Every connection first passes the handshake of :mod:`styx_py.io.handshake` (both sides prove the cluster
-secret; the dialer's node id is the one it proved). After it, a frame is refused, and its connection
-closed and counted (:mod:`styx_py.io.links`), when it announces more than ``MAX_FRAME_BYTES``, does not
-decode on this endpoint's channel, or names another ``src``; only that connection is affected. Memory is
-bounded: frames wait for an :class:`~styx_py.io.links.InboundBudget` before they are read, and the
-watchdog (:meth:`TcpTransport.run`) closes connections whose frame does not complete in time or that
-deliver nothing for the idle timeout (each side sends a keepalive every third of it).
+secret; the dialer's node id is the one it proved). With :class:`~styx_py.io.tls.Tls` given, a mutual TLS
+handshake comes before it (a peer without TLS, or whose certificate the cluster's CA did not sign, is
+refused and counted as ``tls``), and every byte after it is encrypted.
+
+After the handshakes, a frame is refused, and its connection closed and counted
+(:mod:`styx_py.io.links`), when it announces more than ``MAX_FRAME_BYTES``, does not decode on this
+endpoint's channel, or names another ``src``; only that connection is affected. Memory is bounded:
+frames wait for an :class:`~styx_py.io.links.InboundBudget` before they are read, and the watchdog
+(:meth:`TcpTransport.run`) closes connections whose frame does not complete in time or that deliver
+nothing for the idle timeout (each side sends a keepalive every third of it).
 
 A message handler that raises is a bug with the process in an unknown state: the transport stops
 delivering and :meth:`TcpTransport.run` raises :class:`HandlerFailed`, which ends the process. So does
@@ -54,6 +58,7 @@ from styx_py.io.links import (
     read_payload,
     refusal_of,
 )
+from styx_py.io.tls import Tls, TlsServer, open_connection, start_server
 
 log = logging.getLogger("styx.transport")
 
@@ -77,6 +82,7 @@ class TcpTransport:
         secret: str,
         clock: Clock | None = None,
         limits: TransportLimits | None = None,
+        tls: Tls | None = None,
     ) -> None:
         self.node_id = node_id
         self.inbox = inbox  # the channel this endpoint receives: frames of any other are refused
@@ -84,6 +90,7 @@ class TcpTransport:
         self.host = host
         self.port = port
         self.key = secret.encode()
+        self.tls = tls
         self.clock: Clock = clock or LoopClock()
         self.limits = limits or TransportLimits()
         self.addresses: dict[str, tuple[str, int]] = {}
@@ -94,7 +101,7 @@ class TcpTransport:
         self.accepted = 0  # open accepted connections, authenticated or not
         self.budget = InboundBudget(self.limits.inbound_bytes)
         self.refusals = Refusals(node_id, self.clock)
-        self.server: asyncio.Server | None = None
+        self.server: asyncio.Server | TlsServer | None = None
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.on_disconnect: Callable[[str], None] | None = None
@@ -105,7 +112,17 @@ class TcpTransport:
         self._keepalive = encode_frame(Batch(node_id, [], self.incarnation))
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accepted, self.host, self.port)
+        self.server = await start_server(
+            self._accepted,
+            self.host,
+            self.port,
+            self.tls,
+            self.refusals.add,
+            spawn=self._spawn,
+            clock=self.clock,
+            timeout_s=self.limits.handshake_timeout_s,
+            limit=self.limits.connections,
+        )
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def run(self) -> None:
@@ -193,7 +210,7 @@ class TcpTransport:
             writer: asyncio.StreamWriter | None = None
             try:
                 async with self.clock.timeout(self.limits.handshake_timeout_s):
-                    reader, writer = await asyncio.open_connection(*address)
+                    reader, writer = await open_connection(*address, self.tls)
                     await dial_handshake(reader, writer, self.key, self.node_id, self.incarnation)
             except (OSError, TimeoutError) as exc:
                 log.warning("%s: cannot reach %s at %s: %s", self.node_id, dest, address, exc or "timeout")

@@ -4,6 +4,7 @@ client settings (:class:`S3Config`) the rest of the stack builds its clients fro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -17,6 +18,7 @@ import urllib3
 from minio import Minio
 from minio.error import MinioException, S3Error
 
+from styx_py.io.s3 import s3_client
 from styx_py.stack.binaries import weed_binary
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import GRPC_OFFSET, free_port, preferred_port
@@ -34,6 +36,7 @@ class S3Config:
     secret_key: str
     region: str = "us-east-1"
     secure: bool = False
+    ca_file: str = ""  # the CA of the endpoint's certificate (secure; empty: the system's)
 
     @property
     def url(self) -> str:
@@ -47,19 +50,14 @@ def minio_client(config: S3Config, *, fail_fast: bool = False) -> Minio:
     ``fail_fast`` disables urllib3 retries and uses short timeouts: a readiness poll wants
     one quick attempt per iteration, not minio's default of several retries with backoff.
     """
-    http_client: urllib3.PoolManager | None = None
-    if fail_fast:
-        http_client = urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=1.0, read=5.0),
-            retries=urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0),
-        )
-    return Minio(
+    return s3_client(
         config.endpoint,
-        access_key=config.access_key,
-        secret_key=config.secret_key,
+        config.access_key,
+        config.secret_key,
+        config.region,
         secure=config.secure,
-        region=config.region,
-        http_client=http_client,
+        ca_file=config.ca_file,
+        fail_fast=fail_fast,
     )
 
 
@@ -102,9 +100,12 @@ class SeaweedS3(ManagedProcess):
         secret_key: str = "styxsecret",
         log_path: Path | None = None,
         s3_port: int | None = None,
+        tls: tuple[Path, Path, Path] | None = None,
     ) -> None:
         """``s3_port``: the S3 port to use when it (and its gRPC port + 10000) is free, else a free one
-        (:attr:`s3_port_taken` then says so); None: a free one. The other ports are always free ones."""
+        (:attr:`s3_port_taken` then says so); None: a free one. The other ports are always free ones.
+        ``tls``: (certificate, key, CA) PEM files: S3 is served over HTTPS only."""
+        self.tls = tls
         self.data_dir = Path(data_dir)
         super().__init__(log_path if log_path is not None else self.data_dir / "weed.log")
         self.buckets = list(buckets)
@@ -123,6 +124,8 @@ class SeaweedS3(ManagedProcess):
             endpoint=f"127.0.0.1:{self._ports['s3']}",
             access_key=self.access_key,
             secret_key=self.secret_key,
+            secure=self.tls is not None,
+            ca_file="" if self.tls is None else str(self.tls[2]),
         )
 
     @property
@@ -171,6 +174,8 @@ class SeaweedS3(ManagedProcess):
         ]
         if self.buckets:
             cmd.append(f"-bucket={','.join(self.buckets)}")
+        if self.tls is not None:
+            cmd += [f"-s3.cert.file={self.tls[0]}", f"-s3.key.file={self.tls[1]}"]
         return cmd
 
     def _env(self) -> dict[str, str]:
@@ -222,7 +227,7 @@ class SeaweedS3(ManagedProcess):
         Guards against its silent fallback to no auth; production S3 always enforces auth,
         so tests against an open server would prove nothing about credentials.
         """
-        wrong = S3Config(self.config.endpoint, self.access_key, self.secret_key + "-wrong")
+        wrong = dataclasses.replace(self.config, secret_key=self.secret_key + "-wrong")
         try:
             minio_client(wrong, fail_fast=True).list_buckets()
         except S3Error:

@@ -36,6 +36,7 @@ from styx_py.core.limits import (
 from styx_py.core.segments import pack, replies_to, segment_topic
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
 from styx_py.io.batching import PRODUCE_FAILURES, BatchLanes, Headers, OnDone
+from styx_py.io.tls import kafka_options
 
 log = logging.getLogger("styx.egress")
 
@@ -47,6 +48,7 @@ def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
         linger_ms=config.kafka_linger_ms,
         max_request_size=MAX_EGRESS_PRODUCE_BYTES,
         max_batch_size=MAX_BATCH_BYTES,
+        **kafka_options(config.kafka_security()),
     )
 
 

@@ -31,6 +31,7 @@ from styx_py.core.limits import (
 from styx_py.core.segments import Cursor, segment_topic, unpack
 from styx_py.core.wire import IngressRecord, PushedRequest
 from styx_py.io.fetching import FetchWait
+from styx_py.io.tls import kafka_options
 from styx_worker.pace import PushPace
 from styx_worker.pushed import PushedRecords
 from styx_worker.sources import IngressCounts, Source, Sources
@@ -48,6 +49,7 @@ class KafkaIngress:
             auto_offset_reset="earliest",
             fetch_max_wait_ms=config.kafka_fetch_wait_ms,
             max_partition_fetch_bytes=MAX_INGRESS_FETCH_PARTITION_BYTES,
+            **kafka_options(config.kafka_security()),
         )
         # Raised when the broker starves this consumer (Tansu on S3: styx_py.io.fetching).
         self.fetch_wait = FetchWait(config.kafka_fetch_wait_ms, f"ingress {self.topic}")

@@ -17,6 +17,7 @@ from styx_py.core.limits import (
     MIN_REPLY_CACHE_BYTES,
     MIN_TOKEN_CHARS,
 )
+from styx_py.core.security import is_placeholder
 from styx_py.io.handshake import is_loopback
 
 __all__ = ["TOKEN_RULE", "GatewayConfig", "GatewayLimits", "GatewayTiming"]
@@ -133,6 +134,11 @@ class GatewayConfig:
             raise ConfigError(
                 f"gateway: invalid token (STYX_GATEWAY_TOKEN or --token-file; value not shown): "
                 f"{TOKEN_RULE}; {_token_problem(self.token)}"
+            )
+        if self.token is not None and is_placeholder(self.token):
+            raise ConfigError(
+                "gateway: the token (STYX_GATEWAY_TOKEN or --token-file; value not shown) is a "
+                "placeholder, not a secret: generate one (openssl rand -hex 24)"
             )
         _check(
             self,

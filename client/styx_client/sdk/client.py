@@ -34,6 +34,7 @@ from styx_client.sdk.shell import Shell
 from styx_client.sdk.transport import Batching, ClientTransport
 from styx_py.core.errors import StyxError
 from styx_py.core.limits import BUSY_LINGER_MS, MIN_FETCH_WAIT_MS, SEGMENT_POLL_S
+from styx_py.core.security import KafkaSecurity
 from styx_py.core.segments import FRESH_S
 
 __all__ = ["Batching", "Call", "Prepared", "StyxClient"]
@@ -109,6 +110,7 @@ class StyxClient(ClientCalls):
         segment_poll_s: float = SEGMENT_POLL_S,
         fresh_s: float = FRESH_S,
         transport: ClientTransport | None = None,
+        kafka_security: KafkaSecurity | None = None,
     ) -> None:
         """Check and keep the configuration (:class:`~styx_client.sdk.config.ClientConfig`); nothing
         connects before :meth:`start`.
@@ -121,6 +123,10 @@ class StyxClient(ClientCalls):
         the cluster's shortest segment period, :data:`~styx_py.core.segments.MIN_PERIOD_S`; the
         simulation, whose segments are milliseconds long, shrinks both). ``transport``
         replaces Kafka and the workers' ports (the simulation's in-memory one, for instance).
+        ``kafka_security`` is how the client reaches Kafka (TLS, SASL; default: from the
+        ``STYX_KAFKA_SECURITY_PROTOCOL``, ``STYX_KAFKA_SSL_*`` and ``STYX_KAFKA_SASL_*`` environment, as
+        the cluster's processes do); the connections to the coordinator and the workers take mutual TLS
+        from ``STYX_TLS_*`` (:func:`~styx_py.io.tls.client_tls`).
         """
         self._targets = Targets(operators, functions)
         self.config: ClientConfig = client_config(
@@ -143,6 +149,7 @@ class StyxClient(ClientCalls):
             request_id_prefix=request_id_prefix,
             segment_poll_s=segment_poll_s,
             fresh_s=fresh_s,
+            kafka_security=kafka_security,
         )
         push = self.config.push
         self._core = ClientCore(

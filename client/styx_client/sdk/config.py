@@ -13,6 +13,7 @@ from typing import Any
 
 from styx_py.core.errors import ConfigError
 from styx_py.core.limits import BUSY_LINGER_MS, MAX_BUSY_LINGER_MS, MIN_FETCH_WAIT_MS, SEGMENT_POLL_S
+from styx_py.core.security import PLAINTEXT, KafkaSecurity
 from styx_py.core.segments import FRESH_S
 
 __all__ = ["ClientConfig", "KafkaTuning", "PushSettings", "client_config"]
@@ -25,6 +26,7 @@ class KafkaTuning:
     linger_ms: int = 0
     busy_linger_ms: float = BUSY_LINGER_MS
     fetch_wait_ms: int = MIN_FETCH_WAIT_MS
+    security: KafkaSecurity = PLAINTEXT  # TLS and SASL (default: from STYX_KAFKA_*, see client_config)
 
     def __post_init__(self) -> None:
         if self.linger_ms < 0:
@@ -96,6 +98,7 @@ def client_config(
     workers: Collection[str] | Mapping[str, list[int]] = (),
     rest_egress: bool = True,
     client_id: str | None = None,
+    kafka_security: KafkaSecurity | None = None,
     **rest: Any,
 ) -> ClientConfig:
     """The :class:`ClientConfig` of :class:`~styx_client.sdk.StyxClient`'s keyword arguments."""
@@ -107,7 +110,8 @@ def client_config(
         push_requests and coordinator is not None,
         rest_egress and coordinator is not None,
     )
-    kafka = KafkaTuning(linger_ms, busy_linger_ms, fetch_wait_ms)
+    security = KafkaSecurity.from_env() if kafka_security is None else kafka_security
+    kafka = KafkaTuning(linger_ms, busy_linger_ms, fetch_wait_ms, security)
     if client_id is not None:
         rest["client_id"] = client_id
     return ClientConfig(bootstrap, kafka=kafka, push=push, **rest)

@@ -33,8 +33,10 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 from styx_py.core.errors import ConfigError, ProtocolError, StyxError, Unavailable
 from styx_py.core.limits import MAX_BATCH_BYTES, POSITION_POLL_MS, SEGMENTS_ASKED_AHEAD
 from styx_py.core.partitioning import partition_of
+from styx_py.core.security import KafkaSecurity
 from styx_py.core.segments import reply_segments, segment_topic, segments_in
 from styx_py.io.kafka_admin import existing_topics
+from styx_py.io.tls import kafka_options
 
 __all__ = [
     "KafkaError",
@@ -66,6 +68,8 @@ class KafkaSettings(Protocol):
     def linger_ms(self) -> int: ...
     @property
     def fetch_wait_ms(self) -> int: ...
+    @property
+    def kafka_security(self) -> KafkaSecurity: ...
 
 
 def reply_partition_of(client_id: str, wanted: int | None, egress_partitions: int) -> int:
@@ -151,6 +155,7 @@ def _producer(settings: KafkaSettings, client_id: str) -> Any:
         linger_ms=settings.linger_ms,
         enable_idempotence=False,
         max_batch_size=MAX_BATCH_BYTES,
+        **kafka_options(settings.kafka_security),
     )
 
 
@@ -166,6 +171,7 @@ def _consumer(settings: KafkaSettings, client_id: str) -> Any:
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         fetch_max_wait_ms=settings.fetch_wait_ms,
+        **kafka_options(settings.kafka_security),
     )
 
 

@@ -179,3 +179,4 @@ class _Settings:
         self.timeout_s = config.timeout_s
         self.linger_ms = config.kafka.linger_ms
         self.fetch_wait_ms = config.kafka.fetch_wait_ms
+        self.kafka_security = config.kafka.security

@@ -63,6 +63,7 @@ from styx_py.core.wire import (
     frame_length,
 )
 from styx_py.io.handshake import client_secret, dial_handshake
+from styx_py.io.tls import client_tls, open_connection
 
 __all__ = ["Subscriptions", "WorkerLinks", "worker_addresses", "worker_partitions"]
 
@@ -136,6 +137,7 @@ class WorkerLinks:
         if isinstance(known, Mapping):
             self._own(known)
         self.key = client_secret(secret).encode()
+        self.tls = client_tls()  # STYX_TLS_*: mutual TLS to the workers' ports, as to the coordinator's
         self.name = name  # the node id the connections prove, named by the requests' reply_to
         self.deliver = deliver
         self.timeout_s = timeout_s
@@ -244,7 +246,7 @@ class WorkerLinks:
         subscriptions = self.subscriptions
         try:
             async with asyncio.timeout(self.timeout_s):
-                reader, writer = await asyncio.open_connection(host or "127.0.0.1", int(port))
+                reader, writer = await open_connection(host or "127.0.0.1", int(port), self.tls)
                 await dial_handshake(reader, writer, self.key, self.name, self.name)
             writer.write(encode_frame(Batch(self.name, [SubscribeReplies(self.marks is not None)])))
             subscriptions.up(address, writer)
