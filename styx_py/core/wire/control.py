@@ -150,6 +150,14 @@ class ReplayDiverged(Msg, tag="diverged"):
         )
 
 
+class LogLost(Msg, tag="loglost"):
+    """The broker lost part of the cluster's log, as this worker found (an offset it recorded lies past
+    the broker's end: styx_py.core.logmarks): the cluster must stop, never serve on. Terminal."""
+
+    node_id: str
+    what: str  # which log lost what: "ingress styx-ingress partition 2: recorded offset 1830, ..."
+
+
 # ---- coordinator -> worker -------------------------------------------------------------------------
 
 

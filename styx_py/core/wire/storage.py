@@ -66,3 +66,8 @@ class ClusterMeta(msgspec.Struct, array_like=True):
     # state saved before code updates: ``graph_path`` ran every epoch then.
     versions: list[GraphVersion] = []
     segment: int = 0  # the newest ingress segment (styx_py.core.segments)
+    # The cluster's incarnation marker (styx_py.core.logmarks): its id, on the broker since deploy
+    # ("" in state saved before markers: not checked), and whether it stopped because the broker lost
+    # its log (``degraded`` says what was lost).
+    cluster_id: str = ""
+    log_lost: bool = False

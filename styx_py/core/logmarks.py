@@ -1,0 +1,96 @@
+"""Has the broker lost the cluster's log? What the cluster recorded against what the broker has (pure).
+
+A cluster's state is only as good as its logs: a snapshot says "ingress read up to offset 1830", the
+sequencer log holds the composition of every epoch after it, and recovery replays from there. A broker
+that lost its log (Tansu in memory after a restart, a Kafka topic deleted and created again, storage
+rolled back) answers as if nothing were wrong: its topics come back empty or are created anew on the
+first request, and a cluster that went on would give a second, different answer to requests it
+already answered. So the cluster checks, and stops (state ``log-lost``) instead of serving on:
+
+- every offset it recorded (a :class:`LogMark`: the sequencer-log offset of the last snapshot, a
+  worker's acknowledged appends, its ingress positions) must still lie within the broker's log: the
+  broker's end (next offset) is at least the recorded offset;
+- the cluster's incarnation marker, a record holding its cluster id that the coordinator writes to its
+  own topic at deploy (:func:`marker_topic`), must be there: a broker that gives no topic identities
+  (Tansu) cannot tell a topic from a new one of the same name, and offsets alone miss a loss early in a
+  cluster's life, when little was recorded.
+
+:func:`losses` is the verdict; the coordinator (``styx_coordinator.logcheck``) and the workers ask it
+with what they read from the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import NamedTuple
+
+__all__ = ["LogMark", "describe", "losses", "marker_loss", "marker_topic", "regressed"]
+
+
+class LogMark(NamedTuple):
+    """An offset the cluster recorded: every offset of ``topic``'s ``partition`` below ``offset`` held
+    a record. ``label`` names the log for a person ("sequencer log", "ingress", "egress")."""
+
+    label: str
+    topic: str
+    partition: int
+    offset: int
+
+
+def marker_topic(seqlog_topic: str) -> str:
+    """The topic of the cluster's incarnation marker (one partition), named after its sequencer log."""
+    return f"{seqlog_topic}-cluster"
+
+
+def regressed(mark: LogMark, end: int) -> str | None:
+    """The loss, said in a line, if the broker's ``end`` (next offset) lies below ``mark``."""
+    if end >= mark.offset:
+        return None
+    where = f"{mark.label} {mark.topic} partition {mark.partition}"
+    return f"{where}: recorded offset {mark.offset}, broker ends at {end}"
+
+
+def losses(
+    recorded: Sequence[LogMark], topics: Collection[str], ends: Mapping[tuple[str, int], int]
+) -> list[str]:
+    """What the broker lost of ``recorded``, one line each (empty: nothing). ``topics``: the broker's
+    topics, listed before anything else was asked of it (Tansu creates a topic a request names);
+    ``ends``: the next offset of each partition read, from a fetch's high watermark. A recorded offset
+    of 0 says nothing was there: it never counts as lost."""
+    out: list[str] = []
+    for mark in sorted(recorded):
+        if mark.offset <= 0:
+            continue
+        if mark.topic not in topics:
+            out.append(f"{mark.label} {mark.topic}: the topic is gone (recorded offset {mark.offset})")
+            continue
+        end = ends.get((mark.topic, mark.partition))
+        assert end is not None, f"no end read for {mark.topic}/{mark.partition}"
+        if (lost := regressed(mark, end)) is not None:
+            out.append(lost)
+    return out
+
+
+def marker_loss(topic: str, cluster_id: str, found: Sequence[bytes] | None) -> str | None:
+    """The loss of the incarnation marker, if ``found`` (the records of ``topic``, None: no such topic)
+    does not hold ``cluster_id``. A marker of another cluster there means the broker's topics are
+    another cluster's."""
+    if not cluster_id:
+        return None  # recorded before markers existed: nothing to compare with
+    if found is None:
+        return f"cluster marker {topic}: the topic is gone (cluster {cluster_id})"
+    ids = {value.decode(errors="replace") for value in found}
+    if cluster_id in ids:
+        return None
+    if not ids:
+        return f"cluster marker {topic}: empty, the record of cluster {cluster_id} is gone"
+    return f"cluster marker {topic}: holds cluster {', '.join(sorted(ids))}, not {cluster_id}"
+
+
+def describe(lost: Sequence[str]) -> str:
+    """The reason the cluster stops with, in one line."""
+    return (
+        "the Kafka broker lost the cluster's log (" + "; ".join(lost) + "): the cluster stopped rather than "
+        "serve from state its log no longer holds. Restore the broker's data, or start a fresh cluster "
+        "(docs/operations.md#log-lost)"
+    )

@@ -1,0 +1,96 @@
+"""The broker side of the log-loss check (:mod:`styx_py.core.logmarks`): the cluster's incarnation
+marker written at deploy and read back, and the end of each partition the cluster recorded an offset in.
+
+A partition's end is the high watermark of a fetch (``end_offsets()`` is wrong on Tansu). The fetch is
+made at the recorded offset: a broker that still holds it answers with its records or, at the end, once
+its fetch wait is over; one that lost it answers with an end below the offset (Tansu never says
+OFFSET_OUT_OF_RANGE, Kafka does; both give the high watermark). Topics are listed before anything else
+is asked: Tansu creates a topic any request names, so a vanished topic would come back empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
+
+from styx_py.core.errors import BackendError
+from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
+from styx_py.core.logmarks import LogMark, losses, marker_loss, marker_topic
+from styx_py.io.kafka_logs import list_topics, read_to_end
+
+__all__ = ["KafkaLogGuard", "high_watermarks"]
+
+
+async def high_watermarks(
+    bootstrap: str, starts: dict[TopicPartition, int], stall_timeout_s: float = LOG_READ_STALL_TIMEOUT_S
+) -> dict[TopicPartition, int]:
+    """The end (next offset) of each partition, from a fetch at its start offset. Raises
+    ``TimeoutError`` when no fetch answered within ``stall_timeout_s``."""
+    if not starts:
+        return {}
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        fetch_max_wait_ms=LOG_READ_FETCH_WAIT_MS,
+        max_partition_fetch_bytes=1024,  # only the high watermark is wanted
+    )
+    await consumer.start()
+    try:
+        consumer.assign(list(starts))
+        for tp, offset in starts.items():
+            consumer.seek(tp, offset)
+        ends: dict[TopicPartition, int] = {}
+        deadline = time.monotonic() + stall_timeout_s
+        while len(ends) < len(starts):
+            if time.monotonic() > deadline:
+                missing = sorted(str(tp) for tp in starts if tp not in ends)
+                raise TimeoutError(f"no fetch of {missing} answered within {stall_timeout_s}s")
+            await consumer.getmany(timeout_ms=100, max_records=1)
+            for tp in starts:
+                if tp not in ends and (hw := consumer.highwater(tp)) is not None:
+                    ends[tp] = hw
+        return ends
+    finally:
+        await consumer.stop()
+
+
+class KafkaLogGuard:
+    """The coordinator's :class:`~styx_py.core.ports.LogGuard` on a Kafka-protocol broker."""
+
+    def __init__(self, bootstrap: str, seqlog_topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = marker_topic(seqlog_topic)
+
+    async def stamp(self, cluster_id: str) -> None:
+        """Write the marker of ``cluster_id`` (its topic exists: created with the cluster's topics)."""
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+        try:
+            await producer.start()
+            try:
+                await producer.send_and_wait(self.topic, cluster_id.encode(), partition=0)
+            finally:
+                await producer.stop()
+        except KafkaError as exc:
+            raise BackendError(f"writing the cluster marker to {self.topic} failed: {exc!r}") from exc
+
+    async def lost(self, cluster_id: str, recorded: Sequence[LogMark]) -> list[str]:
+        """What the broker lost of the marker and of ``recorded`` (core.logmarks), one line each."""
+        try:
+            topics = await list_topics(self.bootstrap)
+            found = None
+            if cluster_id and self.topic in topics:
+                records = await read_to_end(self.bootstrap, {TopicPartition(self.topic, 0): 0})
+                found = [r.value or b"" for r in records]
+            present = [m for m in recorded if m.topic in topics and m.offset > 0]
+            ends = await high_watermarks(
+                self.bootstrap, {TopicPartition(m.topic, m.partition): m.offset for m in present}
+            )
+        except KafkaError as exc:
+            raise BackendError(f"checking the broker's log failed: {exc!r}") from exc
+        marker = marker_loss(self.topic, cluster_id, found)
+        by_name = {(tp.topic, tp.partition): end for tp, end in ends.items()}
+        return [*([marker] if marker else []), *losses(recorded, topics, by_name)]
