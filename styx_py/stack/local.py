@@ -37,7 +37,7 @@ from styx_py.core.words import counted
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
-from styx_py.stack.errors import ServiceError
+from styx_py.stack.errors import BrokerLost, ServiceError
 from styx_py.stack.net import DEFAULT_PORTS, StackPorts, preferred_port
 
 if TYPE_CHECKING:  # imported by start(): `styx deploy|status|call` use this module without the [local] extra
@@ -295,7 +295,7 @@ class LocalStack:
         declared failed (a hung event loop); a worker that left the cluster (drained: exit code 0) is
         not restarted, and new workers are started while ``styx scale`` asked for more. Returns a line
         per change for the operator's terminal; the cluster recovers or reshapes."""
-        said: list[str] = []
+        said: list[str] = self._supervise_broker()
         restarted: list[str] = []
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
@@ -342,6 +342,23 @@ class LocalStack:
                 restarted.append(name)
                 said.append(f"{name} hung (declared failed): restarted (the cluster recovers)")
         return said
+
+    def _supervise_broker(self) -> list[str]:
+        """The broker this stack started died: on S3 storage (``--durable``) it is started again, its
+        data intact, and the cluster rides it out; in memory its data died with it, so the stack stops
+        (:class:`BrokerLost`): a cluster that went on would serve from state its logs no longer hold."""
+        broker = self.broker
+        if broker is None or (code := broker.exit_code) is None:
+            return []
+        if not self.durable:
+            raise BrokerLost(
+                f"the Kafka broker (Tansu, in memory) {_ended(code)}: a broker restart loses the cluster's "
+                "data (every topic comes back empty), so the stack stops rather than serve on. Start a "
+                "fresh cluster with 'styx up', or keep the logs with 'styx up --durable' "
+                f"(log {broker.log_path})"
+            )
+        broker.restart(hard=True)
+        return [f"tansu {_ended(code)}: restarted on its S3 storage (the cluster keeps its logs)"]
 
     def deploy(self, import_path: str) -> dict[str, Any]:
         return asyncio.run(admin(self.coordinator, DeployRequest(import_path), secret=self.secret))

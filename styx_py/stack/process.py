@@ -99,6 +99,11 @@ class ManagedProcess:
         return self._proc is not None and self._proc.poll() is None
 
     @property
+    def exit_code(self) -> int | None:
+        """How the process ended (a negative number: the signal that killed it); None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
