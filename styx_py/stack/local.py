@@ -130,6 +130,7 @@ class LocalStack:
         self.log_dir = log_dir or data_dir / "logs"
         self.s3: SeaweedS3 | None = None
         self.broker: TansuBroker | None = None
+        self.broker_pid: int | None = None  # the broker process the cluster's logs live in
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarted_at: dict[str, float] = {}  # when supervise() last restarted each process
         self.left: list[str] = []  # workers that left the cluster (drained) and were not restarted
@@ -187,6 +188,7 @@ class LocalStack:
                 storage, bucket="tansu", log_path=self.log_dir / "tansu.log", port=self.ports.kafka
             ).start()
             self.kafka = self.broker.bootstrap
+            self.broker_pid = self.broker.pid
             if self.broker.port_taken:
                 self._note("kafka", self.ports.kafka, self.kafka)
         else:
@@ -348,17 +350,21 @@ class LocalStack:
         data intact, and the cluster rides it out; in memory its data died with it, so the stack stops
         (:class:`BrokerLost`): a cluster that went on would serve from state its logs no longer hold."""
         broker = self.broker
-        if broker is None or (code := broker.exit_code) is None:
+        if broker is None or (broker.pid == self.broker_pid and broker.exit_code is None):
             return []
+        code = broker.exit_code
+        ended = "was restarted" if code is None else _ended(code)
         if not self.durable:
             raise BrokerLost(
-                f"the Kafka broker (Tansu, in memory) {_ended(code)}: a broker restart loses the cluster's "
+                f"the Kafka broker (Tansu, in memory) {ended}: a broker restart loses the cluster's "
                 "data (every topic comes back empty), so the stack stops rather than serve on. Start a "
                 "fresh cluster with 'styx up', or keep the logs with 'styx up --durable' "
                 f"(log {broker.log_path})"
             )
-        broker.restart(hard=True)
-        return [f"tansu {_ended(code)}: restarted on its S3 storage (the cluster keeps its logs)"]
+        if code is not None:
+            broker.restart(hard=True)
+        self.broker_pid = broker.pid
+        return [f"tansu {ended}: restarted on its S3 storage (the cluster keeps its logs)"]
 
     def deploy(self, import_path: str) -> dict[str, Any]:
         return asyncio.run(admin(self.coordinator, DeployRequest(import_path), secret=self.secret))
