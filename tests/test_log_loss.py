@@ -171,6 +171,7 @@ async def test_a_restarted_durable_broker_loses_nothing_under_load(tmp_path: Pat
             # `styx up`'s supervisor starts a durable broker again (on its S3 storage).
             said = await asyncio.to_thread(stack.supervise)
             assert any(line.startswith("tansu was killed by SIGKILL: restarted") for line in said), said
+            assert stack.broker.running
             answered_at_kill = len(run.replies)
             await until(
                 lambda: len(run.replies) >= answered_at_kill + 300, "300 more transfers answered", 120

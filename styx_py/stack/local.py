@@ -350,10 +350,10 @@ class LocalStack:
         data intact, and the cluster rides it out; in memory its data died with it, so the stack stops
         (:class:`BrokerLost`): a cluster that went on would serve from state its logs no longer hold."""
         broker = self.broker
-        if broker is None or (broker.pid == self.broker_pid and broker.exit_code is None):
+        if broker is None or (broker.running and broker.pid == self.broker_pid):
             return []
         code = broker.exit_code
-        ended = "was restarted" if code is None else _ended(code)
+        ended = "was restarted" if broker.running else "stopped" if code is None else _ended(code)
         if not self.durable:
             raise BrokerLost(
                 f"the Kafka broker (Tansu, in memory) {ended}: a broker restart loses the cluster's "
@@ -361,10 +361,12 @@ class LocalStack:
                 "fresh cluster with 'styx up', or keep the logs with 'styx up --durable' "
                 f"(log {broker.log_path})"
             )
-        if code is not None:
+        said = f"tansu {ended}"
+        if not broker.running:
             broker.restart(hard=True)
+            said += ": restarted on its S3 storage"
         self.broker_pid = broker.pid
-        return [f"tansu {ended}: restarted on its S3 storage (the cluster keeps its logs)"]
+        return [f"{said} (the cluster keeps its logs)"]
 
     def deploy(self, import_path: str) -> dict[str, Any]:
         return asyncio.run(admin(self.coordinator, DeployRequest(import_path), secret=self.secret))
