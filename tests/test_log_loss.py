@@ -22,10 +22,14 @@ import pytest
 from styx_benchmarks.bank import app as bank_app
 from styx_client import StyxClient
 from styx_py.core.errors import RequestTimeout, StyxError
+from styx_py.core.logmarks import LogMark, marker_topic
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value
+from styx_py.io.kafka_admin import create_topics
+from styx_py.io.logguard import KafkaLogGuard
 from styx_py.stack.errors import BrokerLost
 from styx_py.stack.local import LocalStack, admin
+from styx_py.stack.tansu import TansuBroker
 from tests.test_metrics import samples, value
 from tests.test_transport_security import until
 
@@ -80,6 +84,40 @@ class Run:
         wrong = [rid for rid, reply in self.replies.items() if reply_outcome(reply) != outcomes[rid]]
         assert wrong == [], f"{len(wrong)} replies differ from the serial execution"
         return state
+
+
+async def test_the_guard_reads_the_marker_and_the_ends_and_names_what_a_restart_lost(tmp_path: Path) -> None:
+    """The coordinator's check against a real broker: nothing lost, another cluster's marker, an end
+    below a recorded offset, and after an in-memory restart the marker and the topic gone."""
+    from aiokafka import AIOKafkaProducer
+
+    broker = await asyncio.to_thread(TansuBroker("memory", log_path=tmp_path / "tansu.log").start)
+    try:
+        seqlog, marker = "t-seqlog", marker_topic("t-seqlog")
+        await create_topics(broker.bootstrap, {seqlog: 1, marker: 1})
+        guard = KafkaLogGuard(broker.bootstrap, seqlog)
+        await guard.stamp("c1")
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        await producer.start()
+        try:
+            for _ in range(5):
+                await producer.send_and_wait(seqlog, b"entry", partition=0)
+        finally:
+            await producer.stop()
+        held = LogMark("sequencer log", seqlog, 0, 5)
+        assert await guard.lost("c1", [held]) == []
+        assert await guard.lost("c2", [held]) == [f"cluster marker {marker}: holds cluster c1, not c2"]
+        beyond = held._replace(offset=6)
+        assert await guard.lost("c1", [beyond]) == [
+            f"sequencer log {seqlog} partition 0: recorded offset 6, broker ends at 5"
+        ]
+        await asyncio.to_thread(broker.restart, hard=True)
+        assert await guard.lost("c1", [held]) == [
+            f"cluster marker {marker}: the topic is gone (cluster c1)",
+            f"sequencer log {seqlog}: the topic is gone (recorded offset 5)",
+        ]
+    finally:
+        await asyncio.to_thread(broker.stop)
 
 
 async def status_of(stack: LocalStack) -> dict[str, Any] | None:
@@ -188,5 +226,31 @@ async def test_a_restarted_durable_broker_loses_nothing_under_load(tmp_path: Pat
         assert sum(balances) == ACCOUNTS * INITIAL, "money not conserved"
         assert balances == [state.get(("account", f"a{i}"), 0) for i in range(ACCOUNTS)]
         stack.check_alive()
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def test_a_coordinator_that_resumes_on_a_broker_that_lost_the_log_stops_it(tmp_path: Path) -> None:
+    """The check at start: the coordinator dies, the in-memory broker restarts meanwhile, and the
+    coordinator that resumes from S3 finds the cluster's marker gone before it recovers anything."""
+    stack = LocalStack(tmp_path, workers=2, env={"STYX_SNAPSHOT_INTERVAL_S": "0.5"})
+    await asyncio.to_thread(stack.start)
+    run = Run()
+    try:
+        await asyncio.to_thread(stack.deploy, "styx_benchmarks.bank:app")
+        async with await StyxClient.connect(stack.coordinator, timeout_s=60) as client:
+            await asyncio.gather(
+                *(run.submit(client, f"a{i}", "deposit", INITIAL, timeout_s=60) for i in range(ACCOUNTS))
+            )
+            await snapshot_taken(stack)
+        assert len(run.replies) == ACCOUNTS
+        stack.kill("coordinator")
+        assert stack.broker is not None
+        await asyncio.to_thread(stack.broker.restart, hard=True)
+        stack.start_coordinator()
+        status = await state_becomes(stack, "log-lost", 60)
+        assert f"cluster marker {marker_topic('styx-seqlog')}: the topic is gone" in status["degraded"]
+        assert status["recoveries"] == 0, "it recovered from a log it no longer had"
+        await run.check_serial()
     finally:
         await asyncio.to_thread(stack.stop)
