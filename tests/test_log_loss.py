@@ -96,7 +96,7 @@ async def test_the_guard_reads_the_marker_and_the_ends_and_names_what_a_restart_
         seqlog, marker = "t-seqlog", marker_topic("t-seqlog")
         await create_topics(broker.bootstrap, {seqlog: 1, marker: 1})
         guard = KafkaLogGuard(broker.bootstrap, seqlog)
-        await guard.stamp("c1")
+        c1 = await guard.stamp()
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
         await producer.start()
         try:
@@ -105,15 +105,15 @@ async def test_the_guard_reads_the_marker_and_the_ends_and_names_what_a_restart_
         finally:
             await producer.stop()
         held = LogMark("sequencer log", seqlog, 0, 5)
-        assert await guard.lost("c1", [held]) == []
-        assert await guard.lost("c2", [held]) == [f"cluster marker {marker}: holds cluster c1, not c2"]
+        assert await guard.lost(c1, [held]) == []
+        assert await guard.lost("c2", [held]) == [f"cluster marker {marker}: holds cluster {c1}, not c2"]
         beyond = held._replace(offset=6)
-        assert await guard.lost("c1", [beyond]) == [
+        assert await guard.lost(c1, [beyond]) == [
             f"sequencer log {seqlog} partition 0: recorded offset 6, broker ends at 5"
         ]
         await asyncio.to_thread(broker.restart, hard=True)
-        assert await guard.lost("c1", [held]) == [
-            f"cluster marker {marker}: the topic is gone (cluster c1)",
+        assert await guard.lost(c1, [held]) == [
+            f"cluster marker {marker}: the topic is gone (cluster {c1})",
             f"sequencer log {seqlog}: the topic is gone (recorded offset 5)",
         ]
     finally:

@@ -3,9 +3,21 @@ incarnation marker, and a worker's watch on the broker's word."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from styx_py.core.logmarks import LogMark, describe, losses, marker_loss, marker_topic
+from styx_py.core.logmarks import (
+    LogMark,
+    describe,
+    highest,
+    losses,
+    marker_loss,
+    marker_topic,
+    recorded_by_snapshot,
+)
+from styx_py.core.segments import pack
+from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_worker.logwatch import LogWatch
 
 SEQ = LogMark("sequencer log", "styx-seqlog", 0, 5230)
@@ -56,6 +68,24 @@ def test_the_reason_names_every_loss_and_what_to_do() -> None:
     assert "lost the cluster's log (a; b)" in reason
     assert "docs/operations.md#log-lost" in reason
     assert "\n" not in reason
+    many = describe([f"loss {i}" for i in range(10)])
+    assert "(loss 0; loss 1; loss 2; and 7 more)" in many
+
+
+def test_a_snapshot_records_every_ingress_segment_position_and_egress_offset() -> None:
+    positions = {0: {0: 12, 3: 4}, 1: {3: 0}}  # partition -> segment -> next offset
+    egress = {0: pack(3, 7), 1: 0}
+    assert sorted(recorded_by_snapshot("in", "out", positions, egress)) == [
+        LogMark("egress", "out.3", 0, 7),
+        LogMark("ingress", "in", 0, 12),
+        LogMark("ingress", "in.3", 0, 4),
+    ]
+
+
+def test_the_highest_offset_of_each_partition_is_kept() -> None:
+    a, b = LogMark("ingress", "in", 0, 12), LogMark("ingress", "in", 0, 30)
+    c = LogMark("egress", "out", 0, 5)
+    assert highest([a, c, b, a]) == [c, b]
 
 
 def test_a_worker_notices_an_end_below_one_the_broker_gave_once() -> None:
@@ -99,3 +129,51 @@ def test_an_unwired_watch_is_a_bug() -> None:
     watch.vouched("styx-egress", 0, 3)
     with pytest.raises(AssertionError, match="nobody listens"):
         watch.stored("styx-egress", 0, 1)
+
+
+async def test_a_recovery_on_a_log_that_was_emptied_stops_the_cluster_in_state_log_lost() -> None:
+    """The coordinator's check in the simulation: every topic comes back empty (a restarted in-memory
+    broker), a worker crashes, and the recovery finds the cluster's marker and the snapshot's offsets
+    gone before it restores or replays anything; a restarted process does not start another."""
+    async with SimCluster("styx_benchmarks.bank:app", workers=2, seed=4, snapshot_interval_epochs=2) as c:
+        for i in range(20):
+            c.submit("account", f"a{i}", "deposit", 10)
+        await c.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while c.coordinator.manifest is None or c.coordinator.manifest.epoch < 0:
+            c.submit("account", "a0", "deposit", 1)
+            await c.wait()
+            assert loop.time() < deadline, "no snapshot"
+        assert c.coordinator.recoveries == 0
+        for partitions in c.log.topics.values():
+            for records in partitions:
+                records.clear()
+        c.crash("w1")
+        while c.coordinator.status()["state"] != "log-lost":
+            assert loop.time() < deadline, f"never log-lost: {c.coordinator.status()['state']}"
+            await asyncio.sleep(0.1)  # simulated time
+        reason = c.coordinator.status()["degraded"]
+        assert f"cluster marker {marker_topic(c.config.seqlog_topic)}: empty" in reason, reason
+        assert "broker ends at 0" in reason, reason
+        assert c.coordinator.last_recovery is None, "it restored from a log it no longer had"
+        ready, why = c.coordinator.metrics.readiness()
+        assert not ready and why.startswith("log-lost: the Kafka broker lost the cluster's log"), why
+        gen = c.coordinator.gen
+        c.crash("w2")
+        await asyncio.sleep(5)  # simulated time: what a loop of recoveries would fill
+        assert c.coordinator.gen == gen and c.coordinator.state == "log-lost"
+        assert all(w.halted for w in c.workers)
+
+
+async def test_no_recovery_of_a_seeded_run_with_crashes_finds_a_loss() -> None:
+    """The in-memory log loses nothing: the check, asked at every recovery, never raises a false alarm."""
+    async with SimCluster("styx_benchmarks.bank:app", workers=3, seed=9, snapshot_interval_epochs=2) as c:
+        for round_ in range(4):
+            for i in range(30):
+                c.submit("account", f"a{i}", "deposit", round_ + 1)
+            c.crash(f"w{1 + round_ % 3}")
+            await c.wait()
+        assert c.coordinator.recoveries >= 4 and c.coordinator.state == "running"
+        assert c.coordinator.manifest is not None and c.coordinator.manifest.marks, "no offsets recorded"
+        await check_against_serial(c)

@@ -1,12 +1,11 @@
 """The coordinator's log-loss check (:mod:`styx_py.core.logmarks`): at deploy it writes the cluster's
 incarnation marker; at start (resuming) and at every recovery, before anything is read from the logs or
 restored, it asks the broker whether it still holds the marker and every offset the coordinator
-recorded: the sequencer-log offset of the last complete snapshot. The workers check what they recorded
-themselves (their ingress positions and acknowledged appends: ``styx_worker.logwatch``)."""
+recorded: the sequencer-log offset of the last complete snapshot and what its workers said the broker
+held (ingress positions, egress offsets). The workers check what they see while running themselves
+(``styx_worker.logwatch``)."""
 
 from __future__ import annotations
-
-import secrets
 
 from styx_coordinator.cluster import Cluster
 from styx_py.core.logmarks import LogMark
@@ -23,16 +22,14 @@ class LogCheck:
 
     async def stamp(self) -> None:
         """A fresh cluster: a new id, its marker on the broker (raises OSError if the broker fails)."""
-        if self.guard is None:
-            return
-        cluster_id = secrets.token_hex(8)  # control plane only: nothing deterministic depends on it
-        await self.guard.stamp(cluster_id)
-        self.cluster.cluster_id = cluster_id
+        if self.guard is not None:
+            self.cluster.cluster_id = await self.guard.stamp()
 
     def recorded(self, manifest: Manifest | None) -> list[LogMark]:
         if manifest is None or manifest.epoch < 0:
             return []
-        return [LogMark("sequencer log", self.cluster.config.seqlog_topic, 0, manifest.seqlog_offset)]
+        seqlog = LogMark("sequencer log", self.cluster.config.seqlog_topic, 0, manifest.seqlog_offset)
+        return [seqlog, *manifest.marks]
 
     async def lost(self, manifest: Manifest | None) -> list[str]:
         """What the broker lost, one line each (empty: nothing); raises OSError if it cannot be asked."""

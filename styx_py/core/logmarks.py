@@ -21,10 +21,22 @@ with what they read from the broker.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-__all__ = ["LogMark", "describe", "losses", "marker_loss", "marker_topic", "regressed"]
+from styx_py.core.limits import MAX_LOSSES_SHOWN
+from styx_py.core.segments import Cursor, segment_topic, unpack
+
+__all__ = [
+    "LogMark",
+    "describe",
+    "highest",
+    "losses",
+    "marker_loss",
+    "marker_topic",
+    "recorded_by_snapshot",
+    "regressed",
+]
 
 
 class LogMark(NamedTuple):
@@ -40,6 +52,33 @@ class LogMark(NamedTuple):
 def marker_topic(seqlog_topic: str) -> str:
     """The topic of the cluster's incarnation marker (one partition), named after its sequencer log."""
     return f"{seqlog_topic}-cluster"
+
+
+def recorded_by_snapshot(
+    ingress_topic: str, egress_topic: str, positions: Mapping[int, Cursor], egress: Mapping[int, int]
+) -> list[LogMark]:
+    """What a worker's snapshot says the broker held: per partition, the ingress position in every
+    segment it reads (``positions``) and the egress offset below which every reply was acknowledged
+    (``egress``: packed, core.segments)."""
+    out = [
+        LogMark("ingress", segment_topic(ingress_topic, s), p, offset)
+        for p, cursor in positions.items()
+        for s, offset in cursor.items()
+    ]
+    for p, packed in egress.items():
+        s, offset = unpack(packed)
+        out.append(LogMark("egress", segment_topic(egress_topic, s), p, offset))
+    return [m for m in out if m.offset > 0]
+
+
+def highest(marks: Iterable[LogMark]) -> list[LogMark]:
+    """The highest recorded offset of each partition among ``marks`` (each worker reports its own)."""
+    best: dict[tuple[str, str, int], LogMark] = {}
+    for m in marks:
+        key = (m.label, m.topic, m.partition)
+        if key not in best or m.offset > best[key].offset:
+            best[key] = m
+    return sorted(best.values())
 
 
 def regressed(mark: LogMark, end: int) -> str | None:
@@ -88,9 +127,12 @@ def marker_loss(topic: str, cluster_id: str, found: Sequence[bytes] | None) -> s
 
 
 def describe(lost: Sequence[str]) -> str:
-    """The reason the cluster stops with, in one line."""
+    """The reason the cluster stops with, in one line (the first :data:`MAX_LOSSES_SHOWN` losses named)."""
+    shown = "; ".join(lost[:MAX_LOSSES_SHOWN])
+    if len(lost) > MAX_LOSSES_SHOWN:
+        shown += f"; and {len(lost) - MAX_LOSSES_SHOWN} more"
     return (
-        "the Kafka broker lost the cluster's log (" + "; ".join(lost) + "): the cluster stopped rather than "
+        f"the Kafka broker lost the cluster's log ({shown}): the cluster stopped rather than "
         "serve from state its log no longer holds. Restore the broker's data, or start a fresh cluster "
         "(docs/operations.md#log-lost)"
     )

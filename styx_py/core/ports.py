@@ -114,8 +114,8 @@ class LogReader(Protocol):
 class LogGuard(Protocol):
     """Has the broker lost the cluster's log? (:mod:`styx_py.core.logmarks`)"""
 
-    async def stamp(self, cluster_id: str) -> None:
-        """Write the cluster's incarnation marker (at deploy)."""
+    async def stamp(self) -> str:
+        """Write a new incarnation marker for the cluster (at deploy); its cluster id."""
         ...
 
     async def lost(self, cluster_id: str, recorded: Sequence[LogMark]) -> list[str]:

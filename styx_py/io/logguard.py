@@ -10,6 +10,7 @@ is asked: Tansu creates a topic any request names, so a vanished topic would com
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Sequence
 
@@ -65,8 +66,10 @@ class KafkaLogGuard:
         self.bootstrap = bootstrap
         self.topic = marker_topic(seqlog_topic)
 
-    async def stamp(self, cluster_id: str) -> None:
-        """Write the marker of ``cluster_id`` (its topic exists: created with the cluster's topics)."""
+    async def stamp(self) -> str:
+        """Write the marker of a new cluster id (its topic exists: created with the cluster's topics);
+        the id."""
+        cluster_id = secrets.token_hex(8)  # control plane only: nothing deterministic depends on it
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
         try:
             await producer.start()
@@ -76,6 +79,7 @@ class KafkaLogGuard:
                 await producer.stop()
         except KafkaError as exc:
             raise BackendError(f"writing the cluster marker to {self.topic} failed: {exc!r}") from exc
+        return cluster_id
 
     async def lost(self, cluster_id: str, recorded: Sequence[LogMark]) -> list[str]:
         """What the broker lost of the marker and of ``recorded`` (core.logmarks), one line each."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from styx_py.core.graph import GraphVersion
+from styx_py.core.logmarks import LogMark
 from styx_py.core.wire.codes import Key
 from styx_py.core.wire.logs import Reply, Request
 
@@ -42,6 +43,8 @@ class Manifest(msgspec.Struct, array_like=True):
     deltas: dict[int, list[str]]
     epoch_generations: list[tuple[int, int]]  # (first epoch, generation) of every generation so far
     seqlog_offset: int = 0  # where recovery starts reading the sequencer log
+    # Offsets the snapshot's workers say the broker held (core.logmarks): checked at start and recovery.
+    marks: list[LogMark] = []
 
     def generation_of(self, epoch: int) -> int:
         """The generation that ran ``epoch`` (each recovery starts a generation at some epoch)."""
