@@ -131,6 +131,7 @@ class LocalStack:
         self.s3: SeaweedS3 | None = None
         self.broker: TansuBroker | None = None
         self.broker_pid: int | None = None  # the broker process the cluster's logs live in
+        self.said_lost = False  # supervise() said that the cluster stopped because its log was lost
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarted_at: dict[str, float] = {}  # when supervise() last restarted each process
         self.left: list[str] = []  # workers that left the cluster (drained) and were not restarted
@@ -320,6 +321,9 @@ class LocalStack:
             status = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))
         except StyxError:
             status = {}  # the coordinator is restarting
+        if status.get("state") == "log-lost" and not self.said_lost:
+            self.said_lost = True  # once: the cluster stays stopped
+            said.append(f"the cluster stopped: {status['degraded']}")
         failed = status.get("failed_workers", [])
         desired = status.get("desired_workers")
         running = [n for n in self.procs if n.startswith("w")]
