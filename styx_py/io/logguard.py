@@ -50,7 +50,9 @@ async def high_watermarks(
             if time.monotonic() > deadline:
                 missing = sorted(str(tp) for tp in starts if tp not in ends)
                 raise TimeoutError(f"no fetch of {missing} answered within {stall_timeout_s}s")
-            await consumer.getmany(timeout_ms=100, max_records=1)
+            # Short polls: the fetcher records a high watermark with every answer, empty ones too, and
+            # getmany returns early only for records (a 100 ms poll cost a recovery 100 ms).
+            await consumer.getmany(timeout_ms=5, max_records=1)
             for tp in starts:
                 if tp not in ends and (hw := consumer.highwater(tp)) is not None:
                     ends[tp] = hw
