@@ -17,8 +17,11 @@ from styx_py.core.logmarks import (
     recorded_by_snapshot,
 )
 from styx_py.core.segments import pack
+from styx_py.core.wire import LogLost
 from styx_py.testing.cluster import SimCluster, check_against_serial
+from styx_worker.effects import Halt, Send
 from styx_worker.logwatch import LogWatch
+from tests.test_epoch_core import core_of, start
 
 SEQ = LogMark("sequencer log", "styx-seqlog", 0, 5230)
 INGRESS = LogMark("ingress", "styx-ingress", 2, 1830)
@@ -177,3 +180,16 @@ async def test_no_recovery_of_a_seeded_run_with_crashes_finds_a_loss() -> None:
         assert c.coordinator.recoveries >= 4 and c.coordinator.state == "running"
         assert c.coordinator.manifest is not None and c.coordinator.manifest.marks, "no offsets recorded"
         await check_against_serial(c)
+
+
+def test_a_worker_core_that_finds_a_loss_tells_the_coordinator_once_and_runs_nothing_more() -> None:
+    core = core_of("w1", ["w1", "w1"])
+    core.log_lost("ingress in partition 0: recorded offset 40, broker ends at 0")
+    effects = core.flush()
+    sent = [e.msg for e in effects if isinstance(e, Send)]
+    assert sent == [LogLost("w1", "ingress in partition 0: recorded offset 40, broker ends at 0")]
+    assert [type(e) for e in effects if not isinstance(e, Send)] == [Halt]
+    assert core.halted.startswith("log lost: ingress in partition 0")
+    core.log_lost("egress out partition 1: acknowledged up to offset 3, the broker stored a new record at 0")
+    assert core.flush() == [], "said once"
+    assert core.step(start(0)) == [], "no epoch runs after the loss"
