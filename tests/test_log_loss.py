@@ -94,7 +94,7 @@ async def test_the_guard_reads_the_marker_and_the_ends_and_names_what_a_restart_
     broker = await asyncio.to_thread(TansuBroker("memory", log_path=tmp_path / "tansu.log").start)
     try:
         seqlog, marker = "t-seqlog", marker_topic("t-seqlog")
-        await create_topics(broker.bootstrap, {seqlog: 1, marker: 1})
+        await create_topics(broker.bootstrap, {seqlog: 1, marker: 1, "t-in": 4})
         guard = KafkaLogGuard(broker.bootstrap, seqlog)
         c1 = await guard.stamp()
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
@@ -102,6 +102,7 @@ async def test_the_guard_reads_the_marker_and_the_ends_and_names_what_a_restart_
         try:
             for _ in range(5):
                 await producer.send_and_wait(seqlog, b"entry", partition=0)
+                await producer.send_and_wait("t-in", b"request", partition=3)
         finally:
             await producer.stop()
         held = LogMark("sequencer log", seqlog, 0, 5)
@@ -111,11 +112,25 @@ async def test_the_guard_reads_the_marker_and_the_ends_and_names_what_a_restart_
         assert await guard.lost(c1, [beyond]) == [
             f"sequencer log {seqlog} partition 0: recorded offset 6, broker ends at 5"
         ]
+        ingress = LogMark("ingress", "t-in", 3, 5)
+        assert await guard.lost(c1, [held, ingress]) == []
         await asyncio.to_thread(broker.restart, hard=True)
         assert await guard.lost(c1, [held]) == [
             f"cluster marker {marker}: the topic is gone (cluster {c1})",
             f"sequencer log {seqlog}: the topic is gone (recorded offset 5)",
         ]
+        # A request names the topic again: Tansu creates it, empty, with partitions of its own choice.
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait("t-in", b"request", partition=0)
+        finally:
+            await producer.stop()
+        marker_gone, again = await guard.lost(c1, [ingress])
+        assert marker_gone.startswith(f"cluster marker {marker}")
+        assert again.startswith("ingress t-in partition 3: ") and again.endswith(
+            ("recorded offset 5, broker ends at 0", "the partition is gone (recorded offset 5)")
+        ), again
     finally:
         await asyncio.to_thread(broker.stop)
 

@@ -46,6 +46,11 @@ def test_a_vanished_topic_is_a_loss_and_needs_no_end() -> None:
     assert got == ["sequencer log styx-seqlog: the topic is gone (recorded offset 5230)"]
 
 
+def test_a_partition_the_broker_no_longer_has_is_a_loss() -> None:
+    got = losses([INGRESS], {"styx-ingress"}, {("styx-ingress", 0): 5})
+    assert got == ["ingress styx-ingress partition 2: the partition is gone (recorded offset 1830)"]
+
+
 def test_an_offset_of_zero_records_nothing() -> None:
     assert losses([LogMark("egress", "styx-egress", 0, 0)], set(), {}) == []
 

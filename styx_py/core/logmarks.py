@@ -94,7 +94,8 @@ def losses(
 ) -> list[str]:
     """What the broker lost of ``recorded``, one line each (empty: nothing). ``topics``: the broker's
     topics, listed before anything else was asked of it (Tansu creates a topic a request names);
-    ``ends``: the next offset of each partition read, from a fetch's high watermark. A recorded offset
+    ``ends``: the next offset of each partition the broker has, from a fetch's high watermark (one it
+    lacks is gone; Tansu creates a topic again with a partition count of its own). A recorded offset
     of 0 says nothing was there: it never counts as lost."""
     out: list[str] = []
     for mark in sorted(recorded):
@@ -104,8 +105,10 @@ def losses(
             out.append(f"{mark.label} {mark.topic}: the topic is gone (recorded offset {mark.offset})")
             continue
         end = ends.get((mark.topic, mark.partition))
-        assert end is not None, f"no end read for {mark.topic}/{mark.partition}"
-        if (lost := regressed(mark, end)) is not None:
+        if end is None:
+            where = f"{mark.label} {mark.topic} partition {mark.partition}"
+            out.append(f"{where}: the partition is gone (recorded offset {mark.offset})")
+        elif (lost := regressed(mark, end)) is not None:
             out.append(lost)
     return out
 

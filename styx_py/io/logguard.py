@@ -20,45 +20,37 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 from styx_py.core.errors import BackendError
 from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
 from styx_py.core.logmarks import LogMark, losses, marker_loss, marker_topic
-from styx_py.io.kafka_logs import list_topics, read_to_end
+from styx_py.io.kafka_logs import read_to_end
 
 __all__ = ["KafkaLogGuard", "high_watermarks"]
 
 
 async def high_watermarks(
-    bootstrap: str, starts: dict[TopicPartition, int], stall_timeout_s: float = LOG_READ_STALL_TIMEOUT_S
+    consumer: AIOKafkaConsumer,
+    starts: dict[TopicPartition, int],
+    stall_timeout_s: float = LOG_READ_STALL_TIMEOUT_S,
 ) -> dict[TopicPartition, int]:
-    """The end (next offset) of each partition, from a fetch at its start offset. Raises
+    """The end (next offset) of each partition, from a fetch of the started ``consumer`` at its start
+    offset (every partition must exist: a fetch of one that does not is never answered). Raises
     ``TimeoutError`` when no fetch answered within ``stall_timeout_s``."""
     if not starts:
         return {}
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        group_id=None,
-        fetch_max_wait_ms=LOG_READ_FETCH_WAIT_MS,
-        max_partition_fetch_bytes=1024,  # only the high watermark is wanted
-    )
-    await consumer.start()
-    try:
-        consumer.assign(list(starts))
-        for tp, offset in starts.items():
-            consumer.seek(tp, offset)
-        ends: dict[TopicPartition, int] = {}
-        deadline = time.monotonic() + stall_timeout_s
-        while len(ends) < len(starts):
-            if time.monotonic() > deadline:
-                missing = sorted(str(tp) for tp in starts if tp not in ends)
-                raise TimeoutError(f"no fetch of {missing} answered within {stall_timeout_s}s")
-            # Short polls: the fetcher records a high watermark with every answer, empty ones too, and
-            # getmany returns early only for records (a 100 ms poll cost a recovery 100 ms).
-            await consumer.getmany(timeout_ms=5, max_records=1)
-            for tp in starts:
-                if tp not in ends and (hw := consumer.highwater(tp)) is not None:
-                    ends[tp] = hw
-        return ends
-    finally:
-        await consumer.stop()
+    consumer.assign(list(starts))
+    for tp, offset in starts.items():
+        consumer.seek(tp, offset)
+    ends: dict[TopicPartition, int] = {}
+    deadline = time.monotonic() + stall_timeout_s
+    while len(ends) < len(starts):
+        if time.monotonic() > deadline:
+            missing = sorted(str(tp) for tp in starts if tp not in ends)
+            raise TimeoutError(f"no fetch of {missing} answered within {stall_timeout_s}s")
+        # Short polls: the fetcher records a high watermark with every answer, empty ones too, and
+        # getmany returns early only for records (a 100 ms poll cost a recovery 100 ms).
+        await consumer.getmany(timeout_ms=5, max_records=1)
+        for tp in starts:
+            if tp not in ends and (hw := consumer.highwater(tp)) is not None:
+                ends[tp] = hw
+    return ends
 
 
 class KafkaLogGuard:
@@ -85,16 +77,29 @@ class KafkaLogGuard:
 
     async def lost(self, cluster_id: str, recorded: Sequence[LogMark]) -> list[str]:
         """What the broker lost of the marker and of ``recorded`` (core.logmarks), one line each."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            fetch_max_wait_ms=LOG_READ_FETCH_WAIT_MS,
+            max_partition_fetch_bytes=1024,  # only the high watermarks are wanted
+        )
         try:
-            topics = await list_topics(self.bootstrap)
+            await consumer.start()
+            try:
+                topics = set(await consumer.topics())  # every topic's metadata, creating none
+                starts = {
+                    TopicPartition(m.topic, m.partition): m.offset
+                    for m in recorded
+                    if m.offset > 0 and m.partition in (consumer.partitions_for_topic(m.topic) or ())
+                }
+                ends = await high_watermarks(consumer, starts)
+            finally:
+                await consumer.stop()
             found = None
             if cluster_id and self.topic in topics:
                 records = await read_to_end(self.bootstrap, {TopicPartition(self.topic, 0): 0})
                 found = [r.value or b"" for r in records]
-            present = [m for m in recorded if m.topic in topics and m.offset > 0]
-            ends = await high_watermarks(
-                self.bootstrap, {TopicPartition(m.topic, m.partition): m.offset for m in present}
-            )
         except KafkaError as exc:
             raise BackendError(f"checking the broker's log failed: {exc!r}") from exc
         marker = marker_loss(self.topic, cluster_id, found)

@@ -32,11 +32,9 @@ class MemoryLogGuard:
         topics = self.log.topics
         found = [bytes(v) for v in topics[self.topic][0]] if self.topic in topics else None
         ends = {
-            (m.topic, m.partition): _end(topics[m.topic], m.partition) for m in recorded if m.topic in topics
+            (m.topic, m.partition): len(topics[m.topic][m.partition])
+            for m in recorded
+            if m.topic in topics and m.partition < len(topics[m.topic])
         }
         marker = marker_loss(self.topic, cluster_id, found)
         return [*([marker] if marker else []), *losses(recorded, set(topics), ends)]
-
-
-def _end(partitions: list[list[object]], partition: int) -> int:
-    return len(partitions[partition]) if partition < len(partitions) else 0
