@@ -306,7 +306,8 @@ def format_status(body: dict[str, Any]) -> str:
         f"abort rate {body['abort_rate']:.2%} (last {STATUS_RATE_WINDOW_S} s)",
     ]
     if body.get("degraded"):
-        lines.append(f"DEGRADED      {body['degraded']}")
+        label = "LOG LOST" if body.get("state") == "log-lost" else "DEGRADED"
+        lines.append(f"{label:<14}{body['degraded']}")
     if body["failed_workers"]:
         lines.append(f"FAILED        {', '.join(body['failed_workers'])}")
     snap = body.get("last_snapshot")

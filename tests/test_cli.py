@@ -408,6 +408,10 @@ def test_status_prints_tables() -> None:
     assert f"{shape}; desired workers 3\n" in text_moved, text_moved
     header = "committed  aborted  rejected  fallback  rescheduled"
     assert f"{header}\n  120,000    1,500         3        40            1" in text
+    lost = format_status({**body, "state": "log-lost", "degraded": "the Kafka broker lost the log"})
+    assert "state         log-lost, generation 2" in lost
+    assert "LOG LOST      the Kafka broker lost the log\n" in lost
+    assert "DEGRADED      x\n" in format_status({**body, "state": "degraded", "degraded": "x"})
     assert re.search(r"^w2 +2 +127\.0\.0\.1:4002 +1,3 +1,234\.6 +0\.0 s ago$", text, re.M), text
     assert re.search(r"^w1 +1 +127\.0\.0\.1:4001 +0,2 +0\.0 +0\.1 s ago$", text, re.M), text
     assert re.search(r"^account +4 +balance, deposit$", text, re.M), text

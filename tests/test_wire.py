@@ -109,6 +109,7 @@ ALL_MESSAGES = [
     wire.RecoverDone("w2", False, "FileNotFoundError: x", 3),
     wire.ReplayDiverged("w2", 7, "r9", "acct.deposit", "committed 1 (tid 4)", "committed 2 (tid 4)", 3),
     wire.ReplayDiverged("w2", 7, "", "acct.deposit", "digest 01", "no write", 3, 5, 4),
+    wire.LogLost("w1", "ingress styx-ingress partition 2: recorded offset 1830, broker ends at 0"),
     wire.Halt("replay of epoch 7 diverged"),
     wire.Retire("drained", 4),
     wire.Retire(

@@ -20,7 +20,7 @@ from styx_py.core.wire import ClusterView, Message
 
 __all__ = ["Cluster", "State"]
 
-State = Literal["starting", "running", "recovering", "degraded"]
+State = Literal["starting", "running", "recovering", "degraded", "log-lost"]
 
 
 class Cluster:
@@ -44,6 +44,7 @@ class Cluster:
         self.degraded = (
             ""  # why the cluster stopped (a replay diverged, a recovery gave up); "" while healthy
         )
+        self.cluster_id = ""  # its incarnation marker on the broker (styx_py.core.logmarks); "": none
         self.halted = False  # stopped for good (a replay diverged): the workers halt, S3 records it
         self.warnings: list[str] = []  # about the deployed code (calls a replay does not reproduce)
         self.deployed = asyncio.Event()  # a graph runs (deployed here, or resumed from S3)

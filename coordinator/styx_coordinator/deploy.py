@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.epochs import EpochLoop
+from styx_coordinator.logcheck import LogCheck
 from styx_coordinator.meta import MetaStore
 from styx_coordinator.placement import place
 from styx_coordinator.snapshots import empty_manifest
@@ -39,6 +40,7 @@ from styx_coordinator.snapshotter import Snapshotter
 from styx_py.core.determinism import nondeterminism_warnings
 from styx_py.core.errors import GraphError
 from styx_py.core.graph import Graph, GraphVersion, check_update, load_graph
+from styx_py.core.logmarks import marker_topic
 from styx_py.core.ports import Clock
 from styx_py.core.wire import GraphPrepared, PrepareGraph
 
@@ -73,6 +75,7 @@ class Deployer:
         *,
         min_workers: int,
         create_topics: TopicCreator | None,
+        logcheck: LogCheck,
     ) -> None:
         self.cluster = cluster
         self.clock = clock
@@ -80,6 +83,7 @@ class Deployer:
         self.store = store
         self.min_workers = min_workers
         self.create_topics = create_topics
+        self.logcheck = logcheck
         self.epochs = epochs
         self.enough_workers = asyncio.Event()
         self.update: Update | None = None  # the code update in progress (one at a time)
@@ -112,8 +116,10 @@ class Deployer:
         if self.create_topics is not None:
             cfg = c.config
             topics = {cfg.ingress_topic: n, cfg.egress_topic: n, cfg.seqlog_topic: 1}
+            topics[marker_topic(cfg.seqlog_topic)] = 1
             try:
                 await self.create_topics(topics)
+                await self.logcheck.stamp()  # the cluster's incarnation marker, before any epoch
             except OSError as exc:  # the broker
                 raise GraphError(
                     f"creating the topics failed ({type(exc).__name__}: {exc}); deploy again"

@@ -20,6 +20,7 @@ from styx_py.core.segments import MIN_PERIOD_S
 from styx_py.core.wire import COORDINATOR, Message
 from styx_py.io.kafka_admin import TopicAdmin
 from styx_py.io.kafka_logs import KafkaLogReader
+from styx_py.io.logguard import KafkaLogGuard
 from styx_py.io.s3 import blob_store_from
 from styx_py.io.serving import cluster_transport, run_until_failure, start_metrics
 
@@ -85,6 +86,7 @@ async def serve_coordinator(
         blobs=blobs,
         logs=KafkaLogReader(kafka, config),
         merge=merge,
+        guard=KafkaLogGuard(kafka, config.seqlog_topic, config.kafka_security()),
     )
     resumed = await coordinator.resume()
     await transport.start()

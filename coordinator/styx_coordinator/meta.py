@@ -39,6 +39,8 @@ class MetaStore:
             cluster.n_seq,
             list(cluster.versions),
             cluster.segment,
+            cluster.cluster_id,
+            cluster.state == "log-lost",
         )
         await self.blobs.put(META_KEY, meta_encoder.encode(meta))
 

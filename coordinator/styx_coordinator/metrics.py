@@ -24,7 +24,7 @@ __all__ = ["PHASES", "CoordinatorMetrics", "CoordinatorReadout"]
 
 # The three barrier stages of an epoch, as the coordinator sees them (see coordinator.barrier).
 PHASES = ("decide", "commit")
-STATES = ("starting", "running", "recovering")
+STATES = ("starting", "running", "recovering", "degraded", "log-lost")
 
 
 class CoordinatorReadout(Protocol):
@@ -105,10 +105,10 @@ class CoordinatorMetrics:
 
     def readiness(self) -> tuple[bool, str]:
         """``/readyz``: ready to serve (running, or waiting for a deploy); not while recovering, nor
-        once degraded."""
+        once degraded or the broker lost the log."""
         c = self.coordinator
-        if c.state == "degraded":
-            return False, f"degraded: {c.degraded}"
+        if c.state in ("degraded", "log-lost"):
+            return False, f"{c.state}: {c.degraded}"
         if c.state == "recovering":
             return False, f"recovering (generation {c.gen})"
         if c.graph_path is None:

@@ -32,6 +32,7 @@ import msgspec
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.epochs import EpochLoop
+from styx_coordinator.logcheck import LogCheck
 from styx_coordinator.meta import MetaStore
 from styx_coordinator.snapshots import empty_manifest, last_complete_epoch, with_generation
 from styx_coordinator.snapshotter import Snapshotter
@@ -95,6 +96,10 @@ class Recovery:
         # (styx_coordinator.reshape).
         self.retiring: dict[str, float] = {}
         self.keep = False  # this recovery is a shape change at a barrier (see start)
+        # Has the broker lost the log? Checked first in every attempt; a loss stops the cluster for
+        # good (set by the coordinator; none in a bare Recovery).
+        self.logcheck: LogCheck | None = None
+        self.lose_log: Callable[[list[str]], None] = lambda lost: None
 
     def start(self, *, keep: bool = False) -> None:
         """(Re)start recovery (a failure during recovery simply starts it again, within the bound of
@@ -160,6 +165,8 @@ class Recovery:
             await self.clock.sleep(backoff_s)
             self.keep = False  # a planned change that failed ends in a full recovery
             self._new_generation()
+        if self.cluster.halted:  # the broker lost the log: the cluster stopped for good
+            return
         self.failed_attempts = self.attempts = 0
         self.first_attempt_at = None
         if self.keep and self.last_move is not None:
@@ -204,6 +211,14 @@ class Recovery:
         # done. Otherwise only once no worker decides an epoch of an older generation any more (each
         # said so when it saw this generation's view) is the log read: nothing decided after it can
         # be missed.
+        if not self.keep and self.logcheck is not None:
+            try:
+                lost = await self.logcheck.lost(snapshots.manifest)
+            except OSError as exc:  # the broker: unreachable, failing the read
+                return f"checking the broker's log failed: {type(exc).__name__}: {exc}"
+            if lost:
+                self.lose_log(lost)  # halts the cluster (and cancels this task)
+                return None
         if not self.keep and (why := await self._fence()) is not None:
             return why
         try:

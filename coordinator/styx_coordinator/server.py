@@ -10,6 +10,7 @@ module:
 | the epoch loop (barrier driver) | :mod:`~styx_coordinator.epochs` |
 | snapshots: decide, collect, manifest, compaction | :mod:`~styx_coordinator.snapshotter` |
 | recovery, and resuming from S3 after a restart | :mod:`~styx_coordinator.recovery` |
+| has the broker lost the log? (incarnation marker, recorded offsets) | :mod:`~styx_coordinator.logcheck` |
 | failure detection by heartbeats | :mod:`~styx_coordinator.monitor` |
 | shape changes: join, drain, scale, takeover of lost workers | :mod:`~styx_coordinator.reshape` |
 | ``styx status`` | :mod:`~styx_coordinator.status` |
@@ -29,6 +30,7 @@ from typing import Any
 from styx_coordinator.cluster import Cluster, State
 from styx_coordinator.deploy import Deployer, TopicCreator
 from styx_coordinator.epochs import EpochLoop
+from styx_coordinator.logcheck import LogCheck
 from styx_coordinator.lookups import ReplyLookups
 from styx_coordinator.meta import MetaStore
 from styx_coordinator.metrics import CoordinatorMetrics
@@ -43,7 +45,8 @@ from styx_coordinator.tasks import Tasks
 from styx_py.core.blobs import BlobStore
 from styx_py.core.config import Config
 from styx_py.core.errors import StyxError
-from styx_py.core.ports import Clock, LogReader, LoopClock, Transport
+from styx_py.core.logmarks import describe
+from styx_py.core.ports import Clock, LogGuard, LogReader, LoopClock, Transport
 from styx_py.core.wire import (
     COORDINATOR,
     AdminReply,
@@ -55,6 +58,7 @@ from styx_py.core.wire import (
     GraphPrepared,
     Halt,
     Heartbeat,
+    LogLost,
     Manifest,
     Message,
     RecoverDone,
@@ -89,6 +93,7 @@ class Coordinator:
         blobs: BlobStore | None = None,
         logs: LogReader | None = None,
         merge: Merge = merge_here,
+        guard: LogGuard | None = None,
     ) -> None:
         self.clock: Clock = clock if clock is not None else LoopClock()
         self.detect_failures = detect_failures
@@ -101,9 +106,11 @@ class Coordinator:
             cluster, self.clock, self.tasks, self.snapshots, self.metrics, on_stall=self.start_recovery
         )
         self.meta = store = MetaStore(blobs)
+        self.logcheck = LogCheck(cluster, guard)
         self.recovery = Recovery(
             cluster, self.clock, self.tasks, self.epochs, self.snapshots, store, logs, self.give_up
         )
+        self.recovery.logcheck, self.recovery.lose_log = self.logcheck, self.lose_log
         self.reshaper = Reshaper(cluster, self.recovery, self.epochs, self.tasks, self.clock)
         self.lookups = ReplyLookups(cluster, self.clock, self.tasks)
         self.deployer = Deployer(
@@ -114,6 +121,7 @@ class Coordinator:
             self.epochs,
             min_workers=min_workers,
             create_topics=create_topics,
+            logcheck=self.logcheck,
         )
         self.rotator: SegmentRotator | None = None
         if config.log_segment_s > 0 and create_topics is not None:
@@ -147,19 +155,31 @@ class Coordinator:
         False for a fresh cluster. A cluster that stopped degraded stays stopped."""
         resumed = await self.recovery.resume()
         saved = self.meta.loaded
-        if resumed and saved is not None and saved.degraded:
-            self.degrade(saved.degraded, save=False)
+        if resumed and saved is not None:
+            self.cluster.cluster_id = saved.cluster_id
+            if saved.degraded:
+                self.degrade(saved.degraded, save=False, log_lost=saved.log_lost)
+            elif lost := await self.logcheck.lost(self.snapshots.manifest):
+                self.degrade(describe(lost), save=False, log_lost=True)
+                await self._save_halted()
         return resumed
 
-    def degrade(self, reason: str, *, save: bool = True) -> None:
-        """Stop the cluster for good: a replay diverged, so no recovery can reproduce what clients were
-        told. No more epochs, no recovery (a restart of any process included); every worker is told to
-        halt and ``styx status`` / ``/readyz`` say why. Recorded in S3 so a restarted coordinator stays
-        stopped too."""
+    def lose_log(self, lost: list[str]) -> None:
+        """The broker lost part of the cluster's log (styx_py.core.logmarks): stop for good, as
+        :meth:`degrade`, in state ``log-lost``, naming what was lost."""
+        self.degrade(describe(lost), log_lost=True)
+
+    def degrade(self, reason: str, *, save: bool = True, log_lost: bool = False) -> None:
+        """Stop the cluster for good: a replay diverged, or the broker lost the log (``log_lost``), so
+        no recovery can reproduce what clients were told. No more epochs, no recovery (a restart of any
+        process included); every worker is told to halt and ``styx status`` / ``/readyz`` say why.
+        Recorded in S3 so a restarted coordinator stays stopped too."""
         c = self.cluster
         if c.halted:
             return
         self._stop_degraded(reason)
+        if log_lost:
+            c.state = "log-lost"
         c.halted = True
         if self.recovery.task is not None:
             self.recovery.task.cancel()
@@ -276,6 +296,9 @@ class Coordinator:
                 self.recovery.on_fenced(msg)
             case ReplayDiverged():
                 self.degrade(msg.describe())
+            case LogLost():
+                log.critical("worker %s: the broker lost the log: %s", msg.node_id, msg.what)
+                self.lose_log([msg.what])
             case _:
                 raise AssertionError(f"coordinator: unexpected {type(msg).__name__} from {src}")
 

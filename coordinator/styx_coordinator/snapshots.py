@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from styx_py.core.blobs import BlobStore, base_key, delta_key, epoch_of
+from styx_py.core.logmarks import LogMark
 from styx_py.core.wire import ClusterMeta, Manifest, PartitionSnapshot, Reply, SeqLogEntry
 
 snapshot_decoder = msgspec.msgpack.Decoder(PartitionSnapshot)
@@ -23,10 +24,14 @@ def empty_manifest(n_partitions: int) -> Manifest:
     return Manifest(-1, 0, n_partitions, {}, [(0, 0)])
 
 
-def extend(prev: Manifest, epoch: int, lc: int, seqlog_offset: int) -> Manifest:
-    """The manifest after the snapshot of ``epoch`` completed: every partition gains one delta."""
+def extend(
+    prev: Manifest, epoch: int, lc: int, seqlog_offset: int, marks: list[LogMark] | None = None
+) -> Manifest:
+    """The manifest after the snapshot of ``epoch`` completed: every partition gains one delta.
+    ``marks``: the offsets its workers recorded (core.logmarks)."""
     deltas = {p: [*prev.deltas.get(p, []), delta_key(p, epoch)] for p in range(prev.n_partitions)}
-    return Manifest(epoch, lc, prev.n_partitions, deltas, list(prev.epoch_generations), seqlog_offset)
+    generations = list(prev.epoch_generations)
+    return Manifest(epoch, lc, prev.n_partitions, deltas, generations, seqlog_offset, marks or [])
 
 
 def with_generation(m: Manifest, first_epoch: int, gen: int) -> Manifest:

@@ -25,6 +25,7 @@ from styx_coordinator.metrics import CoordinatorMetrics
 from styx_coordinator.snapshots import Merge, compact, extend, manifest_encoder, merge_here, retain
 from styx_coordinator.tasks import Tasks
 from styx_py.core.blobs import BlobStore, manifest_key
+from styx_py.core.logmarks import highest
 from styx_py.core.ports import Clock
 from styx_py.core.wire import Manifest, SnapshotDone, SnapshotResult
 
@@ -117,7 +118,8 @@ class Snapshotter:
         if ok:
             assert self.blobs is not None and self.manifest is not None
             seqlog_offset = min(p.seqlog_offset for p in parts.values())
-            manifest = extend(self.manifest, epoch, pending.lc, seqlog_offset)
+            marks = highest(m for p in parts.values() for m in p.marks)
+            manifest = extend(self.manifest, epoch, pending.lc, seqlog_offset, marks)
             try:
                 await self.blobs.put(manifest_key(epoch), manifest_encoder.encode(manifest))
             except OSError as exc:  # S3: the snapshot fails; the next one carries its deltas

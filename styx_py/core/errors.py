@@ -12,6 +12,8 @@
     ├── MissingExtra               a command needs an extra that is not installed (``styx_py.extras``)
     ├── AuditError                 ``styx audit`` could not run (``styx_py.audit.failures``)
     ├── ScreenshotError            Chromium is missing or wrote no image (``styx_py.stack.screenshot``)
+    ├── BrokerLost                 ``styx up``'s in-memory broker died, and the cluster's logs with it
+                                   (``styx_py.stack.errors``; also the stack's ``ServiceError``)
     ├── TransactionFailed          a transaction did not commit; raised by the SDK (an exception
     │   │                          in a function: ``error_type`` "UserError", ``exception_type`` its class)
     │   ├── TransactionAborted     user logic aborted it with ``Abort``

@@ -246,6 +246,9 @@ METRICS_HEAD_TIMEOUT_S = 5.0
 # collections, worker p99 126 / 111 ms against 217 / 190 ms (benchmarks/results/busy-linger-and-gc.md).
 SERVER_GC_GEN0 = 20_000
 
+# ---- log loss (styx_py.core.logmarks) ----------------------------------------------------------------------
+MAX_LOSSES_SHOWN = 3  # losses named in the reason a cluster stops with; the others are counted
+
 # ---- the local stack (styx_py.stack) ---------------------------------------------------------------------
 SERVICE_START_TIMEOUT_S = 30.0  # S3, the broker or a cluster process not ready by then fails the start
 # A restarted worker is not killed for being "failed" this long after its start: it has to register.

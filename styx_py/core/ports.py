@@ -8,6 +8,7 @@ Each has a real implementation and an in-memory one for the simulation:
 | :class:`Ingress` | ``styx_worker.ingress.KafkaIngress`` | ``MemoryIngress`` |
 | :class:`Egress`, :class:`SequencerLog` | ``styx_worker.egress.KafkaSink`` | ``MemoryEgress/SeqLog`` |
 | :class:`LogReader` | ``styx_py.io.kafka_logs.KafkaLogReader`` | ``MemoryLogReader`` |
+| :class:`LogGuard` | ``styx_py.io.logguard.KafkaLogGuard`` | none (the in-memory log loses nothing) |
 | :class:`~styx_py.core.blobs.BlobStore` | ``styx_py.io.s3.MinioBlobStore`` | ``MemoryBlobStore`` |
 | :class:`Clock` | :class:`LoopClock` | the same, on a virtual-time event loop |
 
@@ -21,14 +22,15 @@ simulated time, deterministically, and a test never sleeps.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from styx_py.core.logmarks import LogMark
 from styx_py.core.segments import Cursor
 from styx_py.core.wire import IngressRecord, Message, PushedRequest, Reply, SeqLogEntry
 
-__all__ = ["Clock", "Egress", "Ingress", "LogReader", "LoopClock", "SequencerLog", "Transport"]
+__all__ = ["Clock", "Egress", "Ingress", "LogGuard", "LogReader", "LoopClock", "SequencerLog", "Transport"]
 
 
 class Transport(Protocol):
@@ -107,6 +109,19 @@ class LogReader(Protocol):
         ...
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]: ...
+
+
+class LogGuard(Protocol):
+    """Has the broker lost the cluster's log? (:mod:`styx_py.core.logmarks`)"""
+
+    async def stamp(self) -> str:
+        """Write a new incarnation marker for the cluster (at deploy); its cluster id."""
+        ...
+
+    async def lost(self, cluster_id: str, recorded: Sequence[LogMark]) -> list[str]:
+        """What the broker lost of the marker of ``cluster_id`` and of the offsets ``recorded``, one
+        line each (empty: nothing)."""
+        ...
 
 
 class Clock(Protocol):

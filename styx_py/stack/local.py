@@ -37,7 +37,7 @@ from styx_py.core.words import counted
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
-from styx_py.stack.errors import ServiceError
+from styx_py.stack.errors import BrokerLost, ServiceError
 from styx_py.stack.net import DEFAULT_PORTS, StackPorts, preferred_port
 
 if TYPE_CHECKING:  # imported by start(): `styx deploy|status|call` use this module without the [local] extra
@@ -130,6 +130,8 @@ class LocalStack:
         self.log_dir = log_dir or data_dir / "logs"
         self.s3: SeaweedS3 | None = None
         self.broker: TansuBroker | None = None
+        self.broker_pid: int | None = None  # the broker process the cluster's logs live in
+        self.said_lost = False  # supervise() said that the cluster stopped because its log was lost
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarted_at: dict[str, float] = {}  # when supervise() last restarted each process
         self.left: list[str] = []  # workers that left the cluster (drained) and were not restarted
@@ -187,6 +189,7 @@ class LocalStack:
                 storage, bucket="tansu", log_path=self.log_dir / "tansu.log", port=self.ports.kafka
             ).start()
             self.kafka = self.broker.bootstrap
+            self.broker_pid = self.broker.pid
             if self.broker.port_taken:
                 self._note("kafka", self.ports.kafka, self.kafka)
         else:
@@ -295,7 +298,7 @@ class LocalStack:
         declared failed (a hung event loop); a worker that left the cluster (drained: exit code 0) is
         not restarted, and new workers are started while ``styx scale`` asked for more. Returns a line
         per change for the operator's terminal; the cluster recovers or reshapes."""
-        said: list[str] = []
+        said: list[str] = self._supervise_broker()
         restarted: list[str] = []
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
@@ -318,6 +321,9 @@ class LocalStack:
             status = asyncio.run(admin(self.coordinator, StatusRequest(), 2.0, self.secret))
         except StyxError:
             status = {}  # the coordinator is restarting
+        if status.get("state") == "log-lost" and not self.said_lost:
+            self.said_lost = True  # once: the cluster stays stopped
+            said.append(f"the cluster stopped: {status['degraded']}")
         failed = status.get("failed_workers", [])
         desired = status.get("desired_workers")
         running = [n for n in self.procs if n.startswith("w")]
@@ -342,6 +348,29 @@ class LocalStack:
                 restarted.append(name)
                 said.append(f"{name} hung (declared failed): restarted (the cluster recovers)")
         return said
+
+    def _supervise_broker(self) -> list[str]:
+        """The broker this stack started died: on S3 storage (``--durable``) it is started again, its
+        data intact, and the cluster rides it out; in memory its data died with it, so the stack stops
+        (:class:`BrokerLost`): a cluster that went on would serve from state its logs no longer hold."""
+        broker = self.broker
+        if broker is None or (broker.running and broker.pid == self.broker_pid):
+            return []
+        code = broker.exit_code
+        ended = "was restarted" if broker.running else "stopped" if code is None else _ended(code)
+        if not self.durable:
+            raise BrokerLost(
+                f"the Kafka broker (Tansu, in memory) {ended}: a broker restart loses the cluster's "
+                "data (every topic comes back empty), so the stack stops rather than serve on. Start a "
+                "fresh cluster with 'styx up', or keep the logs with 'styx up --durable' "
+                f"(log {broker.log_path})"
+            )
+        said = f"tansu {ended}"
+        if not broker.running:
+            broker.restart(hard=True)
+            said += ": restarted on its S3 storage"
+        self.broker_pid = broker.pid
+        return [f"{said} (the cluster keeps its logs)"]
 
     def deploy(self, import_path: str) -> dict[str, Any]:
         return asyncio.run(admin(self.coordinator, DeployRequest(import_path), secret=self.secret))

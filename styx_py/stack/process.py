@@ -67,6 +67,7 @@ class ManagedProcess:
             log_path = Path(tmp)
         self.log_path: Path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
+        self._last_exit_code: int | None = None
         self._log_fh: IO[bytes] | None = None
         self._log_start = 0
         self.startup_seconds: float | None = None
@@ -97,6 +98,12 @@ class ManagedProcess:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """How the last run ended (a negative number: the signal that killed it); None while it runs
+        or before it ever ran."""
+        return self._proc.poll() if self._proc is not None else self._last_exit_code
 
     @property
     def pid(self) -> int | None:
@@ -174,6 +181,7 @@ class ManagedProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        self._last_exit_code = proc.returncode
         self._proc = None
         _live.discard(self)
         if self._log_fh is not None:

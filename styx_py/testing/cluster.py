@@ -28,6 +28,7 @@ from styx_py.core.segments import segment_topic
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import COORDINATOR, Reply, Request, decode_value, encode_value
 from styx_py.testing.clients import CLIENT_TIMEOUT_S, SimClients
+from styx_py.testing.logguard import MemoryLogGuard
 from styx_py.testing.memory import (
     MemoryBlobStore,
     MemoryEgress,
@@ -101,6 +102,8 @@ class SimCluster:
         )
         self.network = MemoryNetwork(seed)
         self.log = MemoryLog()
+        # The log-loss check, on every recovery: the in-memory log loses nothing (no false alarm).
+        self.guard = MemoryLogGuard(self.log, self.config.seqlog_topic)
         self._reply_event = asyncio.Event()
         self.network.on_error = self._reply_event.set
         cfg = self.config
@@ -175,6 +178,7 @@ class SimCluster:
             blobs=self.blobs,
             logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
             create_topics=self._create_topics,
+            guard=self.guard,
         )
 
     async def _create_topics(self, topics: dict[str, int]) -> None:

@@ -32,6 +32,7 @@ from styx_py.core.wire import (
     FindReplies,
     Halt,
     IngressRecord,
+    LogLost,
     Message,
     Recover,
     ReplayDiverged,
@@ -240,6 +241,13 @@ class WorkerCore:
         m.fence = max(m.fence, msg.gen)
         self._halt(f"retired: {msg.reason}", level=logging.WARNING)
         self.out.effects.append(effects.ReportFenced(msg.gen, True))
+
+    def log_lost(self, what: str) -> None:
+        """The broker lost part of the log, as this worker found: tell the coordinator, which stops the
+        cluster (state ``log-lost``), and run nothing more."""
+        if not self.halted:
+            self.out.effects.append(Send(COORDINATOR, LogLost(self.node_id, what)))
+            self._halt(f"log lost: {what}")
 
     def _on_halt(self, msg: Halt) -> None:
         self._halt(msg.reason)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import msgspec
 
 from styx_py.core.graph import GraphVersion
+from styx_py.core.logmarks import LogMark
 from styx_py.core.segments import Cursor
 from styx_py.core.wire import IngressRecord, Invoke, Message, Reply, SeqLogEntry, Status
 from styx_worker.ackshare import Share
@@ -183,6 +184,7 @@ class Upload(msgspec.Struct):
     gen: int
     parts: Any
     seqlog_acked: int
+    marks: list[LogMark] = msgspec.field(default_factory=list)  # what the broker held (core.logmarks)
 
 
 class ReportFenced(msgspec.Struct):

@@ -33,10 +33,11 @@ from styx_py.core.limits import (
     MAX_EGRESS_PRODUCE_BYTES,
     REPLY_WAIT_FOR_LOG_ENTRY_S,
 )
-from styx_py.core.segments import pack, replies_to, segment_topic
+from styx_py.core.segments import pack, replies_to, segment_topic, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
 from styx_py.io.batching import PRODUCE_FAILURES, BatchLanes, Headers, OnDone
 from styx_py.io.tls import kafka_options
+from styx_worker.logwatch import LogWatch
 
 log = logging.getLogger("styx.egress")
 
@@ -71,6 +72,8 @@ class KafkaSink:
         # Egress partition -> packed offset (core.segments) below which replies are acked.
         self.egress_acked: dict[int, int] = {}
         self.seqlog_acked = 0
+        # Acknowledged offsets the broker must not go back on (styx_worker.logwatch).
+        self.reply_watch, self.log_watch = LogWatch("egress"), LogWatch("sequencer log")
         self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
         self.topic = config.egress_topic
         # Per reply, made once: the acknowledgement callback of each partition in the current segment
@@ -127,11 +130,13 @@ class KafkaSink:
                 drain.cancel()
 
     def _on_reply_sent(self, partition: int) -> Callable[[int, BaseException | None], None]:
-        segment = self.segment
+        segment, topic = self.segment, self.topic
 
         def done(offset: int, exc: BaseException | None) -> None:
             if exc is not None:
                 self._fail(exc)
+            elif self.reply_watch.stored(topic, partition, offset):
+                return  # the broker lost the log: the worker stops (styx_worker.logwatch)
             elif (acked := pack(segment, offset + 1)) > self.egress_acked.get(partition, 0):
                 self.egress_acked[partition] = acked
 
@@ -166,6 +171,8 @@ class KafkaSink:
         """After a recovery: the restored snapshot's egress positions are the new lower bounds."""
         for p, off in offsets.items():
             self.egress_acked[p] = max(self.egress_acked.get(p, 0), off)
+            segment, at = unpack(off)
+            self.reply_watch.vouched(segment_topic(self.config.egress_topic, segment), p, at)
 
     # Egress
     def send(self, partition: int, reply: Reply, epoch: int, pushed: bool = False) -> None:
@@ -198,6 +205,8 @@ class KafkaSink:
                 if not done.done():
                     done.set_exception(exc)
                 return
+            if self.log_watch.stored(self.config.seqlog_topic, 0, offset):
+                return  # the broker lost the log: never durable, so the epoch is never voted
             self.seqlog_acked = max(self.seqlog_acked, offset + 1)
             if not done.done():
                 done.set_result(None)

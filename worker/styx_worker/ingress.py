@@ -32,6 +32,7 @@ from styx_py.core.segments import Cursor, segment_topic, unpack
 from styx_py.core.wire import IngressRecord, PushedRequest
 from styx_py.io.fetching import FetchWait
 from styx_py.io.tls import kafka_options
+from styx_worker.logwatch import LogWatch
 from styx_worker.pace import PushPace
 from styx_worker.pushed import PushedRecords
 from styx_worker.sources import IngressCounts, Source, Sources
@@ -65,6 +66,8 @@ class KafkaIngress:
         self.arrived = asyncio.Event()  # records came (a replay waits for the next one)
         self.assigned = asyncio.Event()  # the fetch loop starts at the first assignment
         self.clock: Callable[[], float] = time.monotonic  # the pace's clock
+        # The ends the broker gave and the positions restored, which it must not go back on.
+        self.watch = LogWatch("ingress")
 
     async def start(self) -> None:
         await self.consumer.start()
@@ -120,7 +123,9 @@ class KafkaIngress:
             if src[1] in positions:  # drops what was buffered even at an unchanged offset
                 self.sources.reset(src, offset)
                 self.pushed.forget(src)
-                self.consumer.seek(self._tp(src), offset)
+                tp = self._tp(src)
+                self.consumer.seek(tp, offset)
+                self.watch.vouched(tp.topic, tp.partition, offset)  # taken before: the broker held it
 
     def positions(self) -> dict[int, Cursor]:
         return self.sources.positions()
@@ -129,7 +134,7 @@ class KafkaIngress:
         """The fetch loop (a child of the worker process's task group)."""
         await self.assigned.wait()
         sources, pace = self.sources, self.pace
-        while True:
+        while not self.watch.lost:
             await self.room.wait()
             max_records = sources.room()
             polled_at = self.clock()
@@ -160,11 +165,22 @@ class KafkaIngress:
                 await self.fetch_wait.after_poll(self.consumer, batches, expect)
             if batches:
                 self._buffered(was_empty)
+            self._check_ends()
             if sources.draining:
                 self._drop_drained()
             if floor == INGRESS_PUSHED_FETCH_WAIT_MS:  # the fetch only confirms pushed records: not so often
                 self.counts.paced += 1
                 await asyncio.sleep(INGRESS_PUSHED_POLL_S - (self.clock() - polled_at))
+        # The broker lost the log: read nothing more, and stay (the worker halted; it is not done).
+        await asyncio.get_running_loop().create_future()
+
+    def _check_ends(self) -> None:
+        """Has the broker gone back on an end it gave, or a position restored? (styx_worker.logwatch;
+        the fetch loop then ends: nothing more is read.)"""
+        for tp in self.tps:
+            hw = self.consumer.highwater(tp)
+            if hw is not None and self.watch.end(tp.topic, tp.partition, hw):
+                return
 
     def offer(self, pushed: PushedRequest) -> None:
         """A record a client pushed once the broker acknowledged it (styx_worker.pushed): buffered now

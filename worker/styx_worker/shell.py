@@ -224,6 +224,12 @@ class Worker:
             assert self.tasks is not None
             self.reconfig.start(self.tasks, msg)
 
+    def log_lost(self, what: str) -> None:
+        """The broker went back on an offset it gave (styx_worker.logwatch): the coordinator is told,
+        and this worker runs nothing more."""
+        self.core.log_lost(what)
+        self.apply(self.core.flush())
+
     def step(self, event: Event) -> None:
         """Feed the core one event and carry out what it says."""
         self.apply(self.core.step(event))

@@ -23,6 +23,7 @@ import msgspec
 
 from styx_py.core.blobs import BlobStore, delta_key
 from styx_py.core.config import Config
+from styx_py.core.logmarks import recorded_by_snapshot
 from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import Cursor
 from styx_py.core.wire import (
@@ -227,20 +228,22 @@ def cut(
     resched = [(r.partition, r.tid, r.offset, r.ts_ms, r.request) for r in rescheduled]
     waiting = [rec for recs in replies.waiting.values() for rec in recs]
     acked = ports.seqlog_acked()
+    positions, egress = ports.positions(), ports.egress_offsets()
     parts = capture_steps(
         epoch,
         delta,
         table.op_partitions,
         table.owned(),
-        ports.positions(),
+        positions,
         resched,
-        ports.egress_offsets(),
+        egress,
         acked,
         answered,
         waiting,
         config.snapshot_step_rows,
     )
-    return Upload(epoch, gen, parts, acked), (delta, answered)
+    marks = recorded_by_snapshot(config.ingress_topic, config.egress_topic, positions, egress)
+    return Upload(epoch, gen, parts, acked, marks), (delta, answered)
 
 
 def put_back(unconfirmed: Unconfirmed, store: StateStore, answered: ReplyTable) -> None:
@@ -280,4 +283,4 @@ async def upload_snapshot(
         observe(False, time.perf_counter() - started, 0)
         return SnapshotDone(epoch, node_id, False, f"{type(exc).__name__}: {exc}", 0, 0, acked, gen)
     observe(True, time.perf_counter() - started, size)
-    return SnapshotDone(epoch, node_id, True, "", count, size, acked, gen)
+    return SnapshotDone(epoch, node_id, True, "", count, size, acked, gen, upload.marks)

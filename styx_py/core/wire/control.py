@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from styx_py.core.graph import GraphVersion, OperatorSpec
+from styx_py.core.logmarks import LogMark
 from styx_py.core.wire.codes import Msg
 from styx_py.core.wire.storage import Manifest
 
@@ -86,6 +87,9 @@ class SnapshotDone(Msg, tag="snap"):
     bytes: int
     seqlog_offset: int  # sequencer-log entries of epochs after this snapshot lie at or above it
     gen: int
+    # Offsets the snapshot says the broker held (ingress positions, egress acknowledged: core.logmarks):
+    # the coordinator checks them at every recovery.
+    marks: list[LogMark] = msgspec.field(default_factory=list)
 
 
 class Fenced(Msg, tag="fenced"):
@@ -148,6 +152,14 @@ class ReplayDiverged(Msg, tag="diverged"):
             "ctx.now(), ctx.uuid() instead of random, time, uuid); the cluster stops, since going on "
             "would contradict replies already given"
         )
+
+
+class LogLost(Msg, tag="loglost"):
+    """The broker lost part of the cluster's log, as this worker found (an offset it recorded lies past
+    the broker's end: styx_py.core.logmarks): the cluster must stop, never serve on. Terminal."""
+
+    node_id: str
+    what: str  # which log lost what: "ingress styx-ingress partition 2: recorded offset 1830, ..."
 
 
 # ---- coordinator -> worker -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from styx_py.core.wire.control import (
     GraphPrepared,
     Halt,
     Heartbeat,
+    LogLost,
     PrepareGraph,
     Recover,
     RecoverDone,
@@ -58,6 +59,7 @@ ToCoordinator = (
     | RecoverDone
     | GraphPrepared
     | ReplayDiverged
+    | LogLost
     | DeployRequest
     | StatusRequest
     | ScaleRequest

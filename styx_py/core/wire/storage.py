@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from styx_py.core.graph import GraphVersion
+from styx_py.core.logmarks import LogMark
 from styx_py.core.wire.codes import Key
 from styx_py.core.wire.logs import Reply, Request
 
@@ -42,6 +43,8 @@ class Manifest(msgspec.Struct, array_like=True):
     deltas: dict[int, list[str]]
     epoch_generations: list[tuple[int, int]]  # (first epoch, generation) of every generation so far
     seqlog_offset: int = 0  # where recovery starts reading the sequencer log
+    # Offsets the snapshot's workers say the broker held (core.logmarks): checked at start and recovery.
+    marks: list[LogMark] = []
 
     def generation_of(self, epoch: int) -> int:
         """The generation that ran ``epoch`` (each recovery starts a generation at some epoch)."""
@@ -66,3 +69,8 @@ class ClusterMeta(msgspec.Struct, array_like=True):
     # state saved before code updates: ``graph_path`` ran every epoch then.
     versions: list[GraphVersion] = []
     segment: int = 0  # the newest ingress segment (styx_py.core.segments)
+    # The cluster's incarnation marker (styx_py.core.logmarks): its id, on the broker since deploy
+    # ("" in state saved before markers: not checked), and whether it stopped because the broker lost
+    # its log (``degraded`` says what was lost).
+    cluster_id: str = ""
+    log_lost: bool = False
