@@ -61,13 +61,15 @@ class KafkaLogGuard:
     def __init__(self, bootstrap: str, seqlog_topic: str, security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
         self.topic = marker_topic(seqlog_topic)
-        self.options = kafka_options(security)
+        self.security = security
 
     async def stamp(self) -> str:
         """Write the marker of a new cluster id (its topic exists: created with the cluster's topics);
         the id."""
         cluster_id = secrets.token_hex(8)  # control plane only: nothing deterministic depends on it
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", **self.options)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", **kafka_options(self.security)
+        )
         try:
             await producer.start()
             try:
@@ -86,7 +88,7 @@ class KafkaLogGuard:
             group_id=None,
             fetch_max_wait_ms=LOG_READ_FETCH_WAIT_MS,
             max_partition_fetch_bytes=1024,  # only the high watermarks are wanted
-            **self.options,
+            **kafka_options(self.security),
         )
         try:
             await consumer.start()
