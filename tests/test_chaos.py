@@ -37,7 +37,7 @@ from styx_py.io.kafka_logs import read_to_end
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3
 from tests.service_fixtures import ClusterFactory, DurableKafkaFactory, start_cluster
-from tests.test_integration import read_replies, read_topic
+from tests.test_integration import ingress_ids, read_replies, read_topic
 
 pytestmark = pytest.mark.services
 
@@ -274,6 +274,12 @@ async def audit(stack: LocalStack) -> None:
     s3 = stack.external_s3
     assert s3 is not None
     topics = stack.env
+    # The audit reads the logs up to their ends as it starts; the copies of the last replies the test's
+    # client was pushed may still be on their way to the egress log (read_until).
+    await read_replies(
+        lambda: read_topic(stack.kafka, topics["STYX_EGRESS_TOPIC"]),
+        await ingress_ids(stack.kafka, topics["STYX_INGRESS_TOPIC"]),
+    )
     argv = ["audit", "--kafka", stack.kafka, "--ingress-topic", topics["STYX_INGRESS_TOPIC"]]
     argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
     argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]

@@ -23,7 +23,7 @@ from styx_client import StyxClient
 from styx_py.core.limits import REPLY_WAIT_FOR_LOG_ENTRY_S
 from styx_py.core.segments import segment_topics
 from styx_py.core.serial import reply_outcome, serial_replay
-from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
+from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder, request_decoder
 from styx_py.stack.local import LocalStack, admin
 from tests.service_fixtures import ClusterFactory
 
@@ -65,8 +65,18 @@ async def read_replies(read: Callable[[], Awaitable[list[Reply]]], expect: Itera
 
 
 async def read_topic(bootstrap: str, topic: str) -> list[Reply]:
-    """Every record of a topic and its segments (core.segments), up to the fetch high watermark
-    (end_offsets is wrong on Tansu)."""
+    """Every reply of an egress topic and its segments (:func:`read_values`)."""
+    return [reply_decoder.decode(value) for value in await read_values(bootstrap, topic)]
+
+
+async def ingress_ids(bootstrap: str, topic: str) -> set[str]:
+    """The request id of every record of an ingress topic and its segments (:func:`read_values`)."""
+    return {request_decoder.decode(value).request_id for value in await read_values(bootstrap, topic)}
+
+
+async def read_values(bootstrap: str, topic: str) -> list[bytes]:
+    """The value of every record of a topic and its segments (core.segments), up to the fetch high
+    watermark (end_offsets is wrong on Tansu)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=10
     )
@@ -78,12 +88,12 @@ async def read_topic(bootstrap: str, topic: str) -> list[Reply]:
         tps = [TopicPartition(name, p) for name in names for p in parts]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        out: list[Reply] = []
+        out: list[bytes] = []
         done: set[TopicPartition] = set()
         while len(done) < len(tps):
             batches = await consumer.getmany(timeout_ms=200)
             for recs in batches.values():
-                out.extend(reply_decoder.decode(r.value) for r in recs)
+                out.extend(r.value for r in recs)
             for tp in tps:
                 hw = consumer.highwater(tp)
                 if hw is not None and await consumer.position(tp) >= hw:
