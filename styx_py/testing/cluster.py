@@ -382,9 +382,12 @@ class SimCluster:
 
     def _recovering(self) -> bool:
         """A recovery runs, or is still to come: a worker restarted after a crash (or just started)
-        and is not in the running generation yet."""
+        and is not in the running generation yet, or a worker lost for good still holds partitions
+        (the others take them over once ``takeover_after_ms`` passed)."""
         r = self.coordinator.recovery
         if self.coordinator.state != "running" or r.resuming or (r.task is not None and not r.task.done()):
+            return True
+        if set(self.coordinator.cluster.placement) - set(self.worker_tasks):
             return True
         return any(w.generation != self.coordinator.cluster.gen for w in self.workers)
 
