@@ -117,6 +117,8 @@ class Deployer:
             cfg = c.config
             topics = {cfg.ingress_topic: n, cfg.egress_topic: n, cfg.seqlog_topic: 1}
             topics[marker_topic(cfg.seqlog_topic)] = 1
+            if cfg.changelog_topic:
+                topics[cfg.changelog_topic] = n
             try:
                 await self.create_topics(topics)
                 await self.logcheck.stamp()  # the cluster's incarnation marker, before any epoch
