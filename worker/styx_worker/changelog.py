@@ -27,11 +27,12 @@ __all__ = ["Changelog"]
 class Changelog:
     """This worker's writer of the changelog: on or off, and what a restore found on it already."""
 
-    __slots__ = ("enabled", "tail")
+    __slots__ = ("enabled", "skipped", "tail")
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.tail: dict[int, Position] = {}  # partition -> the last record's position on the topic
+        self.skipped = 0  # records a replay found on the changelog already (since the start)
 
     def restored(self, tail: Mapping[int, Position]) -> None:
         """A restore: the changelog ends at ``tail`` in the partitions it names (the others are empty)."""
@@ -44,5 +45,8 @@ class Changelog:
         if not self.enabled or not commits:
             return
         records = records_of(epoch, commits, partitions, self.tail)
+        if any(at[0] >= epoch for at in self.tail.values()):  # a replay of what the topic may hold
+            self.skipped += sum(map(len, records_of(epoch, commits, partitions).values()))
+            self.skipped -= sum(map(len, records.values()))
         if records:
             out.append(Changes(epoch, records))
