@@ -18,7 +18,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class Chaos:
     zipf: float = 0.0  # key skew of the transfers
     wait_for_recovering: bool = False  # a close-following kill waits until the cluster is recovering
     worker_with_coordinator: bool = False  # the coordinator's kill takes a worker down with it
+    requests: dict[str, Request] = field(default_factory=dict)  # filled by run_chaos: what it sent
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ async def run_chaos(stack: LocalStack, chaos: Chaos, read_egress_log: Callable[[
     checks against the serial execution; the egress log as read by ``read_egress_log``."""
     rng, killing = random.Random(7), random.Random(8)  # load, kills: each its own seeded stream
     keys = KeyChooser(ACCOUNTS, chaos.zipf, seed=9)
-    requests: dict[str, Request] = {}
+    requests = chaos.requests
     replies: dict[str, Reply] = {}
     resent = 0
     # Room for every request sent while a recovery (or several) holds replies back.
