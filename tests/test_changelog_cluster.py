@@ -15,6 +15,7 @@ from aiokafka import TopicPartition
 
 from styx_benchmarks.bank import account
 from styx_benchmarks.bank import app as bank_app
+from styx_benchmarks.changelog_view import ChangelogView, follow
 from styx_client import StyxClient
 from styx_py.core.changelog import ChangeRecord, change_decoder, table_of
 from styx_py.core.partitioning import Key
@@ -27,7 +28,7 @@ from styx_py.stack.services import SeaweedS3
 from styx_py.testing.changelog import expected_changelog
 from styx_worker.snapshot import snapshot_decoder
 from tests.service_fixtures import ClusterFactory
-from tests.test_chaos import ACCOUNTS, Chaos, run_chaos
+from tests.test_chaos import ACCOUNTS, INITIAL, Chaos, run_chaos
 from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services
@@ -111,6 +112,17 @@ async def test_the_changelog_rebuilds_the_snapshot_and_the_live_state_after_kill
         assert part == want, f"partition {p} differs from the serial execution's writes in commit order"
     everything = [r for part in changelog.values() for r in part]
     assert table_of(everything) == live == serial_state
+
+    # The consumer example (benchmarks/styx_benchmarks/changelog_view.py) builds the same live view.
+    view, caught_up = ChangelogView("account"), asyncio.Event()
+    following = asyncio.create_task(
+        follow(stack.kafka, stack.env["STYX_CHANGELOG_TOPIC"], view, caught_up=caught_up)
+    )
+    try:
+        await asyncio.wait_for(caught_up.wait(), 60)
+    finally:
+        following.cancel()
+    assert view.table == live and view.total() == ACCOUNTS * INITIAL
 
     epoch, snapshot_state = newest_snapshot(stack)
     assert snapshot_state, f"snapshot {epoch} holds nothing"

@@ -121,3 +121,27 @@ def test_the_simulations_check_names_a_duplicate_a_gap_and_a_reordering(bad: str
         topic[p][0], topic[p][1] = topic[p][1], topic[p][0]
     with pytest.raises(AssertionError, match=f"changelog partition {p} differs"):
         check_changelog(0, topic, commits, lambda _: app, state)
+
+
+def test_the_example_view_applies_each_position_once_and_filters_by_operator() -> None:
+    from styx_benchmarks.changelog_view import ChangelogView
+
+    v = encode_value
+    part = records_of(
+        3,
+        [
+            (Phase.OPTIMISTIC, 1, {("acct", "a"): v(5), ("other", "x"): v(1)}),
+            (Phase.OPTIMISTIC, 2, {("acct", "b"): v(7)}),
+            (Phase.FALLBACK, 3, {("acct", "a"): None}),
+        ],
+        PARTITIONS,
+    )[0]
+    view = ChangelogView("acct")
+    view.apply(0, part[:3])
+    assert view.table == {("acct", "a"): 5, ("acct", "b"): 7} and view.total() == 12
+    view.apply(0, part[1:])  # a record seen already changes nothing; the delete does
+    assert view.table == {("acct", "b"): 7}
+    assert view.positions == {0: part[-1].position} and view.newest_epoch == 3
+    everything = ChangelogView()
+    everything.apply(0, part)
+    assert everything.table == table_of(part) == {("acct", "b"): 7, ("other", "x"): 1}
