@@ -277,6 +277,7 @@ async def audit(stack: LocalStack) -> None:
     topics = stack.env
     argv = ["audit", "--kafka", stack.kafka, "--ingress-topic", topics["STYX_INGRESS_TOPIC"]]
     argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
+    argv += ["--changelog-topic", topics["STYX_CHANGELOG_TOPIC"]]
     argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]
     argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "styx_benchmarks.bank:app"]
     argv += ["--out", str(stack.data_dir / "audit")]

@@ -381,6 +381,7 @@ class Coordinator:
             "ingress_segment": c.segment,
             "log_segment_s": c.config.log_segment_s,
             "egress_topic": c.config.egress_topic,
+            "changelog_topic": c.config.changelog_topic,  # "": none
             "reply_routing": c.config.reply_routing,
             # What the cluster's consumers wait per fetch; SDK clients that connect here do the same.
             "kafka_fetch_wait_ms": c.config.kafka_fetch_wait_ms,
