@@ -85,10 +85,10 @@ async def follow(
     try:
         partitions = sorted(consumer.partitions_for_topic(topic) or ())
         if not partitions:
-            await consumer.force_metadata_update()
+            await consumer.topics()  # fetches the cluster's metadata
             partitions = sorted(consumer.partitions_for_topic(topic) or ())
         if not partitions:
-            raise SystemExit(f"no topic {topic!r} on {bootstrap}")
+            raise LookupError(f"no topic {topic!r} on {bootstrap}")
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)
         for tp in tps:

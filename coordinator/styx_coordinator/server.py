@@ -157,6 +157,7 @@ class Coordinator:
         saved = self.meta.loaded
         if resumed and saved is not None:
             self.cluster.cluster_id = saved.cluster_id
+            await self.deployer.ensure_changelog()
             if saved.degraded:
                 self.degrade(saved.degraded, save=False, log_lost=saved.log_lost)
             elif lost := await self.logcheck.lost(self.snapshots.manifest):

@@ -13,7 +13,8 @@ request; or until ``flush``, a segment change, or
 :data:`~styx_py.core.limits.REPLY_WAIT_FOR_LOG_ENTRY_S` without an entry. A reply that was not pushed
 (``push_replies=False``, a client not connected) goes at once, with those held before it: its client
 reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
-the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md).
+the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md). Changelog
+records (``changes``, :mod:`styx_worker.changelog`) are held the same way, and ``flush`` covers them.
 """
 
 from __future__ import annotations
