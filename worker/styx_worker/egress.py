@@ -70,6 +70,7 @@ class KafkaSink:
         # Changelog records held likewise (partition, key, value, stamp): they ride with the next entry.
         self.held_changes: list[tuple[int, bytes, bytes, int]] = []
         self.changelog = config.changelog_topic
+        self.changelog_records = 0  # queued since the start (the metrics)
         self.hold_timer: asyncio.TimerHandle | None = None
         self.encoder = msgspec.msgpack.Encoder()
         self.error: BaseException | None = None
@@ -206,6 +207,7 @@ class KafkaSink:
         sequencer-log entry (one produce request per epoch) or at most
         :data:`~styx_py.core.limits.REPLY_WAIT_FOR_LOG_ENTRY_S`."""
         stamp = self.lanes.clock_ns() // 1_000_000
+        self.changelog_records += len(records)
         held = self.held_changes
         for r in records:
             held.append((partition, entity_key(r.operator, r.key), encode_change(r), stamp))

@@ -360,6 +360,7 @@ class Worker:
             completed_epoch=core.epochs.completed_epoch,
             push_clients=len(self.feed.clients),
             replies_pushed=self.feed.pushed,
+            changelog_skipped=core.epochs.changelog.skipped,
         )
 
     def readiness(self) -> tuple[bool, str]:
