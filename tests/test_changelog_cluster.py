@@ -8,6 +8,7 @@ snapshot (its records up to the snapshot's epoch) and of the live cluster once i
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -33,7 +34,9 @@ from tests.test_integration import read_topic
 
 pytestmark = pytest.mark.services
 
-KILLS = 5  # workers (every other one right after the one before), and the coordinator as the third
+# Workers (every third kill right after the one before) and the coordinator (kills 2, 12, 22, …);
+# STYX_CHANGELOG_KILLS=30 for a long run.
+KILLS = int(os.environ.get("STYX_CHANGELOG_KILLS", "5"))
 
 
 @pytest.fixture
