@@ -90,6 +90,7 @@ def cluster_env(**settings: str) -> dict[str, str]:
         "STYX_INGRESS_TOPIC": f"ingress-{suffix}",
         "STYX_EGRESS_TOPIC": f"egress-{suffix}",
         "STYX_SEQLOG_TOPIC": f"seqlog-{suffix}",
+        "STYX_CHANGELOG_TOPIC": f"changelog-{suffix}",
         "STYX_SNAPSHOT_BUCKET": f"snap-{suffix}",
         "STYX_LOG_LEVEL": "WARNING",
         "STYX_REPLY_ROUTING": "false",

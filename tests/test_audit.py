@@ -8,7 +8,9 @@ defect is caught with a precise message and nothing else fails:
 * a duplicated reply — a copy of the egress topic with one reply record produced twice;
 * a lost reply — a copy of the egress topic with one reply record left out;
 * a tampered balance — a copy of the snapshot bucket with one account rewritten in one delta (audited
-  through ``styx audit``'s entry point: exit code 1, a progress line per stage).
+  through ``styx audit``'s entry point: exit code 1, a progress line per stage); the changelog, which
+  still holds the true balance, disagrees with it too;
+* a changelog record produced twice, and one left out — copies of the changelog topic.
 
 A second run of its own scales the cluster to 3 workers and back to 2 with ``styx scale`` (the README's
 walk-through): the audit passes, tids interleaving by the sequencer count the log records (3).
@@ -46,6 +48,7 @@ from styx_py.audit.kafka_source import iter_range, plan_ranges
 from styx_py.audit.options import AuditConfig, S3Options, add_arguments
 from styx_py.audit.rows import KafkaRecord
 from styx_py.audit.snapshot_source import list_names, load_manifest
+from styx_py.core.changelog import ChangeRecord, change_decoder
 from styx_py.core.wire import PartitionSnapshot, Reply, StatusRequest, decode_value, encode_value
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3, TansuBroker, create_topics
@@ -67,6 +70,7 @@ class Run:
     s3: S3Options
     reads: list[str]  # request ids of read-only balance calls, a check's own (their loss changes no state)
     resent: list[str]  # request ids a client submitted twice (each submission gets the same reply)
+    changelog: str
 
 
 def config(run: Run, out: Path, **changes: object) -> AuditConfig:
@@ -75,6 +79,7 @@ def config(run: Run, out: Path, **changes: object) -> AuditConfig:
         ingress_topic=run.ingress,
         egress_topic=run.egress,
         seqlog_topic=run.seqlog,
+        changelog_topic=run.changelog,
         out=out,
         workload="ycsbt",
         workload_options={"keys": ACCOUNTS},
@@ -160,6 +165,7 @@ def run(kafka: TansuBroker, s3: SeaweedS3, tmp_path_factory: pytest.TempPathFact
         S3Options(c.endpoint, c.access_key, c.secret_key, env["STYX_SNAPSHOT_BUCKET"], c.region),
         reads,
         resent,
+        env["STYX_CHANGELOG_TOPIC"],
     )
 
 
@@ -219,6 +225,7 @@ def test_clean_run_passes_every_audit(spark: object, run: Run, tmp_path: Path) -
     assert stats["snapshot"]["entities"] == ACCOUNTS
     assert len(stats["workers_by_generation"]) >= 2, "the recovery should have started a generation"
     assert stats["check_replies"] == len(run.reads)  # the reads are counted apart from the workload
+    assert stats["changelog"]["records"] >= TRANSFERS  # every transfer writes (an abort: none)
     assert {v.verdict for v in result.verdicts} == {"pass"}, result.verdicts
     report = result.report.read_text()
     assert f"**PASSED — all {len(result.verdicts)} checks passed**" in report and "ordering.mencius" in report
@@ -250,6 +257,47 @@ def test_duplicated_reply_is_detected(spark: object, run: Run, tmp_path: Path) -
     assert errors(result) == {"exactly_once.duplicate_reply": 1}, result.samples
     [message] = result.messages("exactly_once.duplicate_reply")
     assert f"request {rid} has 2 replies for 1 submission(s) (identical copies" in message
+
+
+def change_of(record: KafkaRecord) -> ChangeRecord:
+    assert record.value is not None
+    return change_decoder.decode(record.value)
+
+
+@pytest.mark.parametrize("defect", ["twice", "missing"])
+def test_a_changelog_record_written_twice_or_missing_is_detected(
+    spark: object, run: Run, tmp_path: Path, defect: str
+) -> None:
+    copy = f"{run.changelog}-{defect}"
+    picked: list[ChangeRecord] = []
+
+    def edit(records: list[KafkaRecord]) -> list[KafkaRecord]:
+        # A record of the middle of the run, not the first of its epoch (whose loss reads as a gap too).
+        at = next(i for i in range(len(records) // 2, len(records)) if change_of(records[i]).index > 0)
+        picked.append(change_of(records[at]))
+        if defect == "twice":
+            return [*records[: at + 1], records[at], *records[at + 1 :]]
+        return [*records[:at], *records[at + 1 :]]
+
+    asyncio.run(copy_topic(run.kafka, run.changelog, copy, edit))
+    result = run_audit(spark, config(run, tmp_path, changelog_topic=copy))  # type: ignore[arg-type]
+    assert not result.ok
+    found = errors(result)
+    assert set(found) <= {"changelog.once", "changelog.snapshot"} and found.get("changelog.once", 0) >= 2, (
+        result.samples
+    )
+    victim = picked[0]
+    messages = result.messages("changelog.once")
+    if defect == "twice":
+        assert any(
+            f"epoch {victim.epoch} record {victim.index} (tid {victim.tid}) written twice" in m
+            for m in messages
+        )
+    else:
+        assert any(
+            f"epoch {victim.epoch} records {victim.index}..{victim.index} missing" in m for m in messages
+        )
+    assert any("not the serial replay's writes" in m for m in messages), messages
 
 
 def test_lost_reply_is_detected(spark: object, run: Run, tmp_path: Path) -> None:
@@ -302,7 +350,7 @@ def test_tampered_balance_is_detected(spark: object, run: Run, tmp_path: Path) -
     argv = ["--kafka", run.kafka, "--ingress-topic", run.ingress, "--egress-topic", run.egress]
     argv += ["--seqlog-topic", run.seqlog, "--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key]
     argv += ["--s3-secret-key", s3.secret_key, "--bucket", bucket, "--workload", "ycsbt"]
-    argv += ["--keys", str(ACCOUNTS), "--out", str(tmp_path)]
+    argv += ["--keys", str(ACCOUNTS), "--changelog-topic", run.changelog, "--out", str(tmp_path)]
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     printed: list[str] = []
@@ -310,7 +358,7 @@ def test_tampered_balance_is_detected(spark: object, run: Run, tmp_path: Path) -
     results: list[AuditResult] = []
     code = run_from_args(parser.parse_args(argv), printed.append, progress.append, results.append)
     assert code == EXIT_FAILED, printed
-    assert printed[0].startswith("audit FAILED — 10 of 12 checks passed, 2 failed ("), printed
+    assert printed[0].startswith("audit FAILED — 12 of 15 checks passed, 3 failed ("), printed
     assert "  invariant.ycsbt: FAIL (1 errors, 0 warnings)" in printed
     assert "  ordering.mencius: pass" in printed
     stages = [re.sub(r"^audit \[ *\d+\.\ds\] ", "", line) for line in progress]
@@ -326,13 +374,20 @@ def test_tampered_balance_is_detected(spark: object, run: Run, tmp_path: Path) -
     assert any("checking exactly_once.*" in line for line in stages), progress
     [result] = results
     assert (tmp_path / "report.html").exists()
-    assert errors(result) == {"invariant.ycsbt": 1, "serial.state": 1}, result.samples
+    assert errors(result) == {"invariant.ycsbt": 1, "serial.state": 1, "changelog.snapshot": 1}, (
+        result.samples
+    )
     [money] = result.messages("invariant.ycsbt")
     assert money.startswith(f"money not conserved: sum of {ACCOUNTS} balances is") and money.endswith("(+7)")
     [state] = result.messages("serial.state")
     assert state == (
         f"account {key!r}: snapshot {manifest.epoch} holds {balance + 7}, the serial replay of the log "
         f"up to epoch {manifest.epoch} gives {balance}"
+    )
+    [rebuilt] = result.messages("changelog.snapshot")  # the changelog disagrees with the snapshot too
+    assert rebuilt == (
+        f"account {key!r}: snapshot {manifest.epoch} holds {balance + 7}, the changelog up to epoch "
+        f"{manifest.epoch} gives {balance}"
     )
 
 
@@ -380,6 +435,7 @@ def test_the_audit_passes_after_scaling_up_and_back_down(
         S3Options(c.endpoint, c.access_key, c.secret_key, env["STYX_SNAPSHOT_BUCKET"], c.region),
         reads,
         [],
+        env["STYX_CHANGELOG_TOPIC"],
     )
     result = run_audit(spark, config(run, tmp_path / "audit"))  # type: ignore[arg-type]
     assert result.ok, "\n".join(f"[{f.check}] {f.message}" for f in result.samples)

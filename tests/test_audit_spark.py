@@ -46,6 +46,7 @@ class Topics:
     egress: str
     seqlog: str
     s3: S3Options
+    changelog: str
 
 
 async def drive(stack: LocalStack) -> None:
@@ -69,6 +70,7 @@ def run(kafka: TansuBroker, s3: SeaweedS3, tmp_path_factory: pytest.TempPathFact
         env["STYX_EGRESS_TOPIC"],
         env["STYX_SEQLOG_TOPIC"],
         S3Options(c.endpoint, c.access_key, c.secret_key, env["STYX_SNAPSHOT_BUCKET"], c.region),
+        env["STYX_CHANGELOG_TOPIC"],
     )
 
 
@@ -94,6 +96,7 @@ def audit(run: Topics, egress: str, out: Path, *master: str) -> tuple[int, list[
     argv += ["--egress-topic", egress, "--seqlog-topic", run.seqlog, "--s3-endpoint", s3.endpoint]
     argv += ["--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key, "--bucket", s3.bucket]
     argv += ["--workload", "ycsbt", "--keys", str(ACCOUNTS), "--driver-memory", "1g", "--out", str(out)]
+    argv += ["--changelog-topic", run.changelog]
     done = subprocess.run([*argv, *master], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode in (0, 1), f"exit {done.returncode}: {done.stderr[-3000:]}"
     assert "starting Spark (" + (master[1] if master else "local[2]") + ")" in done.stderr, done.stderr
@@ -107,7 +110,7 @@ def test_the_audit_on_a_standalone_cluster_gives_the_verdicts_of_local(
     on_cluster = ("--master", standalone.url, "--executor-memory", "512m")
     code, clean = audit(run, run.egress, tmp_path / "clean", *on_cluster)
     assert code == 0, clean
-    assert len(clean) == 12 and all(line.endswith(": pass") for line in clean), clean
+    assert len(clean) == 15 and all(line.endswith(": pass") for line in clean), clean
     work = standalone.worker.work_dir
     apps = [app for app in work.iterdir() if app.name.startswith("app-")]
     assert apps and any((app / "0" / "stderr").exists() for app in apps), "no executor ran on the worker"

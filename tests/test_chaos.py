@@ -18,7 +18,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class Chaos:
     zipf: float = 0.0  # key skew of the transfers
     wait_for_recovering: bool = False  # a close-following kill waits until the cluster is recovering
     worker_with_coordinator: bool = False  # the coordinator's kill takes a worker down with it
+    requests: dict[str, Request] = field(default_factory=dict)  # filled by run_chaos: what it sent
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ async def run_chaos(stack: LocalStack, chaos: Chaos, read_egress_log: Callable[[
     checks against the serial execution; the egress log as read by ``read_egress_log``."""
     rng, killing = random.Random(7), random.Random(8)  # load, kills: each its own seeded stream
     keys = KeyChooser(ACCOUNTS, chaos.zipf, seed=9)
-    requests: dict[str, Request] = {}
+    requests = chaos.requests
     replies: dict[str, Reply] = {}
     resent = 0
     # Room for every request sent while a recovery (or several) holds replies back.
@@ -282,6 +283,7 @@ async def audit(stack: LocalStack) -> None:
     )
     argv = ["audit", "--kafka", stack.kafka, "--ingress-topic", topics["STYX_INGRESS_TOPIC"]]
     argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
+    argv += ["--changelog-topic", topics["STYX_CHANGELOG_TOPIC"]]
     argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]
     argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "styx_benchmarks.bank:app"]
     argv += ["--out", str(stack.data_dir / "audit")]

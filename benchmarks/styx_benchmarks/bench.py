@@ -280,6 +280,7 @@ def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> 
             status = _run_fast(admin(args.coordinator, StatusRequest()))
             topics = ["--ingress-topic", str(status["ingress_topic"]), "--egress-topic"]
             topics.append(str(status["egress_topic"]))
+            topics += ["--changelog-topic", str(status.get("changelog_topic", ""))]
             target = out / f"{workload.name}-audit"
             audits.append(audit(args, workload, str(status["kafka_bootstrap"]), target, topics))
     else:

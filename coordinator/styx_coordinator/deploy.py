@@ -94,6 +94,13 @@ class Deployer:
         if len(self.cluster.membership.workers) >= self.min_workers:
             self.enough_workers.set()
 
+    async def ensure_changelog(self) -> None:
+        """Create the changelog topic of a resumed cluster if it has none yet (one deployed before it
+        had a changelog, or under another name): its workers write to it, a restore reads its end."""
+        cfg, n = self.cluster.config, len(self.cluster.placement)
+        if self.create_topics is not None and cfg.changelog_topic and n:
+            await self.create_topics({cfg.changelog_topic: n})  # an existing topic is left as it is
+
     async def deploy(self, import_path: str, timeout_s: float) -> None:
         """Deploy ``import_path`` (validated first: raises GraphError); deploying the running graph again
         does nothing, another one is a code update (:meth:`upgrade`)."""
@@ -117,6 +124,8 @@ class Deployer:
             cfg = c.config
             topics = {cfg.ingress_topic: n, cfg.egress_topic: n, cfg.seqlog_topic: 1}
             topics[marker_topic(cfg.seqlog_topic)] = 1
+            if cfg.changelog_topic:
+                topics[cfg.changelog_topic] = n
             try:
                 await self.create_topics(topics)
                 await self.logcheck.stamp()  # the cluster's incarnation marker, before any epoch

@@ -157,6 +157,7 @@ class Coordinator:
         saved = self.meta.loaded
         if resumed and saved is not None:
             self.cluster.cluster_id = saved.cluster_id
+            await self.deployer.ensure_changelog()
             if saved.degraded:
                 self.degrade(saved.degraded, save=False, log_lost=saved.log_lost)
             elif lost := await self.logcheck.lost(self.snapshots.manifest):
@@ -381,6 +382,7 @@ class Coordinator:
             "ingress_segment": c.segment,
             "log_segment_s": c.config.log_segment_s,
             "egress_topic": c.config.egress_topic,
+            "changelog_topic": c.config.changelog_topic,  # "": none
             "reply_routing": c.config.reply_routing,
             # What the cluster's consumers wait per fetch; SDK clients that connect here do the same.
             "kafka_fetch_wait_ms": c.config.kafka_fetch_wait_ms,

@@ -14,8 +14,10 @@ The plan, with the Spark step that distributes each rule (the functions of :mod:
           └─► explode_entries ─┐ full outer join by tid; irregular tids ─► tid_findings: check_tid
     facts (each id's reply) ───┘
     snapshot (S3) ─► newest value per entity ─► Workload.check_state (driver: the state is small)
-    facts ─► one partition, sorted by (epoch, phase, tid) ─► serial_findings: SerialCheck (one task,
-             run beside the steps above: a serial replay is serial)
+    changelog ─► changelog_job.changelog_checks (order, once, the snapshot; its digest sums go to ─┐
+    facts ─► one partition, sorted by (epoch, phase, tid) ─► serial_findings: SerialCheck (one task,  ◄┘
+             run beside the steps above: a serial replay is serial; it also compares its writes
+             with the changelog's records)
 
 Every offset range is planned once, in the driver (the fetch high watermark at the start of the
 audit), so all steps read exactly the same records even while the cluster keeps appending.
@@ -54,6 +56,8 @@ from styx_benchmarks.workload import Options as WorkloadOptions
 from styx_benchmarks.workloads import make_workload
 from styx_py.audit.analytics import CHECK, analytics
 from styx_py.audit.arrow import spark_schema
+from styx_py.audit.changelog_job import changelog_checks
+from styx_py.audit.changelog_rules import changelog_skipped
 from styx_py.audit.failures import (
     EXIT_COULD_NOT_RUN,
     EXIT_FAILED,
@@ -376,8 +380,10 @@ def serial_replay(
     app: AppVersions,
     snapshot_epoch: int | None,
     state: dict[tuple[str, Any], Any] | None,
+    changelog: tuple[int, dict[int, tuple[int, int]]] | None = None,
 ) -> DataFrame:
-    """SerialCheck's findings: every answered request, in commit order, in one task."""
+    """SerialCheck's findings: every answered request, in commit order, in one task (and whether the
+    changelog's records up to an epoch are the replay's writes: ``changelog``, from changelog_checks)."""
     answered = facts.where(
         F.col("request_id").isNotNull() & (F.col("submissions") > 0) & (F.col("replies") > 0)
     ).select(
@@ -388,7 +394,8 @@ def serial_replay(
         answered.repartition(1)
         .sortWithinPartitions("epoch", "phase", "tid")
         .mapInArrow(
-            functools.partial(serial_findings, app, snapshot_epoch, state), spark_schema(FINDINGS_SCHEMA)
+            functools.partial(serial_findings, app, snapshot_epoch, state, changelog),
+            spark_schema(FINDINGS_SCHEMA),
         )
     )
 
@@ -427,11 +434,21 @@ def plan(cfg: AuditConfig) -> list[OffsetRange]:
     topics = [cfg.ingress_topic, cfg.egress_topic, cfg.seqlog_topic]
     try:
         segmented = [cfg.ingress_topic, cfg.egress_topic]
-        return asyncio.run(
+        planned = asyncio.run(
             plan_ranges(cfg.kafka, topics, cfg.timeout_s, segmented=segmented, security=cfg.kafka_security)
         )
     except (OSError, KafkaError, MissingData) as exc:  # TimeoutError is an OSError
         raise kafka_failure(cfg.kafka, exc) from exc
+    if cfg.changelog_topic:  # planned after the replies: it holds no epoch the replies do not
+        try:
+            planned += asyncio.run(
+                plan_ranges(cfg.kafka, [cfg.changelog_topic], cfg.timeout_s, security=cfg.kafka_security)
+            )
+        except MissingData:
+            pass  # a cluster without a changelog: its checks are skipped (run_audit says so)
+        except (OSError, KafkaError) as exc:
+            raise kafka_failure(cfg.kafka, exc) from exc
+    return planned
 
 
 def run_audit(
@@ -453,6 +470,7 @@ def run_audit(
     # The segments of the ingress and egress topics (core.segments) are read as one log each: request
     # ids, not offsets, tie requests to replies.
     ranges = {kind: [r for r in planned if segments_in([r.topic], topic)] for kind, topic in topics.items()}
+    ranges["changelog"] = [r for r in planned if cfg.changelog_topic and r.topic == cfg.changelog_topic]
     stats: dict[str, Any] = {
         "kafka": cfg.kafka,
         "topics": topics,
@@ -513,12 +531,31 @@ def run_audit(
     stats["request_ids"] = facts.where(F.col("request_id").isNotNull()).count()
     timer.lap("read ingress+egress, exactly-once")
 
+    # ---- the changelog: order, once, the snapshot (the serial replay compares it with its writes)
+    changelog: tuple[int, dict[int, tuple[int, int]]] | None = None
+    if not cfg.changelog_topic:
+        extra += changelog_skipped("no changelog topic given (--changelog-topic): not checked")
+    elif not ranges["changelog"]:
+        extra += changelog_skipped(f"topic {cfg.changelog_topic!r} does not exist: the cluster writes none")
+    else:
+        timer.stage(f"reading the changelog ({cfg.changelog_topic}), checking changelog.*")
+        cl_df = kafka_df(spark, cfg, "changelog", ranges["changelog"]).persist(StorageLevel.MEMORY_AND_DISK)
+        snap_epoch = manifest.epoch if manifest is not None and snapshot_state is not None else None
+        cl = changelog_checks(cl_df, facts, snap_epoch, snapshot_state)
+        extra += cl.findings
+        stats["changelog"] = {"records": cl.records, "compared_up_to_epoch": cl.bound}
+        if snap_epoch is None:
+            extra += changelog_skipped(f"{no_snapshot}: no state to compare", ["changelog.snapshot"])
+        changelog = (cl.bound, cl.sums)
+        cl_df.unpersist()
+        timer.lap("changelog")
+
     # ---- the serial replay runs in one task: start it now, beside the rest (2 cores)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serial-replay")
     serial_future: Future[tuple[list[Finding], float]] | None = None
     if cfg.serial and app is not None:
         snapshot_epoch = manifest.epoch if manifest is not None else None
-        serial_df = serial_replay(facts, versions or app, snapshot_epoch, snapshot_state)
+        serial_df = serial_replay(facts, versions or app, snapshot_epoch, snapshot_state, changelog)
 
         def replay() -> tuple[list[Finding], float]:
             started = time.monotonic()

@@ -77,6 +77,7 @@ class AuditConfig:
     egress_topic: str
     seqlog_topic: str
     out: Path
+    changelog_topic: str = ""  # "": the changelog checks are skipped
     workload: str | None = None
     workload_options: dict[str, Any] = field(default_factory=dict)  # benchmarks.workload.Options fields
     app: str | None = None  # graph import path for the serial replay (default: the workload's app)
@@ -99,6 +100,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ingress-topic", help="default $STYX_INGRESS_TOPIC or styx-ingress")
     p.add_argument("--egress-topic", help="default $STYX_EGRESS_TOPIC or styx-egress")
     p.add_argument("--seqlog-topic", help="default $STYX_SEQLOG_TOPIC or styx-seqlog")
+    p.add_argument(
+        "--changelog-topic",
+        help="default $STYX_CHANGELOG_TOPIC or styx-changelog; empty: no changelog checks",
+    )
     p.add_argument(
         "--s3-endpoint",
         help="S3 HOST:PORT of the snapshots (default $STYX_S3_ENDPOINT; none: no state checks)",
@@ -159,6 +164,11 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
         ingress_topic=args.ingress_topic or env.get("STYX_INGRESS_TOPIC", "styx-ingress"),
         egress_topic=args.egress_topic or env.get("STYX_EGRESS_TOPIC", "styx-egress"),
         seqlog_topic=args.seqlog_topic or env.get("STYX_SEQLOG_TOPIC", "styx-seqlog"),
+        changelog_topic=(
+            args.changelog_topic
+            if args.changelog_topic is not None
+            else env.get("STYX_CHANGELOG_TOPIC", "styx-changelog")
+        ),
         out=Path(args.out),
         workload=args.workload,
         workload_options={k: v for k, v in named if v is not None},

@@ -15,6 +15,8 @@ egress     :class:`~styx_py.core.wire.Reply`: request_id, tid, epoch, phase, sta
 seqlog     :class:`~styx_py.core.wire.SeqLogEntry`: epoch, node_id, gen, lc_start, lc_end, entries (kind,
            tid, partition, offset, request_id; no tid for a resent request answered from its reply),
            nodes, n_seq
+changelog  :class:`~styx_py.core.changelog.ChangeRecord`: operator, key (+ key_is_int), value (msgpack;
+           null: deleted), epoch, phase, tid, index, digest (of the record's bytes)
 raw        the value bytes, undecoded
 =========  ==========================================================================================
 """
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any, Literal
 
 import msgspec
 import pyarrow as pa
 
+from styx_py.core.changelog import ChangeRecord, change_decoder
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import (
     UNDECODABLE,
@@ -40,9 +44,9 @@ from styx_py.core.wire import (
     Waiting,
 )
 
-Kind = Literal["ingress", "egress", "seqlog", "raw"]
+Kind = Literal["ingress", "egress", "seqlog", "changelog", "raw"]
 _ENTRY_KINDS: dict[type, str] = {Run: "run", Answered: "answered", Waiting: "waiting"}
-KINDS: tuple[Kind, ...] = ("ingress", "egress", "seqlog", "raw")
+KINDS: tuple[Kind, ...] = ("ingress", "egress", "seqlog", "changelog", "raw")
 
 # Spark's own Arrow shapes (what a Python data source must return): list items named "element",
 # timestamps in microseconds.
@@ -96,10 +100,26 @@ SEQLOG = pa.struct(
         ("n_seq", pa.int64()),  # sequencer-id space (the most workers the cluster had), likewise
     ]
 )
+# A changelog record (styx_py.core.changelog); value null for a delete; digest: of the record's bytes as
+# stored (ChangelogCheck compares the serial replay's records by it).
+CHANGE = pa.struct(
+    [
+        ("operator", pa.string()),
+        ("key", pa.string()),
+        ("key_is_int", pa.bool_()),
+        ("value", pa.binary()),
+        ("epoch", pa.int64()),
+        ("phase", pa.int32()),
+        ("tid", pa.int64()),
+        ("index", pa.int64()),
+        ("digest", pa.int64()),
+    ]
+)
 VALUE_TYPES: dict[Kind, pa.DataType] = {
     "ingress": REQUEST,
     "egress": REPLY,
     "seqlog": SEQLOG,
+    "changelog": CHANGE,
     "raw": pa.binary(),
 }
 
@@ -235,6 +255,28 @@ def _seqlog(values: list[SeqLogEntry | None]) -> pa.Array:
     return _sparse_struct(SEQLOG, children, values)
 
 
+def _changes(values: list[ChangeRecord | None], raws: list[bytes | None]) -> pa.Array:
+    ok = [(v, raw) for v, raw in zip(values, raws, strict=True) if v is not None and raw is not None]
+    keys, is_int = key_columns(v.key for v, _ in ok)
+    children = [
+        pa.array([v.operator for v, _ in ok], pa.string()),
+        pa.array(keys, pa.string()),
+        pa.array(is_int, pa.bool_()),
+        pa.array([None if v.deleted else bytes(v.value) for v, _ in ok], pa.binary()),
+        pa.array([v.epoch for v, _ in ok], pa.int64()),
+        pa.array([v.phase for v, _ in ok], pa.int32()),
+        pa.array([v.tid for v, _ in ok], pa.int64()),
+        pa.array([v.index for v, _ in ok], pa.int64()),
+        pa.array([change_digest(raw) for _, raw in ok], pa.int64()),
+    ]
+    return _sparse_struct(CHANGE, children, values)
+
+
+def change_digest(encoded: bytes) -> int:
+    """A signed 64-bit digest of a changelog record's bytes (sums of them compare multisets)."""
+    return int.from_bytes(blake2b(encoded, digest_size=8).digest(), "little", signed=True)
+
+
 def _sparse_struct(
     type_: pa.StructType, children: list[pa.Array], values: Sequence[object | None]
 ) -> pa.Array:
@@ -270,9 +312,13 @@ def decode_records(kind: Kind, records: Sequence[KafkaRecord]) -> pa.RecordBatch
         value = pa.array([r.value for r in records], pa.binary())
         errors = [None] * len(records)
     else:
-        decoder: msgspec.msgpack.Decoder[Any] = (
-            _request_decoder if kind == "ingress" else _reply_decoder if kind == "egress" else _seqlog_decoder
-        )
+        decoders: dict[str, msgspec.msgpack.Decoder[Any]] = {
+            "ingress": _request_decoder,
+            "egress": _reply_decoder,
+            "seqlog": _seqlog_decoder,
+            "changelog": change_decoder,
+        }
+        decoder = decoders[kind]
         decoded: list[Any] = []
         for r in records:
             v, err = _decode(decoder, r.value)
@@ -283,6 +329,8 @@ def decode_records(kind: Kind, records: Sequence[KafkaRecord]) -> pa.RecordBatch
             if kind == "ingress"
             else _replies(decoded)
             if kind == "egress"
+            else _changes(decoded, [r.value for r in records])
+            if kind == "changelog"
             else _seqlog(decoded)
         )
     columns = [

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
-from styx_py.core.serial import GraphAt, apply_serially
+from styx_py.core.serial import GraphAt, Writes, apply_serially
 from styx_py.core.wire import UNDECODABLE, Reply, Request, decode_value
 
 ERROR = "error"
@@ -55,6 +55,10 @@ CHECKS: dict[str, str] = {
     "invariant": "the workload's invariants hold on the snapshot",
     "serial.state": "the snapshot equals the serial replay of the log up to its epoch",
     "serial.outcome": "every reply equals its outcome in the serial replay",
+    "changelog.once": "every committed write is on the changelog once: none twice, none missing, none of an "
+    "uncommitted transaction",
+    "changelog.order": "each changelog partition follows the commit order (epoch, phase, tid)",
+    "changelog.snapshot": "the changelog up to the snapshot's epoch rebuilds the snapshot's state",
 }
 
 MAX_LISTED = 5  # items spelled out in one message
@@ -559,8 +563,10 @@ class SerialCheck:
         snapshot_epoch: int | None,
         snapshot_state: Mapping[EntityKey, Any] | None,
         max_findings: int = 20,
+        on_commit: Callable[[Graph, Reply, Writes], None] | None = None,
     ) -> None:
         self.graph = graph
+        self.on_commit = on_commit  # each committed transaction's graph, reply and writes (the changelog's)
         self.snapshot_epoch = snapshot_epoch
         self.snapshot_state = snapshot_state
         self.max_findings = max_findings
@@ -580,7 +586,10 @@ class SerialCheck:
         if not self.compared and self.snapshot_epoch is not None and reply.epoch > self.snapshot_epoch:
             self._compare_state()
         graph = self.graph if isinstance(self.graph, Graph) else self.graph(reply.epoch)
-        outcome = await apply_serially(graph, self.state, request, reply.tid)
+        written: Writes = {}
+        outcome = await apply_serially(graph, self.state, request, reply.tid, written)
+        if self.on_commit is not None and outcome[0] == "committed":
+            self.on_commit(graph, reply, written)
         self.replayed += 1
         if not _same_outcome(reply, outcome):
             self.mismatched += 1

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from styx_py.audit.changelog_rules import ChangelogExpectation
 from styx_py.audit.rows import key_value
 from styx_py.audit.rules import (
     SerialCheck,
@@ -26,7 +27,7 @@ from styx_py.audit.rules import (
     check_undecodable,
 )
 from styx_py.core.graph import Graph, GraphVersion, load_graph, version_at
-from styx_py.core.serial import GraphAt
+from styx_py.core.serial import GraphAt, Writes
 from styx_py.core.wire import NIL, Reply, Request
 
 FINDING = pa.struct(
@@ -333,10 +334,21 @@ def serial_findings(
     app: AppVersions,
     snapshot_epoch: int | None,
     snapshot_state: dict[tuple[str, Any], Any] | None,
+    changelog: tuple[int, dict[int, tuple[int, int]]] | None,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """All answered requests, in commit order, in one task → SerialCheck's findings."""
-    check = SerialCheck(graphs_of(app), snapshot_epoch, snapshot_state)
+    """All answered requests, in commit order, in one task → SerialCheck's findings; with ``changelog``
+    (an epoch bound and, per changelog partition, its records' count and digest sum up to it), also
+    whether the changelog holds exactly the replay's writes (:mod:`.changelog_rules`)."""
+    expect = None if changelog is None else ChangelogExpectation(changelog[0])
+    on_commit = None
+    if expect is not None:
+        feed = expect.feed
+
+        def on_commit(graph: Graph, reply: Reply, writes: Writes) -> None:
+            feed(graph, reply.epoch, reply.phase, reply.tid, writes)
+
+    check = SerialCheck(graphs_of(app), snapshot_epoch, snapshot_state, on_commit=on_commit)
 
     async def replay() -> None:
         # In an event loop: user functions may await asyncio.gather(ctx.call(…), …).
@@ -362,4 +374,7 @@ def serial_findings(
                 await check.feed(request, reply)
 
     asyncio.run(replay())
-    yield pa.RecordBatch.from_pylist(finding_dicts(check.finish()), schema=FINDINGS_SCHEMA)
+    found = check.finish()
+    if expect is not None and changelog is not None:
+        found += expect.findings(changelog[1])
+    yield pa.RecordBatch.from_pylist(finding_dicts(found), schema=FINDINGS_SCHEMA)

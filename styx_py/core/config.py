@@ -188,6 +188,13 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = True
     seqlog_topic: Annotated[str, Setting("Kafka topic of the sequencer log (one partition)")] = "styx-seqlog"
+    changelog_topic: Annotated[
+        str,
+        Setting(
+            "Kafka topic of every committed write, in commit order, exactly once (one partition per "
+            "state partition, keyed by entity: docs/architecture.md#changelog); empty: no changelog"
+        ),
+    ] = "styx-changelog"
     log_segment_s: Annotated[
         float,
         Setting(

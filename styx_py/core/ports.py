@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from styx_py.core.changelog import ChangeRecord, Position
 from styx_py.core.logmarks import LogMark
 from styx_py.core.segments import Cursor
 from styx_py.core.wire import IngressRecord, Message, PushedRequest, Reply, SeqLogEntry
@@ -86,8 +87,13 @@ class Egress(Protocol):
 
     def reset_offsets(self, offsets: dict[int, int]) -> None: ...
 
+    def changes(self, partition: int, records: list[ChangeRecord]) -> None:
+        """Queue ``records`` for changelog ``partition`` (in order; :mod:`styx_py.core.changelog`)."""
+        ...
+
     def flush(self) -> asyncio.Future[None]:
-        """Done when every reply sent before this call is on the log (acknowledged)."""
+        """Done when every reply and changelog record sent before this call is on the log
+        (acknowledged)."""
         ...
 
 
@@ -102,13 +108,17 @@ class SequencerLog(Protocol):
 
 
 class LogReader(Protocol):
-    """What recovery reads back: replies already sent, and the sequencer log."""
+    """What recovery reads back: replies already sent, the sequencer log, the changelog's end."""
 
     async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
         """Replies on the egress log from ``offsets`` on, of those sent by epochs after ``after_epoch``."""
         ...
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]: ...
+
+    async def changelog_tail(self, partitions: list[int]) -> dict[int, Position]:
+        """The position of the last record of each changelog partition in ``partitions`` that has one."""
+        ...
 
 
 class LogGuard(Protocol):

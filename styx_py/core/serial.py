@@ -107,25 +107,35 @@ class _SerialRun:
 GraphAt = Callable[[int], Graph]  # epoch -> the graph version that ran it
 
 
+Writes = dict[EntityKey, bytes | None]  # one transaction's writes (encoded values; None: delete)
+
+
 async def serial_replay(
-    graph: Graph | GraphAt, requests: dict[str, Request], replies: Iterable[Reply]
+    graph: Graph | GraphAt,
+    requests: dict[str, Request],
+    replies: Iterable[Reply],
+    commits: list[tuple[Reply, Writes]] | None = None,
 ) -> tuple[dict[EntityKey, Any], dict[str, tuple[str, Any]]]:
     """Final state and ``request_id -> (status, result or error)`` of the serial execution; each
-    transaction runs ``graph``, or ``graph(epoch)`` of its epoch when the cluster's code changed."""
+    transaction runs ``graph``, or ``graph(epoch)`` of its epoch when the cluster's code changed. With
+    ``commits``, every committed transaction's reply and writes are appended to it, in commit order."""
     state: dict[EntityKey, bytes] = {}
     outcomes: dict[str, tuple[str, Any]] = {}
     for reply in sorted(replies, key=lambda r: (r.epoch, r.phase, r.tid)):
         req = requests[reply.request_id]
         g = graph if isinstance(graph, Graph) else graph(reply.epoch)
-        outcomes[req.request_id] = await apply_serially(g, state, req, reply.tid)
+        writes: Writes = {}
+        outcomes[req.request_id] = await apply_serially(g, state, req, reply.tid, writes)
+        if commits is not None and outcomes[req.request_id][0] == "committed":
+            commits.append((reply, writes))
     return {k: decode_value(v) for k, v in state.items()}, outcomes
 
 
 async def apply_serially(
-    graph: Graph, state: dict[EntityKey, bytes], req: Request, tid: int
+    graph: Graph, state: dict[EntityKey, bytes], req: Request, tid: int, written: Writes | None = None
 ) -> tuple[str, Any]:
     """Run ``req`` as the next transaction of the serial order: its writes go into ``state`` (encoded
-    values) when it commits. Returns ``(status, result or error)``."""
+    values) when it commits, and into ``written`` if given. Returns ``(status, result or error)``."""
     if req.operator not in graph.operators:
         return ("failed", f"unknown operator {req.operator!r}")  # as the engine rejects it at the root
     run = _SerialRun(graph, state, tid, req.ts_ms)
@@ -133,6 +143,8 @@ async def apply_serially(
         result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])
     except _Failed as exc:
         return (exc.status, exc.error)
+    if written is not None:
+        written.update(run.writes)
     for k, v in run.writes.items():
         if v is None:
             state.pop(k, None)

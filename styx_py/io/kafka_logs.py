@@ -1,4 +1,5 @@
-"""Reading logs back for recovery: replies already on the egress topic and the sequencer log.
+"""Reading logs back for recovery: replies already on the egress topic, the sequencer log and the
+changelog's last records.
 
 The end of a partition is the fetch high watermark (``end_offsets()`` is wrong on Tansu). A read gives
 up only when it stops making progress, not after a fixed time: on Tansu with S3 storage every fetch
@@ -22,6 +23,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
+from styx_py.core.changelog import Position, change_decoder
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
 from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
@@ -90,6 +92,34 @@ async def read_to_end(
         await consumer.stop()
 
 
+async def high_watermarks(
+    consumer: AIOKafkaConsumer,
+    starts: dict[TopicPartition, int],
+    stall_timeout_s: float = LOG_READ_STALL_TIMEOUT_S,
+) -> dict[TopicPartition, int]:
+    """The end (next offset) of each partition, from a fetch of the started ``consumer`` at its start
+    offset (every partition must exist: a fetch of one that does not is never answered). Raises
+    ``TimeoutError`` when no fetch answered within ``stall_timeout_s``."""
+    if not starts:
+        return {}
+    consumer.assign(list(starts))
+    for tp, offset in starts.items():
+        consumer.seek(tp, offset)
+    ends: dict[TopicPartition, int] = {}
+    deadline = time.monotonic() + stall_timeout_s
+    while len(ends) < len(starts):
+        if time.monotonic() > deadline:
+            missing = sorted(str(tp) for tp in starts if tp not in ends)
+            raise TimeoutError(f"no fetch of {missing} answered within {stall_timeout_s}s")
+        # Short polls: the fetcher records a high watermark with every answer, empty ones too, and
+        # getmany returns early only for records (a 100 ms poll cost a recovery 100 ms).
+        await consumer.getmany(timeout_ms=5, max_records=1)
+        for tp in starts:
+            if tp not in ends and (hw := consumer.highwater(tp)) is not None:
+                ends[tp] = hw
+    return ends
+
+
 async def list_topics(bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> set[str]:
     """The broker's topics (listing creates none, unlike asking for one topic's metadata)."""
     consumer = AIOKafkaConsumer(
@@ -153,6 +183,38 @@ class KafkaLogReader:
                 raise BackendError(f"{tp.topic} offset {r.offset} does not decode: {exc}") from exc
         return out
 
+    async def changelog_tail(self, partitions: list[int]) -> dict[int, Position]:
+        """Each partition's last record: its end from a fetch's high watermark, then that record read."""
+        topic = self.config.changelog_topic
+        if not topic or not partitions:
+            return {}
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            fetch_max_wait_ms=self.wait.wait_ms,
+            **kafka_options(self.security),
+        )
+        await _from_broker(f"reading the end of {topic}", consumer.start())
+        try:
+            tps = {TopicPartition(topic, p): 0 for p in partitions}
+            ends = await _from_broker(f"reading the end of {topic}", high_watermarks(consumer, tps))
+        finally:
+            await consumer.stop()
+        starts = {tp: end - 1 for tp, end in ends.items() if end > 0}
+        read = read_to_end(self.bootstrap, starts, wait=self.wait, security=self.security)
+        tail: dict[int, Position] = {}
+        for r in await _from_broker(f"reading the last records of {topic}", read):
+            try:
+                tail[r.partition] = max(
+                    tail.get(r.partition, (-1, -1)), change_decoder.decode(r.value).position
+                )
+            except msgspec.DecodeError as exc:  # every record of this topic is a worker's
+                raise BackendError(
+                    f"{topic}[{r.partition}] offset {r.offset} does not decode: {exc}"
+                ) from exc
+        return tail
+
 
 async def _from_broker(what: str, read: Awaitable[T]) -> T:
     """``await read``; what the broker failed it with, as a :class:`BackendError` naming ``what``."""
@@ -173,4 +235,4 @@ def sent_epoch(headers: Sequence[tuple[str, bytes]]) -> int | None:
     return None
 
 
-__all__ = ["KafkaLogReader", "list_topics", "read_to_end", "sent_epoch"]
+__all__ = ["KafkaLogReader", "high_watermarks", "list_topics", "read_to_end", "sent_epoch"]

@@ -11,48 +11,19 @@ is asked: Tansu creates a topic any request names, so a vanished topic would com
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.errors import BackendError
-from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
+from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS
 from styx_py.core.logmarks import LogMark, losses, marker_loss, marker_topic
 from styx_py.core.security import PLAINTEXT, KafkaSecurity
-from styx_py.io.kafka_logs import read_to_end
+from styx_py.io.kafka_logs import high_watermarks, read_to_end
 from styx_py.io.tls import kafka_options
 
 __all__ = ["KafkaLogGuard", "high_watermarks"]
-
-
-async def high_watermarks(
-    consumer: AIOKafkaConsumer,
-    starts: dict[TopicPartition, int],
-    stall_timeout_s: float = LOG_READ_STALL_TIMEOUT_S,
-) -> dict[TopicPartition, int]:
-    """The end (next offset) of each partition, from a fetch of the started ``consumer`` at its start
-    offset (every partition must exist: a fetch of one that does not is never answered). Raises
-    ``TimeoutError`` when no fetch answered within ``stall_timeout_s``."""
-    if not starts:
-        return {}
-    consumer.assign(list(starts))
-    for tp, offset in starts.items():
-        consumer.seek(tp, offset)
-    ends: dict[TopicPartition, int] = {}
-    deadline = time.monotonic() + stall_timeout_s
-    while len(ends) < len(starts):
-        if time.monotonic() > deadline:
-            missing = sorted(str(tp) for tp in starts if tp not in ends)
-            raise TimeoutError(f"no fetch of {missing} answered within {stall_timeout_s}s")
-        # Short polls: the fetcher records a high watermark with every answer, empty ones too, and
-        # getmany returns early only for records (a 100 ms poll cost a recovery 100 ms).
-        await consumer.getmany(timeout_ms=5, max_records=1)
-        for tp in starts:
-            if tp not in ends and (hw := consumer.highwater(tp)) is not None:
-                ends[tp] = hw
-    return ends
 
 
 class KafkaLogGuard:

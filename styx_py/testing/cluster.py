@@ -25,8 +25,9 @@ from styx_py.core.config import Config, load_config
 from styx_py.core.graph import Graph, load_graph, version_at
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.segments import segment_topic
-from styx_py.core.serial import reply_outcome, serial_replay
+from styx_py.core.serial import Writes, reply_outcome, serial_replay
 from styx_py.core.wire import COORDINATOR, Reply, Request, decode_value, encode_value
+from styx_py.testing.changelog import check_changelog
 from styx_py.testing.clients import CLIENT_TIMEOUT_S, SimClients
 from styx_py.testing.logguard import MemoryLogGuard
 from styx_py.testing.memory import (
@@ -176,7 +177,7 @@ class SimCluster:
             self.network.endpoint(COORDINATOR),
             min_workers=self.n_workers,
             blobs=self.blobs,
-            logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
+            logs=MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic, cfg.changelog_topic),
             create_topics=self._create_topics,
             guard=self.guard,
         )
@@ -210,10 +211,12 @@ class SimCluster:
         ports = WorkerPorts(
             self.network.endpoint(node),
             MemoryIngress(self.log, cfg.ingress_topic),
-            MemoryEgress(self.log, cfg.egress_topic, self._on_reply, self.egress_ack_lag),
+            MemoryEgress(
+                self.log, cfg.egress_topic, self._on_reply, self.egress_ack_lag, cfg.changelog_topic
+            ),
             MemorySeqLog(self.log, cfg.seqlog_topic, self.seqlog_ack_lag),
             self.blobs,
-            MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic),
+            MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic, cfg.changelog_topic),
         )
         # A fenced worker exits (its supervisor restarts it): here, a crash and a restart.
         w = Worker(node, cfg, ports, on_fenced=lambda: self.crash(node))
@@ -421,7 +424,10 @@ async def check_against_serial(cluster: SimCluster) -> None:
     assert not c.sent.duplicate_replies(), "a request was answered twice, or differently"
     assert not c.sent.misrouted_replies(), "a reply went to an egress partition its request did not name"
     assert {r.request_id for r in c.replies} == set(c.requests), "a request was not answered"
-    serial_state, serial_outcomes = await serial_replay(c.graph_at, c.requests, c.sent.unique_replies())
+    commits: list[tuple[Reply, Writes]] = []
+    serial_state, serial_outcomes = await serial_replay(
+        c.graph_at, c.requests, c.sent.unique_replies(), commits
+    )
     for reply in sorted(c.replies, key=lambda r: (r.epoch, r.phase, r.tid)):
         got, serial = reply_outcome(reply), serial_outcomes[reply.request_id]
         if got != serial:
@@ -436,4 +442,8 @@ async def check_against_serial(cluster: SimCluster) -> None:
         differ = sorted(k for k in state.keys() | serial_state.keys() if state.get(k) != serial_state.get(k))
         shown = ", ".join(f"{k}: {state.get(k)!r} (serially {serial_state.get(k)!r})" for k in differ[:5])
         raise AssertionError(f"seed {c.seed}: the final state differs from the serial execution at {shown}")
+    if c.config.changelog_topic:
+        # Changelog records leave after their epoch's replies: wait until they are all on the log.
+        await asyncio.wait_for(asyncio.gather(*(w.ports.egress.flush() for w in c.workers)), CLIENT_TIMEOUT_S)
+        check_changelog(c.seed, c.log.topics.get(c.config.changelog_topic, []), commits, c.graph_at, state)
     c.clients.check()

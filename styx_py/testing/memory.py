@@ -15,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
+from styx_py.core.changelog import ChangeRecord, Position
 from styx_py.core.requests import read_request
 from styx_py.core.segments import Cursor, live, pack, replies_to, segment_topic, segments_in, to_read, unpack
 from styx_py.core.wire import (
@@ -337,11 +338,13 @@ class MemoryEgress:
         topic: str,
         on_reply: Callable[[Reply], None] | None = None,
         ack_lag: int = 0,
+        changelog: str = "",
     ) -> None:
         self.log = log
         self.topic = topic
         self.on_reply = on_reply
         self.ack_lag = ack_lag
+        self.changelog = changelog  # the changelog topic ("": none)
         self.in_flight: Counter[int] = Counter()  # replies sent, not yet on the log, by sending epoch
         self.dead = False
         self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
@@ -358,6 +361,26 @@ class MemoryEgress:
         topic = segment_topic(self.topic, self.segment)
         asyncio.get_running_loop().call_soon(self._hop, topic, partition, reply, epoch, self.ack_lag - 1)
 
+    def changes(self, partition: int, records: list[ChangeRecord]) -> None:
+        """Changelog records, in order, with the replies' lag (and lost with them on a crash)."""
+        if self.dead or not self.changelog:
+            return  # a worker given no changelog topic here writes none
+        for r in records:
+            if self.ack_lag == 0:
+                self.log.append(self.changelog, partition, r)
+                continue
+            self.in_flight[-1] += 1  # counted apart from replies (by sending epoch) under epoch -1
+            asyncio.get_running_loop().call_soon(self._change_hop, partition, r, self.ack_lag - 1)
+
+    def _change_hop(self, partition: int, record: ChangeRecord, left: int) -> None:
+        if self.dead:
+            return
+        if left > 0:
+            asyncio.get_running_loop().call_soon(self._change_hop, partition, record, left - 1)
+            return
+        self.log.append(self.changelog, partition, record)
+        self._landed(-1)
+
     def live(self, newest: int) -> None:
         self.segment = max(self.segment, replies_to(newest))
         self.log.create(segment_topic(self.topic, self.segment), len(self.log.topics[self.topic]))
@@ -368,10 +391,13 @@ class MemoryEgress:
         if left > 0:
             asyncio.get_running_loop().call_soon(self._hop, topic, partition, reply, epoch, left - 1)
             return
+        self._append(partition, reply, epoch, topic)
+        self._landed(epoch)
+
+    def _landed(self, epoch: int) -> None:
         self.in_flight[epoch] -= 1
         if not self.in_flight[epoch]:
             del self.in_flight[epoch]
-        self._append(partition, reply, epoch, topic)
         if not self.in_flight:
             for done in self._flushes:
                 if not done.done():
@@ -409,10 +435,13 @@ class MemoryEgress:
 class MemoryLogReader:
     """Recovery's view of the logs: replies already sent and the sequencer log."""
 
-    def __init__(self, log: MemoryLog, egress_topic: str, seqlog_topic: str) -> None:
+    def __init__(
+        self, log: MemoryLog, egress_topic: str, seqlog_topic: str, changelog_topic: str = ""
+    ) -> None:
         self.log = log
         self.egress_topic = egress_topic
         self.seqlog_topic = seqlog_topic
+        self.changelog_topic = changelog_topic
 
     async def replies_from(self, offsets: dict[int, int], after_epoch: int) -> list[Reply]:
         out: list[Reply] = []
@@ -429,6 +458,10 @@ class MemoryLogReader:
 
     async def seqlog(self, from_offset: int) -> list[SeqLogEntry]:
         return list(self.log.topics[self.seqlog_topic][0][from_offset:])
+
+    async def changelog_tail(self, partitions: list[int]) -> dict[int, Position]:
+        parts = self.log.topics.get(self.changelog_topic, [])
+        return {p: parts[p][-1].position for p in partitions if p < len(parts) and parts[p]}
 
 
 class MemorySeqLog:

@@ -31,8 +31,9 @@ from typing import NamedTuple
 
 import msgspec
 
+from styx_py.core.changelog import Commit
 from styx_py.core.partitioning import partition_of
-from styx_py.core.wire import DIGEST_BYTES, Manifest, SeqLogEntry, Written
+from styx_py.core.wire import DIGEST_BYTES, Manifest, Phase, SeqLogEntry, Written
 from styx_worker.state import Writes
 
 __all__ = ["Divergence", "EpochWrites", "Logged", "digests_of", "logged_digests", "shown"]
@@ -91,16 +92,22 @@ class EpochWrites:
     """What one epoch committed on this worker, per partition: each writing tid's digest; and when the
     epoch is a replay, the digests its first run logged (``expected``), compared at every commit."""
 
-    __slots__ = ("by_partition", "diverged", "expected", "partitions")
+    __slots__ = ("by_partition", "commits", "diverged", "expected", "partitions")
 
-    def __init__(self, partitions: Mapping[str, int], expected: Logged | None) -> None:
+    def __init__(
+        self, partitions: Mapping[str, int], expected: Logged | None, changelog: bool = False
+    ) -> None:
         self.partitions = partitions  # operator -> its partition count
         self.expected = expected
         self.by_partition: Logged = {}
         self.diverged: Divergence | None = None  # the first difference found
+        # (phase, tid, writes) of every commit, for the changelog (styx_worker.changelog); None: off.
+        self.commits: list[Commit] | None = [] if changelog else None
 
-    def add(self, tid: int, writes: Writes) -> None:
-        """``tid`` committed ``writes`` here."""
+    def add(self, tid: int, writes: Writes, phase: int = Phase.OPTIMISTIC) -> None:
+        """``tid`` committed ``writes`` here (in ``phase``)."""
+        if self.commits is not None:
+            self.commits.append((phase, tid, writes))
         expected = self.expected
         for p, digest in digests_of(writes, self.partitions).items():
             self.by_partition.setdefault(p, {})[tid] = digest

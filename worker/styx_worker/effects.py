@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from styx_py.core.changelog import ChangeRecord
 from styx_py.core.graph import GraphVersion
 from styx_py.core.logmarks import LogMark
 from styx_py.core.segments import Cursor
@@ -22,6 +23,7 @@ from styx_worker.txn import CachedInvocation, CallRecord, TxnView
 __all__ = [
     "Assign",
     "Called",
+    "Changes",
     "Closed",
     "Deliver",
     "Effect",
@@ -158,6 +160,13 @@ class Emit(msgspec.Struct):
     reply_to: str
 
 
+class Changes(msgspec.Struct):
+    """``epoch``'s committed writes leave for the changelog topic: per partition, in commit order."""
+
+    epoch: int
+    records: dict[int, list[ChangeRecord]]
+
+
 class Live(msgspec.Struct):
     """``segment`` is the newest ingress segment: read and reply where it says."""
 
@@ -210,6 +219,7 @@ Effect = (
     | Fetch
     | Log
     | Emit
+    | Changes
     | Live
     | Load
     | Assign

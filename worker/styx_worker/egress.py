@@ -1,4 +1,4 @@
-"""Kafka egress: replies (early commit) and the sequencer log, through one producer.
+"""Kafka egress: replies (early commit), the sequencer log and the changelog, through one producer.
 
 ``send`` never blocks the epoch loop: records are queued per partition and a drain task hands each
 partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce is not
@@ -13,7 +13,8 @@ request; or until ``flush``, a segment change, or
 :data:`~styx_py.core.limits.REPLY_WAIT_FOR_LOG_ENTRY_S` without an entry. A reply that was not pushed
 (``push_replies=False``, a client not connected) goes at once, with those held before it: its client
 reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
-the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md).
+the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md). Changelog
+records (``changes``, :mod:`styx_worker.changelog`) are held the same way, and ``flush`` covers them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable
 import msgspec
 from aiokafka import AIOKafkaProducer
 
+from styx_py.core.changelog import ChangeRecord, encode_change, entity_key
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
 from styx_py.core.limits import (
@@ -65,6 +67,10 @@ class KafkaSink:
         # Replies held for the next log entry: partition, key, value, on acknowledged, headers, and
         # the Kafka timestamp (ms) of the moment the reply was sent (and pushed).
         self.held: list[tuple[int, bytes, bytes, OnDone, Headers, int]] = []
+        # Changelog records held likewise (partition, key, value, stamp): they ride with the next entry.
+        self.held_changes: list[tuple[int, bytes, bytes, int]] = []
+        self.changelog = config.changelog_topic
+        self.changelog_records = 0  # queued since the start (the metrics)
         self.hold_timer: asyncio.TimerHandle | None = None
         self.encoder = msgspec.msgpack.Encoder()
         self.error: BaseException | None = None
@@ -87,8 +93,8 @@ class KafkaSink:
 
     @property
     def queued(self) -> int:
-        """Records waiting for their batch to be sent (held replies included)."""
-        return len(self.held) + self.lanes.pending() + self.log_lanes.pending()
+        """Records waiting for their batch to be sent (held replies and changelog records included)."""
+        return len(self.held) + len(self.held_changes) + self.lanes.pending() + self.log_lanes.pending()
 
     async def start(self) -> None:
         await self.producer.start()
@@ -116,6 +122,9 @@ class KafkaSink:
         held, self.held = self.held, []
         for partition, key, value, acked, headers, stamp in held:
             self.lanes.add(self.topic, partition, key, value, acked, headers, stamp)
+        changes, self.held_changes = self.held_changes, []
+        for partition, key, value, stamp in changes:
+            self.lanes.add(self.changelog, partition, key, value, self._on_change_sent, [], stamp)
 
     async def run(self) -> None:
         """Drain the lanes; a failed produce ends this task and with it the worker."""
@@ -152,7 +161,7 @@ class KafkaSink:
             previous, self.segment = self.topic, segment
             self.topic = segment_topic(self.config.egress_topic, segment)
             # The producer is the sequencer log's too: its topic stays in the producer's metadata.
-            self.lanes.retire({previous, self.topic, self.config.seqlog_topic})
+            self.lanes.retire({previous, self.topic, self.config.seqlog_topic, self.changelog})
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -191,6 +200,23 @@ class KafkaSink:
             self.release()
         elif self.hold_timer is None:
             self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
+
+    # Changelog
+    def changes(self, partition: int, records: list[ChangeRecord]) -> None:
+        """Queue ``records`` for changelog ``partition``: held, like pushed replies, for the next
+        sequencer-log entry (one produce request per epoch) or at most
+        :data:`~styx_py.core.limits.REPLY_WAIT_FOR_LOG_ENTRY_S`."""
+        stamp = self.lanes.clock_ns() // 1_000_000
+        self.changelog_records += len(records)
+        held = self.held_changes
+        for r in records:
+            held.append((partition, entity_key(r.operator, r.key), encode_change(r), stamp))
+        if self.hold_timer is None:
+            self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
+
+    def _on_change_sent(self, offset: int, exc: BaseException | None) -> None:
+        if exc is not None:
+            self._fail(exc)
 
     # Sequencer log
     def acked(self) -> int:

@@ -107,7 +107,9 @@ class EpochMachine(InvocationFlow):
         es.view = TxnView(self.node_id, graph, self.store, es)
         self.table.know(graph)
         # A replayed epoch's writes are compared with the digests its first run logged, if any.
-        es.committed = EpochWrites(self.table.op_partitions, self.expected.pop(es.epoch, None))
+        es.committed = EpochWrites(
+            self.table.op_partitions, self.expected.pop(es.epoch, None), self.changelog.enabled
+        )
         self._replay(self.inbox.release(es.epoch, Until.STARTED))
         self.batch.sequencer.rebalance(msg.lc)
         out = self.out.effects
@@ -305,9 +307,10 @@ class EpochMachine(InvocationFlow):
             self.inbox.hold(es.epoch, Until.DECIDED, msg)
             return
         fb = es.fb
-        if msg.tid in fb.serial:
+        phase = Phase.SERIAL if msg.tid in fb.serial else Phase.FALLBACK
+        if phase == Phase.SERIAL:
             fb.serial.remove(msg.tid)
-        released = fallback.apply_final(es, msg, self.store)
+        released = fallback.apply_final(es, msg, self.store, phase)
         if es.committed.diverged is not None:
             self.on_diverged(es, es.committed.diverged)
             return
@@ -336,6 +339,8 @@ class EpochMachine(InvocationFlow):
         self.inbox.drop_epoch(es.epoch)
         out = self.out.effects
         out.append(effects.Closed(es.epoch))
+        # Before the snapshot's upload, which waits for everything queued to be on the log.
+        self.changelog.finished(es.epoch, es.committed.commits, self.table.op_partitions, out)
         if es.snapshot:
             self._snapshot(es)
         t = es.tally

@@ -61,13 +61,15 @@ def outcome_of(root: RootTxn) -> Outcome:
     return Outcome.ABORT if root.failed else Outcome.COMMIT
 
 
-def apply_final(es: EpochState, final: Final, store: StateStore) -> list[tuple[EntityKey, int]]:
-    """Apply a fallback transaction's writes (and note their digests) if it committed and release its
-    locks; the keys whose lock another tid holds now (its waiting invocations may start)."""
+def apply_final(
+    es: EpochState, final: Final, store: StateStore, phase: Phase = Phase.FALLBACK
+) -> list[tuple[EntityKey, int]]:
+    """Apply a fallback (or serial) transaction's writes (and note their digests) if it committed and
+    release its locks; the keys whose lock another tid holds now (its waiting invocations may start)."""
     fb = es.fb
     writes = fb.writes.pop(final.tid, None)
     if final.outcome == Outcome.COMMIT and writes:
         store.apply(writes)
-        es.committed.add(final.tid, writes)
+        es.committed.add(final.tid, writes, phase)
     fb.pending.discard(final.tid)
     return fb.locks.release(final.tid)

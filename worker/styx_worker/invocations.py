@@ -21,6 +21,7 @@ from styx_py.core.wire import Ack, CallResult, Invoke, Phase, Status, Written
 from styx_worker import effects
 from styx_worker.ackshare import Share, from_wire, to_wire
 from styx_worker.batch import BatchFormer
+from styx_worker.changelog import Changelog
 from styx_worker.digests import Divergence, Logged
 from styx_worker.effects import Deliver, Invoked, Outbox, PortView, Send
 from styx_worker.executor import EMPTY_RAW
@@ -75,6 +76,7 @@ class InvocationFlow:
         # (styx_worker.digests); and those of the epochs a recovery replays, as first logged.
         self.written: tuple[int, list[Written]] = (-1, [])
         self.expected: dict[int, Logged] = {}
+        self.changelog = Changelog(bool(config.changelog_topic))  # what the epochs commit, to the topic
 
     def reset(self, gen: int) -> None:
         """A recovery: every epoch in flight is forgotten; the new generation starts."""

@@ -39,6 +39,7 @@ class WorkerGauges:
     completed_epoch: int
     push_clients: int  # clients subscribed to their replies (styx_worker.feed)
     replies_pushed: int  # since the start (a counter)
+    changelog_skipped: int = 0  # changelog records replays found on the topic already (a counter)
 
 
 class MetricsSource(Protocol):
@@ -126,6 +127,11 @@ class _Collector(Collector):
         g = self.source.gauges()
         yield CounterMetricFamily(
             "styx_worker_epochs", "epochs this worker completed (rate: epochs/s)", value=t.epochs
+        )
+        yield CounterMetricFamily(
+            "styx_worker_changelog_replay_skipped",
+            "changelog records a replay did not write again: the topic held them already",
+            value=g.changelog_skipped,
         )
         yield CounterMetricFamily(
             "styx_worker_transactions_committed",
@@ -231,6 +237,11 @@ class _Collector(Collector):
             )
             yield CounterMetricFamily(
                 "styx_worker_egress_records", "records handed to the Kafka producer", value=self.sink.sent
+            )
+            yield CounterMetricFamily(
+                "styx_worker_changelog_records",
+                "changelog records queued for the Kafka producer (one per committed write)",
+                value=self.sink.changelog_records,
             )
             yield CounterMetricFamily(
                 "styx_worker_egress_batches",

@@ -163,6 +163,10 @@ class Reconfiguration:
         # Replies the previous generation queued may still be on their way to the log: wait for them,
         # or replay would not find them there and would send them a second time.
         await self.egress.flush()
+        # The same for changelog records; then where each partition's changelog ends: the replay
+        # appends only what comes after it (styx_worker.changelog).
+        if (changelog := core.epochs.changelog).enabled:
+            changelog.restored(await self.logs.changelog_tail(core.table.owned()))
         if msg.replay_until > msg.manifest.epoch:  # replies of epochs to replay may be on the log
             logs = self.logs
             core.replies.on_log = await recovery.replies_on_log(logs, r.egress_offsets, msg.manifest.epoch)

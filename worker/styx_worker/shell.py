@@ -38,6 +38,7 @@ from styx_worker.effects import Effect, Event
 from styx_worker.feed import ReplyFeed
 from styx_worker.membership import Membership
 from styx_worker.metrics import WorkerGauges, WorkerMetrics
+from styx_worker.outgoing import Outgoing
 from styx_worker.ports import WorkerPorts
 from styx_worker.reconfig import Reconfiguration
 from styx_worker.runner import InvocationRunner
@@ -80,8 +81,8 @@ class Worker:
         self.core = WorkerCore(node_id, config, ports)
         self.versions = CodeVersions(node_id, self.core.epochs.graphs)
         self.membership = Membership(node_id, host, port, config.failure_timeout_ms / 1000, heartbeats)
-        self.on_fenced = on_fenced
         self.feed = ReplyFeed(ports.transport.send, ports.egress.offsets, ports.clock.now)
+        self.outgoing = Outgoing(self.membership, ports.clock, ports.egress, self.feed, on_fenced)
         self.runner = InvocationRunner(self.step, self.step, self.spawn)
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.reconfig = Reconfiguration(
@@ -288,17 +289,6 @@ class Worker:
         else:
             written.add_done_callback(durable)
 
-    def _emit(self, e: fx.Emit) -> None:
-        membership = self.membership
-        if membership.enabled:
-            if membership.fenced:
-                return
-            if membership.check_lease(self.ports.clock.now()):
-                self.on_fenced()  # a worker that may have been replaced must not send another reply
-                return
-        pushed = bool(e.reply_to) and self.feed.offer(e.reply, e.reply_to)
-        self.ports.egress.send(e.partition, e.reply, e.epoch, pushed)
-
     def _live(self, e: fx.Live) -> None:
         self.ports.ingress.live(e.segment)
         self.ports.egress.live(e.segment)
@@ -370,6 +360,7 @@ class Worker:
             completed_epoch=core.epochs.completed_epoch,
             push_clients=len(self.feed.clients),
             replies_pushed=self.feed.pushed,
+            changelog_skipped=core.epochs.changelog.skipped,
         )
 
     def readiness(self) -> tuple[bool, str]:
@@ -396,7 +387,8 @@ _APPLY: dict[type, Callable[[Worker, Any], None]] = {
     fx.Take: Worker._take,
     fx.Fetch: Worker._fetch,
     fx.Log: Worker._log,
-    fx.Emit: Worker._emit,
+    fx.Emit: lambda w, e: w.outgoing.emit(e),
+    fx.Changes: lambda w, e: w.outgoing.changes(e),
     fx.Live: Worker._live,
     fx.Assign: Worker._assign,
     fx.Load: Worker._load,

@@ -1,0 +1,79 @@
+"""The changelog's Kafka side on the real broker (Tansu): the worker's sink holds changelog records for
+the next sequencer-log entry's produce request and flushes them with the replies; the recovery's reader
+finds the last record of each partition (from the fetch's high watermark, not ``end_offsets()``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import msgspec
+import pytest
+from aiokafka import TopicPartition
+
+from styx_py.core.changelog import ChangeRecord, change_decoder, entity_key
+from styx_py.core.config import load_config
+from styx_py.core.wire import Phase, SeqLogEntry, encode_value
+from styx_py.io.kafka_logs import KafkaLogReader, read_to_end
+from styx_py.stack.services import TansuBroker, create_topics
+from styx_worker.egress import KafkaSink
+
+pytestmark = pytest.mark.services
+
+
+def _record(key: str, epoch: int, tid: int, index: int) -> ChangeRecord:
+    return ChangeRecord(
+        "acct", key, msgspec.Raw(encode_value(tid)), False, epoch, Phase.OPTIMISTIC, tid, index
+    )
+
+
+async def test_changelog_records_ride_with_the_log_entry_and_the_reader_finds_each_partitions_end(
+    kafka: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    config = load_config(
+        {"egress_topic": f"out-{suffix}", "seqlog_topic": f"seq-{suffix}", "changelog_topic": f"cl-{suffix}"},
+        env={},
+    )
+    topics = {config.egress_topic: 3, config.seqlog_topic: 1, config.changelog_topic: 3}
+    await create_topics(kafka.bootstrap, topics)
+    reader = KafkaLogReader(kafka.bootstrap, config)
+    assert await reader.changelog_tail([0, 1, 2]) == {}, "an empty changelog has no end to skip to"
+
+    sink = KafkaSink(kafka.bootstrap, config)
+    await sink.start()
+    drain = asyncio.create_task(sink.run())
+    produced: list[set[str]] = []  # the topics of each produce request, in order
+    send = sink.producer.client.send
+
+    async def recording_send(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(request).__name__ == "ProduceRequest":
+            produced.append({topic for topic, _ in request._topics})
+        return await send(node_id, request, *args, **kwargs)
+
+    monkeypatch.setattr(sink.producer.client, "send", recording_send)
+    first = [_record("a", 5, 11, 0), _record("b", 5, 11, 1), _record("c", 5, 14, 2)]
+    later = [_record("z", 6, 20, 0)]
+    try:
+        sink.changes(0, first)
+        sink.changes(2, later)
+        assert sink.queued == 4 and sink.lanes.pending() == 0, "held for the next log entry"
+        await asyncio.wait_for(sink.append(SeqLogEntry(7, "w1", 0, [], 1, 0)), 30)
+        await asyncio.wait_for(sink.flush(), 30)
+        assert produced == [{config.seqlog_topic, config.changelog_topic}], "one produce request for both"
+        assert sink.changelog_records == 4
+        assert not drain.done(), drain
+    finally:
+        drain.cancel()
+        await sink.stop()
+
+    assert await reader.changelog_tail([0, 1, 2]) == {0: (5, 2), 2: (6, 0)}
+    assert await reader.changelog_tail([1]) == {}
+    tps = {TopicPartition(config.changelog_topic, p): 0 for p in range(3)}
+    stored = sorted(await read_to_end(kafka.bootstrap, tps), key=lambda r: (r.partition, r.offset))
+    assert [(r.partition, change_decoder.decode(r.value)) for r in stored] == [
+        *((0, r) for r in first),
+        *((2, r) for r in later),
+    ]
+    assert [r.key for r in stored] == [entity_key("acct", k) for k in ("a", "b", "c", "z")]
