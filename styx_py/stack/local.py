@@ -34,6 +34,7 @@ from styx_py.core.errors import EXIT_HANDLER_FAILED, StyxError
 from styx_py.core.limits import WORKER_RESTART_GRACE_S
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordinator
 from styx_py.core.words import counted
+from styx_py.io import lifeline
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
@@ -264,7 +265,7 @@ class LocalStack:
             self.metrics_ports[name] = port
             env = {**env, "STYX_METRICS_PORT": str(port), "STYX_METRICS_HOST": "127.0.0.1"}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
-        self.procs[name] = subprocess.Popen(
+        self.procs[name] = lifeline.popen(
             [sys.executable, "-m", "styx_py.cli", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
