@@ -38,6 +38,7 @@ from styx_benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run
 from styx_benchmarks.log_latency import log_latencies_ms
 from styx_benchmarks.workload import Options, Workload
 from styx_benchmarks.workloads import make_workload, workload_names
+from styx_py.core.addresses import bootstrap_option, host_port_option, url_option
 from styx_py.core.errors import StyxError
 from styx_py.core.limits import BUSY_LINGER_MS
 from styx_py.core.segments import replies_to
@@ -71,9 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="TPC-C / DeathStar population scale (1.0)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=2, help="workers of a cluster started here (default 2)")
-    p.add_argument("--coordinator", help="HOST:PORT of a running cluster (default: start one)")
+    p.add_argument(
+        "--coordinator", type=host_port_option, help="HOST:PORT of a running cluster (default: start one)"
+    )
     p.add_argument(
         "--kafka",
+        type=bootstrap_option,
         help="a cluster started here uses this Kafka-protocol broker (BOOTSTRAP) instead of its own Tansu, "
         "on fresh topics per run (snapshots stay on its own SeaweedFS)",
     )
@@ -82,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a cluster started here keeps its Kafka log in S3 (Tansu on SeaweedFS, as 'styx up --durable')",
     )
-    p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
+    p.add_argument("--gateway", type=url_option, help="with --coordinator --via http: the gateway URL")
     p.add_argument(
         "--one-cluster",
         action="store_true",
