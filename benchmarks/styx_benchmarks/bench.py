@@ -248,13 +248,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     runs: list[tuple[RunResult, Path]] = []
+    cut: list[Path] = []
     try:
-        return _cmd_bench(args, runs)
+        return _cmd_bench(args, runs, cut)
     except KeyboardInterrupt:
         # Ctrl-C or SIGTERM: the cluster started here is stopped already (its context managers ran);
-        # the runs that finished were written as they ended.
+        # the runs that finished were written as they ended, the one cut short when it was.
         kept = ", ".join(str(path) for _, path in runs) or "none"
-        print(f"styx bench: interrupted; finished runs kept: {kept}", file=sys.stderr, flush=True)
+        partial = "".join(f"; the run cut short, measured until then: {path}" for path in cut)
+        print(f"styx bench: interrupted; finished runs kept: {kept}{partial}", file=sys.stderr, flush=True)
         if len(runs) > 1:
             summarize(args, runs)
         return 130
@@ -263,7 +265,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> int:
+def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]], cut: list[Path]) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.rate]
     workload = make_workload(args.workload, options_from(args))
@@ -275,7 +277,7 @@ def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> 
         if args.via == "http" and not gateway:
             print("styx bench: --via http with --coordinator needs --gateway URL", file=sys.stderr)
             return 2
-        _run_fast(bench(args, workload, rates, args.coordinator, gateway, runs))
+        _run_fast(bench(args, workload, rates, args.coordinator, gateway, runs, cut=cut))
         if args.audit:
             # The running cluster's Kafka and topics come from its coordinator; S3 from $STYX_S3_*.
             from styx_py.core.wire import StatusRequest
@@ -336,6 +338,7 @@ def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> 
                                 stack.gateway_url or None,
                                 runs,
                                 stack.pids(),
+                                cut,
                             )
                         )
                     if args.audit:
@@ -390,10 +393,12 @@ async def bench(
     gateway: str | None,
     runs: list[tuple[RunResult, Path]],
     processes: dict[str, int] | None = None,
+    cut: list[Path] | None = None,
 ) -> None:
     """Load (unless --no-load), then one run per rate on this cluster, each checked, written and added
     to ``runs`` as it ends (an interrupted benchmark keeps those); ``processes`` (a cluster started
-    here) are charged their CPU per transaction."""
+    here) are charged their CPU per transaction. A run cut short (Ctrl-C, SIGTERM) writes what it
+    measured until then to ``WORKLOAD-RATE-STAMP-interrupted.json``, added to ``cut``."""
     from styx_client import StyxClient
 
     say = print
@@ -418,6 +423,12 @@ async def bench(
             await sender.wait_ready()
         else:
             sender = SdkSender(client, args.timeout)
+
+        def keep_cut(partial: RunResult) -> None:
+            path = write_results(out, args, workload, partial, interrupted=True)
+            if cut is not None:
+                cut.append(path)
+
         try:
             for rate in rates:
                 say(
@@ -442,6 +453,7 @@ async def bench(
                     progress=lambda m: say(m, flush=True),
                     quiet=args.quiet,
                     processes=processes,
+                    interrupted=keep_cut,
                 )
                 loop_after = loop_ms()
                 result.machine_loop_ms = {"before": loop_before, "after": loop_after}
@@ -538,9 +550,12 @@ def _prefix(args: argparse.Namespace) -> str:
     return "durable-" if getattr(args, "durable", False) else ""
 
 
-def write_results(out: Path, args: argparse.Namespace, workload: Workload, result: RunResult) -> Path:
+def write_results(
+    out: Path, args: argparse.Namespace, workload: Workload, result: RunResult, *, interrupted: bool = False
+) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = out / f"{_prefix(args)}{workload.name}-{result.rate:g}-{stamp}.json"
+    cut = "-interrupted" if interrupted else ""
+    path = out / f"{_prefix(args)}{workload.name}-{result.rate:g}-{stamp}{cut}.json"
     doc = {
         "config": _config(args, workload),
         "machine": machine_info(),
