@@ -107,17 +107,45 @@ def test_every_address_option_is_checked_before_anything_runs(
 
 
 def test_a_port_that_is_not_a_coordinator_fails_with_a_reason(tmp_path: Path) -> None:
-    """A port that takes the connection and says nothing (another server, a proxy): the handshake's
-    bound ends the wait, and the error says what was wrong, not an empty reason after the request's."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        port = server.getsockname()[1]
-        out = styx("status", "--coordinator", f"127.0.0.1:{port}", cwd=tmp_path)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "sent no handshake" in out.stderr and "is it a styx-py coordinator's port?" in out.stderr, (
-        out.stderr
-    )
+    """A port that takes the connection and says nothing (another server, a proxy), or an HTTP server
+    (which waits for a request): the connect timeout (STYX_CONNECT_TIMEOUT_S, here 0.5 s) ends the
+    wait, and the error names the address and what was expected, not an empty reason after the
+    request's 60 s."""
+    import http.server
+    import threading
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        serving = threading.Thread(target=http_server.serve_forever, daemon=True)
+        serving.start()
+        try:
+            for port in (silent.getsockname()[1], http_server.server_address[1]):
+                address = f"127.0.0.1:{port}"
+                out = styx(
+                    "status", "--coordinator", address, cwd=tmp_path, env={"STYX_CONNECT_TIMEOUT_S": "0.5"}
+                )
+                assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+                [line] = out.stderr.strip().splitlines()
+                assert f"{address} took the connection but sent no handshake within 0.5 s" in line, line
+                assert "is it a styx-py coordinator's port?" in line, line
+        finally:
+            http_server.shutdown()
+            http_server.server_close()
+    out = styx("status", "--coordinator", "127.0.0.1:1", cwd=tmp_path, env={"STYX_CONNECT_TIMEOUT_S": "soon"})
+    assert out.returncode == 2 and "STYX_CONNECT_TIMEOUT_S='soon' is not a number of seconds" in out.stderr
+
+
+def test_the_connect_timeout_defaults_to_the_handshake_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from styx_py.core.config import load_config
+    from styx_py.core.limits import HANDSHAKE_TIMEOUT_S
+    from styx_py.io.admin import connect_timeout
+
+    monkeypatch.delenv("STYX_CONNECT_TIMEOUT_S", raising=False)
+    assert connect_timeout(None) == HANDSHAKE_TIMEOUT_S == load_config(env={}).connect_timeout_s
+    monkeypatch.setenv("STYX_CONNECT_TIMEOUT_S", "2.5")
+    assert connect_timeout(None) == 2.5 == load_config().connect_timeout_s and connect_timeout(1) == 1
 
 
 @pytest.mark.services
