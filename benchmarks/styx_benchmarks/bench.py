@@ -42,6 +42,7 @@ from styx_py.core.addresses import bootstrap_option, host_port_option, url_optio
 from styx_py.core.errors import StyxError
 from styx_py.core.limits import BUSY_LINGER_MS
 from styx_py.core.segments import replies_to
+from styx_py.io import lifeline
 
 if TYPE_CHECKING:
     from styx_client import StyxClient
@@ -382,7 +383,13 @@ def audit(args: argparse.Namespace, workload: Workload, kafka: str, out: Path, e
     argv = ["audit", "--kafka", kafka, "--workload", workload.name, "--out", str(out), *extra]
     argv += ["--keys", str(o.keys), "--warehouses", str(o.warehouses), "--scale", str(o.scale)]
     print(f"auditing the run on Spark: {out}", flush=True)
-    return subprocess.run([sys.executable, "-m", "styx_py.cli", *argv], check=False).returncode
+    auditing = lifeline.popen([sys.executable, "-m", "styx_py.cli", *argv])  # dies with this process
+    try:
+        return auditing.wait()
+    finally:
+        if auditing.poll() is None:  # interrupted (Ctrl-C, SIGTERM): the audit ends with the bench
+            auditing.kill()
+            auditing.wait()
 
 
 async def bench(
