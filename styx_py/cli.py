@@ -134,7 +134,7 @@ def _announce(stack: LocalStack, state_file: Path) -> None:
     """Print the endpoints and the client settings of a started stack; save them to ``state_file``."""
     from styx_py.io.clusterfile import ClusterFile, export_lines
 
-    for note in stack.port_notes:
+    for note in [*stack.reaped, *stack.port_notes]:
         print(f"note: {note}", flush=True)
     endpoints = stack.endpoints()
     if stack.gateway_url:

@@ -177,3 +177,43 @@ def test_a_killed_stack_owner_leaves_no_service(tmp_path: Path, kafka: TansuBrok
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_a_stack_ends_what_an_earlier_one_on_its_directory_left_running(tmp_path: Path) -> None:
+    """The pid records in a stack's data directory: a process an owner that is gone left running (a
+    service in its own session, not tied to its parent) is ended by the next stack on the directory;
+    one whose owner still runs, and a recorded pid that is now another process, are left alone."""
+    from styx_py.stack import pidfile
+
+    script = (
+        "import subprocess, sys\n"
+        "from pathlib import Path\n"
+        "from styx_py.stack import pidfile\n"
+        "quiet = {'stdout': subprocess.DEVNULL, 'stderr': subprocess.DEVNULL}\n"
+        "kid = subprocess.Popen(['sleep', '600'], start_new_session=True, **quiet)\n"
+        "pidfile.record(Path(sys.argv[1]), 'sleeper', kid.pid)\n"
+        "print(kid.pid, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60, check=True
+    )
+    orphan = int(done.stdout)  # its owner has exited: it runs with another parent
+    started = pidfile.start_time(orphan)
+    assert started is not None
+    ours = lifeline.popen(["sleep", "600"], start_new_session=True)  # recorded by a running owner: this one
+    try:
+        pidfile.record(tmp_path, "ours", ours.pid)
+        with (tmp_path / pidfile.PIDS_FILE).open("a") as f:  # a pid that is now another process
+            f.write(f"{ours.pid} {(pidfile.start_time(ours.pid) or 0) + 1} 1 0 reused\n")
+        assert pidfile.reap(tmp_path) == [
+            f"sleeper (pid {orphan}) left by an earlier stack on {tmp_path}: stopped"
+        ]
+        _wait_gone({(orphan, started)}, "after the reap")
+        assert ours.poll() is None, "a process of a running owner was ended"
+        assert not (tmp_path / pidfile.PIDS_FILE).exists()
+        assert pidfile.reap(tmp_path) == []
+    finally:
+        ours.kill()
+        ours.wait()
+        if pidfile.start_time(orphan) == started:
+            os.kill(orphan, signal.SIGKILL)
