@@ -18,8 +18,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from styx_py.core.addresses import bootstrap, bootstrap_option, host_port_option
 from styx_py.core.config import Config, load_config
 from styx_py.core.errors import ConfigError, StyxError
 from styx_py.core.words import counted
@@ -133,7 +134,7 @@ def _announce(stack: LocalStack, state_file: Path) -> None:
     """Print the endpoints and the client settings of a started stack; save them to ``state_file``."""
     from styx_py.io.clusterfile import ClusterFile, export_lines
 
-    for note in stack.port_notes:
+    for note in [*stack.reaped, *stack.port_notes]:
         print(f"note: {note}", flush=True)
     endpoints = stack.endpoints()
     if stack.gateway_url:
@@ -156,6 +157,7 @@ def _kafka(args: argparse.Namespace, config: Config) -> str:
     kafka = args.kafka or config.kafka_bootstrap
     if not kafka:
         raise ConfigError("no Kafka bootstrap address: pass --kafka HOST:PORT or set STYX_KAFKA_BOOTSTRAP")
+    bootstrap(str(kafka), "the Kafka bootstrap")  # from the environment: checked as --kafka is
     return str(kafka)
 
 
@@ -600,10 +602,18 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """The ``styx`` parser and its subcommands': a bad argument (an address that is not HOST:PORT, a
+    missing value) is one line on stderr that points at ``--help``, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from styx_py.stack.net import DEFAULT_PORTS  # light: --help stays fast
 
-    p = argparse.ArgumentParser(
+    p: argparse.ArgumentParser = _Parser(
         prog="styx", description="styx-py: deterministic transactional stateful functions"
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -646,7 +656,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(fn=cmd_up)
 
     co = sub.add_parser("coordinator", help="run the coordinator process")
-    co.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default: $STYX_KAFKA_BOOTSTRAP)")
+    co.add_argument(
+        "--kafka", type=bootstrap_option, help="Kafka bootstrap HOST:PORT (default: $STYX_KAFKA_BOOTSTRAP)"
+    )
     co.add_argument("--workers", type=int, default=1, help="workers to wait for before deploying")
     co.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in a container)")
     co.add_argument("--port", type=int, default=6000, help="port workers and clients connect to")
@@ -655,8 +667,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     wk = sub.add_parser("worker", help="run a worker process")
     wk.add_argument("--id", required=True, help="worker id, unique in the cluster")
-    wk.add_argument("--coordinator", help="coordinator HOST:PORT (default: $STYX_COORDINATOR)")
-    wk.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default: $STYX_KAFKA_BOOTSTRAP)")
+    wk.add_argument(
+        "--coordinator", type=host_port_option, help="coordinator HOST:PORT (default: $STYX_COORDINATOR)"
+    )
+    wk.add_argument(
+        "--kafka", type=bootstrap_option, help="Kafka bootstrap HOST:PORT (default: $STYX_KAFKA_BOOTSTRAP)"
+    )
     wk.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in a container)")
     wk.add_argument("--port", type=int, default=0, help="port peers connect to (0: a free one)")
     wk.add_argument(
@@ -672,7 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
         "requires a bearer token ($STYX_GATEWAY_TOKEN or --token-file).",
     )
     gw.add_argument(
-        "--coordinator", help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')"
+        "--coordinator",
+        type=host_port_option,
+        help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')",
     )
     gw.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     gw.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0: a free one)")
@@ -748,7 +766,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument(
-            "--coordinator", help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')"
+            "--coordinator",
+            type=host_port_option,
+            help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')",
         )
         sp.set_defaults(fn=fn)
         if name == "deploy":
@@ -776,6 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             sp.add_argument(
                 "--kafka",
+                type=bootstrap_option,
                 help="call through Kafka HOST:PORT without the coordinator (needs --app; topics from "
                 "$STYX_INGRESS_TOPIC/$STYX_EGRESS_TOPIC)",
             )

@@ -19,6 +19,7 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
+from styx_py.core.addresses import url_option
 from styx_py.core.errors import StyxError
 
 __all__ = [
@@ -162,7 +163,11 @@ def _dash(value: Any) -> str:
 
 
 def _gateway_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gateway", help="gateway URL (default: $STYX_GATEWAY_URL or the one 'styx up' started)")
+    p.add_argument(
+        "--gateway",
+        type=url_option,
+        help="gateway URL (default: $STYX_GATEWAY_URL or the one 'styx up' started)",
+    )
     p.add_argument("--token-file", help="file holding the gateway's bearer token (else $STYX_GATEWAY_TOKEN)")
 
 

@@ -142,6 +142,39 @@ async def test_driver_latency_includes_queueing_when_the_system_falls_behind() -
 
 
 @simulated_time
+async def test_a_cancelled_run_hands_over_what_it_measured_until_then() -> None:
+    """Cancelled 2.5 s into a 10 s window (Ctrl-C, SIGTERM): ``interrupted`` gets the window's first
+    2.5 s, each request sent by then counted once (answered, or unanswered if its reply was still to
+    come), and the cancellation goes on."""
+    cut: list[RunResult] = []
+    run = asyncio.ensure_future(
+        run_open_loop(
+            Uniform(),
+            FixedDelay(0.2),
+            rate=100,
+            duration_s=10.0,
+            warmup_s=0.5,
+            progress=None,
+            clock=loop_clock(),
+            interrupted=cut.append,
+        )
+    )
+    await asyncio.sleep(0.05 + 0.5 + 2.5)  # the driver starts its clock 50 ms on
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    [result] = cut
+    assert result.interrupted_after_s == pytest.approx(2.5, abs=0.02)
+    assert result.duration_s == result.interrupted_after_s and len(result.seconds) == 3
+    assert result.sent == pytest.approx(250, abs=2)
+    assert result.answered + result.unanswered == result.sent
+    assert result.unanswered == pytest.approx(20, abs=2)  # the last 0.2 s, still in flight
+    assert result.throughput == pytest.approx(result.answered / 2.5, rel=0.01)
+    assert result.summary()["interrupted_after_s"] == result.interrupted_after_s
+    assert result.percentiles_ms()["p50"] == pytest.approx(200, abs=1.1)
+
+
+@simulated_time
 async def test_drift_shows_a_queue_that_builds_up_and_not_a_steady_one() -> None:
     # Capacity 100/s, offered 150/s: each second's requests wait ~0.5 s longer than the last's.
     growing = await run_open_loop(
@@ -675,5 +708,43 @@ def test_ctrl_c_ends_a_bench_with_one_line_and_keeps_the_finished_runs(tmp_path:
             bench.kill()
     assert "Traceback" not in err, err[-3000:]
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[-1] == f"styx bench: interrupted; finished runs kept: {first}", lines[-5:]
+    assert lines[-1].startswith(f"styx bench: interrupted; finished runs kept: {first}"), lines[-5:]
+    assert len(lines) == 1 or "Traceback" not in err, lines
     assert Path(first).exists()
+
+
+@pytest.mark.services
+def test_ctrl_c_during_a_run_writes_what_it_measured_until_then(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) inside a run's measured window: exit code 130, one line on stderr naming the
+    file of the run cut short, which holds the window up to the interrupt (requests sent, answered)."""
+    args = ["bench", "ycsbt", "--rate", "50", "--duration", "600", "--warmup", "0", "--keys", "100"]
+    args += ["--no-plots", "--out", str(tmp_path)]
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "styx_py.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert bench.stdout is not None and bench.stderr is not None
+        for line in bench.stdout:  # ends when the bench does: then the assertion below fails
+            if "[measure" in line and " done " in line and not line.split(" done ")[1].startswith("       0"):
+                break  # a second of the window has passed and replies came
+        else:
+            pytest.fail("the run never reached its measured window")
+        bench.send_signal(signal.SIGINT)
+        assert bench.wait(timeout=120) == 130
+        err = bench.stderr.read()
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip() and "Unable connect" not in line]
+    prefix = "styx bench: interrupted; finished runs kept: none; the run cut short, measured until then: "
+    assert len(lines) == 1 and lines[0].startswith(prefix), lines[-5:]
+    path = Path(lines[0].removeprefix(prefix))
+    assert path.parent == tmp_path and path.name.endswith("-interrupted.json"), path
+    result = json.loads(path.read_text())["result"]
+    assert 0 < result["interrupted_after_s"] < 600 and result["duration_s"] == result["interrupted_after_s"]
+    assert result["sent"] > 0 and result["answered"] > 0
+    assert result["answered"] + result["unanswered"] == result["sent"], result

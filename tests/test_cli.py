@@ -27,9 +27,17 @@ STYX = [sys.executable, "-m", "styx_py.cli"]
 BANK = "styx_benchmarks.bank:app"
 
 
-def styx(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def styx(
+    *args: str, cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*STYX, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False
+        [*STYX, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        check=False,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -59,24 +67,85 @@ def test_call_arguments_are_json_or_bare_words_and_a_typo_is_an_error(tmp_path: 
 
 
 def test_an_address_without_a_port_is_one_line(tmp_path: Path) -> None:
-    for address in ("127.0.0.1", "localhost:http", "::1:6000"):
+    for address in ("127.0.0.1", "localhost:http", "::1:6000", "127.0.0.1:70000", "127.0.0.1:0"):
         out = styx("status", "--coordinator", address, cwd=tmp_path)
         assert out.returncode == 2, (address, out.stderr)
         assert out.stderr.strip().count("\n") == 0 and "is not HOST:PORT" in out.stderr, (address, out.stderr)
+    out = styx("status", cwd=tmp_path, env={"STYX_COORDINATOR": "127.0.0.1"})  # from the environment
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "'127.0.0.1' is not HOST:PORT" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "expected"),
+    [
+        (["coordinator", "--kafka", "127.0.0.1"], "--kafka", "is not HOST:PORT[,HOST:PORT…]"),
+        (["worker", "--id", "w1", "--coordinator", "127.0.0.1"], "--coordinator", "is not HOST:PORT"),
+        (["worker", "--id", "w1", "--kafka", "k:9092,k2"], "--kafka", "is not HOST:PORT[,HOST:PORT…]"),
+        (["gateway", "--coordinator", "c:x"], "--coordinator", "is not HOST:PORT"),
+        (["deploy", "--coordinator", "c", "m:g"], "--coordinator", "is not HOST:PORT"),
+        (["scale", "--coordinator", "c", "--workers", "2"], "--coordinator", "is not HOST:PORT"),
+        (["call", "--kafka", "k", "--app", "m:g", "a", "1", "f"], "--kafka", "is not HOST:PORT[,HOST:PORT…]"),
+        (["bench", "ycsbt", "--coordinator", "c"], "--coordinator", "is not HOST:PORT"),
+        (["bench", "ycsbt", "--kafka", "k:"], "--kafka", "is not HOST:PORT[,HOST:PORT…]"),
+        (["bench", "ycsbt", "--gateway", "127.0.0.1:8080"], "--gateway", "is not an http:// or https:// URL"),
+        (["invocations", "list", "--gateway", "gw:8080"], "--gateway", "is not an http:// or https:// URL"),
+        (["console", "--gateway", "http://gw:port"], "--gateway", "is not an http:// or https:// URL"),
+    ],
+)
+def test_every_address_option_is_checked_before_anything_runs(
+    tmp_path: Path, argv: list[str], option: str, expected: str
+) -> None:
+    """A malformed address option is refused by the parser: one line naming the option, the value and
+    the form expected, exit 2, before a process starts, a cluster is brought up or a connection tried."""
+    out = styx(*argv, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    command = " ".join(argv[:2]) if argv[0] == "invocations" else argv[0]
+    assert line.startswith(f"styx {command}: error: argument {option}: "), line
+    assert expected in line and line.endswith(f"(see 'styx {command} --help')"), line
 
 
 def test_a_port_that_is_not_a_coordinator_fails_with_a_reason(tmp_path: Path) -> None:
-    """A port that takes the connection and says nothing (another server, a proxy): the handshake's
-    bound ends the wait, and the error says what was wrong, not an empty reason after the request's."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        port = server.getsockname()[1]
-        out = styx("status", "--coordinator", f"127.0.0.1:{port}", cwd=tmp_path)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "sent no handshake" in out.stderr and "is it a styx-py coordinator's port?" in out.stderr, (
-        out.stderr
-    )
+    """A port that takes the connection and says nothing (another server, a proxy), or an HTTP server
+    (which waits for a request): the connect timeout (STYX_CONNECT_TIMEOUT_S, here 0.5 s) ends the
+    wait, and the error names the address and what was expected, not an empty reason after the
+    request's 60 s."""
+    import http.server
+    import threading
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        serving = threading.Thread(target=http_server.serve_forever, daemon=True)
+        serving.start()
+        try:
+            for port in (silent.getsockname()[1], http_server.server_address[1]):
+                address = f"127.0.0.1:{port}"
+                out = styx(
+                    "status", "--coordinator", address, cwd=tmp_path, env={"STYX_CONNECT_TIMEOUT_S": "0.5"}
+                )
+                assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+                [line] = out.stderr.strip().splitlines()
+                assert f"{address} took the connection but sent no handshake within 0.5 s" in line, line
+                assert "is it a styx-py coordinator's port?" in line, line
+        finally:
+            http_server.shutdown()
+            http_server.server_close()
+    out = styx("status", "--coordinator", "127.0.0.1:1", cwd=tmp_path, env={"STYX_CONNECT_TIMEOUT_S": "soon"})
+    assert out.returncode == 2 and "STYX_CONNECT_TIMEOUT_S='soon' is not a number of seconds" in out.stderr
+
+
+def test_the_connect_timeout_defaults_to_the_handshake_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from styx_py.core.config import load_config
+    from styx_py.core.limits import HANDSHAKE_TIMEOUT_S
+    from styx_py.io.admin import connect_timeout
+
+    monkeypatch.delenv("STYX_CONNECT_TIMEOUT_S", raising=False)
+    assert connect_timeout(None) == HANDSHAKE_TIMEOUT_S == load_config(env={}).connect_timeout_s
+    monkeypatch.setenv("STYX_CONNECT_TIMEOUT_S", "2.5")
+    assert connect_timeout(None) == 2.5 == load_config().connect_timeout_s and connect_timeout(1) == 1
 
 
 @pytest.mark.services

@@ -73,7 +73,13 @@ def _argv(command: str) -> list[str]:
     return argv
 
 
+# Shell variables the docs' styx commands use, with the value the docs set (docs/http-api.md: GW=…): the
+# parser sees a value, never the variable's name (address options are checked as addresses).
+DOC_VARIABLES = {"$GW": "http://127.0.0.1:8080"}
+
+
 def check_styx(argv: list[str]) -> None:
+    argv = [DOC_VARIABLES.get(arg, arg) for arg in argv]
     try:
         build_parser().parse_args(argv[1:])
     except SystemExit as exc:

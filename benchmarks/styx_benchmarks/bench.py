@@ -38,9 +38,11 @@ from styx_benchmarks.driver import HttpSender, RunResult, SdkSender, Sender, run
 from styx_benchmarks.log_latency import log_latencies_ms
 from styx_benchmarks.workload import Options, Workload
 from styx_benchmarks.workloads import make_workload, workload_names
+from styx_py.core.addresses import bootstrap_option, host_port_option, url_option
 from styx_py.core.errors import StyxError
 from styx_py.core.limits import BUSY_LINGER_MS
 from styx_py.core.segments import replies_to
+from styx_py.io import lifeline
 
 if TYPE_CHECKING:
     from styx_client import StyxClient
@@ -71,9 +73,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="TPC-C / DeathStar population scale (1.0)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=2, help="workers of a cluster started here (default 2)")
-    p.add_argument("--coordinator", help="HOST:PORT of a running cluster (default: start one)")
+    p.add_argument(
+        "--coordinator", type=host_port_option, help="HOST:PORT of a running cluster (default: start one)"
+    )
     p.add_argument(
         "--kafka",
+        type=bootstrap_option,
         help="a cluster started here uses this Kafka-protocol broker (BOOTSTRAP) instead of its own Tansu, "
         "on fresh topics per run (snapshots stay on its own SeaweedFS)",
     )
@@ -82,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a cluster started here keeps its Kafka log in S3 (Tansu on SeaweedFS, as 'styx up --durable')",
     )
-    p.add_argument("--gateway", help="with --coordinator --via http: the gateway URL")
+    p.add_argument("--gateway", type=url_option, help="with --coordinator --via http: the gateway URL")
     p.add_argument(
         "--one-cluster",
         action="store_true",
@@ -244,13 +249,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     runs: list[tuple[RunResult, Path]] = []
+    cut: list[Path] = []
     try:
-        return _cmd_bench(args, runs)
+        return _cmd_bench(args, runs, cut)
     except KeyboardInterrupt:
         # Ctrl-C or SIGTERM: the cluster started here is stopped already (its context managers ran);
-        # the runs that finished were written as they ended.
+        # the runs that finished were written as they ended, the one cut short when it was.
         kept = ", ".join(str(path) for _, path in runs) or "none"
-        print(f"styx bench: interrupted; finished runs kept: {kept}", file=sys.stderr, flush=True)
+        partial = "".join(f"; the run cut short, measured until then: {path}" for path in cut)
+        print(f"styx bench: interrupted; finished runs kept: {kept}{partial}", file=sys.stderr, flush=True)
         if len(runs) > 1:
             summarize(args, runs)
         return 130
@@ -259,7 +266,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> int:
+def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]], cut: list[Path]) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.rate]
     workload = make_workload(args.workload, options_from(args))
@@ -271,7 +278,7 @@ def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> 
         if args.via == "http" and not gateway:
             print("styx bench: --via http with --coordinator needs --gateway URL", file=sys.stderr)
             return 2
-        _run_fast(bench(args, workload, rates, args.coordinator, gateway, runs))
+        _run_fast(bench(args, workload, rates, args.coordinator, gateway, runs, cut=cut))
         if args.audit:
             # The running cluster's Kafka and topics come from its coordinator; S3 from $STYX_S3_*.
             from styx_py.core.wire import StatusRequest
@@ -333,6 +340,7 @@ def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]]) -> 
                                 stack.gateway_url or None,
                                 runs,
                                 stack.pids(),
+                                cut,
                             )
                         )
                     if args.audit:
@@ -376,7 +384,13 @@ def audit(args: argparse.Namespace, workload: Workload, kafka: str, out: Path, e
     argv = ["audit", "--kafka", kafka, "--workload", workload.name, "--out", str(out), *extra]
     argv += ["--keys", str(o.keys), "--warehouses", str(o.warehouses), "--scale", str(o.scale)]
     print(f"auditing the run on Spark: {out}", flush=True)
-    return subprocess.run([sys.executable, "-m", "styx_py.cli", *argv], check=False).returncode
+    auditing = lifeline.popen([sys.executable, "-m", "styx_py.cli", *argv])  # dies with this process
+    try:
+        return auditing.wait()
+    finally:
+        if auditing.poll() is None:  # interrupted (Ctrl-C, SIGTERM): the audit ends with the bench
+            auditing.kill()
+            auditing.wait()
 
 
 async def bench(
@@ -387,10 +401,12 @@ async def bench(
     gateway: str | None,
     runs: list[tuple[RunResult, Path]],
     processes: dict[str, int] | None = None,
+    cut: list[Path] | None = None,
 ) -> None:
     """Load (unless --no-load), then one run per rate on this cluster, each checked, written and added
     to ``runs`` as it ends (an interrupted benchmark keeps those); ``processes`` (a cluster started
-    here) are charged their CPU per transaction."""
+    here) are charged their CPU per transaction. A run cut short (Ctrl-C, SIGTERM) writes what it
+    measured until then to ``WORKLOAD-RATE-STAMP-interrupted.json``, added to ``cut``."""
     from styx_client import StyxClient
 
     say = print
@@ -415,6 +431,12 @@ async def bench(
             await sender.wait_ready()
         else:
             sender = SdkSender(client, args.timeout)
+
+        def keep_cut(partial: RunResult) -> None:
+            path = write_results(out, args, workload, partial, interrupted=True)
+            if cut is not None:
+                cut.append(path)
+
         try:
             for rate in rates:
                 say(
@@ -439,6 +461,7 @@ async def bench(
                     progress=lambda m: say(m, flush=True),
                     quiet=args.quiet,
                     processes=processes,
+                    interrupted=keep_cut,
                 )
                 loop_after = loop_ms()
                 result.machine_loop_ms = {"before": loop_before, "after": loop_after}
@@ -535,9 +558,12 @@ def _prefix(args: argparse.Namespace) -> str:
     return "durable-" if getattr(args, "durable", False) else ""
 
 
-def write_results(out: Path, args: argparse.Namespace, workload: Workload, result: RunResult) -> Path:
+def write_results(
+    out: Path, args: argparse.Namespace, workload: Workload, result: RunResult, *, interrupted: bool = False
+) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = out / f"{_prefix(args)}{workload.name}-{result.rate:g}-{stamp}.json"
+    cut = "-interrupted" if interrupted else ""
+    path = out / f"{_prefix(args)}{workload.name}-{result.rate:g}-{stamp}{cut}.json"
     doc = {
         "config": _config(args, workload),
         "machine": machine_info(),

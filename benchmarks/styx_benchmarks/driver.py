@@ -361,6 +361,9 @@ class RunResult:
     batches_lingered_share: float | None = None
     # How fast the machine ran Python just before and just after the run (benchmarks.cpu.loop_ms).
     machine_loop_ms: dict[str, float] | None = None  # {"before": ms, "after": ms}
+    # A run cut short (Ctrl-C, SIGTERM): the seconds of its measured window that had passed; the
+    # window, its seconds and the counts are then those of that span (run_open_loop's ``interrupted``).
+    interrupted_after_s: float | None = None
 
     @property
     def throughput(self) -> float:
@@ -475,6 +478,7 @@ class RunResult:
             "sustainable_p99_1s": self.sustainable(),
             "check": self.check,
             "check_skipped": self.check_skipped or None,
+            **({} if (cut := self.interrupted_after_s) is None else {"interrupted_after_s": cut}),
         }
 
     def series(self) -> list[dict[str, Any]]:
@@ -512,8 +516,13 @@ async def run_open_loop(
     quiet: bool = False,
     clock: Callable[[], float] = time.perf_counter,
     processes: Mapping[str, int] | None = None,
+    interrupted: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
     """Send ``rate`` requests/s for ``warmup_s + duration_s`` seconds on the clock; wait for replies.
+
+    Cancelled (Ctrl-C, SIGTERM) in its measured window, the run hands ``interrupted`` what it measured
+    until then (a :class:`RunResult` of the window's part that had passed, ``interrupted_after_s``
+    set; requests without a reply yet count as unanswered), then lets the cancellation through.
 
     ``processes`` (name -> pid, the cluster's processes) are charged their CPU time over the run, as
     this process is: ``RunResult.cpu_us_per_txn``.
@@ -536,6 +545,7 @@ async def run_open_loop(
             quiet,
             clock,
             processes or {},
+            interrupted,
         )
 
 
@@ -551,6 +561,7 @@ async def _run_open_loop(
     quiet: bool,
     clock: Callable[[], float],
     processes: Mapping[str, int],
+    interrupted: Callable[[RunResult], None] | None,
 ) -> RunResult:
     import random
 
@@ -641,54 +652,78 @@ async def _run_open_loop(
         for i in range(lo, hi):  # a tick across a second's end: once a second
             result.seconds[min(last_second, int(start + i / rate - start - warmup_s))].scheduled += 1
 
+    def cut_short() -> RunResult:
+        """What the run measured until it was cancelled: the window up to now, its requests so far."""
+        nonlocal finished
+        finished = True  # outcomes that still come are not counted
+        elapsed = min(duration_s, clock() - start - warmup_s)
+        result.interrupted_after_s = result.duration_s = round(max(elapsed, 0.001), 3)
+        del result.seconds[max(1, math.ceil(elapsed)) :]
+        result.requests_total = sent
+        result.unanswered = len(inflight) + open_count
+        if result.sent > 1 and last_send > first_send:
+            result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
+        result.client_cpu_s = time.process_time() - cpu_start
+        cluster_cpu.stop()
+        cluster_cpu.used["client"] = result.client_cpu_s
+        result.cpu_us_per_txn = cluster_cpu.per_transaction_us(done_count)
+        outcomes.fill(result, start, first_measured, rate)
+        result.build_histograms()
+        return result
+
     tick_s = tick_for(rate)
     sent = 0
-    next_report = start + 1.0
-    next_op = workload.next_op
-    start_op = fast.start if fast is not None else None
-    partial = functools.partial
-    while sent < total:
-        now = clock()
-        due = min(total, int((now - start) * rate) + 1)
-        if due > sent:
-            if due > first_measured:
-                scheduled_in_window(max(sent, first_measured), due, now)
-            for i in range(sent, due):
-                op = next_op(rng)
-                if start_op is not None:
-                    open_count += 1
-                    failed = start_op(op, partial(settled, i, op.label))
-                    if failed is not None:  # failed locally (overload, bad request)
-                        open_count -= 1
-                        record(i, op.label, failed, clock())
-                    elif i >= first_measured and result.first_request_id is None:
-                        result.first_request_id = getattr(fast, "last_request_id", None)
-                    continue
-                task = loop.create_task(one(i, op))
-                inflight.add(task)
-                task.add_done_callback(inflight.discard)
-            sent = due
-        if now >= next_report:
-            reporter()
-            next_report += 1.0
-        if sent < total:
-            # At least one tick: a sleep shorter than the loop's timer resolution returns at once,
-            # and a loop spinning on it burns a core the cluster needs. Requests that fall due
-            # within a tick leave together; latency still counts from each one's scheduled time, so
-            # the tick shows in the numbers rather than hiding in them.
-            await asyncio.sleep(max(tick_s, start + sent / rate - clock()))
-    if result.sent > 1 and last_send > first_send:
-        result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
-    # Drain: every request gets its reply or its own timeout; a stuck one counts as unanswered.
-    deadline = max(window_end, clock()) + drain_s
-    while (inflight or open_count) and clock() < deadline:
-        if open_count:
-            drained = loop.create_future()
-        waiting = [*inflight, drained] if drained is not None else [*inflight]
-        await asyncio.wait(waiting, timeout=min(1.0, deadline - clock()))
-        drained = None
-        if inflight or open_count:
-            reporter()
+    try:
+        next_report = start + 1.0
+        next_op = workload.next_op
+        start_op = fast.start if fast is not None else None
+        partial = functools.partial
+        while sent < total:
+            now = clock()
+            due = min(total, int((now - start) * rate) + 1)
+            if due > sent:
+                if due > first_measured:
+                    scheduled_in_window(max(sent, first_measured), due, now)
+                for i in range(sent, due):
+                    op = next_op(rng)
+                    if start_op is not None:
+                        open_count += 1
+                        failed = start_op(op, partial(settled, i, op.label))
+                        if failed is not None:  # failed locally (overload, bad request)
+                            open_count -= 1
+                            record(i, op.label, failed, clock())
+                        elif i >= first_measured and result.first_request_id is None:
+                            result.first_request_id = getattr(fast, "last_request_id", None)
+                        continue
+                    task = loop.create_task(one(i, op))
+                    inflight.add(task)
+                    task.add_done_callback(inflight.discard)
+                sent = due
+            if now >= next_report:
+                reporter()
+                next_report += 1.0
+            if sent < total:
+                # At least one tick: a sleep shorter than the loop's timer resolution returns at once,
+                # and a loop spinning on it burns a core the cluster needs. Requests that fall due
+                # within a tick leave together; latency still counts from each one's scheduled time, so
+                # the tick shows in the numbers rather than hiding in them.
+                await asyncio.sleep(max(tick_s, start + sent / rate - clock()))
+        if result.sent > 1 and last_send > first_send:
+            result.actual_send_rate = (result.sent - 1) / (last_send - first_send)
+        # Drain: every request gets its reply or its own timeout; a stuck one counts as unanswered.
+        deadline = max(window_end, clock()) + drain_s
+        while (inflight or open_count) and clock() < deadline:
+            if open_count:
+                drained = loop.create_future()
+            waiting = [*inflight, drained] if drained is not None else [*inflight]
+            await asyncio.wait(waiting, timeout=min(1.0, deadline - clock()))
+            drained = None
+            if inflight or open_count:
+                reporter()
+    except asyncio.CancelledError:
+        if interrupted is not None and clock() > start + warmup_s:  # else nothing was measured yet
+            interrupted(cut_short())
+        raise
     result.client_cpu_s = time.process_time() - cpu_start
     cluster_cpu.stop()
     cluster_cpu.used["client"] = result.client_cpu_s

@@ -18,6 +18,7 @@ from styx_py.core.config import Config
 from styx_py.core.errors import ConfigError
 from styx_py.core.segments import MIN_PERIOD_S
 from styx_py.core.wire import COORDINATOR, Message
+from styx_py.io import lifeline
 from styx_py.io.kafka_admin import TopicAdmin
 from styx_py.io.kafka_logs import KafkaLogReader
 from styx_py.io.logguard import KafkaLogGuard
@@ -104,7 +105,16 @@ async def serve_coordinator(
 
 def _merge_pool() -> ProcessPoolExecutor:
     # At a lower CPU priority: compaction can wait (the next snapshot waits for it), the epochs that
-    # share the cores with it cannot.
+    # share the cores with it cannot. The child dies with this process (styx_py.io.lifeline), and with
+    # it multiprocessing's resource tracker, which ends when no process is left to hold its pipe.
     return ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=os.nice, initargs=(10,)
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_merge_child,
+        initargs=(os.getpid(), 10),
     )
+
+
+def _start_merge_child(parent_pid: int, niceness: int) -> None:
+    lifeline.arm(parent_pid)
+    os.nice(niceness)

@@ -12,6 +12,7 @@ from typing import Any
 
 from minio import Minio
 
+from styx_py.core.addresses import bootstrap_option
 from styx_py.core.errors import ConfigError
 from styx_py.core.security import PLAINTEXT, KafkaSecurity
 from styx_py.io.s3 import s3_client
@@ -96,7 +97,9 @@ class AuditConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default $STYX_KAFKA_BOOTSTRAP)")
+    p.add_argument(
+        "--kafka", type=bootstrap_option, help="Kafka bootstrap HOST:PORT (default $STYX_KAFKA_BOOTSTRAP)"
+    )
     p.add_argument("--ingress-topic", help="default $STYX_INGRESS_TOPIC or styx-ingress")
     p.add_argument("--egress-topic", help="default $STYX_EGRESS_TOPIC or styx-egress")
     p.add_argument("--seqlog-topic", help="default $STYX_SEQLOG_TOPIC or styx-seqlog")

@@ -348,6 +348,17 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             scope="client",
         ),
     ] = ""
+    connect_timeout_s: Annotated[
+        float,
+        Setting(
+            "how long an admin client (`styx deploy/status/call/scale`, the SDK, the gateway) waits for "
+            "a coordinator to take its connection and answer the handshake before it gives up, naming "
+            "the address",
+            "s",
+            ge=0.001,
+            scope="client",
+        ),
+    ] = 5.0
     gateway_url: Annotated[
         str,
         Setting(

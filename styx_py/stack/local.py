@@ -34,9 +34,11 @@ from styx_py.core.errors import EXIT_HANDLER_FAILED, StyxError
 from styx_py.core.limits import WORKER_RESTART_GRACE_S
 from styx_py.core.wire import AdminReply, DeployRequest, StatusRequest, ToCoordinator
 from styx_py.core.words import counted
+from styx_py.io import lifeline
 from styx_py.io.admin import admin_request
 from styx_py.io.clusterfile import STATE_FILE, default_coordinator, default_secret
 from styx_py.io.handshake import SECRET_ENV
+from styx_py.stack import pidfile
 from styx_py.stack.errors import BrokerLost, ServiceError
 from styx_py.stack.net import DEFAULT_PORTS, StackPorts, preferred_port
 
@@ -144,6 +146,7 @@ class LocalStack:
         self.gateway_url = ""
         self.external_s3 = s3
         self.metrics_ports: dict[str, int] = {}  # process name -> its /metrics port (kept on restart)
+        self.reaped: list[str] = []  # processes an earlier stack on data_dir left running, ended by start()
 
     # ---- start / stop ---------------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> LocalStack:
@@ -158,6 +161,7 @@ class LocalStack:
         return self
 
     def _start(self, timeout_s: float) -> None:
+        self.reaped = pidfile.reap(self.data_dir)  # what an earlier stack here left running
         self.log_dir.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault(SECRET_ENV, self.secret)  # this process is the stack's client
         if self.external_kafka is None:
@@ -172,6 +176,7 @@ class LocalStack:
                 log_path=self.log_dir / "seaweedfs.log",
                 s3_port=self.ports.s3,
             ).start()
+            pidfile.record(self.data_dir, "seaweedfs", self.s3.pid)
             if self.s3.s3_port_taken:
                 self._note("s3", self.ports.s3, self.s3.config.endpoint)
             storage: S3Config | Literal["memory"] = self.s3.config if self.durable else "memory"
@@ -190,6 +195,7 @@ class LocalStack:
             ).start()
             self.kafka = self.broker.bootstrap
             self.broker_pid = self.broker.pid
+            pidfile.record(self.data_dir, "tansu", self.broker.pid)
             if self.broker.port_taken:
                 self._note("kafka", self.ports.kafka, self.kafka)
         else:
@@ -264,7 +270,7 @@ class LocalStack:
             self.metrics_ports[name] = port
             env = {**env, "STYX_METRICS_PORT": str(port), "STYX_METRICS_HOST": "127.0.0.1"}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
-        self.procs[name] = subprocess.Popen(
+        self.procs[name] = lifeline.popen(
             [sys.executable, "-m", "styx_py.cli", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -272,6 +278,7 @@ class LocalStack:
             start_new_session=True,
         )
         log.close()
+        pidfile.record(self.data_dir, name, self.procs[name].pid)
 
     def _wait_registered(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -418,6 +425,7 @@ class LocalStack:
             self.broker.stop()
         if self.s3 is not None:
             self.s3.stop()
+        pidfile.forget(self.data_dir)
 
     def __enter__(self) -> LocalStack:
         return self.start()

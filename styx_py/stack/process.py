@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import IO, Self, TypeVar
 
 from styx_py.core.limits import SERVICE_START_TIMEOUT_S
+from styx_py.io import lifeline
 from styx_py.stack.errors import ServiceError
 from styx_py.stack.net import can_bind
 
@@ -123,7 +124,7 @@ class ManagedProcess:
         self._log_start = log_fh.tell()
         began = time.monotonic()
         try:
-            self._proc = subprocess.Popen(
+            self._proc = lifeline.popen(
                 self._command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log_fh,
