@@ -38,6 +38,7 @@ from styx_worker.effects import Effect, Event
 from styx_worker.feed import ReplyFeed
 from styx_worker.membership import Membership
 from styx_worker.metrics import WorkerGauges, WorkerMetrics
+from styx_worker.outbox import EffectRunner
 from styx_worker.ports import WorkerPorts
 from styx_worker.reconfig import Reconfiguration
 from styx_worker.runner import InvocationRunner
@@ -93,6 +94,19 @@ class Worker:
             (self.apply, self.send_coordinator, self.cancel_inflight),
             self.metrics.recovery,
         )
+        self.effects = (
+            None
+            if ports.requests is None
+            else EffectRunner(
+                node_id,
+                lambda: self.store,
+                self.versions.newest,
+                ports.requests,
+                ports.clock,
+                self.spawn,
+                ports.wall,
+            )
+        )
         self.tasks: asyncio.TaskGroup | None = None
         self.inflight: set[asyncio.Task[None]] = set()  # invocations that wait, uploads, replay reads
         self.retired = asyncio.Event()  # no longer part of the cluster (Retire): run() returns
@@ -132,6 +146,8 @@ class Worker:
                     self.send_coordinator(self.membership.start(self.ports.clock.now()))
                     if self.membership.enabled:
                         tg.create_task(self._heartbeat_loop())
+                    if self.effects is not None:
+                        tg.create_task(self.effects.run())
                     await self.retired.wait()
                     raise _Left  # cancels every task of the group
                 finally:
