@@ -45,12 +45,26 @@ from styx_py.core.partitioning import partition_of
 from styx_py.core.ports import Clock, RequestSink
 from styx_py.core.wire import Request, decode_value, encode_value
 from styx_worker.conflicts import EntityKey
+from styx_worker.ports import WorkerPorts
 from styx_worker.state import StateStore
 
-__all__ = ["EffectRunner"]
+__all__ = ["EffectRunner", "effect_runner"]
 
 log = logging.getLogger("styx.effects")
 WATCHED = frozenset(SYSTEM_OPERATORS)
+
+
+def effect_runner(
+    node_id: str,
+    store: Callable[[], StateStore],
+    graph: Callable[[], Graph | None],
+    ports: WorkerPorts,
+    spawn: Callable[[Coroutine[Any, Any, None]], None],
+) -> EffectRunner | None:
+    """The worker's runner, on its ports (None when they have no way to write requests)."""
+    if ports.requests is None:
+        return None
+    return EffectRunner(node_id, store, graph, ports.requests, ports.clock, spawn, ports.wall)
 
 
 class EffectCounters(msgspec.Struct):
@@ -89,18 +103,12 @@ class EffectRunner:
         self.timers: dict[str, int] = {}  # timer id -> due (ms), known here
         self._due: list[tuple[int, str, EntityKey]] = []  # heap of (when to fire, timer id, owner)
         self.counters = EffectCounters()
+        self.owned: dict[str, dict[EntityKey, int]] = {OUTBOX: {}, TIMERS: {}}  # pending, per owner
 
     # ---- what status and metrics read -----------------------------------------------------------
     def pending(self) -> tuple[int, int]:
-        """(intents, timers) pending in the partitions this worker holds."""
-        store = self._get_store()
-        calls = timers = 0
-        for (op, _), raw in store.items():
-            if op == OUTBOX:
-                calls += len(decode_value(raw))
-            elif op == TIMERS:
-                timers += len(decode_value(raw))
-        return calls, timers
+        """(intents, timers) pending in the partitions this worker holds, as of its last scan."""
+        return sum(self.owned[OUTBOX].values()), sum(self.owned[TIMERS].values())
 
     # ---- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -124,6 +132,7 @@ class EffectRunner:
             store.watched = WATCHED
             store.on_touched = self._wake.set
             store.touched.update(k for k, _ in store.items() if k[0] in WATCHED)
+            store.touched.update(k for counts in self.owned.values() for k in counts)
         return store
 
     def _scan(self) -> None:
@@ -136,6 +145,10 @@ class EffectRunner:
         for key in touched:
             raw = store.get(key)
             pending: dict[str, Any] = {} if raw is None else decode_value(raw)
+            if pending:
+                self.owned[key[0]][key] = len(pending)
+            else:
+                self.owned[key[0]].pop(key, None)
             if key[0] == OUTBOX:
                 self._intents(graph, key, pending)
             else:

@@ -64,8 +64,11 @@ class StateStore:
 
     def drop(self, gone: Callable[[EntityKey], bool]) -> None:
         """Forget every key for which ``gone`` holds (its partition moved to another worker)."""
-        for key in [k for k in self.data if gone(k)]:
+        dropped = [k for k in self.data if gone(k)]
+        for key in dropped:
             del self.data[key]
+        if self.watched:
+            self._touch(dropped)
         for key in [k for k in self.delta if gone(k)]:  # deletes too (not in ``data``)
             del self.delta[key]
 
