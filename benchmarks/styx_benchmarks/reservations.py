@@ -118,7 +118,7 @@ def check(state: State, ledger: dict[str, dict[str, Any]]) -> None:
     charges = {k for k, v in ledger.items() if v["kind"] == "charge"}
     refunds = {v["charge"] for v in ledger.values() if v["kind"] == "refund"}
     committed: set[str] = set()
-    sold: dict[str, str] = {}
+    sold: dict[Any, str] = {}
     for (op, key), s in state.items():
         if op != "seat":
             continue
