@@ -19,8 +19,10 @@ import pytest
 from styx_benchmarks import reservations
 from styx_benchmarks.payments import Knobs, serve_in_thread
 from styx_client import StyxClient
+from styx_py.cli import format_status
 from styx_py.core.effectids import OUTBOX, TIMERS, owner_of
-from styx_py.stack.local import LocalStack
+from styx_py.core.wire import StatusRequest
+from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3
 from tests.service_fixtures import ClusterFactory
 
@@ -88,6 +90,9 @@ async def test_reservations_with_a_worker_and_the_coordinator_killed(
         while (left := await _pending(client)) > 0:  # polling the state, bounded by the deadline
             assert loop.time() < deadline, f"{left} external calls and timers still pending"
             await asyncio.sleep(0.2)
+        status = await admin(stack.coordinator, StatusRequest())
+        assert all("external_calls_pending" in w and "timers_pending" in w for w in status["workers"])
+        assert "external calls pending" in format_status(status)
         seats = await asyncio.gather(*(client.call("seat", f"s{i}", "look") for i in range(SEATS)))
         users = await asyncio.gather(*(client.call("user", f"u{i}", "look") for i in range(7)))
     state: dict[tuple[str, Any], Any] = {("seat", f"s{i}"): s for i, s in enumerate(seats) if s is not None}

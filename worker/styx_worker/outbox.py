@@ -110,6 +110,11 @@ class EffectRunner:
         """(intents, timers) pending in the partitions this worker holds, as of its last scan."""
         return sum(self.owned[OUTBOX].values()), sum(self.owned[TIMERS].values())
 
+    def summary(self) -> list[int]:
+        """[intents pending, calls running, timers pending]: what the heartbeat tells the coordinator."""
+        calls, timers = self.pending()
+        return [calls, len(self.calls), timers]
+
     # ---- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:
         while True:

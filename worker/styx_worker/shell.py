@@ -149,7 +149,10 @@ class Worker:
         clock = self.ports.clock
         while True:
             load = dict(self.core.batch.sequenced)
-            for msg in self.membership.heartbeat(clock.now(), self.core.epochs.completed_epoch, load):
+            effects = [] if self.effects is None else self.effects.summary()
+            for msg in self.membership.heartbeat(
+                clock.now(), self.core.epochs.completed_epoch, load, effects
+            ):
                 self.send_coordinator(msg)
             await clock.sleep(interval)
 
