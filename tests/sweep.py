@@ -48,6 +48,8 @@ async def effects(seed: int) -> None:
         drops=(seed // 2) % 2,
         duplicates=(seed // 5) % 2,
         snapshot_every=seed % 4,
+        reshapes=(seed // 4) % 3,
+        update=seed % 7 == 6,
     )
 
 

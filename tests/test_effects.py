@@ -17,9 +17,12 @@ import random
 import pytest
 
 from styx_py.testing.cluster import SimCluster, check_against_serial
+from styx_py.testing.simulate import Events
 from tests.apps import effects_app
+from tests.test_updates import deploy_until_committed
 
 APP = "tests.apps.effects_app:app"
+APP_V2 = "tests.apps.effects_app_v2:app"
 
 
 async def run_effects(
@@ -31,6 +34,8 @@ async def run_effects(
     drops: int = 0,
     duplicates: int = 0,
     snapshot_every: int = 2,
+    reshapes: int = 0,
+    update: bool = False,
 ) -> SimCluster:
     rng = random.Random(seed)
     effects_app.PAYMENTS = payments = effects_app.Payments(
@@ -43,23 +48,30 @@ async def run_effects(
         epoch_size_max=rng.choice([5, 20, 100]),
         snapshot_interval_epochs=snapshot_every,
         epoch_timeout_ms=300,
+        takeover_after_ms=3000,
         egress_ack_lag=rng.choice([0, 2, 8]),
         seqlog_ack_lag=(seed % 3) * 20,
     ) as c:
         base = c.network.delivered
         for _ in range(crashes):
             node = rng.choice(["w1", "w2", "w3"])
-            c.network.faults.at(base + rng.randint(20, 1500), lambda node=node: c.crash(node))
+            c.network.faults.at(base + rng.randint(20, 700), lambda node=node: c.crash(node))
         for _ in range(duplicates):
-            c.network.faults.duplicates.add(base + rng.randint(20, 1500))
+            c.network.faults.duplicates.add(base + rng.randint(20, 700))
         for _ in range(drops):
-            c.network.faults.drops.add(base + rng.randint(20, 1500))
+            c.network.faults.drops.add(base + rng.randint(20, 700))
         for _ in range(coordinator_crashes):
-            c.network.faults.at(base + rng.randint(20, 1500), c.crash_coordinator)
+            c.network.faults.at(base + rng.randint(20, 700), c.crash_coordinator)
+        changes = Events(c, rng)
+        for _ in range(reshapes):
+            changes.at_random(rng.choice(["join", "drain", "lose"]), 700)
         for i in range(n):
             # Short holds (sequenced time, real seconds) race the payments; long ones wait for them.
             ttl = rng.choice([0.0, 0.02, 30.0])
             c.submit("seat", "hold", f"s{rng.randrange(12)}", f"u{i % 5}", rng.randint(1, 100), ttl)
+            if update and i == n // 2:
+                await c.wait_for_replies(len(c.replies) + 5)
+                await deploy_until_committed(c, APP_V2)
         await c.settle()
         await check_against_serial(c)
         effects_app.check(c.state(), payments.ledger)
@@ -72,6 +84,18 @@ async def test_external_calls_and_timers_without_faults(seed: int) -> None:
     c = await run_effects(seed)
     completions = [r for r in c.requests.values() if r.operator == "styx.outbox"]
     assert completions, "no external call completed"
+    payments = effects_app.PAYMENTS
+    if not payments.fail and not payments.lose:
+        # Nothing failed and nothing crashed: each intent was called once (no replay, rescan or
+        # duplicate made another attempt).
+        assert set(payments.attempts.values()) == {1}, payments.attempts
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_external_calls_and_timers_under_reshapes_and_a_code_update(seed: int) -> None:
+    c = await run_effects(300 + seed, reshapes=2, update=True, crashes=seed % 2)
+    assert len(c.coordinator.cluster.versions) == 2
+    assert c.coordinator.status()["shape_changes"], "no shape change happened"
 
 
 @pytest.mark.parametrize("seed", range(8))
