@@ -62,7 +62,7 @@ async def run_effects(
             c.network.faults.drops.add(base + rng.randint(20, 700))
         for _ in range(coordinator_crashes):
             c.network.faults.at(base + rng.randint(20, 700), c.crash_coordinator)
-        changes = Events(c, rng)
+        changes = Events(c, rng, (f"w{i}" for i in range(4, 100)))  # joins never reuse an id that left
         for _ in range(reshapes):
             changes.at_random(rng.choice(["join", "drain", "lose"]), 700)
         for i in range(n):

@@ -73,10 +73,24 @@ async def paid(ctx: Context, outcome: dict[str, Any]) -> str:
     if s["state"] == "sold" and s["charge"] == charge:
         ctx.call_async(user, "bought", s["who"], ctx.key)
     else:  # released first (the timer fired), or the charge failed: give the money back
-        ctx.call_external("payments", "refund", charge, idempotency_key=f"refund:{charge}")
+        refund_once(ctx, charge)
         s["history"].append([charge, "refunded"])
     await ctx.put(s)
     return answer
+
+
+def refund_once(ctx: Context, charge: str) -> None:
+    """Refund ``charge`` under its own key; a refund that failed for good is asked for again, under the
+    same key (the service refunds once however often it is asked)."""
+    then = (seat, "refund_done", ctx.key, [charge])
+    ctx.call_external("payments", "refund", charge, idempotency_key=f"refund:{charge}", then=then)
+
+
+@seat.function
+async def refund_done(ctx: Context, outcome: dict[str, Any], charge: str) -> bool:
+    if not outcome["ok"]:
+        refund_once(ctx, charge)
+    return bool(outcome["ok"])
 
 
 @seat.function

@@ -90,9 +90,9 @@ class Context(ABC):
                 raise TypeError("then must be (operator, function, key) or (operator, function, key, args)")
             extra = list(then[3]) if len(then) == 4 else []
             target = [operator_name(then[0]), then[1], then[2], extra]
-        self.call_async(
-            OUTBOX, "record", owner_of(self.operator, self.key), key, service, function, list(args), target
-        )
+        place = call_key(request_id, path)  # tells this intent from a later one under the same key
+        owner = owner_of(self.operator, self.key)
+        self.call_async(OUTBOX, "record", owner, key, service, function, list(args), target, place)
         return key
 
     def call_later(

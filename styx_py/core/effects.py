@@ -69,11 +69,13 @@ def external_value(outcome: dict[str, Any]) -> Any:
     raise ExternalCallFailed(str(outcome.get("call")), str(outcome.get("error")))
 
 
-async def _record(ctx: Context, call_id: str, service: str, function: str, args: list[Any], then: Any) -> str:
+async def _record(
+    ctx: Context, call_id: str, service: str, function: str, args: list[Any], then: Any, place: str = ""
+) -> str:
     calls: dict[str, Any] = await ctx.get({})
     if call_id not in calls and len(calls) >= MAX_PENDING_CALLS_PER_ENTITY:
         raise Abort(f"{ctx.key}: more than {MAX_PENDING_CALLS_PER_ENTITY} external calls pending")
-    calls[call_id] = [service, function, args, then]
+    calls[call_id] = [service, function, args, then, place]
     await ctx.put(calls)
     return call_id
 

@@ -98,7 +98,8 @@ class EffectRunner:
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(EXTERNAL_CONCURRENCY)
         self.calls: dict[str, EntityKey] = {}  # idempotency key -> its owner, while its call runs
-        self.sent: dict[str, EntityKey] = {}  # intents whose completion was written, by key
+        # Intents whose completion was written, by key: (owner, the place that recorded the intent).
+        self.sent: dict[str, tuple[EntityKey, str]] = {}
         self.deferred: set[EntityKey] = set()  # owners with intents beyond the queue
         self.timers: dict[str, int] = {}  # timer id -> due (ms), known here
         self._due: list[tuple[int, str, EntityKey]] = []  # heap of (when to fire, timer id, owner)
@@ -163,25 +164,32 @@ class EffectRunner:
                         heapq.heappush(self._due, (entry[0], timer, key))
 
     def _intents(self, graph: Graph, owner: EntityKey, intents: dict[str, Any]) -> None:
-        for call_id in [c for c, o in self.sent.items() if o == owner and c not in intents]:
-            del self.sent[call_id]  # completed: a later intent under the same key is a new call
-        for call_id, (service, function, args, _) in intents.items():
-            if call_id in self.calls or call_id in self.sent:
-                continue
+        for call_id in [c for c, (o, _) in self.sent.items() if o == owner and c not in intents]:
+            del self.sent[call_id]  # completed
+        for call_id, (service, function, args, _, place) in intents.items():
+            if call_id in self.calls or self.sent.get(call_id) == (owner, place):
+                continue  # under way, or completed already (a later intent under the key is a new call)
             if len(self.calls) >= EXTERNAL_QUEUE:
                 self.deferred.add(owner)
                 continue
             self.counters.calls_started += 1
             self.calls[call_id] = owner
-            self.spawn(self._call(graph, owner, call_id, service, function, args))
+            self.spawn(self._call(graph, owner, call_id, place, service, function, args))
 
     async def _call(
-        self, graph: Graph, owner: EntityKey, call_id: str, service: str, function: str, args: list[Any]
+        self,
+        graph: Graph,
+        owner: EntityKey,
+        call_id: str,
+        place: str,
+        service: str,
+        function: str,
+        args: list[Any],
     ) -> None:
         try:
             ok, value, error = await self._attempts(graph, call_id, service, function, args)
             request = Request(
-                completion_request_id(call_id, ok, value),
+                completion_request_id(call_id + "@" + place, ok, value),
                 OUTBOX,
                 "complete",
                 owner[1],
@@ -190,7 +198,7 @@ class EffectRunner:
             )
             await self.sink.submit(partition_of(owner[1], graph.operators[OUTBOX].partitions), request)
             self.counters.completions_sent += 1
-            self.sent[call_id] = owner
+            self.sent[call_id] = (owner, place)
         except asyncio.CancelledError:  # a recovery cancelled it: called again, from the state
             self.deferred.add(owner)
             raise
