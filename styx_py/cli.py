@@ -345,6 +345,15 @@ def format_status(body: dict[str, Any]) -> str:
         if body.get("desired_workers") is not None:
             shape += f"; desired workers {body['desired_workers']}"
         lines.append(shape)
+    workers = body["workers"]
+    if any(o["name"] == "styx.outbox" for o in body.get("operators") or []):
+        calls, running, timers = (
+            sum(w.get(f, 0) for w in workers)
+            for f in ("external_calls_pending", "external_calls_running", "timers_pending")
+        )
+        lines.append(
+            f"effects       {calls:,} external calls pending ({running:,} running), {timers:,} timers pending"
+        )
     totals = body["totals"]
     lines += ["", "transactions since start (rejected: bad requests, not in the abort rate)"]
     names = ["committed", "aborted", "rejected", "fallback", "rescheduled"]

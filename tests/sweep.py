@@ -2,6 +2,7 @@
 
     python -m tests.sweep crashes 0 500     # worker and coordinator crashes, lost and repeated messages
     python -m tests.sweep reshapes 0 300    # joins, drains, losses and crashes under load
+    python -m tests.sweep effects 0 500     # external calls and timers under crashes, drops, duplicates
 
 Each seed runs the same scenario as the suite's tests (tests/test_recovery.py ``run_with_crashes``,
 tests/test_reshape.py ``run_with_reshapes``), checked against the serial execution; a failing seed is
@@ -18,6 +19,7 @@ import time
 import traceback
 
 from styx_py.testing.cluster import run_simulated
+from tests.test_effects import run_effects
 from tests.test_recovery import run_with_crashes
 from tests.test_reshape import run_with_reshapes
 
@@ -38,7 +40,20 @@ async def reshapes(seed: int) -> None:
     await run_with_reshapes(seed)
 
 
-SCENARIOS = {"crashes": crashes, "reshapes": reshapes}
+async def effects(seed: int) -> None:
+    await run_effects(
+        seed,
+        crashes=seed % 3,
+        coordinator_crashes=(seed // 3) % 2,
+        drops=(seed // 2) % 2,
+        duplicates=(seed // 5) % 2,
+        snapshot_every=seed % 4,
+        reshapes=(seed // 4) % 3,
+        update=seed % 7 == 6,
+    )
+
+
+SCENARIOS = {"crashes": crashes, "effects": effects, "reshapes": reshapes}
 
 
 def main() -> int:

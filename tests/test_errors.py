@@ -42,6 +42,10 @@ MAY_CATCH_EVERYTHING = {
     ("worker/styx_worker/runner.py", "__await__"): (
         "relays what is thrown into a suspended invocation to its coroutine, as `yield from` does"
     ),
+    ("worker/styx_worker/outbox.py", "_attempts"): (
+        "runs an external service's client (application code): whatever it raises is a failed attempt, "
+        "and after the bounded attempts the call's outcome, which its continuation gets"
+    ),
     ("worker/styx_worker/shell.py", "_guarded"): (
         "a log acknowledgement is handled in a future's callback, which cannot raise into the worker's "
         "task group: what it raises is raised again inside a task of that group"

@@ -30,6 +30,8 @@ class Cluster:
         self.kafka_bootstrap = kafka_bootstrap
         self.membership = Membership(config.failure_timeout_ms)
         self.load = PartitionLoad()  # measured transactions per second per partition (heartbeats)
+        # Per worker, from its last heartbeat: [external calls pending, running, timers pending].
+        self.effects: dict[str, list[int]] = {}
         self.graph_path: str | None = None  # the running version's import path
         self.versions: list[GraphVersion] = []  # every committed version, in deploy order
         self.operators: list[OperatorSpec] = []

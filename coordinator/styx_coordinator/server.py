@@ -271,6 +271,7 @@ class Coordinator:
                 if msg.node_id in self.cluster.membership.workers:
                     c = self.cluster
                     c.load.report(msg.node_id, msg.load, self.clock.now(), c.placement)
+                    c.effects[msg.node_id] = msg.effects
                     # The echo renews the worker's lease (see the worker's lease check).
                     self.transport.send(msg.node_id, Heartbeat(COORDINATOR, self.epoch))
             case Register():

@@ -83,9 +83,16 @@ def worker_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
             "partitions": [p for p, o in enumerate(cluster.placement) if o == w.node_id],
             "txn_per_s": round(load.get(w.node_id, 0.0), 1),
             "last_heartbeat_s_ago": round(now - last_seen.get(w.node_id, now), 3),
+            **_effects(cluster.effects.get(w.node_id, [])),
         }
         for w in cluster.membership.infos()
     ]
+
+
+def _effects(reported: list[int]) -> dict[str, int]:
+    """What a worker's heartbeat said of its external calls and timers (zeros before one did)."""
+    pending, running, timers = [*reported, 0, 0, 0][:3]
+    return {"external_calls_pending": pending, "external_calls_running": running, "timers_pending": timers}
 
 
 def operator_rows(cluster: Cluster) -> list[dict[str, Any]]:

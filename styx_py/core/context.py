@@ -12,8 +12,11 @@ from abc import ABC, abstractmethod
 from typing import Any
 from zlib import crc32
 
-from styx_py.core.operator import Operator
+from styx_py.core.effectids import OUTBOX, TIMERS, call_key, owner_of, timer_id, timer_owner
+from styx_py.core.operator import Operator, operator_name
 from styx_py.core.partitioning import Key
+
+Then = tuple[Any, ...]  # (operator, function, key) or (operator, function, key, [extra arguments])
 
 
 def invocation_rng(tid: int, path: list[int]) -> _random.Random:
@@ -58,6 +61,60 @@ class Context(ABC):
     @abstractmethod
     def now(self) -> float:
         """The transaction's sequenced timestamp (seconds since the epoch), identical on replay."""
+
+    @abstractmethod
+    def next_call_place(self) -> tuple[str, list[int]]:
+        """The request id of this transaction and the call-tree path the next call made here gets."""
+
+    # ---- external calls and timers (styx_py.core.effects; docs/effects.md) -------------------------------
+    def call_external(
+        self,
+        service: str,
+        function: str,
+        *args: Any,
+        idempotency_key: str | None = None,
+        then: Then | None = None,
+    ) -> str:
+        """Ask for ``function(*args)`` of external ``service``, made after this transaction commits, once
+        in effect: every attempt carries one idempotency key (``idempotency_key``, or one derived from
+        the request id and this call's place). Its outcome runs ``then = (operator, function, key[,
+        extra args])`` as a later transaction, called with ``{"call", "ok", "value", "error"}`` first
+        (:func:`styx_py.core.effects.external_value`). Returns the idempotency key."""
+        request_id, path = self.next_call_place()
+        key = idempotency_key if idempotency_key is not None else call_key(request_id, path)
+        if not isinstance(key, str) or not key:
+            raise TypeError("idempotency_key must be a non-empty str")
+        target: list[Any] = []
+        if then is not None:
+            if not 3 <= len(then) <= 4:
+                raise TypeError("then must be (operator, function, key) or (operator, function, key, args)")
+            extra = list(then[3]) if len(then) == 4 else []
+            target = [operator_name(then[0]), then[1], then[2], extra]
+        place = call_key(request_id, path)  # tells this intent from a later one under the same key
+        owner = owner_of(self.operator, self.key)
+        self.call_async(OUTBOX, "record", owner, key, service, function, list(args), target, place)
+        return key
+
+    def call_later(
+        self, delay_s: float, operator: Operator | str, function: str, key: Key, *args: Any
+    ) -> str:
+        """Call ``operator.function(key, *args)`` as a transaction of its own once ``delay_s`` seconds of
+        sequenced time have passed (exactly once, unless cancelled first). Returns the timer id."""
+        if not isinstance(delay_s, (int, float)) or delay_s < 0:
+            raise ValueError(f"delay_s must be a number >= 0, got {delay_s!r}")
+        request_id, path = self.next_call_place()
+        owner = owner_of(self.operator, self.key)
+        tid = timer_id(owner, request_id, path)
+        due_ms = int(self.now() * 1000 + delay_s * 1000)
+        self.call_async(
+            TIMERS, "add", owner, tid, due_ms, [operator_name(operator), function, key, list(args)]
+        )
+        return tid
+
+    def cancel_timer(self, timer: str) -> None:
+        """Cancel timer ``timer`` (an id :meth:`call_later` returned) in this transaction; a timer fired or
+        cancelled already stays so."""
+        self.call_async(TIMERS, "cancel", timer_owner(timer), timer)
 
     def uuid(self) -> _uuid.UUID:
         """A deterministic UUID (version 4 layout) drawn from :meth:`random`'s stream."""

@@ -20,7 +20,9 @@
     │   └── BadRequest             unknown operator/function, undecodable arguments, a limit…
     ├── RequestTimeout             no reply within the deadline (``request_id`` names the request)
     ├── Overloaded                 too many pending requests in the client
-    └── Unavailable                the cluster cannot take requests now (unreachable, recovering)
+    ├── Unavailable                the cluster cannot take requests now (unreachable, recovering)
+    └── ExternalCallFailed         an external call failed for good (raised in its continuation by
+                                   ``styx_py.core.effects.external_value``)
 
     Abort(Exception)               raised by user code to abort the whole transaction;
                                    its message reaches the client
@@ -171,3 +173,14 @@ class Unavailable(StyxError):
 
 class Abort(Exception):
     """Raise inside a function to abort the whole transaction; the message reaches the client."""
+
+
+class ExternalCallFailed(StyxError):
+    """An external call (``ctx.call_external``) failed for good: the service raised, or did not answer
+    within the runner's bounded attempts. ``call`` is its idempotency key; the service may still have
+    taken effect under it (a timeout), and answers a later call with that key alike."""
+
+    def __init__(self, call: str, error: str) -> None:
+        super().__init__(f"external call {call} failed: {error}")
+        self.call = call
+        self.error = error

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import CodeType
+from typing import Any
 
 import msgspec
 
+from styx_py.core.effectids import SYSTEM_OPERATORS
+from styx_py.core.effects import effect_operators
 from styx_py.core.errors import GraphError
 from styx_py.core.operator import Operator, UserFunction
 
@@ -48,19 +52,47 @@ class Graph:
     clear :class:`GraphError` s instead of failures in the middle of a transaction.
     """
 
-    def __init__(self, name: str, operators: Iterable[Operator]) -> None:
+    def __init__(
+        self,
+        name: str,
+        operators: Iterable[Operator],
+        *,
+        services: Mapping[str, Any] | None = None,
+        effects: bool | None = None,
+    ) -> None:
+        """``services``: the external services its functions call (``ctx.call_external``), by name,
+        each a :data:`styx_py.core.effects.Service`. ``effects``: whether the graph gets the system
+        operators of external calls and timers (``styx.outbox``, ``styx.timers``); by default when it
+        names services or a function calls ``call_external``, ``call_later`` or ``cancel_timer``."""
         if not name or not isinstance(name, str):
             raise GraphError("graph name must be a non-empty string")
         self.name = name
         self.operators: dict[str, Operator] = {}
+        self.services: dict[str, Any] = dict(services or {})
         for op in operators:
             if not isinstance(op, Operator):
                 raise GraphError(f"graph {name!r}: {op!r} is not an Operator")
             if op.name in self.operators:
                 raise GraphError(f"graph {name!r}: duplicate operator name {op.name!r}")
+            if op.name in SYSTEM_OPERATORS:
+                raise GraphError(f"graph {name!r}: operator name {op.name!r} is reserved")
             self.operators[op.name] = op
         if not self.operators:
             raise GraphError(f"graph {name!r} has no operators")
+        for sname, service in self.services.items():
+            if not isinstance(sname, str) or not callable(service):
+                raise GraphError(f"graph {name!r}: service {sname!r} must be named by a str and callable")
+        if effects is None:
+            effects = bool(self.services) or any(
+                _uses_effects(fn.__code__)
+                for op in self.operators.values()
+                for fn in op.functions.values()
+                if hasattr(fn, "__code__")
+            )
+        self.effects = effects
+        if effects:
+            for op in effect_operators(max(op.partitions for op in self.operators.values())):
+                self.operators[op.name] = op
         for op in self.operators.values():
             if not op.functions:
                 raise GraphError(f"operator {op.name!r} has no functions")
@@ -95,6 +127,16 @@ class Graph:
             OperatorSpec(op.name, op.partitions, sorted(op.functions), op.state_reader())
             for op in self.operators.values()
         ]
+
+
+_EFFECT_METHODS = frozenset({"call_external", "call_later", "cancel_timer"})
+
+
+def _uses_effects(code: CodeType) -> bool:
+    """Whether ``code`` (or a function nested in it) names one of the Context's effect methods."""
+    if _EFFECT_METHODS.intersection(code.co_names):
+        return True
+    return any(isinstance(c, CodeType) and _uses_effects(c) for c in code.co_consts)
 
 
 def load_graph(import_path: str) -> Graph:

@@ -253,3 +253,13 @@ MAX_LOSSES_SHOWN = 3  # losses named in the reason a cluster stops with; the oth
 SERVICE_START_TIMEOUT_S = 30.0  # S3, the broker or a cluster process not ready by then fails the start
 # A restarted worker is not killed for being "failed" this long after its start: it has to register.
 WORKER_RESTART_GRACE_S = 5.0
+
+# ---- external calls and timers (styx_worker.outbox) ------------------------------------------------------
+EXTERNAL_CONCURRENCY = 64  # external calls one worker has under way at once
+EXTERNAL_QUEUE = 10_000  # intents one worker holds to call; beyond it the rest wait in the state
+EXTERNAL_ATTEMPTS = 5  # attempts of one external call before its failure is the outcome
+EXTERNAL_BACKOFF_S = 0.05  # the wait before the second attempt; doubled each time, up to the cap
+EXTERNAL_BACKOFF_MAX_S = 2.0
+EXTERNAL_TIMEOUT_S = 10.0  # one attempt: no answer by then is a failed attempt
+EFFECT_POLL_S = 0.2  # the effect runner looks at its store at least this often
+TIMER_REFIRE_S = 1.0  # a timer still pending this long after its firing was sent is fired again

@@ -11,6 +11,7 @@ Each has a real implementation and an in-memory one for the simulation:
 | :class:`LogGuard` | ``styx_py.io.logguard.KafkaLogGuard`` | none (the in-memory log loses nothing) |
 | :class:`~styx_py.core.blobs.BlobStore` | ``styx_py.io.s3.MinioBlobStore`` | ``MemoryBlobStore`` |
 | :class:`Clock` | :class:`LoopClock` | the same, on a virtual-time event loop |
+| :class:`RequestSink` | ``styx_worker.egress.KafkaSink`` | ``SimCluster``'s clients |
 
 Time: every timeout, heartbeat, lease and failure check of the engine reads an injected :class:`Clock`,
 never ``time.monotonic()``. :class:`LoopClock` is the running event loop's clock; the simulation runs
@@ -29,9 +30,19 @@ from typing import Protocol
 from styx_py.core.changelog import ChangeRecord, Position
 from styx_py.core.logmarks import LogMark
 from styx_py.core.segments import Cursor
-from styx_py.core.wire import IngressRecord, Message, PushedRequest, Reply, SeqLogEntry
+from styx_py.core.wire import IngressRecord, Message, PushedRequest, Reply, Request, SeqLogEntry
 
-__all__ = ["Clock", "Egress", "Ingress", "LogGuard", "LogReader", "LoopClock", "SequencerLog", "Transport"]
+__all__ = [
+    "Clock",
+    "Egress",
+    "Ingress",
+    "LogGuard",
+    "LogReader",
+    "LoopClock",
+    "RequestSink",
+    "SequencerLog",
+    "Transport",
+]
 
 
 class Transport(Protocol):
@@ -94,6 +105,15 @@ class Egress(Protocol):
     def flush(self) -> asyncio.Future[None]:
         """Done when every reply and changelog record sent before this call is on the log
         (acknowledged)."""
+        ...
+
+
+class RequestSink(Protocol):
+    """Where a worker's own requests go (the outcomes of external calls, timers that are due): the
+    ingress log, in its newest segment."""
+
+    def submit(self, partition: int, request: Request) -> Awaitable[None]:
+        """Done once ``request`` is durable on ingress ``partition``."""
         ...
 
 

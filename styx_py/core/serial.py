@@ -72,9 +72,15 @@ class _SerialContext(Context):
     def now(self) -> float:
         return self.run.ts_ms / 1000.0
 
+    def next_call_place(self) -> tuple[str, list[int]]:
+        return self.run.request_id, [*self.path, self.children]
+
 
 class _SerialRun:
-    def __init__(self, graph: Graph, state: dict[EntityKey, bytes], tid: int, ts_ms: int) -> None:
+    def __init__(
+        self, graph: Graph, state: dict[EntityKey, bytes], tid: int, ts_ms: int, request_id: str
+    ) -> None:
+        self.request_id = request_id
         self.graph = graph
         self.state = state
         self.writes: dict[EntityKey, bytes | None] = {}
@@ -138,7 +144,7 @@ async def apply_serially(
     values) when it commits, and into ``written`` if given. Returns ``(status, result or error)``."""
     if req.operator not in graph.operators:
         return ("failed", f"unknown operator {req.operator!r}")  # as the engine rejects it at the root
-    run = _SerialRun(graph, state, tid, req.ts_ms)
+    run = _SerialRun(graph, state, tid, req.ts_ms, req.request_id)
     try:
         result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])
     except _Failed as exc:

@@ -22,6 +22,7 @@ import msgspec
 
 from styx_coordinator.server import Coordinator
 from styx_py.core.config import Config, load_config
+from styx_py.core.effectids import SYSTEM_OPERATORS
 from styx_py.core.graph import Graph, load_graph, version_at
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.segments import segment_topic
@@ -217,6 +218,7 @@ class SimCluster:
             MemorySeqLog(self.log, cfg.seqlog_topic, self.seqlog_ack_lag),
             self.blobs,
             MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic, cfg.changelog_topic),
+            requests=_ClientSink(self),
         )
         # A fenced worker exits (its supervisor restarts it): here, a crash and a restart.
         w = Worker(node, cfg, ports, on_fenced=lambda: self.crash(node))
@@ -308,6 +310,13 @@ class SimCluster:
         self.clients.send(req)
         return rid
 
+    def submit_request(self, request: Request) -> str:
+        """Send ``request`` (its id, operator, function, key and arguments) through one of the clients."""
+        args = msgspec.msgpack.decode(request.args)
+        return self.submit(
+            request.operator, request.function, request.key, *args, request_id=request.request_id
+        )
+
     def resubmit(self, request_id: str) -> None:
         """A client resending a request id it already sent (the same request; through another client, or
         the same one once answered, it may name another reply partition)."""
@@ -383,6 +392,25 @@ class SimCluster:
         await asyncio.wait_for(until_done(), timeout_s)
         return self.replies
 
+    def effects_pending(self) -> bool:
+        """An external call or a timer is pending in the state, or a call is under way."""
+        if any(w.effects is not None and w.effects.calls for w in self.workers):
+            return True
+        return any(op in SYSTEM_OPERATORS for op, _ in self.state())
+
+    async def settle(self, timeout_s: float = 600.0) -> None:
+        """Until every request is answered and no external call or timer is pending (timers wait for
+        the wall clock the workers' effect runners read)."""
+
+        async def until() -> None:
+            while True:
+                await self.wait(timeout_s)
+                if not self.effects_pending():
+                    return
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(until(), timeout_s)
+
     def _recovering(self) -> bool:
         """A recovery runs, or is still to come: a worker restarted after a crash (or just started)
         and is not in the running generation yet, or a worker lost for good still holds partitions
@@ -410,6 +438,20 @@ class SimCluster:
         for r in sorted(self.replies, key=lambda r: r.request_id):
             h.update(msgspec.msgpack.encode(r))
         return h.hexdigest()
+
+
+class _ClientSink:
+    """The workers' own requests (external calls' outcomes, due timers) go through the simulation's
+    clients like every other request: ordinary inputs of the serial execution."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+
+    def submit(self, partition: int, request: Request) -> asyncio.Future[None]:
+        self.cluster.submit_request(request)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
 
 async def check_against_serial(cluster: SimCluster) -> None:

@@ -36,7 +36,7 @@ from styx_py.core.limits import (
     REPLY_WAIT_FOR_LOG_ENTRY_S,
 )
 from styx_py.core.segments import pack, replies_to, segment_topic, unpack
-from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry
+from styx_py.core.wire import EPOCH_HEADER, Reply, Request, SeqLogEntry
 from styx_py.io.batching import PRODUCE_FAILURES, BatchLanes, Headers, OnDone
 from styx_py.io.tls import kafka_options
 from styx_worker.logwatch import LogWatch
@@ -63,6 +63,8 @@ class KafkaSink:
         self.config = config
         self.producer = _producer(bootstrap, config)
         self.lanes = BatchLanes(self.producer)  # replies
+        self.request_lanes = BatchLanes(self.producer)  # the worker's own requests (RequestSink)
+        self.ingress_segment = 0  # the newest ingress segment (the worker's own requests go there)
         self.log_lanes = BatchLanes(self.producer)  # sequencer-log entries
         # Replies held for the next log entry: partition, key, value, on acknowledged, headers, and
         # the Kafka timestamp (ms) of the moment the reply was sent (and pushed).
@@ -129,7 +131,11 @@ class KafkaSink:
     async def run(self) -> None:
         """Drain the lanes; a failed produce ends this task and with it the worker."""
         loop = asyncio.get_running_loop()
-        drains = [loop.create_task(self.lanes.run()), loop.create_task(self.log_lanes.run())]
+        drains = [
+            loop.create_task(self.lanes.run()),
+            loop.create_task(self.log_lanes.run()),
+            loop.create_task(self.request_lanes.run()),
+        ]
         try:
             await self.failed.wait()
             # An operating error (the broker refused or is gone), not a bug: the process ends as one.
@@ -154,14 +160,17 @@ class KafkaSink:
     def live(self, newest: int) -> None:
         """``newest`` is the newest ingress segment: replies go to egress segment ``replies_to(newest)``
         from now on (never back to an older one)."""
+        self.ingress_segment = max(self.ingress_segment, newest)
         segment = replies_to(newest)
         if segment > self.segment:
             self.release()  # to the segment they were sent for
             self._acked_by.clear()
             previous, self.segment = self.topic, segment
             self.topic = segment_topic(self.config.egress_topic, segment)
-            # The producer is the sequencer log's too: its topic stays in the producer's metadata.
-            self.lanes.retire({previous, self.topic, self.config.seqlog_topic, self.changelog})
+            # The producer is the sequencer log's, the changelog's and the worker's own requests' too:
+            # their topics stay in the producer's metadata.
+            requests = segment_topic(self.config.ingress_topic, self.ingress_segment)
+            self.lanes.retire({previous, self.topic, self.config.seqlog_topic, self.changelog, requests})
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -239,6 +248,24 @@ class KafkaSink:
 
         self.release()  # the replies held so far ride with the entry: one produce request
         self.log_lanes.add(self.config.seqlog_topic, 0, None, self.encoder.encode(entry), resolve)
+        return done
+
+    # RequestSink
+    def submit(self, partition: int, request: Request) -> asyncio.Future[None]:
+        """Write ``request`` to ingress ``partition`` of the newest segment; done once acknowledged."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def resolve(offset: int, exc: BaseException | None) -> None:
+            if exc is not None:
+                self._fail(exc)
+                if not done.done():
+                    done.set_exception(exc)
+            elif not done.done():
+                done.set_result(None)
+
+        topic = segment_topic(self.config.ingress_topic, self.ingress_segment)
+        value = self.encoder.encode(request)
+        self.request_lanes.add(topic, partition, request.request_id.encode(), value, resolve)
         return done
 
 

@@ -172,6 +172,7 @@ class RuntimeContext(Context):
             want_result,
             inv.ts_ms,
             inv.gen,
+            inv.request_id,
         )
 
     def call_async(self, operator: Operator | str, function: str, key: Key, *args: Any) -> None:
@@ -198,6 +199,9 @@ class RuntimeContext(Context):
 
     def now(self) -> float:
         return self._inv.ts_ms / 1000.0
+
+    def next_call_place(self) -> tuple[str, list[int]]:
+        return self._inv.request_id, [*self._inv.path, len(self._calls)]
 
 
 async def run_invocation(

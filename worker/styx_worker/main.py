@@ -52,7 +52,7 @@ async def serve_worker(
     await ingress.start()
     await sink.start()
     blobs = blob_store_from(config)
-    ports = WorkerPorts(transport, ingress, sink, sink, blobs, KafkaLogReader(kafka, config))
+    ports = WorkerPorts(transport, ingress, sink, sink, blobs, KafkaLogReader(kafka, config), requests=sink)
     worker = Worker(node_id, config, ports, host=advertise_host or host, port=transport.port)
     transport.on_disconnect = worker.on_disconnect
     for watch in (ingress.watch, sink.reply_watch, sink.log_watch):

@@ -53,11 +53,13 @@ class Membership:
         """A message from the coordinator: the lease is renewed."""
         self.coordinator_seen = now
 
-    def heartbeat(self, now: float, completed_epoch: int, load: dict[int, int]) -> list[Message]:
+    def heartbeat(
+        self, now: float, completed_epoch: int, load: dict[int, int], effects: list[int] | None = None
+    ) -> list[Message]:
         """What to send the coordinator now: a heartbeat, and a registration again when the coordinator
         said nothing for a failure timeout (its Register was lost while the coordinator restarted, so it
         does not count this worker as a member)."""
-        out: list[Message] = [Heartbeat(self.node_id, completed_epoch, load)]
+        out: list[Message] = [Heartbeat(self.node_id, completed_epoch, load, effects or [])]
         if now - self.coordinator_seen > self.timeout_s and now - self.registered_at > self.timeout_s:
             log.warning(
                 "%s: no word from the coordinator for %.1f s: registering again",

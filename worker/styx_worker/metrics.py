@@ -40,6 +40,9 @@ class WorkerGauges:
     push_clients: int  # clients subscribed to their replies (styx_worker.feed)
     replies_pushed: int  # since the start (a counter)
     changelog_skipped: int = 0  # changelog records replays found on the topic already (a counter)
+    external_calls_pending: int = 0  # intents in this worker's partitions (styx_worker.outbox)
+    external_calls_running: int = 0  # of them, being called now
+    timers_pending: int = 0  # timers in this worker's partitions
 
 
 class MetricsSource(Protocol):
@@ -183,6 +186,21 @@ class _Collector(Collector):
             value=g.waiting_resends,
         )
         yield GaugeMetricFamily("styx_worker_partitions", "partitions this worker owns", value=g.partitions)
+        yield GaugeMetricFamily(
+            "styx_worker_external_calls_pending",
+            "external calls asked for in this worker's partitions whose outcome has not committed",
+            value=g.external_calls_pending,
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_external_calls_running",
+            "external calls this worker is making now (attempts and backoff)",
+            value=g.external_calls_running,
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_timers_pending",
+            "timers in this worker's partitions not fired or cancelled yet",
+            value=g.timers_pending,
+        )
         yield GaugeMetricFamily(
             "styx_worker_generation", "the generation this worker runs", value=g.generation
         )

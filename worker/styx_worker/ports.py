@@ -4,10 +4,21 @@ log reader recovery uses, the blob store, its clock — and what its core reads 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from styx_py.core.blobs import BlobStore
-from styx_py.core.ports import Clock, Egress, Ingress, LogReader, LoopClock, SequencerLog, Transport
+from styx_py.core.ports import (
+    Clock,
+    Egress,
+    Ingress,
+    LogReader,
+    LoopClock,
+    RequestSink,
+    SequencerLog,
+    Transport,
+)
 from styx_py.core.segments import Cursor
 
 __all__ = ["WorkerPorts"]
@@ -24,6 +35,10 @@ class WorkerPorts:
     blobs: BlobStore | None = None
     logs: LogReader | None = None
     clock: Clock = field(default_factory=LoopClock)
+    # The ingress log for the worker's own requests (external calls' outcomes, due timers): None, no
+    # effect runner. ``wall``: the clock due timers are read on and their firings stamped with.
+    requests: RequestSink | None = None
+    wall: Callable[[], float] = time.time
 
     # PortView: what the core reads of them
     def pending(self) -> int:

@@ -32,12 +32,13 @@ from styx_py.core.wire import (
     WorkAvailable,
 )
 from styx_worker import effects as fx
-from styx_worker import snapshot
+from styx_worker import snapshot, status
 from styx_worker.core import CORE_MESSAGES, WorkerCore
 from styx_worker.effects import Effect, Event
 from styx_worker.feed import ReplyFeed
 from styx_worker.membership import Membership
 from styx_worker.metrics import WorkerGauges, WorkerMetrics
+from styx_worker.outbox import effect_runner
 from styx_worker.outgoing import Outgoing
 from styx_worker.ports import WorkerPorts
 from styx_worker.reconfig import Reconfiguration
@@ -94,6 +95,7 @@ class Worker:
             (self.apply, self.send_coordinator, self.cancel_inflight),
             self.metrics.recovery,
         )
+        self.effects = effect_runner(node_id, lambda: self.store, self.versions.newest, ports, self.spawn)
         self.tasks: asyncio.TaskGroup | None = None
         self.inflight: set[asyncio.Task[None]] = set()  # invocations that wait, uploads, replay reads
         self.retired = asyncio.Event()  # no longer part of the cluster (Retire): run() returns
@@ -133,6 +135,8 @@ class Worker:
                     self.send_coordinator(self.membership.start(self.ports.clock.now()))
                     if self.membership.enabled:
                         tg.create_task(self._heartbeat_loop())
+                    if self.effects is not None:
+                        tg.create_task(self.effects.run())
                     await self.retired.wait()
                     raise _Left  # cancels every task of the group
                 finally:
@@ -146,7 +150,10 @@ class Worker:
         clock = self.ports.clock
         while True:
             load = dict(self.core.batch.sequenced)
-            for msg in self.membership.heartbeat(clock.now(), self.core.epochs.completed_epoch, load):
+            effects = [] if self.effects is None else self.effects.summary()
+            for msg in self.membership.heartbeat(
+                clock.now(), self.core.epochs.completed_epoch, load, effects
+            ):
                 self.send_coordinator(msg)
             await clock.sleep(interval)
 
@@ -316,16 +323,17 @@ class Worker:
         partition's new owner among others) and must find them there."""
         fenced = Fenced(self.node_id, e.gen)
 
-        async def flushed() -> None:
-            await self.ports.egress.flush()
+        def report() -> None:
             self.send_coordinator(fenced)
             if e.leave:
                 self.retired.set()
 
+        async def flushed() -> None:
+            await self.ports.egress.flush()
+            report()
+
         if self.tasks is None:
-            self.send_coordinator(fenced)
-            if e.leave:
-                self.retired.set()
+            report()
             return
         coro = flushed()
         try:
@@ -348,31 +356,13 @@ class Worker:
 
     # ---- what the metrics read ------------------------------------------------------------------------
     def gauges(self) -> WorkerGauges:
-        core = self.core
-        return WorkerGauges(
-            rescheduled_waiting=len(core.batch.rescheduled),
-            ingress_buffered=self.ports.ingress.pending(),
-            inflight_tasks=len(self.inflight),
-            open_epochs=len(core.epochs.epochs),
-            waiting_resends=sum(len(v) for v in core.replies.waiting.values()),
-            partitions=len(core.table.owned()),
-            generation=core.gen,
-            completed_epoch=core.epochs.completed_epoch,
-            push_clients=len(self.feed.clients),
-            replies_pushed=self.feed.pushed,
-            changelog_skipped=core.epochs.changelog.skipped,
+        return status.gauges(
+            self.core, self.ports.ingress.pending(), len(self.inflight), self.feed, self.effects
         )
 
     def readiness(self) -> tuple[bool, str]:
         """``/readyz``: part of a deployed cluster, not recovering, not degraded."""
-        core = self.core
-        if core.halted:
-            return False, f"degraded: {core.halted}"
-        if core.view is None:
-            return False, "not part of a deployed cluster yet"
-        if self.reconfig.running():
-            return False, f"recovering (generation {core.gen})"
-        return True, f"generation {core.gen}, partitions {core.table.owned()}"
+        return status.readiness(self.core, self.reconfig.running())
 
 
 async def _raise(exc: BaseException) -> None:

@@ -4,6 +4,10 @@ Values are kept encoded: a read decodes a private copy (user code mutating what 
 never corrupt committed state or another transaction's snapshot), a write proves the value is
 encodable at ``put`` time, and snapshots ship the bytes as they are. Committed writes also go to a
 delta map, the unit of incremental snapshots.
+
+The keys of the watched operators (the system operators of external calls and timers) that a commit,
+a snapshot load or a hand-off wrote are collected in :attr:`StateStore.touched` for the worker's effect
+runner (:mod:`styx_worker.outbox`), which reads their committed state.
 """
 
 from __future__ import annotations
@@ -16,9 +20,20 @@ Writes = dict[EntityKey, bytes | None]  # None = delete
 
 
 class StateStore:
-    def __init__(self) -> None:
+    def __init__(self, watched: frozenset[str] = frozenset()) -> None:
         self.data: dict[EntityKey, bytes] = {}
         self.delta: Writes = {}
+        self.watched = watched
+        self.touched: set[EntityKey] = set()
+        self.on_touched: Callable[[], None] | None = None
+
+    def _touch(self, keys: Iterable[EntityKey]) -> None:
+        watched = self.watched
+        hit = [k for k in keys if k[0] in watched]
+        if hit:
+            self.touched.update(hit)
+            if self.on_touched is not None:
+                self.on_touched()
 
     def get(self, key: EntityKey) -> bytes | None:
         return self.data.get(key)
@@ -31,20 +46,29 @@ class StateStore:
             else:
                 data[key] = value
             delta[key] = value
+        if self.watched:
+            self._touch(writes)
 
     def load_writes(self, writes: Iterable[tuple[str, str | int, bytes | None]]) -> None:
         """Apply a snapshot delta during recovery (not recorded as a new delta)."""
         data = self.data
+        loaded = []
         for op, key, value in writes:
             if value is None:
                 data.pop((op, key), None)
             else:
                 data[(op, key)] = value
+            loaded.append((op, key))
+        if self.watched:
+            self._touch(loaded)
 
     def drop(self, gone: Callable[[EntityKey], bool]) -> None:
         """Forget every key for which ``gone`` holds (its partition moved to another worker)."""
-        for key in [k for k in self.data if gone(k)]:
+        dropped = [k for k in self.data if gone(k)]
+        for key in dropped:
             del self.data[key]
+        if self.watched:
+            self._touch(dropped)
         for key in [k for k in self.delta if gone(k)]:  # deletes too (not in ``data``)
             del self.delta[key]
 
@@ -56,7 +80,10 @@ class StateStore:
         return iter(self.data.items())
 
     def load(self, items: Iterable[tuple[EntityKey, bytes]]) -> None:
+        items = list(items)
         self.data.update(items)
+        if self.watched:
+            self._touch(k for k, _ in items)
 
     def __len__(self) -> int:
         return len(self.data)

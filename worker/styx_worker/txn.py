@@ -293,4 +293,5 @@ def root_invoke(es: EpochState, root: RootTxn, phase: Phase, node_id: str) -> In
         False,
         root.ts_ms,
         es.gen,
+        req.request_id,
     )

@@ -35,6 +35,10 @@ class CodeVersions:
         self.graphs[version] = load_graph(import_path)
         self.paths[version] = import_path
 
+    def newest(self) -> Graph | None:
+        """The newest graph loaded here (None before the first deploy)."""
+        return self.graphs[max(self.graphs)] if self.graphs else None
+
     def follow(self, view: ClusterView) -> None:
         """The newest version ``view`` lists (older ones are loaded by a recovery that replays them)."""
         versions = listed(view)

@@ -29,6 +29,8 @@ class Heartbeat(Msg, tag="hb"):
     node_id: str
     epoch: int
     load: dict[int, int] = msgspec.field(default_factory=dict)
+    # External calls pending, of them running, and timers pending in its partitions (styx_worker.outbox).
+    effects: list[int] = msgspec.field(default_factory=list)
 
 
 class WorkAvailable(Msg, tag="work"):

@@ -24,6 +24,7 @@ class Invoke(Msg, tag="inv"):
     want_result: bool
     ts_ms: int
     gen: int
+    request_id: str = ""  # the transaction's request (names its external calls and timers)
 
 
 class CallResult(Msg, tag="res"):

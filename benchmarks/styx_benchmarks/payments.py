@@ -1,0 +1,136 @@
+"""A small HTTP payment service with a ledger by idempotency key, for the reservation app's tests and
+benchmark (:mod:`styx_benchmarks.reservations`).
+
+    python -m styx_benchmarks.payments --port 8700 --delay-ms 100 --fail 0.1 --lose 0.1
+
+``POST /charge`` and ``POST /refund`` take ``{"args": [...]}`` and the ``Idempotency-Key`` header (a
+request without one is refused with 400). The first request of a key takes effect and records its
+answer; every later one with that key gets the recorded answer and takes no effect (a key reused for
+another function or other arguments is refused with 409). Knobs, also settable at run time with
+``POST /config``: ``delay_ms`` (each answer waits that long), ``fail`` (the share of requests refused
+with 503 before any effect) and ``lose`` (the share whose effect is taken and whose answer is then
+replaced by a 503, as a lost answer looks to the caller). ``GET /ledger`` lists every key with its
+entry and how often it took effect (``effects``, which must be 1); ``GET /stats`` counts requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Header, HTTPException
+from pydantic import BaseModel
+
+__all__ = ["Knobs", "make_app", "serve_in_thread"]
+
+
+class Knobs(BaseModel):
+    delay_ms: float = 0.0
+    fail: float = 0.0
+    lose: float = 0.0
+
+
+class Body(BaseModel):
+    args: list[Any] = []
+
+
+def make_app(knobs: Knobs | None = None, seed: int = 0) -> FastAPI:
+    app = FastAPI(title="payments")
+    state = {"knobs": knobs or Knobs()}
+    rng = random.Random(seed)
+    ledger: dict[str, dict[str, Any]] = {}
+    effects: dict[str, int] = {}
+    stats = {"requests": 0, "refused": 0, "lost": 0, "replayed": 0}
+
+    async def handle(function: str, body: Body, key: str | None) -> dict[str, Any]:
+        if not key:
+            raise HTTPException(400, "an Idempotency-Key header is required")
+        k = state["knobs"]
+        stats["requests"] += 1
+        if k.delay_ms:
+            await asyncio.sleep(k.delay_ms / 1000)
+        if rng.random() < k.fail:
+            stats["refused"] += 1
+            raise HTTPException(503, "payment service unavailable")
+        entry = ledger.get(key)
+        if entry is None:
+            if function == "charge":
+                who, amount = body.args[0], body.args[1]
+                entry = {"kind": "charge", "user": who, "amount": amount, "args": body.args}
+            else:
+                entry = {"kind": "refund", "charge": body.args[0], "args": body.args}
+            ledger[key] = entry
+            effects[key] = effects.get(key, 0) + 1
+        elif entry["kind"] != function or entry["args"] != body.args:
+            raise HTTPException(409, f"idempotency key {key!r} was used for another request")
+        else:
+            stats["replayed"] += 1
+        if rng.random() < k.lose:
+            stats["lost"] += 1
+            raise HTTPException(503, "answer lost")
+        return {"ok": True, **{f: v for f, v in entry.items() if f != "args"}}
+
+    @app.post("/charge")
+    async def charge(body: Body, idempotency_key: str | None = Header(default=None)) -> dict[str, Any]:
+        return await handle("charge", body, idempotency_key)
+
+    @app.post("/refund")
+    async def refund(body: Body, idempotency_key: str | None = Header(default=None)) -> dict[str, Any]:
+        return await handle("refund", body, idempotency_key)
+
+    @app.post("/config")
+    async def config(knobs: Knobs) -> Knobs:
+        state["knobs"] = knobs
+        return knobs
+
+    @app.get("/ledger")
+    async def get_ledger() -> dict[str, Any]:
+        return {key: {**entry, "effects": effects[key]} for key, entry in ledger.items()}
+
+    @app.get("/stats")
+    async def get_stats() -> dict[str, int]:
+        return dict(stats)
+
+    return app
+
+
+@contextmanager
+def serve_in_thread(knobs: Knobs | None = None, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run the service on a thread of this process; yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(make_app(knobs), host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:  # polling uvicorn's flag, bounded by the deadline
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the payment service did not start")
+            threading.Event().wait(0.01)
+        sock = server.servers[0].sockets[0]
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8700)
+    p.add_argument("--delay-ms", type=float, default=0.0)
+    p.add_argument("--fail", type=float, default=0.0)
+    p.add_argument("--lose", type=float, default=0.0)
+    a = p.parse_args()
+    knobs = Knobs(delay_ms=a.delay_ms, fail=a.fail, lose=a.lose)
+    uvicorn.run(make_app(knobs), host=a.host, port=a.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
