@@ -33,6 +33,7 @@ from styx_py.core.wire import (
     UNDECODABLE,
     Answered,
     PartitionSnapshot,
+    Refused,
     Reply,
     Request,
     Run,
@@ -41,7 +42,7 @@ from styx_py.core.wire import (
 )
 
 Kind = Literal["ingress", "egress", "seqlog", "raw"]
-_ENTRY_KINDS: dict[type, str] = {Run: "run", Answered: "answered", Waiting: "waiting"}
+_ENTRY_KINDS: dict[type, str] = {Run: "run", Answered: "answered", Waiting: "waiting", Refused: "refused"}
 KINDS: tuple[Kind, ...] = ("ingress", "egress", "seqlog", "raw")
 
 # Spark's own Arrow shapes (what a Python data source must return): list items named "element",
@@ -74,7 +75,8 @@ REPLY = pa.struct(
         ("request_ts_ms", pa.int64()),
     ]
 )
-# kind: "run" (a transaction, with its tid), "answered" or "waiting" (a resent request id; no tid).
+# kind: "run" (a transaction, with its tid), "answered" or "waiting" (a resent request id; no tid),
+# "refused" (a request not admitted: admission control; no tid).
 SEQ_ENTRY = pa.struct(
     [
         ("kind", pa.string()),

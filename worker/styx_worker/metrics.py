@@ -21,10 +21,13 @@ from styx_py.io.metrics import SLOW_BUCKETS_S, SNAPSHOT_BYTES_BUCKETS
 from styx_worker.txn import Tally
 
 if TYPE_CHECKING:
+    from styx_worker.admission import AdmissionGate
+    from styx_worker.core import WorkerCore
     from styx_worker.egress import KafkaSink
+    from styx_worker.feed import ReplyFeed
     from styx_worker.ingress import KafkaIngress
 
-__all__ = ["ABORT_CAUSES", "MetricsSource", "WorkerGauges", "WorkerMetrics"]
+__all__ = ["ABORT_CAUSES", "MetricsSource", "WorkerGauges", "WorkerMetrics", "gauges_of"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,26 @@ class WorkerGauges:
     completed_epoch: int
     push_clients: int  # clients subscribed to their replies (styx_worker.feed)
     replies_pushed: int  # since the start (a counter)
+    admission_size: int = 0  # the batch size admission control chose (styx_worker.admission)
+
+
+def gauges_of(
+    core: WorkerCore, ingress_buffered: int, inflight: int, feed: ReplyFeed, admission: AdmissionGate
+) -> WorkerGauges:
+    """A worker's gauges, read at scrape time from its core and its shell's parts."""
+    return WorkerGauges(
+        rescheduled_waiting=len(core.batch.rescheduled),
+        ingress_buffered=ingress_buffered,
+        inflight_tasks=inflight,
+        open_epochs=len(core.epochs.epochs),
+        waiting_resends=sum(len(v) for v in core.replies.waiting.values()),
+        partitions=len(core.table.owned()),
+        generation=core.gen,
+        completed_epoch=core.epochs.completed_epoch,
+        push_clients=len(feed.clients),
+        replies_pushed=feed.pushed,
+        admission_size=admission.policy.size,
+    )
 
 
 class MetricsSource(Protocol):
@@ -154,6 +177,16 @@ class _Collector(Collector):
             "styx_worker_transactions_rescheduled",
             "transactions moved to the next epoch (read/write set changed in the fallback phase)",
             value=t.rescheduled,
+        )
+        yield CounterMetricFamily(
+            "styx_worker_requests_refused",
+            "new requests not admitted (over the admission bound), answered refused / Overloaded",
+            value=t.refused,
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_admission_size",
+            "the batch size admission control chose for the next epoch (at most epoch_size_max)",
+            value=g.admission_size,
         )
         yield GaugeMetricFamily(
             "styx_worker_rescheduled_waiting",

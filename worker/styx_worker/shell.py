@@ -33,11 +33,12 @@ from styx_py.core.wire import (
 )
 from styx_worker import effects as fx
 from styx_worker import snapshot
+from styx_worker.admission import Admission, AdmissionGate
 from styx_worker.core import CORE_MESSAGES, WorkerCore
 from styx_worker.effects import Effect, Event
 from styx_worker.feed import ReplyFeed
 from styx_worker.membership import Membership
-from styx_worker.metrics import WorkerGauges, WorkerMetrics
+from styx_worker.metrics import WorkerGauges, WorkerMetrics, gauges_of
 from styx_worker.ports import WorkerPorts
 from styx_worker.reconfig import Reconfiguration
 from styx_worker.runner import InvocationRunner
@@ -83,6 +84,8 @@ class Worker:
         self.on_fenced = on_fenced
         self.feed = ReplyFeed(ports.transport.send, ports.egress.offsets, ports.clock.now)
         self.runner = InvocationRunner(self.step, self.step, self.spawn)
+        policy = Admission(config.epoch_size_max, config.admission_epoch_ms, config.admission_queue_ms)
+        self.admission = AdmissionGate(policy, ports.clock)
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.reconfig = Reconfiguration(
             self.core,
@@ -263,9 +266,10 @@ class Worker:
 
     def _closed(self, e: fx.Closed) -> None:
         self.runner.forget(e.epoch)
+        self.admission.closed(e.epoch)
 
     def _take(self, e: fx.Take) -> None:
-        self.step(fx.Taken(e, self.ports.ingress.take(e.room) if e.room else []))
+        self.step(self.admission.take(e, self.ports.ingress))
 
     def _fetch(self, e: fx.Fetch) -> None:
         async def fetched() -> None:
@@ -358,18 +362,8 @@ class Worker:
 
     # ---- what the metrics read ------------------------------------------------------------------------
     def gauges(self) -> WorkerGauges:
-        core = self.core
-        return WorkerGauges(
-            rescheduled_waiting=len(core.batch.rescheduled),
-            ingress_buffered=self.ports.ingress.pending(),
-            inflight_tasks=len(self.inflight),
-            open_epochs=len(core.epochs.epochs),
-            waiting_resends=sum(len(v) for v in core.replies.waiting.values()),
-            partitions=len(core.table.owned()),
-            generation=core.gen,
-            completed_epoch=core.epochs.completed_epoch,
-            push_clients=len(self.feed.clients),
-            replies_pushed=self.feed.pushed,
+        return gauges_of(
+            self.core, self.ports.ingress.pending(), len(self.inflight), self.feed, self.admission
         )
 
     def readiness(self) -> tuple[bool, str]:
