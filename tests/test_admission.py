@@ -13,16 +13,31 @@ every request is answered exactly once, the admitted ones equal the serial execu
 
 from __future__ import annotations
 
+import asyncio
 import random
+from typing import Any
 
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from styx_benchmarks.driver import RunResult, SdkSender, run_open_loop
+from styx_client import StyxClient
+from styx_client.gateway.outcomes import reply_outcome
 from styx_client.sdk.replies import result_of
 from styx_py.core.errors import Overloaded
-from styx_py.core.wire import IngressRecord, Refused, Reply, ReplyStatus, Request, Run, encode_value
+from styx_py.core.wire import (
+    IngressRecord,
+    Refused,
+    Reply,
+    ReplyStatus,
+    Request,
+    Run,
+    StatusRequest,
+    encode_value,
+)
+from styx_py.stack.local import LocalStack, admin
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.testing.memory import MemoryIngress, MemoryLog
 from styx_worker.admission import MIN_EPOCH_SIZE, Admission
@@ -30,6 +45,8 @@ from styx_worker.batch import BatchFormer, refusal
 from styx_worker.effects import Outbox
 from styx_worker.replies import ReplyOut
 from styx_worker.txn import Resend
+from tests.service_fixtures import ClusterFactory
+from tests.test_bench import SlowWork
 from tests.test_oracle import APP, submit_random_mix
 
 # ---- the policy (pure) ------------------------------------------------------------------------------
@@ -254,3 +271,42 @@ async def test_overload_answers_every_request_once_admitted_ones_serially(seed: 
     assert c.crashes >= 1, "no crash fired: replay of refusals was not exercised"
     totals = c.coordinator.status()["totals"]
     assert totals["refused"] > 0
+
+
+# ---- what a refusal looks like to a caller ---------------------------------------------------------
+
+
+def test_the_gateway_answers_a_refused_reply_429_with_retry_after() -> None:
+    outcome = reply_outcome(refusal(7, _request("r")), None, retry_after_s=3)
+    assert (outcome.status, outcome.code) == (429, "overloaded")
+    assert ("Retry-After", "3") in outcome.headers
+    body = msgspec.json.decode(outcome.body)["error"]
+    assert body["reply"]["status"] == "refused" and body["reply"]["error_type"] == "Overloaded"
+
+
+@pytest.mark.services
+def test_a_slowed_cluster_refuses_what_it_cannot_admit_and_answers_everything(
+    local_cluster: ClusterFactory,
+) -> None:
+    """Every call burns 4 ms of a worker's CPU (2 workers: < 500/s) and 1000/s are offered for 3 s,
+    through the SDK: the requests past the bound are refused, every one is answered once (committed
+    or refused), and the coordinator counted exactly the refusals the client saw."""
+
+    async def go(stack: LocalStack) -> tuple[RunResult, dict[str, Any]]:
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            result = await run_open_loop(
+                SlowWork(), SdkSender(client, 120), rate=1000, duration_s=3, warmup_s=0, progress=None
+            )
+        status = await admin(stack.coordinator, StatusRequest(), 10.0, stack.secret)
+        return result, status
+
+    settings = {"epoch_size_max": "40", "failure_timeout_ms": "5000"}
+    result, status = asyncio.run(go(local_cluster(app=SlowWork.app, settings=settings)))
+    committed, refused = result.statuses["committed"], result.statuses["refused"]
+    assert result.answered == 3000 and result.unanswered == 0 and result.statuses["error"] == 0
+    assert committed > 0 and refused > 0 and committed + refused == 3000, result.statuses
+    assert result.causes == {"refused: Overloaded": refused}
+    assert status["totals"]["refused"] == refused, "a refusal counted twice, or one the client missed"
+    assert status["totals"]["committed"] == committed
+    assert result.refused_hist.get_total_count() == refused
+    assert result.hist.get_total_count() == committed, "latencies are those of the admitted requests"
