@@ -14,6 +14,7 @@ every request is answered exactly once, the admitted ones equal the serial execu
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from typing import Any
 
@@ -26,6 +27,7 @@ from styx_benchmarks.driver import RunResult, SdkSender, run_open_loop
 from styx_client import StyxClient
 from styx_client.gateway.outcomes import reply_outcome
 from styx_client.sdk.replies import result_of
+from styx_client.sdk.window import ALPHA, MIN_WINDOW, InFlightWindow
 from styx_py.core.errors import Overloaded
 from styx_py.core.wire import (
     IngressRecord,
@@ -290,7 +292,8 @@ def test_a_slowed_cluster_refuses_what_it_cannot_admit_and_answers_everything(
 ) -> None:
     """Every call burns 4 ms of a worker's CPU (2 workers: < 500/s) and 1000/s are offered for 3 s,
     through the SDK: the requests past the bound are refused, every one is answered once (committed
-    or refused), and the coordinator counted exactly the refusals the client saw."""
+    or refused), the coordinator counted exactly the refusals the client saw, and the client's
+    window then refused some itself, nothing sent."""
 
     async def go(stack: LocalStack) -> tuple[RunResult, dict[str, Any]]:
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
@@ -305,8 +308,34 @@ def test_a_slowed_cluster_refuses_what_it_cannot_admit_and_answers_everything(
     committed, refused = result.statuses["committed"], result.statuses["refused"]
     assert result.answered == 3000 and result.unanswered == 0 and result.statuses["error"] == 0
     assert committed > 0 and refused > 0 and committed + refused == 3000, result.statuses
-    assert result.causes == {"refused: Overloaded": refused}
-    assert status["totals"]["refused"] == refused, "a refusal counted twice, or one the client missed"
+    # Refused by the cluster (a reply) or, once refusals came, by the client's window (nothing sent).
+    by_cluster, by_client = (
+        result.causes["refused: Overloaded"],
+        result.causes["refused: Overloaded (client)"],
+    )
+    assert by_cluster > 0 and by_client > 0 and by_cluster + by_client == refused, result.causes
+    assert status["totals"]["refused"] == by_cluster, "a refusal counted twice, or one the client missed"
     assert status["totals"]["committed"] == committed
     assert result.refused_hist.get_total_count() == refused
     assert result.hist.get_total_count() == committed, "latencies are those of the admitted requests"
+
+
+def test_an_epoch_that_refused_more_than_it_ran_does_not_shrink_the_batch() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.taken(1, now=0.0, batch=1000, refused=3000)
+    a.finished(1, now=0.4)  # slow, but the refusals took the time
+    assert a.size == 1000
+    assert a.backlog_max == math.ceil(1000 * 200 / 400), "the backlog follows the pace epochs ran"
+
+
+def test_the_client_window_narrows_on_refusals_once_per_window_and_widens_on_replies() -> None:
+    w = InFlightWindow(10_000)
+    w.refused(seq=5, in_flight=1000, registered=1200)
+    assert w.limit == 700
+    w.refused(seq=1100, in_flight=900, registered=1300)  # sent under the old window: no change
+    assert w.limit == 700
+    w.refused(seq=1250, in_flight=100, registered=1400)
+    assert w.limit == MIN_WINDOW, "never below MIN_WINDOW"
+    for _ in range(100):
+        w.admitted()
+    assert w.limit == pytest.approx(MIN_WINDOW + 100 * ALPHA)

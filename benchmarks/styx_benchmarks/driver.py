@@ -26,7 +26,7 @@ from hdrh.histogram import HdrHistogram
 
 from styx_benchmarks.cpu import ProcessCpu
 from styx_benchmarks.workload import Op, Workload
-from styx_py.core.errors import StyxError
+from styx_py.core.errors import Overloaded, StyxError
 from styx_py.io.runtime import steady_gc
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -124,7 +124,7 @@ class SdkSender:
                 op.operator, op.key, op.function, *op.args, timeout_s=self.timeout_s
             )
         except StyxError as exc:
-            return Outcome("error", type(exc).__name__)
+            return _error_outcome(exc)
         return _reply_outcome(reply)
 
     def start(self, op: Op, done: Settle) -> Outcome | None:
@@ -139,15 +139,24 @@ class SdkSender:
                 )
             self.last_request_id = prepared.send(op.key, op.args, done)
         except StyxError as exc:
-            return Outcome("error", type(exc).__name__)
+            return _error_outcome(exc)
         return None
 
     @staticmethod
     def outcome(reply: Any, error: BaseException | None) -> Outcome:
         """What a request of :meth:`start` came to."""
         if error is not None:
-            return Outcome("error", type(error).__name__)
+            return _error_outcome(error)
         return _reply_outcome(reply)
+
+
+SHED = Outcome("refused", "Overloaded (client)")
+
+
+def _error_outcome(exc: BaseException) -> Outcome:
+    """A request the SDK raised on: one it refused itself, nothing sent, while the cluster refuses
+    (``Overloaded``, styx_client.sdk.window) counts as refused, at once; anything else is an error."""
+    return SHED if isinstance(exc, Overloaded) else Outcome("error", type(exc).__name__)
 
 
 COMMITTED = Outcome("committed")  # shared: most outcomes, no object per request

@@ -10,9 +10,12 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
   epoch takes about ``admission_epoch_ms``: an epoch that ran longer shrinks the next batch in
   proportion (at most by half), a full one that ran shorter grows it (at most double), never past
   ``epoch_size_max`` nor below :data:`MIN_EPOCH_SIZE`. A batch that was not full says nothing about
-  capacity and changes nothing, unless it was too slow.
+  capacity and changes nothing, unless it was too slow. An epoch that refused more requests than it
+  ran does not shrink the batch either: refusing costs too (a log entry and a reply each), and a
+  smaller batch would refuse more, make the epochs slower still and admit less and less.
 * **Backlog cap.** What stays buffered after the batch is bounded by what the worker admits in
-  ``admission_queue_ms`` (that many epochs' worth at the current size); the records beyond it are
+  ``admission_queue_ms`` (that many epochs' worth at the current size, at the pace epochs ran
+  lately: ``admission_epoch_ms`` each, or longer when they took longer); the records beyond it are
   taken now and *refused*: answered ``refused`` (the SDK raises ``Overloaded``, the gateway answers 429
   with Retry-After) within the epoch, nothing runs. So an admitted request waits at most about
   ``admission_queue_ms`` plus its own epoch, and a refused one is told at once instead of timing out.
@@ -53,20 +56,23 @@ class Admission:
     """The admission policy of one worker (module docstring). ``epoch_ms`` 0 turns it off (batches
     of ``epoch_size_max``, nothing refused); ``queue_ms`` 0 never refuses."""
 
-    __slots__ = ("epoch_ms", "epoch_size_max", "queue_ms", "refused_total", "size", "started")
+    __slots__ = ("epoch_ms", "epoch_size_max", "queue_ms", "refused_total", "size", "started", "took_ms")
 
     def __init__(self, epoch_size_max: int, epoch_ms: float, queue_ms: float) -> None:
         self.epoch_size_max = epoch_size_max
         self.epoch_ms = epoch_ms
         self.queue_ms = queue_ms
         self.size = epoch_size_max  # the batch size now, rescheduled transactions included
-        self.started: dict[int, tuple[float, int, int]] = {}  # epoch -> (taken at, batch, size then)
+        # epoch -> (taken at, batch, requests it refused, size then)
+        self.started: dict[int, tuple[float, int, int, int]] = {}
+        self.took_ms = 0.0  # how long recent epochs took here (a moving average)
         self.refused_total = 0  # records refused since the start (metrics)
 
     @property
     def backlog_max(self) -> int:
-        """How many records may stay buffered after a batch: ``queue_ms`` worth of batches."""
-        return math.ceil(self.size * self.queue_ms / self.epoch_ms)
+        """How many records may stay buffered after a batch: ``queue_ms`` worth of batches, at the
+        pace epochs run (``epoch_ms`` each, or longer when they took longer)."""
+        return math.ceil(self.size * self.queue_ms / max(self.epoch_ms, self.took_ms))
 
     def decide(self, room: int, rescheduled: int, pending: int) -> Decision:
         """The next batch, given the ``room`` the core leaves for new requests (``epoch_size_max``
@@ -80,11 +86,12 @@ class Admission:
         self.refused_total += refuse
         return Decision(admit, refuse)
 
-    def taken(self, epoch: int, now: float, batch: int) -> None:
-        """``epoch``'s batch (``batch`` transactions, rescheduled ones included) was formed at ``now``."""
+    def taken(self, epoch: int, now: float, batch: int, refused: int = 0) -> None:
+        """``epoch``'s batch (``batch`` transactions, rescheduled ones included, and ``refused``
+        requests) was formed at ``now``."""
         if self.epoch_ms <= 0:
             return
-        self.started[epoch] = (now, batch, self.size)
+        self.started[epoch] = (now, batch, refused, self.size)
         if len(self.started) > MAX_TRACKED:
             del self.started[min(self.started)]
 
@@ -93,9 +100,12 @@ class Admission:
         start = self.started.pop(epoch, None)
         if start is None:
             return  # a replayed epoch (its batch came from the log), or one taken before a restart
-        taken_at, batch, size = start
+        taken_at, batch, refused, size = start
         elapsed_ms = (now - taken_at) * 1000
-        if elapsed_ms > self.epoch_ms:
+        self.took_ms = elapsed_ms if self.took_ms == 0 else (self.took_ms + elapsed_ms) / 2
+        if elapsed_ms > self.epoch_ms and refused > batch:
+            pass  # the refusals took the time: a smaller batch would only refuse more
+        elif elapsed_ms > self.epoch_ms:
             factor = max(1 / GROWTH, self.epoch_ms / elapsed_ms)
             self.size = max(MIN_EPOCH_SIZE, min(self.size, math.floor(batch * factor)))
         elif batch >= size:
@@ -119,7 +129,7 @@ class AdmissionGate:
         n = d.admit + d.refuse
         records = ingress.take(n) if n else []
         admitted = min(d.admit, len(records))
-        self.policy.taken(e.epoch, self.clock.now(), admitted + e.rescheduled)
+        self.policy.taken(e.epoch, self.clock.now(), admitted + e.rescheduled, len(records) - admitted)
         return Taken(e, records, admitted)
 
     def closed(self, epoch: int) -> None:
