@@ -334,7 +334,7 @@ def test_the_client_window_narrows_on_refusals_once_per_window_and_widens_on_rep
     assert w.limit == 700
     w.refused(seq=1100, in_flight=900, registered=1300)  # sent under the old window: no change
     assert w.limit == 700
-    w.refused(seq=1250, in_flight=100, registered=1400)
+    w.refused(seq=1250, in_flight=10, registered=1400)
     assert w.limit == MIN_WINDOW, "never below MIN_WINDOW"
     for _ in range(100):
         w.admitted()
