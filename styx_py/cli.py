@@ -302,11 +302,16 @@ def format_status(body: dict[str, Any]) -> str:
 
     lines = [
         f"graph         {body['graph'] or '(nothing deployed)'}{_version_line(body)}",
-        f"state         {body.get('state', '?')}, generation {body.get('generation', '?')}, "
-        f"epoch {body['epoch']}",
+        f"state         {body.get('state', '?')}{', overloaded' if body.get('overloaded') else ''}, "
+        f"generation {body.get('generation', '?')}, epoch {body['epoch']}",
         f"rates         {body['epochs_per_s']:,} epochs/s, {body['txn_per_s']:,} txn/s, "
         f"abort rate {body['abort_rate']:.2%} (last {STATUS_RATE_WINDOW_S} s)",
     ]
+    if body.get("overloaded"):
+        lines.append(
+            f"OVERLOADED    refusing {body.get('refused_per_s', 0):,} requests/s (admission control; "
+            f"{body['totals'].get('refused', 0):,} refused since the start)"
+        )
     if body.get("degraded"):
         label = "LOG LOST" if body.get("state") == "log-lost" else "DEGRADED"
         lines.append(f"{label:<14}{body['degraded']}")

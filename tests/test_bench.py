@@ -451,7 +451,9 @@ def test_driver_reports_queueing_of_a_slowed_cluster(local_cluster: ClusterFacto
     """Every call burns 4 ms of a worker's CPU: 2 workers serve < 500/s; 1000/s are offered for 3 s.
 
     Small epochs keep each worker's loop free often enough to answer heartbeats (a busy loop that
-    misses them for a second is declared failed, as it should be)."""
+    misses them for a second is declared failed, as it should be). Admission control refuses nothing
+    (``admission_queue_ms`` 0): the queue builds up, as the driver must show (refusals:
+    tests/test_admission.py)."""
 
     async def go(stack: LocalStack) -> RunResult:
         async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
@@ -459,7 +461,8 @@ def test_driver_reports_queueing_of_a_slowed_cluster(local_cluster: ClusterFacto
                 SlowWork(), SdkSender(client, 120), rate=1000, duration_s=3, warmup_s=0, progress=None
             )
 
-    stack = local_cluster(app=SlowWork.app, settings={"epoch_size_max": "40", "failure_timeout_ms": "5000"})
+    settings = {"epoch_size_max": "40", "failure_timeout_ms": "5000", "admission_queue_ms": "0"}
+    stack = local_cluster(app=SlowWork.app, settings=settings)
     result = asyncio.run(go(stack))
     assert result.answered == 3000 and result.statuses["committed"] == 3000
     p = result.percentiles_ms()

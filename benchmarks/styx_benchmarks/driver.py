@@ -26,7 +26,7 @@ from hdrh.histogram import HdrHistogram
 
 from styx_benchmarks.cpu import ProcessCpu
 from styx_benchmarks.workload import Op, Workload
-from styx_py.core.errors import StyxError
+from styx_py.core.errors import Overloaded, StyxError
 from styx_py.io.runtime import steady_gc
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -58,7 +58,9 @@ def new_histogram() -> HdrHistogram:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    status: str  # committed | aborted | failed | error (no reply: timeout, overload, send failure)
+    # committed | aborted | failed | refused (the cluster did not admit it) | error (no reply: timeout,
+    # the client's own overload, send failure)
+    status: str
     cause: str = ""  # abort / failure cause, normalised (numbers and keys replaced by '#')
 
 
@@ -122,7 +124,7 @@ class SdkSender:
                 op.operator, op.key, op.function, *op.args, timeout_s=self.timeout_s
             )
         except StyxError as exc:
-            return Outcome("error", type(exc).__name__)
+            return _error_outcome(exc)
         return _reply_outcome(reply)
 
     def start(self, op: Op, done: Settle) -> Outcome | None:
@@ -137,15 +139,24 @@ class SdkSender:
                 )
             self.last_request_id = prepared.send(op.key, op.args, done)
         except StyxError as exc:
-            return Outcome("error", type(exc).__name__)
+            return _error_outcome(exc)
         return None
 
     @staticmethod
     def outcome(reply: Any, error: BaseException | None) -> Outcome:
         """What a request of :meth:`start` came to."""
         if error is not None:
-            return Outcome("error", type(error).__name__)
+            return _error_outcome(error)
         return _reply_outcome(reply)
+
+
+SHED = Outcome("refused", "Overloaded (client)")
+
+
+def _error_outcome(exc: BaseException) -> Outcome:
+    """A request the SDK raised on: one it refused itself, nothing sent, while the cluster refuses
+    (``Overloaded``, styx_client.sdk.window) counts as refused, at once; anything else is an error."""
+    return SHED if isinstance(exc, Overloaded) else Outcome("error", type(exc).__name__)
 
 
 COMMITTED = Outcome("committed")  # shared: most outcomes, no object per request
@@ -217,6 +228,7 @@ class Second:
     aborted: int = 0
     failed: int = 0
     errors: int = 0
+    refused: int = 0  # not admitted (admission control): answered "refused", nothing ran
     completed_here: int = 0  # replies that *arrived* in this second (throughput as seen by the client)
     committed_here: int = 0  # … of which committed
     hist: HdrHistogram = field(default_factory=new_histogram)
@@ -224,7 +236,10 @@ class Second:
 
 
 # Outcome codes of Outcomes.codes (0: none yet).
-_COMMITTED, _ABORTED, _FAILED, _ERROR = 1, 2, 3, 4
+_COMMITTED, _ABORTED, _FAILED, _ERROR, _REFUSED = 1, 2, 3, 4, 5
+
+
+_STATUS_CODES = {"aborted": _ABORTED, "error": _ERROR, "refused": _REFUSED}
 
 
 class Outcomes:
@@ -254,7 +269,7 @@ class Outcomes:
         if status == "committed":
             self.codes[j] = _COMMITTED
             return
-        self.codes[j] = _ABORTED if status == "aborted" else _ERROR if status == "error" else _FAILED
+        self.codes[j] = _STATUS_CODES.get(status, _FAILED)
         self.other[status] += 1
         self.causes[f"{status}: {outcome.cause}"] += 1
 
@@ -302,6 +317,7 @@ class Outcomes:
             "aborted": per_second(codes == _ABORTED),
             "failed": per_second(codes == _FAILED),
             "errors": per_second(codes == _ERROR),
+            "refused": per_second(codes == _REFUSED),
             "completed_here": per_second(here, arrived),
             "committed_here": per_second(here & (codes == _COMMITTED), arrived),
         }
@@ -309,6 +325,10 @@ class Outcomes:
             for sec, n in zip(result.seconds, counts, strict=True):
                 setattr(sec, name, getattr(sec, name) + n)
         us = np.clip(((finished - scheduled) * 1e6).astype(np.int64), 1, _HIST_MAX_US)
+        # A refused request's latency (how fast it was told) is kept apart: the latencies of the run
+        # are those of the requests the cluster admitted.
+        result.refused_raw.extend(us[codes == _REFUSED].tolist())
+        answered &= codes != _REFUSED
         kinds = np.frombuffer(self.kinds, dtype=np.uint8)
         for kind, label in enumerate(self.labels):
             result.raw_by_label.setdefault(label, array("q")).extend(us[answered & (kinds == kind)].tolist())
@@ -329,7 +349,9 @@ class RunResult:
     unanswered: int = 0  # … still without reply at the end of the drain
     statuses: Counter[str] = field(default_factory=Counter)
     causes: Counter[str] = field(default_factory=Counter)  # "status: cause"
-    hist: HdrHistogram = field(default_factory=new_histogram)
+    hist: HdrHistogram = field(default_factory=new_histogram)  # of the admitted requests
+    refused_hist: HdrHistogram = field(default_factory=new_histogram)  # refused: how fast they were told
+    refused_raw: array[int] = field(default_factory=lambda: array("q"))
     by_label: dict[str, HdrHistogram] = field(default_factory=dict)
     label_counts: Counter[str] = field(default_factory=Counter)
     raw_by_label: dict[str, array[int]] = field(default_factory=dict)
@@ -371,6 +393,11 @@ class RunResult:
         answered if that is later: a system that falls behind serves fewer than it was offered."""
         return self.answered / max(self.duration_s, self.last_reply_s)
 
+    @property
+    def served(self) -> float:
+        """Answered requests that the cluster admitted (not refused) per second, like throughput."""
+        return (self.answered - self.statuses["refused"]) / max(self.duration_s, self.last_reply_s)
+
     def build_histograms(self) -> None:
         for sec in self.seconds:
             record_all(sec.hist, sec.raw)
@@ -378,6 +405,7 @@ class RunResult:
         for label, raw in self.raw_by_label.items():
             record_all(self.by_label.setdefault(label, new_histogram()), raw)
             self.label_counts[label] = len(raw)
+        record_all(self.refused_hist, self.refused_raw)
 
     def percentiles_ms(self, hist: HdrHistogram | None = None) -> dict[str, float]:
         h = hist or self.hist
@@ -438,11 +466,11 @@ class RunResult:
         }
 
     def sustainable(self, p99_limit_ms: float = 1000.0) -> bool:
-        """Kept up: every request answered, ≥ 98 % of the rate served, p99 under the limit."""
+        """Kept up: every request answered, ≥ 98 % of the rate served (admitted), p99 under the limit."""
         return (
             self.unanswered == 0
             and self.statuses["error"] == 0
-            and self.throughput >= 0.98 * self.rate
+            and self.served >= 0.98 * self.rate
             and self.percentiles_ms()["p99"] < p99_limit_ms
         )
 
@@ -455,6 +483,8 @@ class RunResult:
             "answered": self.answered,
             "unanswered": self.unanswered,
             "throughput": round(self.throughput, 1),
+            "served": round(self.served, 1),  # admitted requests answered per second
+            "refused": self.statuses["refused"],
             "last_reply_s": round(self.last_reply_s, 3),
             "actual_send_rate": round(self.actual_send_rate, 1),
             "send_lag_max_ms": round(self.send_lag_max_s * 1000, 2),
@@ -470,7 +500,12 @@ class RunResult:
             **({} if (loop := self.machine_loop_ms) is None else {"machine_loop_ms": loop}),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
-            "latency_ms": self.percentiles_ms(),
+            "latency_ms": self.percentiles_ms(),  # of the admitted requests
+            **(
+                {"latency_ms_refused": self.percentiles_ms(self.refused_hist)}
+                if self.refused_hist.get_total_count()
+                else {}
+            ),
             "latency_ms_by_label": {
                 label: self.percentiles_ms(h) | {"count": self.label_counts[label]}
                 for label, h in sorted(self.by_label.items())
@@ -493,6 +528,7 @@ class RunResult:
                     "aborted": s.aborted,
                     "failed": s.failed,
                     "errors": s.errors,
+                    "refused": s.refused,
                     "replies_arrived": s.completed_here,
                     "committed_arrived": s.committed_here,
                     "p50_ms": s.hist.get_value_at_percentile(50) / 1000 if n else None,

@@ -18,7 +18,8 @@
     │   ├── TransactionAborted     the function raised ``Abort``
     │   └── BadRequest             unknown operator/function, bad key or arguments, a limit
     ├── RequestTimeout         no reply in time (``request_id``: resend it to get the reply)
-    ├── Overloaded             ``max_pending`` requests in flight in this client
+    ├── Overloaded             ``max_pending`` requests in flight in this client, or refused by
+    │                          the cluster's admission control (``reply`` status ``refused``)
     ├── Unavailable            the cluster cannot take requests (unreachable, recovering)
     └── ConfigError            a bad argument (e.g. ``reply_partition`` the egress topic lacks)
 

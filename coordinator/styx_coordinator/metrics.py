@@ -49,6 +49,8 @@ class CoordinatorReadout(Protocol):
     @property
     def totals(self) -> Mapping[str, int]: ...
     @property
+    def overloaded(self) -> bool: ...
+    @property
     def recoveries(self) -> int: ...
     @property
     def stalls(self) -> int: ...
@@ -144,13 +146,20 @@ class _Collector(Collector):
         txns = CounterMetricFamily(
             "styx_coordinator_transactions",
             "transactions finished, cluster-wide, by outcome "
-            "(aborted: by user logic or errors; rejected: bad requests)",
+            "(aborted: by user logic or errors; rejected: bad requests; refused: not admitted, over "
+            "the admission bound)",
             labels=["outcome"],
         )
         txns.add_metric(["committed"], c.totals["committed"])
         txns.add_metric(["aborted"], c.totals["aborted"])
         txns.add_metric(["rejected"], c.totals["rejected"])
+        txns.add_metric(["refused"], c.totals["refused"])
         yield txns
+        yield GaugeMetricFamily(
+            "styx_coordinator_overloaded",
+            "1 while the workers refuse requests (admission control; refused in the last 2 s)",
+            value=1.0 if c.overloaded else 0.0,
+        )
         yield CounterMetricFamily(
             "styx_coordinator_fallback_transactions",
             "transactions re-run under locks after an Aria conflict",

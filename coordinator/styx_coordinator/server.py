@@ -440,6 +440,10 @@ class Coordinator:
         return self.epochs.throughput.totals
 
     @property
+    def overloaded(self) -> bool:
+        return self.epochs.throughput.overloaded(self.clock.now())
+
+    @property
     def stalls(self) -> int:
         return self.epochs.stalls
 

@@ -13,7 +13,16 @@ from styx_coordinator.placement import loads_of
 from styx_py.core.limits import STATUS_RATE_WINDOW_S
 from styx_py.core.wire import EpochDone
 
-__all__ = ["STATUS_RATE_WINDOW_S", "Throughput", "operator_rows", "version_rows", "worker_rows"]
+OVERLOADED_WINDOW_S = 2.0  # the cluster is overloaded while it refused requests this recently
+
+__all__ = [
+    "OVERLOADED_WINDOW_S",
+    "STATUS_RATE_WINDOW_S",
+    "Throughput",
+    "operator_rows",
+    "version_rows",
+    "worker_rows",
+]
 
 
 class Throughput:
@@ -23,20 +32,36 @@ class Throughput:
     operator or function, bad key or arguments) are ``rejected``, outside the abort rate: a client's
     mistake says nothing about contention or the workload's logic.
 
+    ``refused`` counts requests the workers did not admit (admission control, answered ``refused``):
+    while any were refused in the last :data:`OVERLOADED_WINDOW_S` seconds the cluster is
+    ``overloaded`` (a flag beside ``state``: it runs normally, for what it admits).
+
     Counts go into one bucket per second (a ring of ``STATUS_RATE_WINDOW_S + 1``), so the memory is bounded
     whatever the epoch rate and no epoch is left out of the rates (a bounded list of epochs capped
     ``epochs_per_s`` at its length divided by the window)."""
 
     def __init__(self) -> None:
         self.started_at: float | None = None
-        self.totals = {"committed": 0, "aborted": 0, "rejected": 0, "rescheduled": 0, "fallback": 0}
-        # second -> [epochs, committed, aborted, rejected]
+        self.totals = {
+            "committed": 0,
+            "aborted": 0,
+            "rejected": 0,
+            "refused": 0,
+            "rescheduled": 0,
+            "fallback": 0,
+        }
+        # second -> [epochs, committed, aborted, rejected, refused]
         self.buckets: dict[int, list[int]] = {}
+        self.refused_at = -float("inf")  # when an epoch last refused requests
 
     def record(self, now: float, done: list[EpochDone], fallback: int) -> None:
         committed = sum(d.committed for d in done)
         aborted = sum(d.aborted for d in done)
         rejected = sum(d.rejected for d in done)
+        refused = sum(d.refused for d in done)
+        if refused:
+            self.refused_at = now
+        self.totals["refused"] += refused
         self.totals["committed"] += committed
         self.totals["aborted"] += aborted
         self.totals["rejected"] += rejected
@@ -47,11 +72,16 @@ class Throughput:
         if bucket is None:
             for old in [s for s in self.buckets if s <= second - STATUS_RATE_WINDOW_S - 1]:
                 del self.buckets[old]
-            bucket = self.buckets[second] = [0, 0, 0, 0]
+            bucket = self.buckets[second] = [0, 0, 0, 0, 0]
         bucket[0] += 1
         bucket[1] += committed
         bucket[2] += aborted
         bucket[3] += rejected
+        bucket[4] += refused
+
+    def overloaded(self, now: float) -> bool:
+        """Whether the workers refused requests in the last :data:`OVERLOADED_WINDOW_S` seconds."""
+        return now - self.refused_at < OVERLOADED_WINDOW_S
 
     def summary(self, now: float) -> dict[str, Any]:
         """Rates over the last :data:`STATUS_RATE_WINDOW_S` whole seconds before ``now`` (the current
@@ -67,6 +97,8 @@ class Throughput:
             "epochs_per_s": round(epochs / window, 1),
             "txn_per_s": round((decided + sum(b[3] for b in recent)) / window, 1),  # every answered one
             "abort_rate": round(aborted / decided, 4) if decided else 0.0,
+            "refused_per_s": round(sum(b[4] for b in recent) / window, 1),
+            "overloaded": self.overloaded(now),
             "totals": dict(self.totals),
         }
 

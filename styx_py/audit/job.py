@@ -345,7 +345,9 @@ def ordering(effective: DataFrame, facts: DataFrame) -> DataFrame:
     grouped and judged in Python.
     """
     logged = effective.mapInArrow(explode_entries, spark_schema(LOGGED_SCHEMA))
-    replies = facts.where(F.col("request_id").isNotNull() & (F.col("replies") > 0)).select(
+    # A refused request (not admitted) has no tid: its reply carries 0 and takes no place in the order.
+    answered = F.col("request_id").isNotNull() & (F.col("replies") > 0) & (F.col("status") != "refused")
+    replies = facts.where(answered).select(
         "tid", F.struct("request_id", "epoch", "reply_partition", "reply_offset").alias("r")
     )
     log, rep = F.col("l"), F.col("r")
@@ -385,7 +387,10 @@ def serial_replay(
     """SerialCheck's findings: every answered request, in commit order, in one task (and whether the
     changelog's records up to an epoch are the replay's writes: ``changelog``, from changelog_checks)."""
     answered = facts.where(
-        F.col("request_id").isNotNull() & (F.col("submissions") > 0) & (F.col("replies") > 0)
+        F.col("request_id").isNotNull()
+        & (F.col("submissions") > 0)
+        & (F.col("replies") > 0)
+        & (F.col("status") != "refused")  # nothing ran: not part of the serial execution
     ).select(
         *("request_id", "operator", "function", "key", "key_is_int", "args", "request_ts_ms", "ingress_ms"),
         *("tid", "epoch", "phase", "status", "result", "error", "error_type"),

@@ -37,6 +37,7 @@ from styx_py.core.wire import (
     UNDECODABLE,
     Answered,
     PartitionSnapshot,
+    Refused,
     Reply,
     Request,
     Run,
@@ -45,7 +46,7 @@ from styx_py.core.wire import (
 )
 
 Kind = Literal["ingress", "egress", "seqlog", "changelog", "raw"]
-_ENTRY_KINDS: dict[type, str] = {Run: "run", Answered: "answered", Waiting: "waiting"}
+_ENTRY_KINDS: dict[type, str] = {Run: "run", Answered: "answered", Waiting: "waiting", Refused: "refused"}
 KINDS: tuple[Kind, ...] = ("ingress", "egress", "seqlog", "changelog", "raw")
 
 # Spark's own Arrow shapes (what a Python data source must return): list items named "element",
@@ -78,7 +79,8 @@ REPLY = pa.struct(
         ("request_ts_ms", pa.int64()),
     ]
 )
-# kind: "run" (a transaction, with its tid), "answered" or "waiting" (a resent request id; no tid).
+# kind: "run" (a transaction, with its tid), "answered" or "waiting" (a resent request id; no tid),
+# "refused" (a request not admitted: admission control; no tid).
 SEQ_ENTRY = pa.struct(
     [
         ("kind", pa.string()),

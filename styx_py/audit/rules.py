@@ -36,7 +36,7 @@ from typing import Any
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
 from styx_py.core.serial import GraphAt, Writes, apply_serially
-from styx_py.core.wire import UNDECODABLE, Reply, Request, decode_value
+from styx_py.core.wire import UNDECODABLE, Reply, ReplyStatus, Request, decode_value
 
 ERROR = "error"
 WARNING = "warning"
@@ -579,7 +579,10 @@ class SerialCheck:
 
     async def feed(self, request: Request, reply: Reply) -> None:
         """The next reply in commit order, with its request. ``request.ts_ms`` must be the clock the
-        cluster gave the transaction (``ctx.now()``): the ingress record's timestamp."""
+        cluster gave the transaction (``ctx.now()``): the ingress record's timestamp. A refused reply
+        (not admitted) ran nothing and is passed over."""
+        if reply.status == ReplyStatus.REFUSED:
+            return
         order = (reply.epoch, reply.phase, reply.tid)
         assert order > self.last, f"serial replay fed out of commit order: {order} after {self.last}"
         self.last = order

@@ -68,6 +68,29 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         int,
         Setting("max new transactions one worker sequences into one epoch", "transactions", 1, 1_000_000),
     ] = 1000
+    # Admission control (styx_worker.admission): past its knee a cluster that admits everything queues,
+    # its epochs grow with the backlog and commit less; bounded, it keeps its best throughput for what
+    # it admits and refuses the rest at once.
+    admission_epoch_ms: Annotated[
+        float,
+        Setting(
+            "target duration of an epoch: each worker sizes its batches from the durations of its own "
+            "epochs so that one takes about this long (at most epoch_size_max transactions); 0: batches "
+            "of epoch_size_max and nothing refused",
+            "ms",
+            ge=0,
+        ),
+    ] = 250.0
+    admission_queue_ms: Annotated[
+        float,
+        Setting(
+            "requests buffered on a worker beyond what it admits in this long (admission_queue_ms / "
+            "admission_epoch_ms batches) are refused at once: answered `refused`, which the SDK raises as "
+            "Overloaded and the gateway answers with 429; 0: never refuse",
+            "ms",
+            ge=0,
+        ),
+    ] = 500.0
     heartbeat_interval_ms: Annotated[
         int, Setting("worker heartbeat period (sent from the worker's event loop)", "ms", ge=1)
     ] = 200

@@ -19,7 +19,7 @@
     │   ├── TransactionAborted     user logic aborted it with ``Abort``
     │   └── BadRequest             unknown operator/function, undecodable arguments, a limit…
     ├── RequestTimeout             no reply within the deadline (``request_id`` names the request)
-    ├── Overloaded                 too many pending requests in the client
+    ├── Overloaded                 too many pending requests in the client, or refused by the cluster
     ├── Unavailable                the cluster cannot take requests now (unreachable, recovering)
     └── ExternalCallFailed         an external call failed for good (raised in its continuation by
                                    ``styx_py.core.effects.external_value``)
@@ -163,7 +163,13 @@ class RequestTimeout(StyxError):
 
 
 class Overloaded(StyxError):
-    """The client has too many requests in flight; retry later."""
+    """Retry later: the client has too many requests in flight (``reply`` None, nothing was sent), or
+    the cluster refused the request, over its admission bound (``reply``: its ``refused`` reply;
+    nothing ran, and the same request id is answered the same way again: retry with a new one)."""
+
+    def __init__(self, message: str, reply: ReplyFields | None = None) -> None:
+        super().__init__(message)
+        self.reply = reply
 
 
 class Unavailable(StyxError):

@@ -22,7 +22,7 @@ from styx_py.core.errors import Abort
 from styx_py.core.graph import Graph
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key
-from styx_py.core.wire import Reply, Request, decode_value, encode_value
+from styx_py.core.wire import Reply, ReplyStatus, Request, decode_value, encode_value
 
 EntityKey = tuple[str, Key]
 
@@ -124,10 +124,14 @@ async def serial_replay(
 ) -> tuple[dict[EntityKey, Any], dict[str, tuple[str, Any]]]:
     """Final state and ``request_id -> (status, result or error)`` of the serial execution; each
     transaction runs ``graph``, or ``graph(epoch)`` of its epoch when the cluster's code changed. With
-    ``commits``, every committed transaction's reply and writes are appended to it, in commit order."""
+    ``commits``, every committed transaction's reply and writes are appended to it, in commit order.
+    A refused request (not admitted: admission control) runs nothing; its outcome is its reply."""
     state: dict[EntityKey, bytes] = {}
     outcomes: dict[str, tuple[str, Any]] = {}
     for reply in sorted(replies, key=lambda r: (r.epoch, r.phase, r.tid)):
+        if reply.status == ReplyStatus.REFUSED:
+            outcomes[reply.request_id] = reply_outcome(reply)
+            continue
         req = requests[reply.request_id]
         g = graph if isinstance(graph, Graph) else graph(reply.epoch)
         writes: Writes = {}

@@ -82,6 +82,7 @@ class SimClients:
             ingress_topic=cfg.ingress_topic,
             egress_topic=cfg.egress_topic,
             max_pending=1_000_000,
+            shed_when_refused=False,  # the simulation offers the cluster everything it sends
             timeout_s=CLIENT_TIMEOUT_S,
             client_id=f"sim-client-{i}",
             reply_partition=rng.randrange(-1, n_partitions),

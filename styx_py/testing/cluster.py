@@ -99,9 +99,10 @@ class SimCluster:
         self.graph: Graph = load_graph(graph_path)
         self.n_workers = workers
         self.seed = seed
-        self.config: Config = load_config(
-            {"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, **config}, env={}
-        )
+        # Admission control is off unless a test turns it on (tests/test_admission.py): its batch sizes
+        # follow virtual epoch durations, which would move every seed's fault points.
+        defaults = {"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, "admission_epoch_ms": 0}
+        self.config: Config = load_config({**defaults, **config}, env={})
         self.network = MemoryNetwork(seed)
         self.log = MemoryLog()
         # The log-loss check, on every recovery: the in-memory log loses nothing (no false alarm).

@@ -6,7 +6,10 @@ sequencer log's entry kinds (:mod:`styx_py.core.wire.logs`):
 
 * ``Run`` — a new transaction, given the next Mencius tid by the sequencer;
 * ``Answered`` — a request id resent after its reply: the reply is given again, nothing runs;
-* ``Waiting`` — a request id resent while its first copy still runs: answered with that copy's reply.
+* ``Waiting`` — a request id resent while its first copy still runs: answered with that copy's reply;
+* ``Refused`` — a new request beyond what the worker admits (:mod:`styx_worker.admission`): answered
+  ``refused`` with the batch's resends (after the entry is durable), recorded in the reply table like
+  any reply (a resent copy gets the same answer), nothing runs.
 
 The batch's composition is written to the sequencer log before any of its replies can leave, so a
 replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.replayed`).
@@ -16,7 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from styx_py.core.wire import Answered, BatchEntry, IngressRecord, Run, SeqLogEntry, Waiting, Written
+from styx_py.core.wire import (
+    NIL,
+    Answered,
+    BatchEntry,
+    IngressRecord,
+    Phase,
+    Refused,
+    Reply,
+    ReplyStatus,
+    Request,
+    Run,
+    SeqLogEntry,
+    Waiting,
+    Written,
+)
 from styx_worker.replies import ReplyOut
 from styx_worker.sequencer import Sequencer
 from styx_worker.txn import Resend, RootTxn
@@ -47,6 +64,23 @@ def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[Ro
             roots.add(entity)
             run.append(root)
     return run, wait
+
+
+def refusal(epoch: int, request: Request) -> Reply:
+    """The reply to a request ``epoch`` refused: the same wherever and whenever it is made (replay
+    compares it with the one on the egress log)."""
+    error = f"not admitted in epoch {epoch}: the cluster is over its admission bound; retry later"
+    return Reply(
+        request.request_id,
+        0,
+        epoch,
+        Phase.OPTIMISTIC,
+        ReplyStatus.REFUSED,
+        NIL,
+        error,
+        "Overloaded",
+        request.ts_ms,
+    )
 
 
 Misclassified = Callable[[int, BatchEntry, str], None]  # (epoch, the logged entry, what replay made of it)
@@ -90,6 +124,14 @@ class BatchFormer:
         self.next_run, self.rescheduled = take_rescheduled(self.rescheduled)
         return max(0, self.epoch_size_max - len(self.next_run))
 
+    def refuse(self, rec: IngressRecord, epoch: int, resends: list[Resend]) -> Refused:
+        """Refuse ``rec`` in ``epoch``: its reply is recorded and goes out with the resends."""
+        request = rec.request
+        reply = refusal(epoch, request)
+        self.replies.answered.record(rec.partition, reply)
+        resends.append((self.replies.route(rec.partition, request, epoch), reply, request.reply_to))
+        return Refused(rec.partition, rec.offset, request.request_id)
+
     def form(
         self,
         epoch: int,
@@ -97,11 +139,13 @@ class BatchFormer:
         version: int,
         records: list[IngressRecord],
         written: tuple[int, list[Written]] = (-1, []),
+        admitted: int = -1,
     ) -> tuple[Formed, SeqLogEntry]:
         """The live batch of ``epoch`` (run by graph ``version``) from the rescheduled transactions
         :meth:`room` chose and ``records``: its roots, the resent ids it answers and the copies that
         wait for a running one, and its sequencer-log entry, which carries ``written``: the digests
-        of the epoch this worker finished before (:mod:`styx_worker.digests`)."""
+        of the epoch this worker finished before (:mod:`styx_worker.digests`). Of ``records``, the
+        new requests after the first ``admitted`` (-1: none) are refused."""
         lc_start = self.sequencer.lc
         resched, self.next_run = self.next_run, []
         # In flight: this batch's rescheduled transactions, those still waiting, and resent copies.
@@ -111,9 +155,13 @@ class BatchFormer:
         resends: list[Resend] = []
         waiting: list[IngressRecord] = []
         answered: list[BatchEntry] = []
-        for rec in records:
+        admitted = len(records) if admitted < 0 else admitted
+        for i, rec in enumerate(records):
             kind = self.classify(rec, running, resends, epoch)
-            if kind is Run:
+            if kind is Run and i >= admitted:
+                running.discard(rec.request.request_id)
+                answered.append(self.refuse(rec, epoch, resends))
+            elif kind is Run:
                 fresh.append(rec)
             elif kind is Answered:
                 answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
@@ -178,6 +226,9 @@ class BatchFormer:
             root = waiting.pop(e.tid, None) if isinstance(e, Run) else None
             if root is None:
                 rec = by_position[e.partition, e.offset]
+                if isinstance(e, Refused):
+                    self.refuse(rec, epoch, resends)
+                    continue
                 if not isinstance(e, Run):
                     kind = self.classify(rec, running, resends, epoch)
                     if kind is Waiting:

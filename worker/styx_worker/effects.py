@@ -78,10 +78,12 @@ class LogAcked(msgspec.Struct):
 
 
 class Taken(msgspec.Struct):
-    """The ingress records a :class:`Take` or :class:`Fetch` asked for."""
+    """The ingress records a :class:`Take` or :class:`Fetch` asked for. Of a ``Take``'s, the first
+    ``admitted`` run and the rest are refused (styx_worker.admission); -1: every one runs."""
 
     request: Take | Fetch
     records: list[IngressRecord]
+    admitted: int = -1
 
     @property
     def epoch(self) -> int:
@@ -126,12 +128,14 @@ class Closed(msgspec.Struct):
 
 class Take(msgspec.Struct):
     """Take up to ``room`` records from the ingress for the live batch of ``epoch`` (answered at once
-    with :class:`Taken`)."""
+    with :class:`Taken`), which also runs ``rescheduled`` transactions; the shell's admission
+    (styx_worker.admission) may admit fewer and take more to refuse."""
 
     epoch: int
     gen: int
     room: int
     version: int  # the graph version the epoch runs (logged with the batch)
+    rescheduled: int = 0
 
 
 class Fetch(msgspec.Struct):

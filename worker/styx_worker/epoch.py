@@ -45,6 +45,7 @@ from styx_py.core.wire import (
     Message,
     Outcome,
     Phase,
+    Refused,
     Revote,
     Status,
     Vote,
@@ -118,7 +119,8 @@ class EpochMachine(InvocationFlow):
             return
         self.replies.live()
         out.append(effects.Live(msg.segment))
-        out.append(Take(es.epoch, es.gen, self.batch.room(), version))
+        room = self.batch.room()
+        out.append(Take(es.epoch, es.gen, room, version, len(self.batch.next_run)))
 
     def on_taken(self, ev: Taken) -> None:
         """The records of the epoch's batch: form it (or re-form a replayed one) and run its roots."""
@@ -128,8 +130,9 @@ class EpochMachine(InvocationFlow):
         if isinstance(ev.request, Take):
             # The entry carries the digests of the epoch finished before (styx_worker.digests).
             (roots, es.resends, copies), entry = self.batch.form(
-                es.epoch, es.gen, ev.request.version, ev.records, self.written
+                es.epoch, es.gen, ev.request.version, ev.records, self.written, ev.admitted
             )
+            es.tally.refused = sum(isinstance(e, Refused) for e in entry.entries)
             self.written = (-1, [])
             es.logged = False
             self.out.effects.append(effects.Log(es.epoch, es.gen, entry))
@@ -354,6 +357,7 @@ class EpochMachine(InvocationFlow):
             t.rescheduled,
             es.gen,
             rejected,
+            t.refused,
         )
         out.append(Send(COORDINATOR, done))
         self._replay(self.inbox.release(es.epoch + 1, Until.OPEN))

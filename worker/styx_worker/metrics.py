@@ -43,6 +43,7 @@ class WorkerGauges:
     external_calls_pending: int = 0  # intents in this worker's partitions (styx_worker.outbox)
     external_calls_running: int = 0  # of them, being called now
     timers_pending: int = 0  # timers in this worker's partitions
+    admission_size: int = 0  # the batch size admission control chose (styx_worker.admission)
 
 
 class MetricsSource(Protocol):
@@ -163,6 +164,16 @@ class _Collector(Collector):
             "styx_worker_transactions_rescheduled",
             "transactions moved to the next epoch (read/write set changed in the fallback phase)",
             value=t.rescheduled,
+        )
+        yield CounterMetricFamily(
+            "styx_worker_requests_refused",
+            "new requests not admitted (over the admission bound), answered refused / Overloaded",
+            value=t.refused,
+        )
+        yield GaugeMetricFamily(
+            "styx_worker_admission_size",
+            "the batch size admission control chose for the next epoch (at most epoch_size_max)",
+            value=g.admission_size,
         )
         yield GaugeMetricFamily(
             "styx_worker_rescheduled_waiting",

@@ -33,6 +33,7 @@ from styx_py.core.wire import (
 )
 from styx_worker import effects as fx
 from styx_worker import snapshot, status
+from styx_worker.admission import Admission, AdmissionGate
 from styx_worker.core import CORE_MESSAGES, WorkerCore
 from styx_worker.effects import Effect, Event
 from styx_worker.feed import ReplyFeed
@@ -85,6 +86,8 @@ class Worker:
         self.feed = ReplyFeed(ports.transport.send, ports.egress.offsets, ports.clock.now)
         self.outgoing = Outgoing(self.membership, ports.clock, ports.egress, self.feed, on_fenced)
         self.runner = InvocationRunner(self.step, self.step, self.spawn)
+        policy = Admission(config.epoch_size_max, config.admission_epoch_ms, config.admission_queue_ms)
+        self.admission = AdmissionGate(policy, ports.clock)
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.reconfig = Reconfiguration(
             self.core,
@@ -271,9 +274,10 @@ class Worker:
 
     def _closed(self, e: fx.Closed) -> None:
         self.runner.forget(e.epoch)
+        self.admission.closed(e.epoch)
 
     def _take(self, e: fx.Take) -> None:
-        self.step(fx.Taken(e, self.ports.ingress.take(e.room) if e.room else []))
+        self.step(self.admission.take(e, self.ports.ingress))
 
     def _fetch(self, e: fx.Fetch) -> None:
         async def fetched() -> None:
@@ -357,7 +361,12 @@ class Worker:
     # ---- what the metrics read ------------------------------------------------------------------------
     def gauges(self) -> WorkerGauges:
         return status.gauges(
-            self.core, self.ports.ingress.pending(), len(self.inflight), self.feed, self.effects
+            self.core,
+            self.ports.ingress.pending(),
+            len(self.inflight),
+            self.feed,
+            self.effects,
+            self.admission,
         )
 
     def readiness(self) -> tuple[bool, str]:

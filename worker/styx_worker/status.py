@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from styx_worker.admission import AdmissionGate
 from styx_worker.core import WorkerCore
 from styx_worker.feed import ReplyFeed
 from styx_worker.metrics import WorkerGauges
@@ -11,7 +12,12 @@ __all__ = ["gauges", "readiness"]
 
 
 def gauges(
-    core: WorkerCore, ingress_pending: int, inflight: int, feed: ReplyFeed, effects: EffectRunner | None
+    core: WorkerCore,
+    ingress_pending: int,
+    inflight: int,
+    feed: ReplyFeed,
+    effects: EffectRunner | None,
+    admission: AdmissionGate,
 ) -> WorkerGauges:
     calls, timers = effects.pending() if effects is not None else (0, 0)
     return WorkerGauges(
@@ -29,6 +35,7 @@ def gauges(
         external_calls_pending=calls,
         external_calls_running=len(effects.calls) if effects is not None else 0,
         timers_pending=timers,
+        admission_size=admission.policy.size,
     )
 
 

@@ -117,13 +117,14 @@ class CachedInvocation:
 class Tally:
     """Transactions rooted on this worker that finished: per epoch, and summed since the start."""
 
-    __slots__ = ("aborted", "by_status", "committed", "epochs", "fallback", "rescheduled")
+    __slots__ = ("aborted", "by_status", "committed", "epochs", "fallback", "refused", "rescheduled")
 
     def __init__(self) -> None:
         self.committed = self.aborted = self.rescheduled = 0
         self.by_status = [0] * 6  # aborted transactions by reply status (ST_*): the abort cause
         self.epochs = 0
         self.fallback = 0  # transactions re-run under locks (counted on every worker)
+        self.refused = 0  # new requests not admitted (styx_worker.admission)
 
     def finished(self, root: RootTxn) -> None:
         if root.failed:
@@ -138,6 +139,7 @@ class Tally:
         self.rescheduled += other.rescheduled
         self.epochs += other.epochs
         self.fallback += other.fallback
+        self.refused += other.refused
         for status, n in enumerate(other.by_status):
             self.by_status[status] += n
 

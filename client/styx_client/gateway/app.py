@@ -45,7 +45,9 @@ Status mapping. Every error body is ``{"error": {"status", "code", "message", "r
                                                      exception in user code (``function_error``:
                                                      e.g. a ``TypeError`` from wrongly typed arguments)
 429   ``overloaded`` + ``Retry-After``               ``max_pending`` invocations or ``max_http_inflight``
-                                                     HTTP requests already in flight
+                                                     HTTP requests already in flight, or the cluster
+                                                     refused it (admission control; ``reply`` status
+                                                     ``refused``)
 503   ``recovering``, ``unavailable``,              cluster recovering / coordinator unreachable /
       ``not_deployed``, ``not_ready`` + Retry-After  nothing deployed / gateway not connected yet
 504   ``timeout``                                    no reply in time; the job goes on: fetch it later

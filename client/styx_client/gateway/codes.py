@@ -58,7 +58,13 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "function_error", 422, "the function raised an exception (e.g. a TypeError from its arguments)"
     ),
     ErrorCode("idempotency_key_reused", 422, "the request id was already used for a different request"),
-    ErrorCode("overloaded", 429, "too many invocations or HTTP requests in flight; see Retry-After", True),
+    ErrorCode(
+        "overloaded",
+        429,
+        "too many invocations or HTTP requests in flight, or the cluster refused the request (reply.status "
+        "refused: admission control, a new Idempotency-Key to retry); see Retry-After",
+        True,
+    ),
     ErrorCode("http_error", 400, "another HTTP-level error from the framework (its own status)"),
     ErrorCode("internal", 500, "a bug in the gateway (its log has the traceback)"),
     ErrorCode("bad_reply", 502, "the cluster's reply cannot be decoded"),

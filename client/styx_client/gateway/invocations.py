@@ -149,7 +149,7 @@ class Invocations:
             reply = found.reply
             if reply is not None:
                 self.stats.cluster_hits += 1
-                return reply_outcome(reply)
+                return reply_outcome(reply, None, self.config.timing.retry_after_s)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return self.not_found(rid, found)

@@ -158,7 +158,7 @@ class Jobs:
         job.reply = reply
         elapsed = time.perf_counter() - started
         self.metrics.transactions.labels(reply.status).observe(elapsed)
-        outcome = reply_outcome(reply, elapsed * 1000)
+        outcome = reply_outcome(reply, elapsed * 1000, self.config.timing.retry_after_s)
         if job.cache and outcome.status < 500:
             self.replies.put(job.rid, job.fingerprint, outcome)
         return outcome

@@ -71,10 +71,12 @@ class InvocationReply(BaseModel):
     bytes; the gateway's own submit → reply time is in the ``Server-Timing`` header."""
 
     request_id: str
-    status: Literal["committed", "aborted", "failed"]
+    status: Literal["committed", "aborted", "failed", "refused"]
     result: Any = None
     error: str | None = None
-    error_type: str | None = Field(default=None, description="Abort, BadRequest or UserError")
+    error_type: str | None = Field(
+        default=None, description="Abort, BadRequest, UserError or Overloaded (status refused)"
+    )
     tid: int = Field(description="transaction id")
     epoch: int
     phase: int = Field(description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)")

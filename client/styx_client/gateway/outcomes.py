@@ -78,16 +78,17 @@ def overloaded(message: str, retry_after_s: int) -> Outcome:
     return failure(429, "overloaded", message, headers=retry_after(retry_after_s))
 
 
-def reply_outcome(reply: Reply, latency_ms: float | None = None) -> Outcome:
+def reply_outcome(reply: Reply, latency_ms: float | None = None, retry_after_s: int = 1) -> Outcome:
     """Map the cluster's reply to the HTTP answer (see the status table in ``app.py``).
 
     The body depends on ``reply`` alone (byte-identical on every replica, for every retry);
-    ``latency_ms``, when this gateway measured one, goes in a ``Server-Timing`` header."""
+    ``latency_ms``, when this gateway measured one, goes in a ``Server-Timing`` header. A request the
+    cluster refused (not admitted: over its admission bound) is 429 ``overloaded`` with Retry-After."""
     try:
         result = decode_value(reply.result)
     except UNDECODABLE as exc:
         return failure(502, "bad_reply", f"undecodable result: {exc}", request_id=reply.request_id)
-    if reply.status not in ("committed", "aborted", "failed"):
+    if reply.status not in ("committed", "aborted", "failed", "refused"):
         return failure(
             502, "bad_reply", f"unknown reply status {reply.status!r}", request_id=reply.request_id
         )
@@ -107,6 +108,9 @@ def reply_outcome(reply: Reply, latency_ms: float | None = None) -> Outcome:
         return ok(body, headers=timing)
     if reply.status == "aborted":
         return failure(409, "aborted", message, request_id=rid, reply=body, headers=timing)
+    if reply.status == "refused":
+        headers = timing + retry_after(retry_after_s)
+        return failure(429, "overloaded", message, request_id=rid, reply=body, headers=headers)
     if reply.error_type == "BadRequest":
         return failure(422, "bad_request", message, request_id=rid, reply=body, headers=timing)
     return failure(

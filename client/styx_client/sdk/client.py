@@ -93,6 +93,7 @@ class StyxClient(ClientCalls):
         ingress_topic: str = "styx-ingress",
         egress_topic: str = "styx-egress",
         max_pending: int = 10_000,
+        shed_when_refused: bool = True,
         timeout_s: float = 30.0,
         linger_ms: int = 0,
         busy_linger_ms: float = BUSY_LINGER_MS,
@@ -158,6 +159,7 @@ class StyxClient(ClientCalls):
             rest=push.rest_egress,
             push_requests=push.push_requests,
             fresh_s=fresh_s,
+            shed_when_refused=shed_when_refused,
         )
         self._new_rid = RequestIds(request_id_prefix)
         # The node id of this client's connections to the workers, named in every request it sends so

@@ -69,10 +69,11 @@ class ClientCore:
         rest: bool,
         push_requests: bool,
         fresh_s: float = FRESH_S,
+        shed_when_refused: bool = True,
     ) -> None:
         self.stats = ClientStats()
         self.fresh_s = fresh_s  # a write this soon after a look found its segment newest is read for sure
-        self.table = PendingTable(max_pending, self.stats)
+        self.table = PendingTable(max_pending, self.stats, shed_when_refused)
         # The egress reader rests while every worker pushes (styx_client.sdk.resting); None: it never does.
         self.rest = EgressRest(self.table, egress_topic) if rest else None
         self.push_requests = push_requests

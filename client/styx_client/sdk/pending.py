@@ -27,6 +27,7 @@ from styx_client.sdk.entry import Pending
 from styx_client.sdk.requests import same_request
 from styx_client.sdk.stats import ClientStats
 from styx_client.sdk.waiters import Deadlines, Done, Named, Waiter, timeout_error
+from styx_client.sdk.window import InFlightWindow
 from styx_py.core.errors import BadRequest, Overloaded, StyxError
 from styx_py.core.limits import MIN_RECENT_REQUEST_IDS
 from styx_py.core.wire import Reply
@@ -73,9 +74,11 @@ class Recent:
 class PendingTable:
     """Requests in flight by id (at most ``max_pending``), and the routing of replies to them."""
 
-    def __init__(self, max_pending: int, stats: ClientStats) -> None:
+    def __init__(self, max_pending: int, stats: ClientStats, shed_when_refused: bool = True) -> None:
         self.max_pending = max_pending
         self.stats = stats
+        # At most max_pending in flight, fewer while the cluster refuses (styx_client.sdk.window).
+        self.window = InFlightWindow(max_pending, shed_when_refused)
         # In the order they were registered (a dict keeps it): the first is the oldest in flight.
         self.entries: dict[str, Pending] = {}
         self.registered = 0  # entries registered so far (each one's Pending.seq is the count before it)
@@ -116,9 +119,17 @@ class PendingTable:
             )
 
     def check_room(self) -> None:
-        """Raise :class:`Overloaded` when ``max_pending`` requests are in flight."""
-        if len(self.entries) >= self.max_pending:
-            raise Overloaded(f"{len(self.entries)} requests in flight (max_pending={self.max_pending})")
+        """Raise :class:`Overloaded` when ``max_pending`` requests are in flight, or as many as the
+        window allows while the cluster refuses requests."""
+        n = len(self.entries)
+        if n >= self.max_pending:
+            raise Overloaded(f"{n} requests in flight (max_pending={self.max_pending})")
+        if n >= self.window.limit:
+            self.stats.shed += 1
+            raise Overloaded(
+                f"{n} requests in flight: the cluster is refusing requests (in-flight window "
+                f"{int(self.window.limit)} of max_pending={self.max_pending})"
+            )
 
     def check_new(self, rid: str, fingerprint: bytes) -> None:
         """:meth:`check_reuse` then :meth:`check_room`, in one call for the lean path: a new id costs
@@ -126,7 +137,7 @@ class PendingTable:
         entries = self.entries
         if rid in entries or rid in self._recent:  # a generated id a caller chose before
             self.check_reuse(rid, fingerprint)
-        if len(entries) >= self.max_pending:
+        if len(entries) >= self.window.limit:
             self.check_room()
 
     def register(self, rid: str, fingerprint: bytes, partition: int, segment: int) -> Pending:
@@ -210,6 +221,11 @@ class PendingTable:
         if path == PUSHED:
             stats.pushed += 1
         self._answered.put(rid, path)
+        if reply.status == "refused":
+            stats.refused += 1
+            self.window.refused(entry.seq, len(self.entries), self.registered)
+        else:
+            self.window.admitted()
         self._settle(entry, reply, None)
         return True
 

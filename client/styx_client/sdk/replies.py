@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from styx_py.core.errors import BadRequest, ProtocolError, TransactionAborted, TransactionFailed
+from styx_py.core.errors import BadRequest, Overloaded, ProtocolError, TransactionAborted, TransactionFailed
 from styx_py.core.wire import Reply, reply_decoder
 
 __all__ = ["decode_reply", "result_of"]
@@ -28,6 +28,8 @@ def result_of(reply: Reply) -> Any:
             raise TransactionAborted(reply.error or "transaction aborted", reply)
         case "failed" if reply.error_type == "BadRequest":
             raise BadRequest(reply.error or "bad request", reply)
+        case "refused":
+            raise Overloaded(reply.error or "refused: the cluster is overloaded", reply)
         case "failed":
             message = f"{reply.error_type or 'error'}: {reply.error or 'transaction failed'}"
             raise TransactionFailed(message, reply)

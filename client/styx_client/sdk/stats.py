@@ -32,6 +32,10 @@ class ClientStats:
     that shares its reply partition (or an answer this client gave up on long ago)."""
     rewritten: int = 0
     """Requests written again to a newer ingress segment (the workers may have stopped reading theirs)."""
+    refused: int = 0
+    """Of ``replied``, replies ``refused``: the cluster did not admit the request (admission control)."""
+    shed: int = 0
+    """Requests refused here, nothing sent, while the cluster refuses (:mod:`styx_client.sdk.window`)."""
     undecodable: int = 0
     """Egress records that are not a valid :class:`~styx_py.core.wire.Reply` (logged and skipped)."""
     egress_skipped: int = 0

@@ -11,8 +11,8 @@ Every message is a ``msgspec.Struct``, tagged, in one module per part of the pro
 * :mod:`.push` — replies pushed to clients on the workers' ports;
 * :mod:`.lookup` — finding a request's reply in the workers' reply tables (any gateway replica);
 * :mod:`.logs` — Kafka payloads: requests, replies, sequencer-log batches with typed entries
-  (:class:`Run`, :class:`Answered`, :class:`Waiting`) and the digests of the writes each epoch
-  committed (:class:`Written`);
+  (:class:`Run`, :class:`Answered`, :class:`Waiting`, :class:`Refused`) and the digests of the
+  writes each epoch committed (:class:`Written`);
 * :mod:`.storage` — objects in S3: snapshot parts, manifests, the coordinator's state;
 * :mod:`.frames` — one union per channel (:data:`ToCoordinator`, :data:`ToWorker`,
   :data:`ToAdmin`), the TCP frame and its per-channel decoders.
@@ -78,6 +78,7 @@ from styx_py.core.wire.logs import (
     Answered,
     BatchEntry,
     IngressRecord,
+    Refused,
     Reply,
     Request,
     Run,
@@ -151,6 +152,7 @@ __all__ = [
     "PushedRequest",
     "Recover",
     "RecoverDone",
+    "Refused",
     "Register",
     "ReplayDiverged",
     "Reply",

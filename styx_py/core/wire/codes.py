@@ -44,6 +44,7 @@ class ReplyStatus(StrEnum):
     COMMITTED = "committed"
     ABORTED = "aborted"  # Abort raised by user code
     FAILED = "failed"  # another error: user exception, bad request
+    REFUSED = "refused"  # not admitted: the worker was over its admission bound (Overloaded); nothing ran
 
 
 class Msg(msgspec.Struct, tag_field="t", array_like=True, omit_defaults=False):

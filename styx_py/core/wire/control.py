@@ -78,6 +78,7 @@ class EpochDone(Msg, tag="ed"):
     rescheduled: int
     gen: int
     rejected: int = 0  # bad requests (unknown operator/function, bad key or arguments), answered "failed"
+    refused: int = 0  # requests not admitted (over the admission bound), answered "refused"
 
 
 class SnapshotDone(Msg, tag="snap"):

@@ -99,7 +99,16 @@ class Waiting(_Entry, tag="waiting"):
     request_id: str
 
 
-BatchEntry = Run | Answered | Waiting
+class Refused(_Entry, tag="refused"):
+    """A request the worker did not admit (over its admission bound, styx_worker.admission): answered
+    ``refused`` (the SDK raises ``Overloaded``), nothing runs; logged so that a replay refuses it again."""
+
+    partition: int
+    offset: int
+    request_id: str
+
+
+BatchEntry = Run | Answered | Waiting | Refused
 
 
 class Written(msgspec.Struct, array_like=True):
@@ -118,7 +127,8 @@ class SeqLogEntry(msgspec.Struct, array_like=True):
     """Composition of one worker's batch in one epoch: enough to replay it with the same tids.
 
     Entries list the transactions that run first (rescheduled ones, then new ones with consecutive
-    Mencius counters ``lc_start .. lc_end``), then the resent request ids the batch answered."""
+    Mencius counters ``lc_start .. lc_end``), then the resent request ids the batch answered and the
+    requests it refused."""
 
     epoch: int
     node_id: str

@@ -1,0 +1,195 @@
+"""Past the knee: served throughput, latency of what is admitted, and refusals (admission control).
+
+    python -m styx_benchmarks.overload                       # YCSB-T and TPC-C W=1, ~15 minutes
+    python -m styx_benchmarks.overload --workloads ycsbt --duration 10
+
+For each workload it first finds the sustainable rate *on this machine, in this run* (the machine may
+be shared): runs at rising rates (``--ycsbt-ladder``, ``--tpcc-ladder``) until one is not sustained
+(p99 < 1 s, ≥ 98 % of the offered rate served and admitted, nothing lost); the best sustained rate is
+the highest served rate of the sustained runs. Then it offers multiples of it (YCSB-T 1, 1.5 and 2 times;
+TPC-C 1 and 2 times; ``--ycsbt-factors``, ``--tpcc-factors``). Every run is ``styx bench`` on a fresh local
+cluster with the default admission settings (``STYX_ADMISSION_*``, docs/operations.md#overload).
+
+It writes each run's ``styx bench`` file and ``overload-<time>.json`` (every row, the ladder, the
+machine's ``uptime`` before and after) to ``--out`` (benchmarks/results/overload/), and the table to
+``--report`` (benchmarks/results/overload.md): offered, served (admitted and answered per second),
+refused, lost (no reply, or an error), p50/p99 of the admitted requests and of the refusals. A row
+holds the target when served ≥ 90 % of the best sustained rate, admitted p99 < 1 s, nothing is lost
+and refusals are answered within 1 s (p99).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from styx_benchmarks.bench import _cmd_bench, add_arguments
+from styx_benchmarks.driver import RunResult
+
+OUT = Path("benchmarks/results/overload")
+REPORT = Path("benchmarks/results/overload.md")
+SERVED_SHARE = 0.9  # of the best sustained rate, past the knee
+P99_LIMIT_MS = 1000.0
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def bench_args(workload: str, rate: float, ns: argparse.Namespace) -> argparse.Namespace:
+    """``styx bench`` arguments for one run of ``workload`` at ``rate`` on a fresh cluster."""
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    argv = [workload, "--rate", f"{rate:g}", "--duration", f"{ns.duration:g}", "--warmup", f"{ns.warmup:g}"]
+    argv += ["--out", str(ns.out), "--no-plots", "--quiet", "--timeout", f"{ns.timeout:g}"]
+    if workload == "tpcc":
+        argv += ["--warehouses", "1"]
+    return p.parse_args(argv)
+
+
+def run(workload: str, rate: float, ns: argparse.Namespace) -> tuple[RunResult, Path]:
+    runs: list[tuple[RunResult, Path]] = []
+    print(f"== {workload} at {rate:g}/s", flush=True)
+    _cmd_bench(bench_args(workload, rate, ns), runs, [])
+    [(result, path)] = runs
+    return result, path
+
+
+def row(workload: str, kind: str, result: RunResult, path: Path, best: float | None) -> dict[str, Any]:
+    p = result.percentiles_ms()
+    refused = result.percentiles_ms(result.refused_hist) if result.refused_hist.get_total_count() else {}
+    lost = result.unanswered + result.statuses["error"]
+    out: dict[str, Any] = {
+        "workload": workload,
+        "kind": kind,
+        "offered": result.rate,
+        "sent": result.sent,
+        "served_per_s": round(result.served, 1),
+        "answered_per_s": round(result.throughput, 1),
+        "committed": result.statuses["committed"],
+        "aborted": result.statuses["aborted"],
+        "refused": result.statuses["refused"],
+        "lost": lost,
+        "p50_ms": p["p50"],
+        "p99_ms": p["p99"],
+        "refused_p50_ms": refused.get("p50"),
+        "refused_p99_ms": refused.get("p99"),
+        "sustained": result.sustainable(P99_LIMIT_MS),
+        "check": result.check,
+        "file": path.name,
+    }
+    if best is not None:
+        out["best_sustained_per_s"] = best
+        out["served_share_of_best"] = round(result.served / best, 3) if best else None
+        out["holds"] = (
+            result.served >= SERVED_SHARE * best
+            and p["p99"] < P99_LIMIT_MS
+            and lost == 0
+            and (not refused or refused["p99"] < P99_LIMIT_MS)
+        )
+    return out
+
+
+def sweep(
+    workload: str, ladder: Sequence[float], factors: Sequence[float], ns: argparse.Namespace
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    sustained: list[float] = []
+    for rate in ladder:
+        result, path = run(workload, rate, ns)
+        rows.append(row(workload, "ladder", result, path, None))
+        if not result.sustainable(P99_LIMIT_MS):
+            break
+        sustained.append(result.served)
+    if not sustained:
+        print(f"{workload}: no rate of the ladder {list(ladder)} was sustained; no overload runs", flush=True)
+        return rows
+    best = round(max(sustained), 1)
+    print(f"{workload}: best sustained rate here: {best:g}/s", flush=True)
+    for f in factors:
+        result, path = run(workload, round(best * f), ns)
+        rows.append(row(workload, f"{f:g}x", result, path, best))
+    return rows
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| workload | run | offered /s | served /s | share of best | refused | lost | p50 admitted ms "
+        "| p99 admitted ms | p99 refusal ms | target |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        share = r.get("served_share_of_best")
+        holds = r.get("holds")
+        lines.append(
+            f"| {r['workload']} | {r['kind']} | {r['offered']:,.0f} | {r['served_per_s']:,.0f} | "
+            f"{'—' if share is None else f'{share:.0%}'} | {r['refused']:,} | {r['lost']:,} | "
+            f"{_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | {_ms(r['refused_p99_ms'])} | "
+            f"{'—' if holds is None else 'holds' if holds else 'MISSED'} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m styx_benchmarks.overload", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--workloads", default="ycsbt,tpcc", help="comma-separated: ycsbt, tpcc (default both)")
+    p.add_argument("--ycsbt-ladder", default="2000,4000,6000,8000,11000,14000,17000")
+    p.add_argument("--tpcc-ladder", default="150,300,450,600,800")
+    p.add_argument("--ycsbt-factors", default="1,1.5,2")
+    p.add_argument("--tpcc-factors", default="1,2")
+    p.add_argument("--duration", type=float, default=12.0, help="measured seconds per run (12)")
+    p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--timeout", type=float, default=30.0, help="per-request reply timeout in s (30)")
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--report", type=Path, default=REPORT)
+    ns = p.parse_args(argv)
+    ns.out.mkdir(parents=True, exist_ok=True)
+
+    def floats(s: str) -> list[float]:
+        return [float(x) for x in s.split(",") if x]
+
+    before = uptime()
+    print(f"uptime before: {before}", flush=True)
+    started = time.strftime("%Y%m%d-%H%M%S")
+    rows: list[dict[str, Any]] = []
+    for workload in ns.workloads.split(","):
+        ladder, factors = getattr(ns, f"{workload}_ladder"), getattr(ns, f"{workload}_factors")
+        rows += sweep(workload, floats(ladder), floats(factors), ns)
+    after = uptime()
+    print(f"uptime after: {after}", flush=True)
+    summary = {
+        "started": started,
+        "uptime_before": before,
+        "uptime_after": after,
+        "duration_s": ns.duration,
+        "warmup_s": ns.warmup,
+        "rows": rows,
+    }
+    path = ns.out / f"overload-{started}.json"
+    path.write_text(json.dumps(summary, indent=2, default=str))
+    text = table(rows)
+    ns.report.write_text(
+        "# Overload: admission control past the knee\n\n"
+        f"`python -m styx_benchmarks.overload` on {started} ({path.name}); {ns.duration:g} s measured "
+        f"per run after {ns.warmup:g} s of warm-up, a fresh 2-worker local cluster each.\n\n"
+        f"Machine load: before `{before}`; after `{after}`.\n\n" + text
+    )
+    print(text, flush=True)
+    print(f"wrote {path} and {ns.report}", flush=True)
+    return 0 if all(r.get("holds", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

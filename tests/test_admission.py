@@ -1,0 +1,341 @@
+"""Admission control (styx_worker.admission) and refused requests end to end.
+
+Properties: the policy admits at most its batch size (rescheduled transactions included), keeps at
+most ``admission_queue_ms`` worth of batches buffered and refuses the rest; the batch size follows
+the measured epoch durations (shrinks when an epoch ran long, grows when a full one ran short, within
+a factor of two, ``MIN_EPOCH_SIZE`` and ``epoch_size_max``). A batch with refusals logs them as
+``Refused`` entries and answers each with a ``refused`` reply recorded in the reply table; a resent
+copy gets the same reply; the batch re-formed from its log entry refuses the same requests with
+identical replies. In the simulation, offered load far past the bound with crashes and restarts:
+every request is answered exactly once, the admitted ones equal the serial execution, the others are
+``refused`` (the SDK raises ``Overloaded``), and the cluster says ``overloaded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from styx_benchmarks.driver import RunResult, SdkSender, run_open_loop
+from styx_client import StyxClient
+from styx_client.gateway.outcomes import reply_outcome
+from styx_client.sdk.replies import result_of
+from styx_client.sdk.window import ALPHA, MIN_WINDOW, InFlightWindow
+from styx_py.core.errors import Overloaded
+from styx_py.core.wire import (
+    IngressRecord,
+    Refused,
+    Reply,
+    ReplyStatus,
+    Request,
+    Run,
+    StatusRequest,
+    encode_value,
+)
+from styx_py.stack.local import LocalStack, admin
+from styx_py.testing.cluster import SimCluster, check_against_serial
+from styx_py.testing.memory import MemoryIngress, MemoryLog
+from styx_worker.admission import MIN_EPOCH_SIZE, Admission
+from styx_worker.batch import BatchFormer, refusal
+from styx_worker.effects import Outbox
+from styx_worker.replies import ReplyOut
+from styx_worker.txn import Resend
+from tests.service_fixtures import ClusterFactory
+from tests.test_bench import SlowWork
+from tests.test_oracle import APP, submit_random_mix
+
+# ---- the policy (pure) ------------------------------------------------------------------------------
+
+
+def test_below_the_bound_everything_is_admitted() -> None:
+    a = Admission(100, epoch_ms=200, queue_ms=400)
+    d = a.decide(room=100, rescheduled=0, pending=70)
+    assert (d.admit, d.refuse) == (70, 0)
+
+
+def test_past_the_bound_the_backlog_is_capped_and_the_rest_refused() -> None:
+    a = Admission(100, epoch_ms=200, queue_ms=400)  # two batches may stay buffered
+    assert a.backlog_max == 200
+    d = a.decide(room=100, rescheduled=0, pending=1000)
+    assert (d.admit, d.refuse) == (100, 700)
+    assert a.refused_total == 700
+
+
+def test_rescheduled_transactions_count_against_the_batch() -> None:
+    a = Admission(100, epoch_ms=200, queue_ms=400)
+    d = a.decide(room=70, rescheduled=30, pending=1000)
+    assert (d.admit, d.refuse) == (70, 730)
+
+
+def test_off_or_no_queue_bound_never_refuses() -> None:
+    off = Admission(100, epoch_ms=0, queue_ms=400)
+    assert off.decide(room=100, rescheduled=0, pending=10**6) == off.decide(100, 0, 10**6)
+    assert off.decide(room=100, rescheduled=0, pending=10**6).refuse == 0
+    unbounded = Admission(100, epoch_ms=200, queue_ms=0)
+    assert unbounded.decide(room=100, rescheduled=0, pending=10**6).refuse == 0
+
+
+def test_a_slow_epoch_shrinks_the_batch_in_proportion_at_most_by_half() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.taken(1, now=0.0, batch=1000)
+    a.finished(1, now=0.125)  # 125 ms for a 100 ms target
+    assert a.size == 800
+    a.taken(2, now=1.0, batch=800)
+    a.finished(2, now=2.0)  # ten times too long: at most halved
+    assert a.size == 400
+    assert a.decide(room=1000, rescheduled=0, pending=5000).admit == 400
+
+
+def test_a_full_fast_epoch_grows_the_batch_at_most_double_and_never_past_the_max() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.size = 100
+    a.taken(1, now=0.0, batch=100)
+    a.finished(1, now=0.080)  # 80 ms: 100 * 100/80
+    assert a.size == 125
+    a.taken(2, now=1.0, batch=125)
+    a.finished(2, now=1.001)
+    assert a.size == 250, "at most double"
+    a.size = 900
+    a.taken(3, now=2.0, batch=900)
+    a.finished(3, now=2.001)
+    assert a.size == 1000, "never past epoch_size_max"
+
+
+def test_a_batch_that_was_not_full_and_fast_changes_nothing() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.size = 300
+    a.taken(1, now=0.0, batch=20)
+    a.finished(1, now=0.010)
+    assert a.size == 300
+
+
+def test_the_batch_never_shrinks_below_the_floor_and_unknown_epochs_are_ignored() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    for epoch in range(20):
+        a.taken(epoch, now=epoch * 10.0, batch=a.size)
+        a.finished(epoch, now=epoch * 10.0 + 5)
+    assert a.size == MIN_EPOCH_SIZE
+    a.finished(99, now=1000.0)  # a replayed epoch: nothing was taken live
+    assert a.size == MIN_EPOCH_SIZE
+    assert Admission(4, epoch_ms=100, queue_ms=200).size == 4
+
+
+@given(
+    st.integers(1, 5000),
+    st.integers(0, 100),
+    st.integers(0, 20_000),
+    st.floats(1, 1000),
+    st.floats(0, 5000),
+)
+def test_a_decision_never_admits_more_than_room_and_size_nor_takes_more_than_pending(
+    size_max: int, rescheduled: int, pending: int, epoch_ms: float, queue_ms: float
+) -> None:
+    a = Admission(size_max, epoch_ms, queue_ms)
+    room = max(0, size_max - rescheduled)
+    d = a.decide(room, rescheduled, pending)
+    assert 0 <= d.admit <= min(room, pending)
+    assert d.admit + rescheduled <= max(a.size, rescheduled)
+    assert d.refuse >= 0 and d.admit + d.refuse <= pending
+    if d.refuse:
+        assert pending - d.admit - d.refuse == a.backlog_max, "the backlog kept is the cap"
+
+
+# ---- the batch: Refused entries, replies, replay (pure) ---------------------------------------------
+
+INGRESS = "in"
+
+
+def _request(rid: str, ts_ms: int = 5) -> Request:
+    return Request(rid, "acct", "deposit", "k", msgspec.Raw(encode_value([1])), ts_ms)
+
+
+def _never(*what: object) -> None:
+    raise AssertionError(f"diverged: {what}")
+
+
+class _Former:
+    def __init__(self, log: MemoryLog) -> None:
+        self.ingress = MemoryIngress(log, INGRESS)
+        self.ingress.assign([0, 1])
+        self.replies = ReplyOut(Outbox(), 100, _never)
+        self.batch = BatchFormer("w1", 100, self.replies, _never)
+
+
+def _log(*rids: tuple[int, str]) -> MemoryLog:
+    log = MemoryLog()
+    log.create(INGRESS, 2)
+    for partition, rid in rids:
+        log.append(INGRESS, partition, _request(rid))
+    return log
+
+
+def _refusals(resends: list[Resend]) -> dict[str, Reply]:
+    return {r.request_id: r for _, r, _ in resends if r.status == ReplyStatus.REFUSED}
+
+
+async def test_refused_requests_are_logged_answered_once_and_replayed_identically() -> None:
+    log = _log((0, "a"), (1, "b"), (0, "c"), (1, "d"), (0, "c"))
+    live = _Former(log)
+    records = live.ingress.take(10)
+    (roots, resends, copies), entry = live.batch.form(3, 0, 1, records, admitted=2)
+    assert [r.request.request_id for r in roots] == ["a", "b"]
+    refused = [e for e in entry.entries if isinstance(e, Refused)]
+    assert [(e.partition, e.request_id) for e in refused] == [(0, "c"), (1, "d")]
+    assert [type(e).__name__ for e in entry.entries] == ["Run", "Run", "Refused", "Refused", "Answered"]
+    assert entry.lc_end - entry.lc_start == 2, "a refused request takes no tid"
+    replies = _refusals(resends)
+    assert sorted(replies) == ["c", "d"] and not copies
+    assert [r.request_id for _, r, _ in resends] == ["c", "d", "c"], "the copy of c gets c's reply"
+    c = replies["c"]
+    assert (c.status, c.error_type, c.tid, c.epoch, c.request_ts_ms) == ("refused", "Overloaded", 0, 3, 5)
+    assert c == refusal(3, _request("c")), "the reply depends on the epoch and the request alone"
+    assert live.replies.answered.get(0, "c") == c, "recorded: a resent copy is answered the same"
+    with pytest.raises(Overloaded) as raised:
+        result_of(c)
+    assert raised.value.reply == c
+
+    # A later resend of c (another epoch) is answered from the table, with the same reply.
+    log.append(INGRESS, 0, _request("c"))
+    (later, again, _), entry2 = live.batch.form(4, 0, 1, live.ingress.take(10))
+    assert not later and [r for _, r, _ in again] == [c]
+    assert [type(e).__name__ for e in entry2.entries] == ["Answered"]
+
+    # The batch re-formed from its log entry: the same roots, the same refusals, identical replies.
+    replay = _Former(log)
+    replay.batch.replay = {3: entry}
+    fetched = [await replay.ingress.take_exact(p, o) for p, o in replay.batch.to_fetch(3)]
+    roots2, resends2, _ = replay.batch.replayed(3, fetched)
+    assert [(r.tid, r.request.request_id) for r in roots2] == [(r.tid, r.request.request_id) for r in roots]
+    assert [r for _, r, _ in resends2] == [r for _, r, _ in resends]
+    assert replay.replies.answered.get(1, "d") == replies["d"]
+
+
+def test_a_resend_of_an_admitted_request_is_not_refused() -> None:
+    """Beyond the admitted count only new requests are refused: a resend is answered as always."""
+    live = _Former(_log((0, "a"), (0, "a")))
+    done = Reply("z", 7, 0, 0, "committed", msgspec.Raw(encode_value(1)), None, None)
+    live.replies.answered.record(1, done)
+    records = [*live.ingress.take(10), IngressRecord(1, 0, _request("z"), 0)]
+    (roots, resends, copies), entry = live.batch.form(0, 0, 1, records, admitted=1)
+    assert [r.request.request_id for r in roots] == ["a"]
+    assert [rec.request.request_id for rec in copies] == ["a"], "a copy of a running request waits"
+    assert [r for _, r, _ in resends] == [done]
+    assert not any(isinstance(e, Refused) for e in entry.entries)
+    assert isinstance(entry.entries[0], Run)
+
+
+# ---- the simulation: overload with crashes ---------------------------------------------------------
+
+
+async def _flood(seed: int, crashes: int) -> SimCluster:
+    """Bursts far past a bound of 5 per epoch and 5 buffered, through the real clients, with crashes."""
+    rng = random.Random(seed)
+    async with SimCluster(
+        APP,
+        workers=2,
+        seed=seed,
+        epoch_size_max=5,
+        admission_epoch_ms=1000,
+        admission_queue_ms=1000,
+        snapshot_interval_epochs=2,
+        epoch_timeout_ms=300,
+        seqlog_ack_lag=(seed % 3) * 10,
+    ) as c:
+        for i in range(10):
+            c.submit("acct", "deposit", f"k{i}", 100)
+        await c.wait()
+        base = c.network.delivered
+        for _ in range(crashes):
+            node = rng.choice(["w1", "w2"])
+            c.network.faults.at(base + rng.randint(20, 600), lambda node=node: c.crash(node))
+        for _ in range(3):
+            submit_random_mix(c, rng, 80, n_keys=20, hot=0.3)
+            for rid in rng.sample(sorted(c.requests), 10):
+                c.resubmit(rid)  # resends of admitted, refused and running requests
+            await c.wait(timeout_s=120)
+        await check_against_serial(c)
+        return c
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_overload_answers_every_request_once_admitted_ones_serially(seed: int) -> None:
+    c = await _flood(seed, crashes=1 + seed % 2)
+    statuses = [r.status for r in c.sent.unique_replies()]
+    refused, admitted = statuses.count(ReplyStatus.REFUSED), len(statuses) - statuses.count("refused")
+    assert refused > 20 and admitted > 20, (refused, admitted)
+    assert c.crashes >= 1, "no crash fired: replay of refusals was not exercised"
+    totals = c.coordinator.status()["totals"]
+    assert totals["refused"] > 0
+
+
+# ---- what a refusal looks like to a caller ---------------------------------------------------------
+
+
+def test_the_gateway_answers_a_refused_reply_429_with_retry_after() -> None:
+    outcome = reply_outcome(refusal(7, _request("r")), None, retry_after_s=3)
+    assert (outcome.status, outcome.code) == (429, "overloaded")
+    assert ("Retry-After", "3") in outcome.headers
+    body = msgspec.json.decode(outcome.body)["error"]
+    assert body["reply"]["status"] == "refused" and body["reply"]["error_type"] == "Overloaded"
+
+
+@pytest.mark.services
+def test_a_slowed_cluster_refuses_what_it_cannot_admit_and_answers_everything(
+    local_cluster: ClusterFactory,
+) -> None:
+    """Every call burns 4 ms of a worker's CPU (2 workers: < 500/s) and 1000/s are offered for 3 s,
+    through the SDK: the requests past the bound are refused, every one is answered once (committed
+    or refused), the coordinator counted exactly the refusals the client saw, and the client's
+    window then refused some itself, nothing sent."""
+
+    async def go(stack: LocalStack) -> tuple[RunResult, dict[str, Any]]:
+        async with await StyxClient.connect(stack.coordinator, timeout_s=120) as client:
+            result = await run_open_loop(
+                SlowWork(), SdkSender(client, 120), rate=1000, duration_s=3, warmup_s=0, progress=None
+            )
+        status = await admin(stack.coordinator, StatusRequest(), 10.0, stack.secret)
+        return result, status
+
+    settings = {"epoch_size_max": "40", "failure_timeout_ms": "5000"}
+    result, status = asyncio.run(go(local_cluster(app=SlowWork.app, settings=settings)))
+    committed, refused = result.statuses["committed"], result.statuses["refused"]
+    assert result.answered == 3000 and result.unanswered == 0 and result.statuses["error"] == 0
+    assert committed > 0 and refused > 0 and committed + refused == 3000, result.statuses
+    # Refused by the cluster (a reply) or, once refusals came, by the client's window (nothing sent).
+    by_cluster, by_client = (
+        result.causes["refused: Overloaded"],
+        result.causes["refused: Overloaded (client)"],
+    )
+    assert by_cluster > 0 and by_client > 0 and by_cluster + by_client == refused, result.causes
+    assert status["totals"]["refused"] == by_cluster, "a refusal counted twice, or one the client missed"
+    assert status["totals"]["committed"] == committed
+    assert result.refused_hist.get_total_count() == refused
+    assert result.hist.get_total_count() == committed, "latencies are those of the admitted requests"
+
+
+def test_an_epoch_that_refused_more_than_it_ran_does_not_shrink_the_batch() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.taken(1, now=0.0, batch=1000, refused=3000)
+    a.finished(1, now=0.4)  # slow, but the refusals took the time
+    assert a.size == 1000
+    assert a.backlog_max == math.ceil(1000 * 200 / 400), "the backlog follows the pace epochs ran"
+
+
+def test_the_client_window_narrows_on_refusals_once_per_window_and_widens_on_replies() -> None:
+    w = InFlightWindow(10_000)
+    w.refused(seq=5, in_flight=1000, registered=1200)
+    assert w.limit == 700
+    w.refused(seq=1100, in_flight=900, registered=1300)  # sent under the old window: no change
+    assert w.limit == 700
+    w.refused(seq=1250, in_flight=10, registered=1400)
+    assert w.limit == MIN_WINDOW, "never below MIN_WINDOW"
+    for _ in range(100):
+        w.admitted()
+    assert w.limit == pytest.approx(MIN_WINDOW + 100 * ALPHA)
