@@ -231,13 +231,16 @@ class SimCluster:
         return w
 
     def _worker_ended(self, w: Worker, task: asyncio.Task[None]) -> None:
-        """A worker told to leave (Retire) returns from run(): it is gone, like its process."""
+        """A worker told to leave (Retire) returns from run(): it is gone, like its process. A crash
+        fired between its retiring and its end already started a new process of the same id (as a
+        supervisor restarts an exited one): that one keeps its place on the network."""
         if not task.cancelled() and task.exception() is None and w.retired.is_set():
             self.retired.append(w.node_id)
-            self.network.unregister(w.node_id, drained=True)
             self.workers = [x for x in self.workers if x is not w]
-            if self.worker_tasks.get(w.node_id) is task:
-                del self.worker_tasks[w.node_id]
+            current = self.worker_tasks.get(w.node_id)
+            if current is None or current is task:
+                self.network.unregister(w.node_id, drained=True)
+                self.worker_tasks.pop(w.node_id, None)
             self._dead.append(task)
         self._reply_event.set()  # wake wait() to report a crash
 
