@@ -20,22 +20,16 @@ effect, ``styx.timers.fire`` answers "fired").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from styx_py.audit.rules import CHECKS, ERROR, SKIPPED, WARNING, Finding
+from styx_py.audit.rules import ERROR, WARNING, Finding
 from styx_py.core.effectids import OUTBOX, TIMERS
 from styx_py.core.wire import decode_value
 
-__all__ = ["EFFECTS_CHECKS", "EffectsCheck", "effects_skipped"]
-
-EFFECTS_CHECKS = tuple(c for c in CHECKS if c.startswith(("effects.", "timers.")))
+__all__ = ["EffectsCheck"]
 
 EntityKey = tuple[str, Any]
-
-
-def effects_skipped(reason: str, checks: Iterable[str] = EFFECTS_CHECKS) -> list[Finding]:
-    return [Finding(c, "effects", reason, SKIPPED) for c in checks]
 
 
 def _where(epoch: int, tid: int) -> str:
