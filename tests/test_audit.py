@@ -358,7 +358,7 @@ def test_tampered_balance_is_detected(spark: object, run: Run, tmp_path: Path) -
     results: list[AuditResult] = []
     code = run_from_args(parser.parse_args(argv), printed.append, progress.append, results.append)
     assert code == EXIT_FAILED, printed
-    assert printed[0].startswith("audit FAILED — 12 of 15 checks passed, 3 failed ("), printed
+    assert printed[0].startswith("audit FAILED — 15 of 18 checks passed, 3 failed ("), printed
     assert "  invariant.ycsbt: FAIL (1 errors, 0 warnings)" in printed
     assert "  ordering.mencius: pass" in printed
     stages = [re.sub(r"^audit \[ *\d+\.\ds\] ", "", line) for line in progress]

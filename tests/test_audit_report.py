@@ -53,14 +53,11 @@ def test_no_snapshot_skips_the_state_checks_with_the_reason() -> None:
 def test_no_workload_or_serial_skips_each_state_check() -> None:
     found = skipped_checks(None, None, True, None)
     by = {v.check: v for v in verdicts(CHECKS, counts_of(found), found)}
-    assert {c for c, v in by.items() if v.verdict == "skipped"} == {
-        "invariant",
-        "serial.state",
-        "serial.outcome",
-    }
+    replayed = {"serial.state", "serial.outcome", "effects.response", "effects.continuation", "timers.fired"}
+    assert {c for c, v in by.items() if v.verdict == "skipped"} == {"invariant", *replayed}
     assert by["serial.outcome"].reason == "no --workload or --app given: no graph to replay the log with"
     no_serial = skipped_checks("ycsbt", "app:x", False, None)
-    assert {f.check for f in no_serial} == {"serial.state", "serial.outcome"}
+    assert {f.check for f in no_serial} == replayed
     assert all(f.severity == SKIPPED and f.message.startswith("--no-serial") for f in no_serial)
     assert skipped_checks("ycsbt", "app:x", True, None) == []  # everything can be checked
 
@@ -171,11 +168,11 @@ def test_html_report_is_self_contained_with_inline_plots_and_shows_skips(tmp_pat
     assert not re.search(r"https?://|<link|<script|@import|url\(", text)
     assert "&lt;bad&gt; &amp; worse" in text  # findings are escaped
     assert "skipped: no snapshot in bucket &#x27;snaps&#x27;: no state to check" in text
-    assert "FAILED — 12 of 15 checks passed, 1 failed, 2 skipped (invariant.ycsbt, serial.state)" in text
+    assert "FAILED — 15 of 18 checks passed, 1 failed, 2 skipped (invariant.ycsbt, serial.state)" in text
     assert ">1795000000<" not in text and "2026-11-18T11:06:40Z" in text
     markdown = md.read_text()
     assert "| `serial.state` |" in markdown and "skipped: no snapshot in bucket 'snaps'" in markdown
-    assert "**FAILED — 12 of 15 checks passed, 1 failed, 2 skipped" in markdown
+    assert "**FAILED — 15 of 18 checks passed, 1 failed, 2 skipped" in markdown
     for name in ("throughput", "latency", "latency_by_function", "abort_causes", "epochs"):
         assert f"plots/{name}.png" in markdown
 
@@ -185,10 +182,10 @@ def test_passed_report_with_skips_does_not_say_all_passed(tmp_path: Path) -> Non
     found = skipped_checks(None, None, True, None)
     md, page = write_report(tmp_path, True, counts_of(found), found, stats(), tables(), {}, CHECKS)
     assert (
-        "**PASSED — 12 of 15 checks passed, 3 skipped (invariant, serial.outcome, serial.state)**"
-        in md.read_text()
+        "**PASSED — 12 of 18 checks passed, 6 skipped (effects.continuation, effects.response, invariant, "
+        "serial.outcome, serial.state, timers.fired)**" in md.read_text()
     )
-    assert "all 15 checks passed" not in page.read_text()
+    assert "all 18 checks passed" not in page.read_text()
 
 
 def test_empty_topics_read_as_no_rows() -> None:

@@ -266,9 +266,9 @@ async def read_egress(stack: LocalStack) -> list[Reply]:
     return [reply_decoder.decode(r.value) for r in records]
 
 
-async def audit(stack: LocalStack) -> None:
+async def audit(stack: LocalStack, app: str = "styx_benchmarks.bank:app") -> str:
     """The offline audit over exactly the topics and snapshots the run produced: exactly-once, Mencius
-    ordering, epochs against the sequencer log, serial replay of the snapshot."""
+    ordering, epochs against the sequencer log, serial replay of the snapshot; its report.md."""
     pytest.importorskip("pyspark")
     from styx_py.cli import main as styx_main
 
@@ -285,8 +285,9 @@ async def audit(stack: LocalStack) -> None:
     argv += ["--egress-topic", topics["STYX_EGRESS_TOPIC"], "--seqlog-topic", topics["STYX_SEQLOG_TOPIC"]]
     argv += ["--changelog-topic", topics["STYX_CHANGELOG_TOPIC"]]
     argv += ["--s3-endpoint", s3.endpoint, "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]
-    argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", "styx_benchmarks.bank:app"]
+    argv += ["--bucket", topics["STYX_SNAPSHOT_BUCKET"], "--app", app]
     argv += ["--out", str(stack.data_dir / "audit")]
     code = await asyncio.to_thread(styx_main, argv)
     report = (stack.data_dir / "audit" / "report.md").read_text()
     assert code == 0, report[:3000]
+    return report

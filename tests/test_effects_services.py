@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from styx_py.core.wire import StatusRequest
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3
 from tests.service_fixtures import ClusterFactory
+from tests.test_chaos import audit
 
 pytestmark = pytest.mark.services
 
@@ -105,3 +107,7 @@ async def test_reservations_with_a_worker_and_the_coordinator_killed(
     reservations.check(state, ledger)
     sold = sum(s["state"] == "sold" for s in seats if s)
     print(f"ledger {len(ledger)} keys, service {stats}, seats sold {sold}")
+    # The audit of the run: the replay finds every intent completed once and every timer fired in time.
+    report = await audit(stack, "styx_benchmarks.reservations:app")
+    for check in ("effects.response", "effects.continuation", "timers.fired", "serial.outcome"):
+        assert re.search(rf"\| `{re.escape(check)}` \| [^|]* \| 0 \| 0 \| pass \|", report), report[:3000]

@@ -606,7 +606,7 @@ def run_audit(
 
     # ---- all findings: written in full, counted and sampled for the report
     if serial_future is not None:
-        timer.stage("waiting for the serial replay: serial.state, serial.outcome")
+        timer.stage("waiting for the serial replay: serial.*, effects.*, timers.fired")
         serial, serial_s = serial_future.result()
         extra += serial
         timer.times["serial replay (beside the above)"] = round(serial_s, 2)

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from styx_py.audit.changelog_rules import ChangelogExpectation
+from styx_py.audit.effects_rules import EffectsCheck
 from styx_py.audit.rows import key_value
 from styx_py.audit.rules import (
     SerialCheck,
@@ -26,9 +27,10 @@ from styx_py.audit.rules import (
     check_tid,
     check_undecodable,
 )
+from styx_py.core.effectids import SYSTEM_OPERATORS
 from styx_py.core.graph import Graph, GraphVersion, load_graph, version_at
 from styx_py.core.serial import GraphAt, Writes
-from styx_py.core.wire import NIL, Reply, Request
+from styx_py.core.wire import NIL, Reply, Request, decode_value
 
 FINDING = pa.struct(
     [("check", pa.string()), ("subject", pa.string()), ("message", pa.string()), ("severity", pa.string())]
@@ -314,6 +316,10 @@ def entry_checks(n_by_gen: dict[int, int], batches: Iterator[pa.RecordBatch]) ->
 # ---- state --------------------------------------------------------------------------------------------
 
 
+def _decoded(data: bytes | None) -> Any:
+    return None if data is None else decode_value(data)
+
+
 def _raw(data: bytes | None) -> msgspec.Raw:
     return NIL if data is None else msgspec.Raw(data)
 
@@ -339,14 +345,16 @@ def serial_findings(
 ) -> Iterator[pa.RecordBatch]:
     """All answered requests, in commit order, in one task → SerialCheck's findings; with ``changelog``
     (an epoch bound and, per changelog partition, its records' count and digest sum up to it), also
-    whether the changelog holds exactly the replay's writes (:mod:`.changelog_rules`)."""
+    whether the changelog holds exactly the replay's writes (:mod:`.changelog_rules`); and the external calls
+    and timers the replay's writes record against the completions and firings (:mod:`.effects_rules`)."""
     expect = None if changelog is None else ChangelogExpectation(changelog[0])
-    on_commit = None
-    if expect is not None:
-        feed = expect.feed
+    effects = EffectsCheck()
+    committed: list[Writes] = []  # the writes of the transaction just fed, when it committed
 
-        def on_commit(graph: Graph, reply: Reply, writes: Writes) -> None:
-            feed(graph, reply.epoch, reply.phase, reply.tid, writes)
+    def on_commit(graph: Graph, reply: Reply, writes: Writes) -> None:
+        committed.append(writes)
+        if expect is not None:
+            expect.feed(graph, reply.epoch, reply.phase, reply.tid, writes)
 
     check = SerialCheck(graphs_of(app), snapshot_epoch, snapshot_state, on_commit=on_commit)
 
@@ -372,9 +380,22 @@ def serial_findings(
                     row["request_ts_ms"] or 0,
                 )
                 await check.feed(request, reply)
+                if committed:
+                    system = row["operator"] in SYSTEM_OPERATORS  # only these requests' args matter
+                    effects.feed(
+                        rid,
+                        row["operator"],
+                        row["function"],
+                        _decoded(row["args"]) if system else None,
+                        row["ingress_ms"],
+                        row["epoch"],
+                        row["tid"],
+                        _decoded(row["result"]) if system else None,
+                        committed.pop(),
+                    )
 
     asyncio.run(replay())
-    found = check.finish()
+    found = check.finish() + effects.finish()
     if expect is not None and changelog is not None:
         found += expect.findings(changelog[1])
     yield pa.RecordBatch.from_pylist(finding_dicts(found), schema=FINDINGS_SCHEMA)
