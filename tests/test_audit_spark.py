@@ -110,7 +110,7 @@ def test_the_audit_on_a_standalone_cluster_gives_the_verdicts_of_local(
     on_cluster = ("--master", standalone.url, "--executor-memory", "512m")
     code, clean = audit(run, run.egress, tmp_path / "clean", *on_cluster)
     assert code == 0, clean
-    assert len(clean) == 15 and all(line.endswith(": pass") for line in clean), clean
+    assert len(clean) == 18 and all(line.endswith(": pass") for line in clean), clean
     work = standalone.worker.work_dir
     apps = [app for app in work.iterdir() if app.name.startswith("app-")]
     assert apps and any((app / "0" / "stderr").exists() for app in apps), "no executor ran on the worker"

@@ -105,7 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seqlog-topic", help="default $STYX_SEQLOG_TOPIC or styx-seqlog")
     p.add_argument(
         "--changelog-topic",
-        help="default $STYX_CHANGELOG_TOPIC or styx-changelog; empty: no changelog checks",
+        help="default $STYX_CHANGELOG_TOPIC; empty (the default): no changelog checks",
     )
     p.add_argument(
         "--s3-endpoint",
@@ -168,9 +168,7 @@ def config_from(args: argparse.Namespace) -> AuditConfig:
         egress_topic=args.egress_topic or env.get("STYX_EGRESS_TOPIC", "styx-egress"),
         seqlog_topic=args.seqlog_topic or env.get("STYX_SEQLOG_TOPIC", "styx-seqlog"),
         changelog_topic=(
-            args.changelog_topic
-            if args.changelog_topic is not None
-            else env.get("STYX_CHANGELOG_TOPIC", "styx-changelog")
+            args.changelog_topic if args.changelog_topic is not None else env.get("STYX_CHANGELOG_TOPIC", "")
         ),
         out=Path(args.out),
         workload=args.workload,

@@ -215,9 +215,10 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         str,
         Setting(
             "Kafka topic of every committed write, in commit order, exactly once (one partition per "
-            "state partition, keyed by entity: docs/architecture.md#changelog); empty: no changelog"
+            "state partition, keyed by entity: docs/architecture.md#changelog), e.g. styx-changelog; "
+            "empty (the default): no changelog"
         ),
-    ] = "styx-changelog"
+    ] = ""
     log_segment_s: Annotated[
         float,
         Setting(

@@ -101,7 +101,13 @@ class SimCluster:
         self.seed = seed
         # Admission control is off unless a test turns it on (tests/test_admission.py): its batch sizes
         # follow virtual epoch durations, which would move every seed's fault points.
-        defaults = {"epoch_interval_ms": 0, "heartbeat_interval_ms": 200, "admission_epoch_ms": 0}
+        # The changelog is on (every check_against_serial compares it with the serial writes).
+        defaults = {
+            "epoch_interval_ms": 0,
+            "heartbeat_interval_ms": 200,
+            "admission_epoch_ms": 0,
+            "changelog_topic": "styx-changelog",
+        }
         self.config: Config = load_config({**defaults, **config}, env={})
         self.network = MemoryNetwork(seed)
         self.log = MemoryLog()
