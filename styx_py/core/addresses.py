@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import urllib.parse
+from collections.abc import Callable
 
 from styx_py.core.errors import ConfigError
 
@@ -39,22 +40,23 @@ def bootstrap(servers: str, what: str = "Kafka bootstrap") -> list[tuple[str, in
         ) from None
 
 
-def host_port_option(text: str) -> str:
-    """``argparse`` type of a ``HOST:PORT`` option: the text, checked by :func:`host_port`."""
+def _checked(check: Callable[[str, str], object], text: str) -> str:
+    """``text`` once ``check`` accepts it; its ConfigError as argparse's one-line error."""
     try:
-        host_port(text, "")
+        check(text, "")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def host_port_option(text: str) -> str:
+    """``argparse`` type of a ``HOST:PORT`` option: the text, checked by :func:`host_port`."""
+    return _checked(host_port, text)
 
 
 def bootstrap_option(text: str) -> str:
     """``argparse`` type of a Kafka bootstrap option (:func:`bootstrap`)."""
-    try:
-        bootstrap(text, "")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return _checked(bootstrap, text)
 
 
 def url_option(text: str) -> str:
