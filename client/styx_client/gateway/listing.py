@@ -4,7 +4,9 @@
 operator, a page at a time (``after`` is the ``next_after`` cursor of the previous page).
 ``GET /v1/invocations/{id}/view`` shows one: the call and its reply from the window, else the reply
 alone from the cluster's reply tables (an invocation another replica sent, or one the window has
-dropped), else why there is none (202 pending, 404 unknown, 503 cannot tell).
+dropped), else why there is none (202 pending, 404 unknown, 503 cannot tell); and, from the workers,
+the call graph of the transaction that gave the reply and the entities it touched
+(:mod:`styx_worker.traces`).
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route signatures at run time.
@@ -16,10 +18,13 @@ from starlette.responses import Response
 
 from styx_client.gateway.config import GatewayConfig
 from styx_client.gateway.invocations import Invocations
+from styx_client.gateway.lookups import Found
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import (
     ID_PATTERN,
     MAX_ID_CHARS,
+    CallNode,
+    EntityTouched,
     ErrorBody,
     InvocationAccepted,
     InvocationPage,
@@ -28,6 +33,7 @@ from styx_client.gateway.models import (
 from styx_client.gateway.outcomes import Outcome, ok, respond
 from styx_client.gateway.recent import RecentInvocations, reply_fields
 from styx_py.core.limits import MAX_NAME_CHARS
+from styx_py.core.wire import Reply, Status
 
 __all__ = ["MAX_LIST_LIMIT", "add_listing_routes"]
 
@@ -91,7 +97,7 @@ def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> Non
             202: {"model": InvocationAccepted, "description": "running, no reply yet"},
             **{s: {"model": ErrorBody} for s in (401, 404, 429, 503)},
         },
-        summary="One invocation: its call (if this gateway sent it) and its reply",
+        summary="One invocation: its call (if this gateway sent it), its reply, its call graph and entities",
         operation_id="viewInvocation",
         tags=["invocations"],
     )
@@ -104,9 +110,9 @@ def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> Non
 
 async def _view(recent: RecentInvocations, invocations: Invocations, rid: str) -> Outcome:
     entry = recent.get(rid)
+    found = await invocations.cluster_replies.trace(rid)
     if entry is not None:
-        return ok(InvocationView(**entry.view()))
-    found = await invocations.cluster_replies.find(rid)
+        return ok(InvocationView(**entry.view(), **_graph(found, entry.reply)))
     reply = found.reply
     if reply is None:
         return invocations.not_found(rid, found)
@@ -124,5 +130,35 @@ async def _view(recent: RecentInvocations, invocations: Invocations, rid: str) -
         code=None,
         source="cluster",
         **reply_fields(reply),
+        **_graph(found, reply),
     )
     return ok(view)
+
+
+def _graph(found: Found, reply: Reply | None) -> dict[str, Any]:
+    """The call graph of the transaction that gave ``reply`` (its epoch, phase and tid) and the
+    entities it ran on, in the order first reached."""
+    if reply is None:
+        return {"calls": None, "entities": None, "graph_complete": None}
+    nodes = sorted(
+        (t for t in found.traces if (t.epoch, t.phase, t.tid) == (reply.epoch, int(reply.phase), reply.tid)),
+        key=lambda t: t.path,
+    )
+    calls = [
+        CallNode(
+            path=t.path,
+            operator=t.operator,
+            key=t.key,
+            function=t.function,
+            status=Status(t.status).name.lower(),  # type: ignore[arg-type]  # one of Status's names
+            wrote=t.wrote,
+        )
+        for t in nodes
+    ]
+    entities: dict[tuple[str, Any], EntityTouched] = {}
+    for t in nodes:
+        seen = entities.setdefault(
+            (t.operator, t.key), EntityTouched(operator=t.operator, key=t.key, wrote=False)
+        )
+        seen.wrote |= t.wrote
+    return {"calls": calls, "entities": list(entities.values()), "graph_complete": found.complete}

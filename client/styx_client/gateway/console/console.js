@@ -235,6 +235,26 @@ async function invocationView(rid) {
       ["seen by", body.source === "gateway" ? "this gateway (call and reply)" : "the cluster's reply tables (reply only)"],
     ]),
     h("h2", {}, "Reply"), h("div", { id: "reply" }, json(body.result)),
+    callGraph(body),
+  ];
+}
+
+function callGraph(body) {
+  if (body.calls === null || body.calls === undefined) return null;
+  const partial = body.graph_complete ? null : h("p", { class: "muted" }, "some workers did not answer: the graph may miss invocations");
+  const calls = body.calls.map((c) =>
+    h("tr", { "data-path": c.path.join("."), "data-status": c.status },
+      h("td", { style: `padding-left: ${0.5 + 1.5 * c.path.length}em` }, c.path.length ? c.path.join(".") : "root"),
+      h("td", {}, h("a", { href: entityHref(c.operator, c.key) }, `${c.operator}/${c.key}`)),
+      h("td", {}, c.function), h("td", {}, c.status), h("td", {}, c.wrote ? "wrote" : "read")));
+  const entities = body.entities.map((e) =>
+    h("li", { "data-entity": `${e.operator}/${e.key}`, "data-wrote": String(e.wrote) },
+      h("a", { href: entityHref(e.operator, e.key) }, `${e.operator}/${e.key}`), e.wrote ? " (written)" : " (read)"));
+  return [
+    h("h2", {}, `Call graph (${calls.length})`), partial,
+    calls.length ? table(["call", "entity", "function", "status", "state"], calls, { id: "calls" })
+      : h("p", { class: "muted" }, "no worker retains this transaction's invocations any more"),
+    h("h2", {}, "Entities touched"), h("ul", { id: "entities" }, entities),
   ];
 }
 
