@@ -42,7 +42,7 @@ async def run_effects(
 ) -> SimCluster:
     rng = random.Random(seed)
     doubles = reservations_sim.services(random.Random(seed))
-    effects_app.PAYMENTS = payments = doubles["payments"]
+    effects_app.PAYMENTS = doubles["payments"]
     async with SimCluster(
         APP,
         workers=3,

@@ -23,7 +23,9 @@ __all__ = ["SEATS", "USERS", "no_double_charge", "payments", "services", "worklo
 SEATS, USERS = 24, 5
 
 
-def payments(rng: random.Random, *, fail: float = 0.0, lose: float = 0.0, delay_s: float = 0.01) -> ServiceDouble:
+def payments(
+    rng: random.Random, *, fail: float = 0.0, lose: float = 0.0, delay_s: float = 0.01
+) -> ServiceDouble:
     """The payment service: ``charge(user, amount)`` and ``refund(charge)``, one ledger entry per
     idempotency key (:func:`styx_benchmarks.reservations.check` reads the entries' ``kind``)."""
     return ServiceDouble(

@@ -263,3 +263,4 @@ EXTERNAL_BACKOFF_MAX_S = 2.0
 EXTERNAL_TIMEOUT_S = 10.0  # one attempt: no answer by then is a failed attempt
 EFFECT_POLL_S = 0.2  # the effect runner looks at its store at least this often
 TIMER_REFIRE_S = 1.0  # a timer still pending this long after its firing was sent is fired again
+MAX_LISTED_OWNERS = 20  # entities with pending calls or timers a worker's heartbeat names (the console)
