@@ -400,7 +400,8 @@ def test_the_http_api_examples_run_as_written(cluster: LocalStack, tmp_path: Pat
             assert _matches(actual, expected), f"{command!r} printed {actual}; the docs say {expected}"
     listing = next(out for (c, _), (_, out) in zip(steps, results, strict=True) if "status=aborted" in c)
     assert [i["request_id"] for i in msgspec.json.decode(listing)["invocations"]] == ["pay-43"]
-    table = results[-1][1].splitlines()
+    table = next(out for (c, _), (_, out) in zip(steps, results, strict=True) if "invocations list" in c)
+    table = table.splitlines()
     assert table[0].startswith("REQUEST ID") and table[1].split()[:2] == ["pay-43", "aborted"], table
 
 
