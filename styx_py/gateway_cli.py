@@ -136,6 +136,7 @@ def _view(url: str, token: str | None) -> int:
 def cmd_invocations_list(args: argparse.Namespace) -> int:
     """``GET /v1/invocations`` on the gateway: a table (or ``--json``), newest first."""
     query = {"limit": args.limit, "status": args.status, "operator": args.operator, "after": args.after}
+    query["scope"] = "cluster" if args.cluster else None
     params = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
     status, body = _get(f"{gateway_url(args)}/v1/invocations?{params}", gateway_token(args), 30)
     if status != 200:
@@ -161,6 +162,9 @@ def cmd_invocations_list(args: argparse.Namespace) -> int:
     for row in [head, *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     kept = f"{body['retained']} of the last {body['window']} kept by this gateway"
+    if body.get("scope") == "cluster":
+        kept = f"the newest of {body['retained']} recent transactions the workers retain"
+        kept += "" if body["complete"] else "; some workers did not answer"
     more = f"; older: --after {body['next_after']}" if body["next_after"] else ""
     print(f"({len(rows)} shown, {kept}{more})")
     return 0
@@ -225,6 +229,11 @@ def add_gateway_commands(sub: Any) -> None:
     ls.add_argument("--limit", type=int, default=50, help="how many (default 50, at most 500)")
     ls.add_argument("--after", help="the cursor a previous page printed: list what is older")
     ls.add_argument("--json", action="store_true", help="print the gateway's JSON page")
+    ls.add_argument(
+        "--cluster",
+        action="store_true",
+        help="every worker's recent transactions, not just this gateway's (?scope=cluster)",
+    )
     ls.set_defaults(fn=cmd_invocations_list)
     console = sub.add_parser(
         "console",

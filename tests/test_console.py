@@ -187,6 +187,52 @@ async def test_another_replica_views_an_invocation_from_the_cluster(
 
 
 @pytest.mark.services
+async def test_another_replica_lists_the_clusters_invocations(cluster: LocalStack, traffic: Traffic) -> None:
+    """A second gateway's own window is empty; scope=cluster lists what the workers retain: the first
+    gateway's invocations too, with their call and reply, newest first in the serial order."""
+    with GatewayThread(config(cluster)) as other:
+        async with client_for(other.url) as http:
+            await wait_ready(http)
+            own = (await http.get("/v1/invocations")).json()
+            page = (await http.get("/v1/invocations", params={"scope": "cluster", "limit": 500})).json()
+            aborted = (
+                await http.get("/v1/invocations", params={"scope": "cluster", "status": "aborted"})
+            ).json()
+            nothing = (await http.get("/v1/invocations", params={"scope": "cluster", "operator": "x"})).json()
+        styx = [sys.executable, "-m", "styx_py.cli", "invocations", "list", "--gateway", other.url]
+        argv = [*styx, "--cluster"]
+        table = await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=60, check=False
+        )
+    assert own["invocations"] == [] and own["scope"] == "gateway"
+    assert page["scope"] == "cluster" and page["complete"] and page["next_after"] is None
+    listed = {i["request_id"]: i for i in page["invocations"]}
+    ours = [rid for rid in listed if traffic.tag in rid]
+    assert ours[:1] == [traffic.moved] and set(ours) == {traffic.moved, *traffic.aborted, *traffic.deposits}
+    order = [(i["epoch"], i["phase"], i["tid"]) for i in page["invocations"]]
+    assert order == sorted(order, reverse=True)
+    moved = listed[traffic.moved]
+    assert (moved["operator"], moved["key"], moved["function"], moved["status"], moved["source"]) == (
+        "account",
+        f"{traffic.tag}-1",
+        "transfer",
+        "committed",
+        "cluster",
+    )
+    for rid, reply in traffic.deposits.items():
+        assert (listed[rid]["epoch"], listed[rid]["tid"], listed[rid]["result"]) == (
+            reply["epoch"],
+            reply["tid"],
+            reply["result"],
+        )
+    assert {i["status"] for i in aborted["invocations"]} == {"aborted"}
+    assert set(traffic.aborted) <= {i["request_id"] for i in aborted["invocations"]}
+    assert nothing["invocations"] == []
+    assert table.returncode == 0 and traffic.moved in table.stdout, table.stdout + table.stderr
+    assert "recent transactions the workers retain" in table.stdout.splitlines()[-1]
+
+
+@pytest.mark.services
 async def test_cluster_view_has_the_workers_and_a_history(
     cluster: LocalStack, gateway: GatewayThread, traffic: Traffic
 ) -> None:

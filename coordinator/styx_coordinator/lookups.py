@@ -19,7 +19,7 @@ import msgspec
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.tasks import Tasks
-from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS
+from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS, MAX_RECENT_LOOKUP
 from styx_py.core.ports import Clock
 from styx_py.core.wire import (
     MAX_LOOKUP_IDS,
@@ -59,8 +59,10 @@ class ReplyLookups:
     def start(self, src: str, msg: ReplyLookup) -> None:
         """Ask every worker for ``msg``'s ids; the admin client ``src`` is answered later."""
         c = self.cluster
-        if len(msg.request_ids) > MAX_LOOKUP_IDS:
+        if len(msg.request_ids) > MAX_LOOKUP_IDS or not 0 <= msg.recent <= MAX_RECENT_LOOKUP:
             error = f"{len(msg.request_ids)} request ids in one lookup (max {MAX_LOOKUP_IDS})"
+            if msg.recent:
+                error = f"recent={msg.recent} in one lookup (max {MAX_RECENT_LOOKUP})"
             c.transport.send(src, AdminReply(False, error, {}))
             return
         if len(self.open) >= MAX_OPEN_LOOKUPS:
@@ -69,10 +71,12 @@ class ReplyLookups:
         workers = set(c.workers) if c.graph_path is not None else set()
         lookup_id, self.next_id = self.next_id, self.next_id + 1
         lookup = _Lookup(src, workers, complete=c.state == "running" and bool(workers))
-        lookup.traces = [] if msg.traces else None
+        lookup.traces = [] if msg.traces or msg.recent else None
         self.open[lookup_id] = lookup
         for node_id in sorted(workers):
-            c.transport.send(node_id, FindReplies(lookup_id, list(msg.request_ids), c.gen, msg.traces))
+            c.transport.send(
+                node_id, FindReplies(lookup_id, list(msg.request_ids), c.gen, msg.traces, msg.recent)
+            )
         if workers:
             self.tasks.spawn(self._expire(lookup_id))
         else:

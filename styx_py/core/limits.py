@@ -207,6 +207,7 @@ MAX_OPEN_LOOKUPS = 64
 # budget is listed as deferred: the gateway asks for it again in its next lookup). Well under
 # MAX_FRAME_BYTES, so an answer always fits in one frame.
 MAX_LOOKUP_IDS = 64
+MAX_RECENT_LOOKUP = 500  # the most recent transactions one cluster-wide listing asks each worker for
 MAX_LOOKUP_REPLY_BYTES = 4 * 1024 * 1024
 
 # ---- Kafka producers and consumers (styx_py.io.batching, .fetching, .kafka_logs) ------------------------

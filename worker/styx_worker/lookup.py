@@ -30,8 +30,10 @@ def find_replies(
 ) -> FoundReplies:
     """What this worker knows of ``msg``'s request ids: their replies (up to the byte budget; the ids
     past it are deferred), the ids still running here, and, when ``msg`` asks, the invocations
-    ``traces`` retains of them (bounded by :data:`~styx_worker.traces.MAX_TRACE_NODES` per id)."""
-    wanted = set(msg.request_ids)
+    ``traces`` retains of them (bounded by :data:`~styx_worker.traces.MAX_TRACE_NODES` per id) and
+    the roots and replies of the ``msg.recent`` most recent transactions that started here."""
+    roots = traces.recent(msg.recent) if msg.recent and traces is not None else []
+    wanted = set(msg.request_ids) | {t.request_id for t in roots}
     replies: list[Reply] = []
     deferred: set[str] = set()
     budget = MAX_LOOKUP_REPLY_BYTES
@@ -49,4 +51,5 @@ def find_replies(
     found = {r.request_id for r in replies}
     pending = sorted(rid for rid in wanted - found if rid in running)
     traced = traces.find(msg.request_ids) if msg.traces and traces is not None else []
+    traced += roots
     return FoundReplies(msg.lookup, node_id, replies, pending, sorted(deferred - found), complete, traced)

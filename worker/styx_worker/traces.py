@@ -55,6 +55,18 @@ class Traces:
             int(status), wrote,
         )  # fmt: skip
 
+    def recent(self, n: int) -> list[Traced]:
+        """The root invocations of the ``n`` most recent transactions whose root ran here, newest
+        first (of a transaction re-run in the fallback, the latest run)."""
+        out: list[Traced] = []
+        for nodes in reversed(self._by_id.values()):
+            roots = [t for at, t in nodes.items() if not at[3]]
+            if roots:
+                out.append(max(roots, key=lambda t: (t.epoch, t.phase)))
+                if len(out) == n:
+                    break
+        return out
+
     def find(self, request_ids: Collection[str]) -> list[Traced]:
         """Every invocation retained of these requests, in (request, epoch, phase, tid, path) order."""
         out: list[Traced] = []

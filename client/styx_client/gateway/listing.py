@@ -1,7 +1,10 @@
 """The routes over the window of recent invocations (:mod:`.recent`): the listing, and the view of one.
 
 ``GET /v1/invocations`` lists this replica's recent invocations, newest first, filtered by status and
-operator, a page at a time (``after`` is the ``next_after`` cursor of the previous page).
+operator, a page at a time (``after`` is the ``next_after`` cursor of the previous page). With
+``scope=cluster`` it lists the cluster's instead: each worker's most recent transactions (the roots it
+retains, :mod:`styx_worker.traces`, with their replies from the reply tables), newest first in the
+serial order, one page (no cursor), their calls' arguments not known.
 ``GET /v1/invocations/{id}/view`` shows one: the call and its reply from the window, else the reply
 alone from the cluster's reply tables (an invocation another replica sent, or one the window has
 dropped), else why there is none (202 pending, 404 unknown, 503 cannot tell); and, from the workers,
@@ -30,9 +33,9 @@ from styx_client.gateway.models import (
     InvocationPage,
     InvocationView,
 )
-from styx_client.gateway.outcomes import Outcome, ok, respond
+from styx_client.gateway.outcomes import Outcome, failure, ok, respond
 from styx_client.gateway.recent import RecentInvocations, reply_fields
-from styx_py.core.limits import MAX_NAME_CHARS
+from styx_py.core.limits import MAX_NAME_CHARS, MAX_RECENT_LOOKUP
 from styx_py.core.wire import Reply, Status
 
 __all__ = ["MAX_LIST_LIMIT", "add_listing_routes"]
@@ -77,8 +80,14 @@ def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> Non
         after: Annotated[
             str | None, Query(pattern=r"^[0-9]{1,18}$", description="cursor: list what is older than it")
         ] = None,
+        scope: Annotated[
+            Literal["gateway", "cluster"],
+            Query(description="gateway: what this replica sent; cluster: every worker's recent transactions"),
+        ] = "gateway",
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
+        if scope == "cluster":
+            return respond(await _cluster_page(invocations, status, operator, limit), metrics)
         entries, next_seq = recent.page(
             status=status, operator=operator, limit=limit, after=None if after is None else int(after)
         )
@@ -133,6 +142,53 @@ async def _view(recent: RecentInvocations, invocations: Invocations, rid: str) -
         **_graph(found, reply),
     )
     return ok(view)
+
+
+async def _cluster_page(
+    invocations: Invocations, status: str | None, operator: str | None, limit: int
+) -> Outcome:
+    """The newest ``limit`` of every worker's recent transactions that match; 503 if the cluster cannot
+    be asked. A transaction neither answered nor running (its reply no longer kept) is left out."""
+    asked = limit if status is None and operator is None else MAX_RECENT_LOOKUP
+    found, complete, error = await invocations.cluster_replies.recent(asked)
+    if error:
+        return failure(503, "unavailable", f"cannot list the cluster's invocations: {error}")
+    views: list[InvocationView] = []
+    for root, what in found:
+        reply = what.reply
+        state = reply.status if reply is not None else "pending" if what.pending else None
+        if state is None or (status is not None and state != status):
+            continue
+        if operator is not None and root.operator != operator:
+            continue
+        views.append(
+            InvocationView(
+                request_id=root.request_id,
+                cursor=None,
+                status=state,  # type: ignore[arg-type]  # committed | aborted | failed | pending
+                operator=root.operator,
+                key=root.key,
+                function=root.function,
+                args=None,
+                submitted_at=None,
+                latency_ms=None,
+                http_status=None,
+                code=None,
+                source="cluster",
+                **reply_fields(reply),
+            )
+        )
+        if len(views) == limit:
+            break
+    page = InvocationPage(
+        invocations=views,
+        next_after=None,
+        retained=len(found),
+        window=asked,
+        scope="cluster",
+        complete=complete,
+    )
+    return ok(page)
 
 
 def _graph(found: Found, reply: Reply | None) -> dict[str, Any]:

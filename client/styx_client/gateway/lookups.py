@@ -29,7 +29,9 @@ __all__ = ["ClusterReplies", "Found", "LookupSource", "coordinator_lookup"]
 class LookupSource(Protocol):
     """Sends one ``ReplyLookup`` and returns the coordinator's answer body (injectable for tests)."""
 
-    def __call__(self, request_ids: list[str], traces: bool = False) -> Awaitable[Mapping[str, Any]]: ...
+    def __call__(
+        self, request_ids: list[str], traces: bool = False, recent: int = 0
+    ) -> Awaitable[Mapping[str, Any]]: ...
 
 
 _traced = msgspec.msgpack.Decoder(Traced)
@@ -61,9 +63,9 @@ def coordinator_lookup(
 ) -> LookupSource:
     """The default :data:`LookupSource`: the coordinator's admin port, authenticated like the status."""
 
-    async def lookup(request_ids: list[str], traces: bool = False) -> Mapping[str, Any]:
+    async def lookup(request_ids: list[str], traces: bool = False, recent: int = 0) -> Mapping[str, Any]:
         reply = await admin_request(
-            address, ReplyLookup(request_ids, traces), timeout_s=timeout_s, secret=cluster_secret
+            address, ReplyLookup(request_ids, traces, recent), timeout_s=timeout_s, secret=cluster_secret
         )
         if not reply.ok:
             raise StyxError(f"coordinator at {address} refused the reply lookup: {reply.error}")
@@ -124,6 +126,32 @@ class ClusterReplies:
         one admin request of its own)."""
         found = await self._lookup([rid], traces=True)
         return found.get(rid) or Found(complete=False, error="the reply was deferred; retry")
+
+    async def recent(self, n: int) -> tuple[list[tuple[Traced, Found]], bool, str]:
+        """Each worker's ``n`` most recent transactions: their roots with what the cluster knows of
+        each (its replies, or running), newest first in the serial order; whether every worker
+        answered; and why the lookup failed, if it did."""
+        self.on_lookup(0)
+        try:
+            body = await self.source([], False, n)
+            replies = [reply_decoder.decode(raw) for raw in body["replies"]]
+            pending, complete = set(body["pending"]), bool(body["complete"])
+            roots = [_traced.decode(raw) for raw in body.get("traces", ())]
+        except (StyxError, OSError, TimeoutError, EOFError, KeyError, TypeError, *UNDECODABLE) as exc:
+            return [], False, f"{type(exc).__name__}: {exc}"
+        by_id: dict[str, list[Reply]] = {}
+        for reply in replies:
+            by_id.setdefault(reply.request_id, []).append(reply)
+        latest: dict[str, Traced] = {}
+        for root in roots:  # a request id whose transactions started on several workers: the latest
+            seen = latest.get(root.request_id)
+            if seen is None or (root.epoch, root.phase, root.tid) > (seen.epoch, seen.phase, seen.tid):
+                latest[root.request_id] = root
+        found = [
+            (root, Found(tuple(by_id.get(rid, ())), rid in pending, complete)) for rid, root in latest.items()
+        ]
+        found.sort(key=lambda rf: (rf[0].epoch, rf[0].phase, rf[0].tid), reverse=True)
+        return found, complete, ""
 
     async def _lookup(self, rids: list[str], traces: bool = False) -> dict[str, Found]:
         """One admin request; every id's answer (missing: deferred)."""

@@ -149,8 +149,12 @@ class InvocationView(BaseModel):
 class InvocationPage(BaseModel):
     invocations: list[InvocationView] = Field(description="newest first")
     next_after: str | None = Field(description="cursor of the next (older) page; null: no more")
-    retained: int = Field(description="invocations the window holds now")
-    window: int = Field(description="its size: the most it holds (max_recent_invocations)")
+    retained: int = Field(description="invocations the window holds now (scope cluster: found)")
+    window: int = Field(
+        description="its size: the most it holds (max_recent_invocations; scope cluster: asked per worker)"
+    )
+    scope: Literal["gateway", "cluster"] = "gateway"
+    complete: bool = Field(default=True, description="scope cluster: every worker answered")
 
 
 class ValidationIssue(BaseModel):

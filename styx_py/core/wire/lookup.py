@@ -5,7 +5,8 @@ worker (:class:`FindReplies`), each answers from its reply tables (:class:`Found
 coordinator answers the gateway with an :class:`~styx_py.core.wire.admin.AdminReply` whose body is
 ``{"replies": [msgpack Reply, ...], "pending": [id, ...], "deferred": [id, ...], "complete": bool,
 "traces": [msgpack Traced, ...]}`` (``traces`` only when the lookup asked for them: the invocations
-each worker retains of those requests' transactions, see :mod:`styx_worker.traces`).
+each worker retains of those requests' transactions, see :mod:`styx_worker.traces`; with ``recent``,
+also the root invocation and the reply of each worker's ``recent`` most recent transactions).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ReplyLookup(Msg, tag="lookup"):
 
     request_ids: list[str]
     traces: bool = False  # also the invocations the workers retain of these requests
+    recent: int = 0  # also each worker's most recent transactions (their roots and replies): a listing
 
 
 class FindReplies(Msg, tag="find"):
@@ -46,6 +48,7 @@ class FindReplies(Msg, tag="find"):
     request_ids: list[str]
     gen: int
     traces: bool = False
+    recent: int = 0
 
 
 class FoundReplies(Msg, tag="found"):

@@ -181,8 +181,9 @@ async function clusterView() {
 
 async function invocationsView(params) {
   const q = new URLSearchParams();
-  for (const k of ["status", "operator", "after", "limit"]) if (params.get(k)) q.set(k, params.get(k));
+  for (const k of ["status", "operator", "after", "limit", "scope"]) if (params.get(k)) q.set(k, params.get(k));
   const { body } = await api("/v1/invocations?" + q.toString());
+  const cluster = body.scope === "cluster";
   const { body: summary } = await api("/v1/operators");
   const go = (event) => {
     event.preventDefault();
@@ -209,8 +210,13 @@ async function invocationsView(params) {
     h("h1", {}, "Recent invocations"),
     h("form", { class: "filters", onsubmit: go },
       select("status", ["pending", "committed", "aborted", "failed", "error"]),
-      select("operator", summary.operators.map((o) => o.name)), h("button", { type: "submit" }, "Filter")),
-    h("p", { class: "muted" }, `${body.invocations.length} shown · this gateway keeps its last ${body.window} (${body.retained} now)`),
+      select("operator", summary.operators.map((o) => o.name)),
+      h("select", { name: "scope" }, [["", "this gateway"], ["cluster", "the whole cluster"]].map(([v, label]) =>
+        h("option", (params.get("scope") || "") === v ? { value: v, selected: "" } : { value: v }, label))),
+      h("button", { type: "submit" }, "Filter")),
+    h("p", { class: "muted", id: "scope-note" }, cluster
+      ? `${body.invocations.length} shown · the newest of ${body.retained} recent transactions the workers retain` + (body.complete ? "" : " (some workers did not answer)")
+      : `${body.invocations.length} shown · this gateway keeps its last ${body.window} (${body.retained} now)`),
     table(["request id", "status", "operator", "key", "function", "epoch", "tid", "latency"], rows, { id: "invocations" }),
     older,
   ];
