@@ -401,9 +401,15 @@ def test_console_walkthrough_in_headless_chromium(
         assert msgspec.json.decode(page.attr("#value", "data-value") or "null") == balance
         assert urllib.parse.parse_qs(page.eval("location.hash").split("?", 1)[1])["key"] == [entity_key]
 
-        # The committed transfer: its call graph and the entities it touched; one of them opens.
+        # The whole cluster's recent transactions (the scope select), where the committed transfer
+        # is the newest of ours; it opens: its call graph and the entities it touched; one of them opens.
         page.click('nav a[data-nav="invocations"]')
         page.until(SHOWN.format("#/invocations"), "every invocation")
+        page.select('select[name="scope"]', "cluster")
+        page.click("form.filters button")
+        page.until(SHOWN.format("#/invocations?scope=cluster"), "the cluster's invocations")
+        assert "recent transactions the workers retain" in page.text("#scope-note")
+        assert next(i for i in page.eval(IDS) if traffic.tag in i) == traffic.moved
         page.click(f'tr[data-request-id="{traffic.moved}"] a')
         page.wait("#request-id", traffic.moved)
         page.wait("table#calls")

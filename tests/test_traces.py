@@ -54,6 +54,22 @@ def test_traces_keep_the_latest_request_ids_and_a_bounded_number_of_invocations_
     assert len(traces) == 2
 
 
+def test_the_most_recent_roots_come_newest_first_with_their_latest_run() -> None:
+    traces = Traces()
+    traces.record(_invoke("a", [], "k1"), Status.CHANGED, wrote=True)
+    traces.record(_invoke("b", [0], "k9"), Status.OK, wrote=True)  # only a call ran here: not listed
+    traces.record(_invoke("c", [], "k2", tid=2), Status.OK, wrote=False)
+    traces.record(_invoke("a", [], "k1", phase=Phase.FALLBACK), Status.OK, wrote=True)  # a's re-run
+    assert [(t.request_id, t.phase, t.status) for t in traces.recent(5)] == [
+        ("a", int(Phase.FALLBACK), int(Status.OK)),
+        ("c", int(Phase.OPTIMISTIC), int(Status.OK)),
+    ]
+    assert [t.request_id for t in traces.recent(1)] == ["a"]
+    table = ReplyTable(cap_per_partition=8)
+    listed = find_replies(FindReplies(3, [], 0, False, 1), "w1", table, {"a"}, True, traces)
+    assert [t.request_id for t in listed.traces] == ["a"] and listed.pending == ["a"]
+
+
 def test_a_lookup_carries_traces_only_when_asked() -> None:
     traces = Traces()
     traces.record(_invoke("a", [], "k"), Status.OK, wrote=True)
