@@ -29,7 +29,9 @@ and that every reply and the final state equal a serial execution of the request
 run is a pure function of its seed (the kit also seeds the ``random`` module, so a function that draws
 from it by mistake fails the same way each time): a failing seed fails the same way every time, and the
 report says how to run it alone. The same kit runs from the command line (``styx simulate``) and in
-pytest (the ``styx_simulation`` fixture of :mod:`styx_py.testing.plugin`).
+pytest (the ``styx_simulation`` fixture of :mod:`styx_py.testing.plugin`). A graph that calls external
+services runs on doubles of them (``services``: :class:`~styx_py.testing.services.ServiceDouble` s
+with seeded faults), which the invariant gets too.
 """
 
 from __future__ import annotations
