@@ -53,7 +53,7 @@ class Listed(Protocol):
 
 def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> None:
     recent, invocations, metrics = gateway.recent, gateway.invocations, gateway.metrics
-    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (401, 422, 429)}
+    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (401, 422, 429, 503)}
 
     @app.get(
         "/v1/invocations",
