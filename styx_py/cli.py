@@ -545,6 +545,12 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MODULE:FUNCTION",
         help="a function of the final state {(operator, key): value} that yields each problem it finds",
     )
+    p.add_argument(
+        "--services",
+        metavar="MODULE:FUNCTION",
+        help="a function of a random.Random that returns doubles of the graph's external services by name "
+        "(the invariant then gets them too)",
+    )
     p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
     p.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     p.add_argument("--seed", type=int, help="run this one seed only (to replay a failure)")
@@ -559,6 +565,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     workload = resolve(args.workload, "--workload")
     invariant = resolve(args.invariant, "--invariant") if args.invariant else None
+    services = resolve(args.services, "--services") if args.services else None
     faults = NO_FAULTS if args.no_faults else Faults(update=args.update)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     print(f"simulating {args.app}: {counted(len(seeds), 'seed')}, {faults.describe()}", flush=True)
@@ -578,12 +585,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         seeds=seeds,
         faults=faults,
         invariant=invariant,
+        services=services,
         requests=args.requests,
         workers=args.workers,
         progress=progress,
     )
     replay = f"styx simulate {args.app} --workload {args.workload}"
     replay += f" --invariant {args.invariant}" if args.invariant else ""
+    replay += f" --services {args.services}" if args.services else ""
     replay += f" --update {args.update}" if args.update else ""
     replay += " --no-faults" if args.no_faults else ""
     replay += f" --requests {args.requests} --workers {args.workers} --seed {{seed}}"

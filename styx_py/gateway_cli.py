@@ -84,8 +84,11 @@ def _refused(status: int, body: Any) -> StyxError:
 
 
 def cmd_invocations(args: argparse.Namespace) -> int:
-    """``GET /v1/invocations/{id}`` on the gateway: print the reply; the exit code says what it was."""
+    """``GET /v1/invocations/{id}`` on the gateway: print the reply; the exit code says what it was.
+    ``--graph``: the invocation's view instead (``/view``: the reply with its call graph and entities)."""
     url = f"{gateway_url(args)}/v1/invocations/{urllib.parse.quote(args.request_id, safe='')}"
+    if args.graph:
+        return _view(url + "/view", gateway_token(args))
     if args.wait:
         url += f"?wait_s={args.wait:g}"
     status, body = _get(url, gateway_token(args), args.wait + 30)
@@ -110,9 +113,30 @@ def cmd_invocations(args: argparse.Namespace) -> int:
     raise _refused(status, body)
 
 
+def _view(url: str, token: str | None) -> int:
+    """Print the view's JSON, then its call graph for a person (on stderr)."""
+    status, body = _get(url, token, 30)
+    if status == 202:
+        print(json.dumps(body))
+        return EXIT_PENDING
+    if status == 404 and isinstance(body, dict) and body.get("error", {}).get("code") == "unknown_request":
+        print(f"styx: {body['error']['message']}", file=sys.stderr)
+        return EXIT_UNKNOWN_REQUEST
+    if status != 200:
+        raise _refused(status, body)
+    print(json.dumps(body))
+    for call in body.get("calls") or []:
+        where = ".".join(map(str, call["path"])) or "root"
+        what = "wrote" if call["wrote"] else "read"
+        line = f"{'  ' * len(call['path'])}{where}: {call['operator']}/{call['key']}.{call['function']}"
+        print(f"{line} {call['status']}, {what}", file=sys.stderr)
+    return 0 if body["status"] == "committed" else EXIT_FAILED
+
+
 def cmd_invocations_list(args: argparse.Namespace) -> int:
     """``GET /v1/invocations`` on the gateway: a table (or ``--json``), newest first."""
     query = {"limit": args.limit, "status": args.status, "operator": args.operator, "after": args.after}
+    query["scope"] = "cluster" if args.cluster else None
     params = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
     status, body = _get(f"{gateway_url(args)}/v1/invocations?{params}", gateway_token(args), 30)
     if status != 200:
@@ -138,6 +162,9 @@ def cmd_invocations_list(args: argparse.Namespace) -> int:
     for row in [head, *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     kept = f"{body['retained']} of the last {body['window']} kept by this gateway"
+    if body.get("scope") == "cluster":
+        kept = f"the newest of {body['retained']} recent transactions the workers retain"
+        kept += "" if body["complete"] else "; some workers did not answer"
     more = f"; older: --after {body['next_after']}" if body["next_after"] else ""
     print(f"({len(rows)} shown, {kept}{more})")
     return 0
@@ -188,6 +215,12 @@ def add_gateway_commands(sub: Any) -> None:
     get.add_argument(
         "--wait", type=float, default=0.0, help="seconds to wait for a pending reply (default 0)"
     )
+    get.add_argument(
+        "--graph",
+        action="store_true",
+        help="print the invocation's view instead: its call graph and the entities it touched "
+        "(GET /v1/invocations/ID/view; the graph also on stderr)",
+    )
     get.set_defaults(fn=cmd_invocations)
     ls = inv_sub.add_parser("list", help="the gateway's recent invocations, newest first")
     _gateway_flags(ls)
@@ -196,6 +229,11 @@ def add_gateway_commands(sub: Any) -> None:
     ls.add_argument("--limit", type=int, default=50, help="how many (default 50, at most 500)")
     ls.add_argument("--after", help="the cursor a previous page printed: list what is older")
     ls.add_argument("--json", action="store_true", help="print the gateway's JSON page")
+    ls.add_argument(
+        "--cluster",
+        action="store_true",
+        help="every worker's recent transactions, not just this gateway's (?scope=cluster)",
+    )
     ls.set_defaults(fn=cmd_invocations_list)
     console = sub.add_parser(
         "console",

@@ -58,11 +58,13 @@ class Traffic:
         self.tag = tag
         self.deposits: dict[str, dict[str, Any]] = {}
         self.aborted: list[str] = []
+        self.moved = f"move-{tag}"  # a committed transfer: a call graph of two entities
 
 
 @pytest.fixture(scope="module")
 def traffic(gateway: GatewayThread) -> Traffic:
-    """Deposits into a few accounts, then transfers larger than their balances (aborted)."""
+    """Deposits into a few accounts, then transfers larger than their balances (aborted), then one
+    that commits (its deposit into another account is a call of its transaction)."""
     seen = Traffic(uuid.uuid4().hex[:8])
 
     async def run() -> None:
@@ -80,6 +82,9 @@ def traffic(gateway: GatewayThread) -> Traffic:
                 answer = await http.post("/v1/invocations", json=body, headers={"Idempotency-Key": rid})
                 assert answer.status_code == 409, answer.text
                 seen.aborted.append(rid)
+            body = invocation(f"{seen.tag}-1", "transfer", f"{seen.tag}-2", 1)
+            answer = await http.post("/v1/invocations", json=body, headers={"Idempotency-Key": seen.moved})
+            assert answer.status_code == 200, answer.text
 
     asyncio.run(run())
     return seen
@@ -91,7 +96,11 @@ async def test_listing_filters_pages_and_views_over_http(gateway: GatewayThread,
         assert (await client_for(gateway.url).get("/v1/invocations")).status_code == 401
         page = (await http.get("/v1/invocations", params={"limit": 500})).json()
         ours = [i for i in page["invocations"] if traffic.tag in i["request_id"]]
-        assert [i["request_id"] for i in ours] == [*reversed(traffic.aborted), *reversed(traffic.deposits)]
+        assert [i["request_id"] for i in ours] == [
+            traffic.moved,
+            *reversed(traffic.aborted),
+            *reversed(traffic.deposits),
+        ]
         assert page["window"] == 1000 and page["retained"] >= len(ours)
 
         aborted = (await http.get("/v1/invocations", params={"status": "aborted"})).json()["invocations"]
@@ -131,20 +140,43 @@ async def test_listing_filters_pages_and_views_over_http(gateway: GatewayThread,
             reply["phase"],
             reply["result"],
         )
+        assert view["entities"] == [{"operator": "account", "key": f"{traffic.tag}-0", "wrote": True}]
+        assert [c["path"] for c in view["calls"]] == [[]] and view["graph_complete"]
+
+        moved = (await http.get(f"/v1/invocations/{traffic.moved}/view")).json()
+        assert moved["calls"] == transfer_graph(traffic), moved
+        assert moved["entities"] == [
+            {"operator": "account", "key": f"{traffic.tag}-1", "wrote": True},
+            {"operator": "account", "key": f"{traffic.tag}-2", "wrote": True},
+        ]
+        aborted = (await http.get(f"/v1/invocations/{traffic.aborted[0]}/view")).json()
+        assert [(c["path"], c["status"], c["wrote"]) for c in aborted["calls"]] == [([], "abort", False)]
         unknown = await http.get(f"/v1/invocations/none-{traffic.tag}/view")
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_request"
+
+
+def transfer_graph(traffic: Traffic) -> list[dict[str, Any]]:
+    """The call graph of the committed transfer: the root and the deposit it called."""
+    root = {"operator": "account", "key": f"{traffic.tag}-1", "function": "transfer"}
+    deposit = {"operator": "account", "key": f"{traffic.tag}-2", "function": "deposit"}
+    return [
+        {"path": [], **root, "status": "ok", "wrote": True},
+        {"path": [0], **deposit, "status": "ok", "wrote": True},
+    ]
 
 
 @pytest.mark.services
 async def test_another_replica_views_an_invocation_from_the_cluster(
     cluster: LocalStack, traffic: Traffic
 ) -> None:
-    """A second gateway never sent it: the view has the cluster's reply, and no call."""
+    """A second gateway never sent it: the view has the cluster's reply and call graph, not the call."""
     rid, reply = next(iter(traffic.deposits.items()))
     with GatewayThread(config(cluster)) as other:
         async with client_for(other.url) as http:
             await wait_ready(http)
             view = (await http.get(f"/v1/invocations/{rid}/view")).json()
+            moved = (await http.get(f"/v1/invocations/{traffic.moved}/view")).json()
+    assert moved["source"] == "cluster" and moved["calls"] == transfer_graph(traffic)
     assert view["source"] == "cluster" and view["operator"] is None
     assert (view["status"], view["epoch"], view["tid"], view["result"]) == (
         "committed",
@@ -152,6 +184,52 @@ async def test_another_replica_views_an_invocation_from_the_cluster(
         reply["tid"],
         reply["result"],
     )
+
+
+@pytest.mark.services
+async def test_another_replica_lists_the_clusters_invocations(cluster: LocalStack, traffic: Traffic) -> None:
+    """A second gateway's own window is empty; scope=cluster lists what the workers retain: the first
+    gateway's invocations too, with their call and reply, newest first in the serial order."""
+    with GatewayThread(config(cluster)) as other:
+        async with client_for(other.url) as http:
+            await wait_ready(http)
+            own = (await http.get("/v1/invocations")).json()
+            page = (await http.get("/v1/invocations", params={"scope": "cluster", "limit": 500})).json()
+            aborted = (
+                await http.get("/v1/invocations", params={"scope": "cluster", "status": "aborted"})
+            ).json()
+            nothing = (await http.get("/v1/invocations", params={"scope": "cluster", "operator": "x"})).json()
+        styx = [sys.executable, "-m", "styx_py.cli", "invocations", "list", "--gateway", other.url]
+        argv = [*styx, "--cluster"]
+        table = await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=60, check=False
+        )
+    assert own["invocations"] == [] and own["scope"] == "gateway"
+    assert page["scope"] == "cluster" and page["complete"] and page["next_after"] is None
+    listed = {i["request_id"]: i for i in page["invocations"]}
+    ours = [rid for rid in listed if traffic.tag in rid]
+    assert ours[:1] == [traffic.moved] and set(ours) == {traffic.moved, *traffic.aborted, *traffic.deposits}
+    order = [(i["epoch"], i["phase"], i["tid"]) for i in page["invocations"]]
+    assert order == sorted(order, reverse=True)
+    moved = listed[traffic.moved]
+    assert (moved["operator"], moved["key"], moved["function"], moved["status"], moved["source"]) == (
+        "account",
+        f"{traffic.tag}-1",
+        "transfer",
+        "committed",
+        "cluster",
+    )
+    for rid, reply in traffic.deposits.items():
+        assert (listed[rid]["epoch"], listed[rid]["tid"], listed[rid]["result"]) == (
+            reply["epoch"],
+            reply["tid"],
+            reply["result"],
+        )
+    assert {i["status"] for i in aborted["invocations"]} == {"aborted"}
+    assert set(traffic.aborted) <= {i["request_id"] for i in aborted["invocations"]}
+    assert nothing["invocations"] == []
+    assert table.returncode == 0 and traffic.moved in table.stdout, table.stdout + table.stderr
+    assert "recent transactions the workers retain" in table.stdout.splitlines()[-1]
 
 
 @pytest.mark.services
@@ -218,6 +296,20 @@ def test_styx_invocations_list(gateway: GatewayThread, traffic: Traffic, tmp_pat
         check=False,
     )
     assert paged.returncode == 0 and "; older: --after " in paged.stdout.splitlines()[-1], paged.stdout
+    get = [sys.executable, "-m", "styx_py.cli", "invocations", "get", "--gateway", gateway.url]
+    graph = subprocess.run(
+        [*get, traffic.moved, "--graph", "--token-file", str(token)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert graph.returncode == 0, graph.stderr
+    assert msgspec.json.decode(graph.stdout)["calls"] == transfer_graph(traffic)
+    assert graph.stderr.splitlines() == [
+        f"root: account/{traffic.tag}-1.transfer ok, wrote",
+        f"  0: account/{traffic.tag}-2.deposit ok, wrote",
+    ]
 
 
 @pytest.mark.services
@@ -243,6 +335,10 @@ ROWS = (
 )
 STATUSES = "[...document.querySelectorAll('tr[data-request-id]')].map(r => r.dataset.status)"
 IDS = "[...document.querySelectorAll('tr[data-request-id]')].map(r => r.dataset.requestId)"
+CALLS = (
+    "[...document.querySelectorAll('#calls tr[data-path]')]"
+    ".map(r => (r.dataset.path || 'root') + ':' + r.dataset.status)"
+)
 SHOWN = "document.body.dataset.shown === '{}'"  # the page has rendered the view of this address
 
 
@@ -305,6 +401,27 @@ def test_console_walkthrough_in_headless_chromium(
         assert msgspec.json.decode(page.attr("#value", "data-value") or "null") == balance
         assert urllib.parse.parse_qs(page.eval("location.hash").split("?", 1)[1])["key"] == [entity_key]
 
+        # The whole cluster's recent transactions (the scope select), where the committed transfer
+        # is the newest of ours; it opens: its call graph and the entities it touched; one of them opens.
+        page.click('nav a[data-nav="invocations"]')
+        page.until(SHOWN.format("#/invocations"), "every invocation")
+        page.select('select[name="scope"]', "cluster")
+        page.click("form.filters button")
+        page.until(SHOWN.format("#/invocations?scope=cluster"), "the cluster's invocations")
+        assert "recent transactions the workers retain" in page.text("#scope-note")
+        assert next(i for i in page.eval(IDS) if traffic.tag in i) == traffic.moved
+        page.click(f'tr[data-request-id="{traffic.moved}"] a')
+        page.wait("#request-id", traffic.moved)
+        page.wait("table#calls")
+        assert page.eval(CALLS) == ["root:ok", "0:ok"]
+        touched = f"account/{traffic.tag}-2"
+        assert page.attr(f'li[data-entity="{touched}"]', "data-wrote") == "true"
+        page.click(f'li[data-entity="{touched}"] a')
+        page.wait("#value")
+        assert page.text("#entity") == touched
+        moved_into = sum(10 + i for i in range(6) if i % 3 == 2) + 1  # its deposits and the transfer
+        assert msgspec.json.decode(page.attr("#value", "data-value") or "null") == moved_into
+
     # The same pages render as images at desktop and phone widths (the docs' screenshots).
     for png in console_shots(gateway.url, tmp_path, rid, TOKEN):
         assert png.stat().st_size > 10_000, png
@@ -335,7 +452,8 @@ def test_the_http_api_examples_run_as_written(cluster: LocalStack, tmp_path: Pat
             assert _matches(actual, expected), f"{command!r} printed {actual}; the docs say {expected}"
     listing = next(out for (c, _), (_, out) in zip(steps, results, strict=True) if "status=aborted" in c)
     assert [i["request_id"] for i in msgspec.json.decode(listing)["invocations"]] == ["pay-43"]
-    table = results[-1][1].splitlines()
+    table = next(out for (c, _), (_, out) in zip(steps, results, strict=True) if "invocations list" in c)
+    table = table.splitlines()
     assert table[0].startswith("REQUEST ID") and table[1].split()[:2] == ["pay-43", "aborted"], table
 
 

@@ -1,7 +1,8 @@
 """External calls and durable timers in the simulation (virtual time, seeded faults).
 
-The reservation app (tests/apps/effects_app.py) charges through an in-memory payment service that is
-slow, fails before taking effect and loses answers after it; holds expire on timers. Workers and the
+The reservation app (tests/apps/effects_app.py) charges through the payment service's double of the
+simulation kit (styx_benchmarks.reservations_sim), slow, failing before taking effect and losing answers
+after it; holds expire on timers; the calls are the kit's reservation workload. Workers and the
 coordinator crash at seeded points, messages are dropped and duplicated. The workers' own requests
 (the calls' outcomes, the timers' firings) go through the clients like any other, so
 ``check_against_serial`` holds them to the serial execution as ordinary inputs; the app's ``check``
@@ -12,10 +13,12 @@ most once, every hold ended.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 
+from styx_benchmarks import reservations_sim
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.testing.simulate import Events
 from tests.apps import effects_app
@@ -38,9 +41,8 @@ async def run_effects(
     update: bool = False,
 ) -> SimCluster:
     rng = random.Random(seed)
-    effects_app.PAYMENTS = payments = effects_app.Payments(
-        seed, fail=rng.choice([0.0, 0.2]), lose=rng.choice([0.0, 0.2]), delay_s=rng.choice([0.001, 0.05])
-    )
+    doubles = reservations_sim.services(random.Random(seed))
+    effects_app.PAYMENTS = doubles["payments"]
     async with SimCluster(
         APP,
         workers=3,
@@ -65,17 +67,16 @@ async def run_effects(
         changes = Events(c, rng, (f"w{i}" for i in range(4, 100)))  # joins never reuse an id that left
         for _ in range(reshapes):
             changes.at_random(rng.choice(["join", "drain", "lose"]), 700)
-        for i in range(n):
-            # Short holds (sequenced time, real seconds) race the payments; long ones wait for them.
-            ttl = rng.choice([0.0, 0.02, 30.0])
-            c.submit("seat", "hold", f"s{rng.randrange(12)}", f"u{i % 5}", rng.randint(1, 100), ttl)
+        calls = reservations_sim.workload(random.Random(seed))
+        for i, (operator, key, function, args) in enumerate(itertools.islice(calls, n)):
+            c.submit(operator, function, key, *args)
             if update and i == n // 2:
                 await c.wait_for_replies(len(c.replies) + 5)
                 await deploy_until_committed(c, APP_V2)
         await c.settle()
         await check_against_serial(c)
-        effects_app.check(c.state(), payments.ledger)
-        assert all(n == 1 for n in payments.effects.values()), "a key took effect twice"
+        problems = list(reservations_sim.no_double_charge(c.state(), doubles))
+        assert not problems, problems
         return c
 
 

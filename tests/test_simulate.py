@@ -3,7 +3,8 @@
 It runs the project's bank app green under its default faults, finds the planted bug of the docs
 example (a fee drawn from the process's random generator) with and without faults, reports an
 invariant that does not hold, and prints a command that runs the failing seed alone, which fails the
-same way.
+same way. It runs the reservation app (external payment calls, timers) on the kit's payment double,
+and its invariant finds a double that does not honour idempotency keys.
 """
 
 from __future__ import annotations
@@ -54,11 +55,13 @@ def test_an_invariant_that_does_not_hold_is_named() -> None:
     assert not result.ok and "the invariant does not hold: the accounts hold" in result.error
 
 
-def test_styx_simulate_finds_the_docs_bug_in_its_default_seeds_and_prints_a_replay() -> None:
-    def styx(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "styx_py.cli", "simulate", *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+def styx_simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "styx_py.cli", "simulate", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
 
+
+def test_styx_simulate_finds_the_docs_bug_in_its_default_seeds_and_prints_a_replay() -> None:
+    styx = styx_simulate
     done = styx(BUGGY, "--workload", WORKLOAD, "--invariant", INVARIANT)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "of 100 seeds passed" in done.stdout
@@ -77,3 +80,44 @@ def test_a_bad_workload_path_is_one_line() -> None:
     argv = [sys.executable, "-m", "styx_py.cli", "simulate", BANK, "--workload", "no.such:thing"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and done.stderr.startswith("styx: error: --workload 'no.such:thing'")
+
+
+RESERVATIONS = "styx_benchmarks.reservations:app"
+RESERVATIONS_SIM = [
+    "--workload",
+    "styx_benchmarks.reservations_sim:workload",
+    "--invariant",
+    "styx_benchmarks.reservations_sim:no_double_charge",
+]
+
+
+def test_styx_simulate_runs_the_reservation_app_on_its_payment_double() -> None:
+    """The app calls an external payment service and sets timers: with the kit's double in place of its
+    HTTP service, it passes under crashes and reshapes, and the double's ledger holds every charge once."""
+    argv = [*RESERVATIONS_SIM, "--services", "styx_benchmarks.reservations_sim:services", "--seeds", "8"]
+    done = styx_simulate(RESERVATIONS, *argv)
+    assert done.returncode == 0 and "8 of 8 seeds passed" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_reservation_invariant_finds_a_service_that_forgets_its_idempotency_keys() -> None:
+    argv = [*RESERVATIONS_SIM, "--services", "tests.apps.forgetful_payments:services", "--seeds", "3"]
+    done = styx_simulate(RESERVATIONS, *argv)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "seed 0 failed:\nAssertionError: the invariant does not hold: " in done.stdout, done.stdout
+    assert "--services tests.apps.forgetful_payments:services" in done.stdout
+
+
+def test_doubles_in_place_of_the_graphs_services_are_undone_after_each_seed() -> None:
+    from styx_benchmarks import reservations, reservations_sim
+
+    report = simulate(
+        RESERVATIONS,
+        reservations_sim.workload,
+        seeds=[0],
+        faults=NO_FAULTS,
+        services=reservations_sim.services,
+        invariant=reservations_sim.no_double_charge,
+        requests=30,
+    )
+    assert report.ok, report.describe()
+    assert reservations.app.services == {"payments": reservations.http_payments}

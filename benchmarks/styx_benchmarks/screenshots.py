@@ -65,7 +65,7 @@ def console_shots(
     gateway_url: str, out: Path, request_id: str, token: str | None = None, browser: str | None = None
 ) -> list[Path]:
     """The console of a running gateway: :data:`CONSOLE_SHOTS` and ``request_id``'s invocation."""
-    shots = [*CONSOLE_SHOTS, ("console-invocation.png", f"#/invocation/{request_id}", (1280, 760))]
+    shots = [*CONSOLE_SHOTS, ("console-invocation.png", f"#/invocation/{request_id}", (1280, 1100))]
     suffix = "" if token is None else f"?token={token}"
     return [
         screenshot(f"{gateway_url}/console{fragment}{suffix}", out / name, window, browser)

@@ -32,6 +32,7 @@ class Cluster:
         self.load = PartitionLoad()  # measured transactions per second per partition (heartbeats)
         # Per worker, from its last heartbeat: [external calls pending, running, timers pending].
         self.effects: dict[str, list[int]] = {}
+        self.pending_owners: dict[str, list[str]] = {}  # what each worker's heartbeat named (status)
         self.graph_path: str | None = None  # the running version's import path
         self.versions: list[GraphVersion] = []  # every committed version, in deploy order
         self.operators: list[OperatorSpec] = []

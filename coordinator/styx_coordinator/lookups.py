@@ -19,9 +19,17 @@ import msgspec
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.tasks import Tasks
-from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS
+from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS, MAX_RECENT_LOOKUP
 from styx_py.core.ports import Clock
-from styx_py.core.wire import MAX_LOOKUP_IDS, AdminReply, FindReplies, FoundReplies, Reply, ReplyLookup
+from styx_py.core.wire import (
+    MAX_LOOKUP_IDS,
+    AdminReply,
+    FindReplies,
+    FoundReplies,
+    Reply,
+    ReplyLookup,
+    Traced,
+)
 
 __all__ = ["LOOKUP_TIMEOUT_S", "MAX_OPEN_LOOKUPS", "ReplyLookups"]
 
@@ -37,6 +45,7 @@ class _Lookup:
     replies: dict[tuple[str, int], Reply] = field(default_factory=dict)  # by (request id, tid)
     pending: set[str] = field(default_factory=set)
     deferred: set[str] = field(default_factory=set)
+    traces: list[Traced] | None = None  # when the lookup asked for them
 
 
 class ReplyLookups:
@@ -50,8 +59,10 @@ class ReplyLookups:
     def start(self, src: str, msg: ReplyLookup) -> None:
         """Ask every worker for ``msg``'s ids; the admin client ``src`` is answered later."""
         c = self.cluster
-        if len(msg.request_ids) > MAX_LOOKUP_IDS:
+        if len(msg.request_ids) > MAX_LOOKUP_IDS or not 0 <= msg.recent <= MAX_RECENT_LOOKUP:
             error = f"{len(msg.request_ids)} request ids in one lookup (max {MAX_LOOKUP_IDS})"
+            if msg.recent:
+                error = f"recent={msg.recent} in one lookup (max {MAX_RECENT_LOOKUP})"
             c.transport.send(src, AdminReply(False, error, {}))
             return
         if len(self.open) >= MAX_OPEN_LOOKUPS:
@@ -60,9 +71,12 @@ class ReplyLookups:
         workers = set(c.workers) if c.graph_path is not None else set()
         lookup_id, self.next_id = self.next_id, self.next_id + 1
         lookup = _Lookup(src, workers, complete=c.state == "running" and bool(workers))
+        lookup.traces = [] if msg.traces or msg.recent else None
         self.open[lookup_id] = lookup
         for node_id in sorted(workers):
-            c.transport.send(node_id, FindReplies(lookup_id, list(msg.request_ids), c.gen))
+            c.transport.send(
+                node_id, FindReplies(lookup_id, list(msg.request_ids), c.gen, msg.traces, msg.recent)
+            )
         if workers:
             self.tasks.spawn(self._expire(lookup_id))
         else:
@@ -78,6 +92,8 @@ class ReplyLookups:
             lookup.replies[(reply.request_id, reply.tid)] = reply
         lookup.pending.update(msg.pending)
         lookup.deferred.update(msg.deferred)
+        if lookup.traces is not None:
+            lookup.traces.extend(msg.traces)
         if not lookup.waiting:
             self._answer(msg.lookup)
 
@@ -97,4 +113,6 @@ class ReplyLookups:
             "deferred": sorted(lookup.deferred),
             "complete": lookup.complete,
         }
+        if lookup.traces is not None:
+            body["traces"] = [_encoder.encode(t) for t in lookup.traces]
         self.cluster.transport.send(lookup.src, AdminReply(True, "", body))

@@ -272,6 +272,7 @@ class Coordinator:
                     c = self.cluster
                     c.load.report(msg.node_id, msg.load, self.clock.now(), c.placement)
                     c.effects[msg.node_id] = msg.effects
+                    c.pending_owners[msg.node_id] = msg.pending_owners
                     # The echo renews the worker's lease (see the worker's lease check).
                     self.transport.send(msg.node_id, Heartbeat(COORDINATOR, self.epoch))
             case Register():

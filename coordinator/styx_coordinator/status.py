@@ -116,6 +116,7 @@ def worker_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
             "txn_per_s": round(load.get(w.node_id, 0.0), 1),
             "last_heartbeat_s_ago": round(now - last_seen.get(w.node_id, now), 3),
             **_effects(cluster.effects.get(w.node_id, [])),
+            "pending_owners": cluster.pending_owners.get(w.node_id, []),
         }
         for w in cluster.membership.infos()
     ]

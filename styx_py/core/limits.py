@@ -207,6 +207,7 @@ MAX_OPEN_LOOKUPS = 64
 # budget is listed as deferred: the gateway asks for it again in its next lookup). Well under
 # MAX_FRAME_BYTES, so an answer always fits in one frame.
 MAX_LOOKUP_IDS = 64
+MAX_RECENT_LOOKUP = 500  # the most recent transactions one cluster-wide listing asks each worker for
 MAX_LOOKUP_REPLY_BYTES = 4 * 1024 * 1024
 
 # ---- Kafka producers and consumers (styx_py.io.batching, .fetching, .kafka_logs) ------------------------
@@ -263,3 +264,4 @@ EXTERNAL_BACKOFF_MAX_S = 2.0
 EXTERNAL_TIMEOUT_S = 10.0  # one attempt: no answer by then is a failed attempt
 EFFECT_POLL_S = 0.2  # the effect runner looks at its store at least this often
 TIMER_REFIRE_S = 1.0  # a timer still pending this long after its firing was sent is fired again
+MAX_LISTED_OWNERS = 20  # entities with pending calls or timers a worker's heartbeat names (the console)

@@ -29,7 +29,9 @@ and that every reply and the final state equal a serial execution of the request
 run is a pure function of its seed (the kit also seeds the ``random`` module, so a function that draws
 from it by mistake fails the same way each time): a failing seed fails the same way every time, and the
 report says how to run it alone. The same kit runs from the command line (``styx simulate``) and in
-pytest (the ``styx_simulation`` fixture of :mod:`styx_py.testing.plugin`).
+pytest (the ``styx_simulation`` fixture of :mod:`styx_py.testing.plugin`). A graph that calls external
+services runs on doubles of them (``services``: :class:`~styx_py.testing.services.ServiceDouble` s
+with seeded faults), which the invariant gets too.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ import logging
 import random
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from styx_py.core.effects import Service
 from styx_py.core.errors import ConfigError, GraphError, StyxError
+from styx_py.core.graph import Graph, load_graph
 from styx_py.core.partitioning import Key
 from styx_py.core.words import counted
 from styx_py.testing.cluster import SimCluster, check_against_serial, run_simulated
@@ -58,6 +62,7 @@ __all__ = [
     "Invariant",
     "Report",
     "SeedResult",
+    "Services",
     "Workload",
     "resolve",
     "simulate",
@@ -67,8 +72,12 @@ Call = tuple[str, Key, str, tuple[Any, ...]]
 """One request: ``(operator, key, function, args)``, as :meth:`StyxClient.submit_many` takes them."""
 Workload = Callable[[random.Random], Iterable[Call]]
 """A seeded stream of calls (it may be endless: the kit takes what it needs)."""
-Invariant = Callable[[dict[tuple[str, Key], Any]], Iterable[str]]
-"""What must hold of the final state (``{(operator, key): value}``): each problem it finds, as a line."""
+Invariant = Callable[..., Iterable[str]]
+"""What must hold of the final state (``{(operator, key): value}``): each problem it finds, as a line.
+With ``services``, it is called with the seed's service doubles too: ``invariant(state, doubles)``."""
+Services = Callable[[random.Random], Mapping[str, Service]]
+"""One seed's doubles of the graph's external services, by name, from a generator seeded by the seed
+(for example :class:`~styx_py.testing.services.ServiceDouble` s with seeded fault rates)."""
 
 ROUNDS = 3  # the workload is sent in this many rounds; each waits until every request has its reply
 
@@ -151,12 +160,14 @@ def simulate(
     seeds: Iterable[int] = range(100),
     faults: Faults = Faults(),
     invariant: Invariant | None = None,
+    services: Services | None = None,
     requests: int = 200,
     workers: int = 3,
     progress: Callable[[SeedResult], None] | None = None,
 ) -> Report:
     """Run ``app`` (an import path, ``module:graph``) under ``workload`` once per seed (module
-    docstring); ``progress`` hears each seed's result as it ends."""
+    docstring); ``services`` replaces the graph's external services (and those of ``faults.update``)
+    for each seed; ``progress`` hears each seed's result as it ends."""
     report = Report(app)
     started = time.monotonic()
     quiet = logging.getLogger("styx")
@@ -164,7 +175,7 @@ def simulate(
     quiet.setLevel(logging.CRITICAL + 1)  # the recoveries (and halts) the faults cause: the report says
     try:
         for seed in seeds:
-            result = _run_seed(app, workload, seed, faults, invariant, requests, workers)
+            result = _run_seed(app, workload, seed, faults, invariant, services, requests, workers)
             report.results.append(result)
             if progress is not None:
                 progress(result)
@@ -180,6 +191,7 @@ def _run_seed(
     seed: int,
     faults: Faults,
     invariant: Invariant | None,
+    services: Services | None,
     requests: int,
     workers: int,
 ) -> SeedResult:
@@ -187,10 +199,35 @@ def _run_seed(
     # fails the same way every time its seed runs.
     random.seed(seed)
     try:
-        c = run_simulated(_scenario(app, workload, seed, faults, invariant, requests, workers))
+        doubles = dict(services(random.Random(seed))) if services is not None else None
+        with _installed(doubles, [app, *([faults.update] if faults.update else [])]):
+            scenario = _scenario(app, workload, seed, faults, invariant, doubles, requests, workers)
+            c = run_simulated(scenario)
     except Exception as exc:  # noqa: BLE001 - a failed check, or the user's code raising: this seed's result
         return SeedResult(seed, False, _failure(exc))
     return SeedResult(seed, True, "", len(c.replies), c.crashes)
+
+
+@contextlib.contextmanager
+def _installed(doubles: dict[str, Service] | None, apps: list[str]) -> Iterator[None]:
+    """The graphs at ``apps`` call ``doubles`` instead of their services while it lasts (the workers
+    load a graph by import path: the same object)."""
+    if not doubles:
+        yield
+        return
+    graphs: list[Graph] = [load_graph(path) for path in apps]
+    saved = [dict(g.services) for g in graphs]
+    for g in graphs:
+        unknown = sorted(set(doubles) - set(g.services))
+        if unknown:
+            raise ConfigError(f"graph {g.name!r} calls no service named {', '.join(map(repr, unknown))}")
+        g.services.update(doubles)
+    try:
+        yield
+    finally:
+        for g, before in zip(graphs, saved, strict=True):
+            g.services.clear()
+            g.services.update(before)
 
 
 def _failure(exc: BaseException) -> str:
@@ -205,6 +242,7 @@ async def _scenario(
     seed: int,
     faults: Faults,
     invariant: Invariant | None,
+    doubles: dict[str, Service] | None,
     requests: int,
     workers: int,
 ) -> SimCluster:
@@ -236,9 +274,11 @@ async def _scenario(
                 await c.wait_for_replies(len(c.replies) + 1)
                 await _deploy(c, faults.update)
             await c.wait(timeout_s=600)
+        if c.graph.effects:
+            await c.settle()  # the external calls' outcomes and the timers' firings come in as requests
         await check_against_serial(c)
         if invariant is not None:
-            problems = list(invariant(c.state()))
+            problems = list(invariant(c.state()) if doubles is None else invariant(c.state(), doubles))
             assert not problems, "the invariant does not hold: " + "; ".join(problems[:10])
         return c
 

@@ -272,8 +272,9 @@ class WorkerCore:
         running.update(r.request.request_id for r in self.batch.rescheduled)
         for es in self.epochs.epochs.values():
             running.update(root.request.request_id for root in es.roots.values())
-        whole = not self.recovering and not self.batch.replay and msg.gen == self.epochs.gen
-        found = find_replies(msg, self.node_id, self.replies.answered, running, complete=whole)
+        m = self.epochs
+        whole = not self.recovering and not self.batch.replay and msg.gen == m.gen
+        found = find_replies(msg, self.node_id, self.replies.answered, running, whole, m.traces)
         self.out.effects.append(Send(COORDINATOR, found))
 
     # ---- reconfiguration: styx_worker.reconfig reads and waits, these install -----------------------

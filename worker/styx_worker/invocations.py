@@ -30,6 +30,7 @@ from styx_worker.replies import ReplyOut
 from styx_worker.routing import RoutingTable
 from styx_worker.snapshot import Unconfirmed
 from styx_worker.state import StateStore
+from styx_worker.traces import Traces
 from styx_worker.txn import CachedInvocation, EpochPhase, EpochState, RootTxn, Tally
 
 __all__ = ["InvocationFlow", "WritesDiverged"]
@@ -77,6 +78,7 @@ class InvocationFlow:
         self.written: tuple[int, list[Written]] = (-1, [])
         self.expected: dict[int, Logged] = {}
         self.changelog = Changelog(bool(config.changelog_topic))  # what the epochs commit, to the topic
+        self.traces = Traces()  # the invocations of recent transactions, for the invocation view
 
     def reset(self, gen: int) -> None:
         """A recovery: every epoch in flight is forgotten; the new generation starts."""
@@ -164,6 +166,8 @@ class InvocationFlow:
             return  # of an epoch that recovery ended
         for child in ev.children:
             self.dispatch(child)
+        writes = (es.opt.writes if inv.phase == Phase.OPTIMISTIC else es.fb.writes).get(inv.tid, {})
+        self.traces.record(inv, ev.status, (inv.operator, inv.key) in writes)
         if inv.phase == Phase.OPTIMISTIC:
             es.opt.cache_invocation(inv, ev.calls, ev.own)
         if inv.want_result:

@@ -13,6 +13,7 @@ from collections.abc import Collection
 
 from styx_py.core.wire import MAX_LOOKUP_REPLY_BYTES, FindReplies, FoundReplies, Reply
 from styx_worker.dedup import ReplyTable
+from styx_worker.traces import Traces
 
 __all__ = ["find_replies"]
 
@@ -20,11 +21,19 @@ _REPLY_OVERHEAD_BYTES = 64  # ids, tid, epoch, status: counted with each result 
 
 
 def find_replies(
-    msg: FindReplies, node_id: str, table: ReplyTable, running: Collection[str], *, complete: bool
+    msg: FindReplies,
+    node_id: str,
+    table: ReplyTable,
+    running: Collection[str],
+    complete: bool,
+    traces: Traces | None = None,
 ) -> FoundReplies:
     """What this worker knows of ``msg``'s request ids: their replies (up to the byte budget; the ids
-    past it are deferred), and the ids still running here."""
-    wanted = set(msg.request_ids)
+    past it are deferred), the ids still running here, and, when ``msg`` asks, the invocations
+    ``traces`` retains of them (bounded by :data:`~styx_worker.traces.MAX_TRACE_NODES` per id) and
+    the roots and replies of the ``msg.recent`` most recent transactions that started here."""
+    roots = traces.recent(msg.recent) if msg.recent and traces is not None else []
+    wanted = set(msg.request_ids) | {t.request_id for t in roots}
     replies: list[Reply] = []
     deferred: set[str] = set()
     budget = MAX_LOOKUP_REPLY_BYTES
@@ -41,4 +50,6 @@ def find_replies(
             replies.append(reply)
     found = {r.request_id for r in replies}
     pending = sorted(rid for rid in wanted - found if rid in running)
-    return FoundReplies(msg.lookup, node_id, replies, pending, sorted(deferred - found), complete)
+    traced = traces.find(msg.request_ids) if msg.traces and traces is not None else []
+    traced += roots
+    return FoundReplies(msg.lookup, node_id, replies, pending, sorted(deferred - found), complete, traced)

@@ -54,12 +54,17 @@ class Membership:
         self.coordinator_seen = now
 
     def heartbeat(
-        self, now: float, completed_epoch: int, load: dict[int, int], effects: list[int] | None = None
+        self,
+        now: float,
+        completed_epoch: int,
+        load: dict[int, int],
+        effects: tuple[list[int], list[str]] | None = None,
     ) -> list[Message]:
         """What to send the coordinator now: a heartbeat, and a registration again when the coordinator
         said nothing for a failure timeout (its Register was lost while the coordinator restarted, so it
         does not count this worker as a member)."""
-        out: list[Message] = [Heartbeat(self.node_id, completed_epoch, load, effects or [])]
+        counts, owners = effects or ([], [])
+        out: list[Message] = [Heartbeat(self.node_id, completed_epoch, load, counts, owners)]
         if now - self.coordinator_seen > self.timeout_s and now - self.registered_at > self.timeout_s:
             log.warning(
                 "%s: no word from the coordinator for %.1f s: registering again",

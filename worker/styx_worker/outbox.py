@@ -39,6 +39,7 @@ from styx_py.core.limits import (
     EXTERNAL_CONCURRENCY,
     EXTERNAL_QUEUE,
     EXTERNAL_TIMEOUT_S,
+    MAX_LISTED_OWNERS,
     TIMER_REFIRE_S,
 )
 from styx_py.core.partitioning import partition_of
@@ -111,10 +112,13 @@ class EffectRunner:
         """(intents, timers) pending in the partitions this worker holds, as of its last scan."""
         return sum(self.owned[OUTBOX].values()), sum(self.owned[TIMERS].values())
 
-    def summary(self) -> list[int]:
-        """[intents pending, calls running, timers pending]: what the heartbeat tells the coordinator."""
+    def summary(self) -> tuple[list[int], list[str]]:
+        """What the heartbeat tells the coordinator: [intents pending, calls running, timers pending],
+        and the entities (their system-operator keys, :func:`~styx_py.core.effectids.owner_of`) that
+        have some pending, the first :data:`MAX_LISTED_OWNERS` in key order (the console lists them)."""
         calls, timers = self.pending()
-        return [calls, len(self.calls), timers]
+        owners = sorted({str(key[1]) for counts in self.owned.values() for key in counts})
+        return [calls, len(self.calls), timers], owners[:MAX_LISTED_OWNERS]
 
     # ---- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:

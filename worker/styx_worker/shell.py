@@ -153,7 +153,7 @@ class Worker:
         clock = self.ports.clock
         while True:
             load = dict(self.core.batch.sequenced)
-            effects = [] if self.effects is None else self.effects.summary()
+            effects = None if self.effects is None else self.effects.summary()
             for msg in self.membership.heartbeat(
                 clock.now(), self.core.epochs.completed_epoch, load, effects
             ):

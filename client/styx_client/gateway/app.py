@@ -15,8 +15,9 @@ served offline by :mod:`.apidoc`; the user-facing description and the error tabl
 ``POST /v1/invocations``                    run ``{operator, key, function, args}``; ``?wait=false`` → 202
 ``GET  /v1/invocations/{request_id}``       the reply of an earlier invocation (``?wait_s=`` long-polls)
 ``GET  /v1/invocations``                    this replica's recent invocations (:mod:`.listing`)
-``GET  /v1/invocations/{request_id}/view``  one invocation: its call and its reply
+``GET  /v1/invocations/{request_id}/view``  one invocation: its call, reply, call graph and entities
 ``GET  /v1/cluster``                        the cluster's status and its recent history (:mod:`.console`)
+``GET  /v1/effects?owner=``                 one entity's pending external calls and timers
 ``GET  /console``                           the web console (static; its data from the routes above)
 ``GET  /v1/state/{operator}/{key}``         one entity's state through a read-only transaction (debug/admin)
 ``GET  /v1/operators``                      what is deployed, and the cluster's state
@@ -87,6 +88,7 @@ from styx_client.gateway.apidoc import API_DESCRIPTION, add_doc_routes
 from styx_client.gateway.cluster import ClusterLink
 from styx_client.gateway.config import GatewayConfig
 from styx_client.gateway.console import add_console_routes
+from styx_client.gateway.effects_view import add_effects_routes
 from styx_client.gateway.history import ClusterHistory
 from styx_client.gateway.invocations import Invocations
 from styx_client.gateway.jobs import Jobs
@@ -94,8 +96,6 @@ from styx_client.gateway.listing import add_listing_routes
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import (
     ID_PATTERN,
-    INT_KEY_MAX,
-    INT_KEY_MIN,
     MAX_ID_CHARS,
     ClusterSummary,
     ErrorBody,
@@ -107,11 +107,10 @@ from styx_client.gateway.models import (
     StateView,
     ValidationIssue,
 )
-from styx_client.gateway.outcomes import Outcome, failure, ok, respond
+from styx_client.gateway.outcomes import Outcome, failure, ok, parse_key, respond
 from styx_client.gateway.recent import RecentInvocations
 from styx_client.gateway.strict_json import StrictJsonRoute
 from styx_py.core.limits import MAX_KEY_CHARS, MAX_NAME_CHARS
-from styx_py.core.wire import Key
 
 __all__ = ["Served", "build_app"]
 
@@ -151,6 +150,7 @@ def build_app(gateway: Served) -> FastAPI:
     _add_invocation_routes(app, gateway, bearer)
     add_listing_routes(app, gateway, bearer)
     add_console_routes(app, gateway, bearer)
+    add_effects_routes(app, gateway, bearer)
     _add_admin_routes(app, gateway, bearer)
     _add_probe_routes(app, gateway)
     return app
@@ -278,7 +278,7 @@ def _add_admin_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) -> None
         timeout_s: Annotated[float | None, Query(gt=0, le=max_wait)] = None,
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
-        entity_key = _entity_key(key, key_type)
+        entity_key = parse_key(key, key_type)
         if isinstance(entity_key, Outcome):
             return respond(entity_key, metrics)
         return respond(await invocations.state(operator, entity_key, timeout_s or default_wait), metrics)
@@ -293,19 +293,6 @@ def _add_admin_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) -> None
     )
     async def get_operators(_auth: Annotated[Any, Depends(bearer)] = None) -> Response:
         return respond(ok(link.summary()), metrics)
-
-
-def _entity_key(key: str, key_type: str) -> Key | Outcome:
-    """The path's key as ``key_type`` says, or 422 for an integer key that is not one (or too large)."""
-    if key_type != "int":
-        return key
-    try:
-        number = int(key)
-    except ValueError:
-        return failure(422, "invalid_request", f"key {key!r} is not an integer")
-    if not INT_KEY_MIN <= number <= INT_KEY_MAX:
-        return failure(422, "invalid_request", "integer key out of range")
-    return number
 
 
 def _add_probe_routes(app: FastAPI, gateway: Served) -> None:

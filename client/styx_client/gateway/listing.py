@@ -1,10 +1,15 @@
 """The routes over the window of recent invocations (:mod:`.recent`): the listing, and the view of one.
 
 ``GET /v1/invocations`` lists this replica's recent invocations, newest first, filtered by status and
-operator, a page at a time (``after`` is the ``next_after`` cursor of the previous page).
+operator, a page at a time (``after`` is the ``next_after`` cursor of the previous page). With
+``scope=cluster`` it lists the cluster's instead: each worker's most recent transactions (the roots it
+retains, :mod:`styx_worker.traces`, with their replies from the reply tables), newest first in the
+serial order, one page (no cursor), their calls' arguments not known.
 ``GET /v1/invocations/{id}/view`` shows one: the call and its reply from the window, else the reply
 alone from the cluster's reply tables (an invocation another replica sent, or one the window has
-dropped), else why there is none (202 pending, 404 unknown, 503 cannot tell).
+dropped), else why there is none (202 pending, 404 unknown, 503 cannot tell); and, from the workers,
+the call graph of the transaction that gave the reply and the entities it touched
+(:mod:`styx_worker.traces`).
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route signatures at run time.
@@ -16,18 +21,22 @@ from starlette.responses import Response
 
 from styx_client.gateway.config import GatewayConfig
 from styx_client.gateway.invocations import Invocations
+from styx_client.gateway.lookups import Found
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import (
     ID_PATTERN,
     MAX_ID_CHARS,
+    CallNode,
+    EntityTouched,
     ErrorBody,
     InvocationAccepted,
     InvocationPage,
     InvocationView,
 )
-from styx_client.gateway.outcomes import Outcome, ok, respond
+from styx_client.gateway.outcomes import Outcome, failure, ok, respond
 from styx_client.gateway.recent import RecentInvocations, reply_fields
-from styx_py.core.limits import MAX_NAME_CHARS
+from styx_py.core.limits import MAX_NAME_CHARS, MAX_RECENT_LOOKUP
+from styx_py.core.wire import Reply, Status
 
 __all__ = ["MAX_LIST_LIMIT", "add_listing_routes"]
 
@@ -44,7 +53,7 @@ class Listed(Protocol):
 
 def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> None:
     recent, invocations, metrics = gateway.recent, gateway.invocations, gateway.metrics
-    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (401, 422, 429)}
+    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (401, 422, 429, 503)}
 
     @app.get(
         "/v1/invocations",
@@ -71,8 +80,14 @@ def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> Non
         after: Annotated[
             str | None, Query(pattern=r"^[0-9]{1,18}$", description="cursor: list what is older than it")
         ] = None,
+        scope: Annotated[
+            Literal["gateway", "cluster"],
+            Query(description="gateway: what this replica sent; cluster: every worker's recent transactions"),
+        ] = "gateway",
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
+        if scope == "cluster":
+            return respond(await _cluster_page(invocations, status, operator, limit), metrics)
         entries, next_seq = recent.page(
             status=status, operator=operator, limit=limit, after=None if after is None else int(after)
         )
@@ -91,7 +106,7 @@ def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> Non
             202: {"model": InvocationAccepted, "description": "running, no reply yet"},
             **{s: {"model": ErrorBody} for s in (401, 404, 429, 503)},
         },
-        summary="One invocation: its call (if this gateway sent it) and its reply",
+        summary="One invocation: its call (if this gateway sent it), its reply, its call graph and entities",
         operation_id="viewInvocation",
         tags=["invocations"],
     )
@@ -104,9 +119,9 @@ def add_listing_routes(app: FastAPI, gateway: Listed, bearer: HTTPBearer) -> Non
 
 async def _view(recent: RecentInvocations, invocations: Invocations, rid: str) -> Outcome:
     entry = recent.get(rid)
+    found = await invocations.cluster_replies.trace(rid)
     if entry is not None:
-        return ok(InvocationView(**entry.view()))
-    found = await invocations.cluster_replies.find(rid)
+        return ok(InvocationView(**entry.view(), **_graph(found, entry.reply)))
     reply = found.reply
     if reply is None:
         return invocations.not_found(rid, found)
@@ -124,5 +139,82 @@ async def _view(recent: RecentInvocations, invocations: Invocations, rid: str) -
         code=None,
         source="cluster",
         **reply_fields(reply),
+        **_graph(found, reply),
     )
     return ok(view)
+
+
+async def _cluster_page(
+    invocations: Invocations, status: str | None, operator: str | None, limit: int
+) -> Outcome:
+    """The newest ``limit`` of every worker's recent transactions that match; 503 if the cluster cannot
+    be asked. A transaction neither answered nor running (its reply no longer kept) is left out."""
+    asked = limit if status is None and operator is None else MAX_RECENT_LOOKUP
+    found, complete, error = await invocations.cluster_replies.recent(asked)
+    if error:
+        return failure(503, "unavailable", f"cannot list the cluster's invocations: {error}")
+    views: list[InvocationView] = []
+    for root, what in found:
+        reply = what.reply
+        state = reply.status if reply is not None else "pending" if what.pending else None
+        if state is None or (status is not None and state != status):
+            continue
+        if operator is not None and root.operator != operator:
+            continue
+        views.append(
+            InvocationView(
+                request_id=root.request_id,
+                cursor=None,
+                status=state,  # type: ignore[arg-type]  # committed | aborted | failed | pending
+                operator=root.operator,
+                key=root.key,
+                function=root.function,
+                args=None,
+                submitted_at=None,
+                latency_ms=None,
+                http_status=None,
+                code=None,
+                source="cluster",
+                **reply_fields(reply),
+            )
+        )
+        if len(views) == limit:
+            break
+    page = InvocationPage(
+        invocations=views,
+        next_after=None,
+        retained=len(found),
+        window=asked,
+        scope="cluster",
+        complete=complete,
+    )
+    return ok(page)
+
+
+def _graph(found: Found, reply: Reply | None) -> dict[str, Any]:
+    """The call graph of the transaction that gave ``reply`` (its epoch, phase and tid) and the
+    entities it ran on, in the order first reached."""
+    if reply is None:
+        return {"calls": None, "entities": None, "graph_complete": None}
+    nodes = sorted(
+        (t for t in found.traces if (t.epoch, t.phase, t.tid) == (reply.epoch, int(reply.phase), reply.tid)),
+        key=lambda t: t.path,
+    )
+    calls = [
+        CallNode(
+            path=t.path,
+            operator=t.operator,
+            key=t.key,
+            function=t.function,
+            status=Status(t.status).name.lower(),  # type: ignore[arg-type]  # one of Status's names
+            wrote=t.wrote,
+        )
+        for t in nodes
+    ]
+    entities: dict[tuple[str, Any], EntityTouched] = {}
+    for t in nodes:
+        seen = entities.setdefault(
+            (t.operator, t.key), EntityTouched(operator=t.operator, key=t.key, wrote=False)
+        )
+        seen.wrote |= t.wrote
+    return {"calls": calls, "entities": list(entities.values()), "graph_complete": found.complete}

@@ -7,21 +7,34 @@ neither cached nor pending asks the coordinator (admin ``ReplyLookup``), which a
 Lookups are coalesced: one admin request at a time per gateway, carrying every id asked for while the
 previous one was out (at most ``MAX_LOOKUP_IDS``), so a burst of polls costs one fan-out, not one
 each. Ids the workers deferred (their answer's byte budget was spent) go into the next request.
+
+:meth:`ClusterReplies.trace` (the invocation view) is one request of its own for one id that asks the
+workers for its invocations too (:mod:`styx_worker.traces`): the call graph and the entities.
 """
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import msgspec
 
 from styx_py.core.errors import StyxError
-from styx_py.core.wire import MAX_LOOKUP_IDS, UNDECODABLE, Reply, ReplyLookup, reply_decoder
+from styx_py.core.wire import MAX_LOOKUP_IDS, UNDECODABLE, Reply, ReplyLookup, Traced, reply_decoder
 from styx_py.io.admin import admin_request
 
 __all__ = ["ClusterReplies", "Found", "LookupSource", "coordinator_lookup"]
 
-LookupSource = Callable[[list[str]], Awaitable[Mapping[str, Any]]]
-"""Sends one ``ReplyLookup`` and returns the coordinator's answer body (injectable for tests)."""
+
+class LookupSource(Protocol):
+    """Sends one ``ReplyLookup`` and returns the coordinator's answer body (injectable for tests)."""
+
+    def __call__(
+        self, request_ids: list[str], traces: bool = False, recent: int = 0
+    ) -> Awaitable[Mapping[str, Any]]: ...
+
+
+_traced = msgspec.msgpack.Decoder(Traced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +49,8 @@ class Found:
     """False when a worker did not answer or is recovering: a miss may not be final."""
     error: str = ""
     """Why the lookup could not be made (coordinator unreachable); nothing else is known then."""
+    traces: tuple[Traced, ...] = ()
+    """The invocations the workers retain of the id's transactions (:meth:`ClusterReplies.trace`)."""
 
     @property
     def reply(self) -> Reply | None:
@@ -48,9 +63,9 @@ def coordinator_lookup(
 ) -> LookupSource:
     """The default :data:`LookupSource`: the coordinator's admin port, authenticated like the status."""
 
-    async def lookup(request_ids: list[str]) -> Mapping[str, Any]:
+    async def lookup(request_ids: list[str], traces: bool = False, recent: int = 0) -> Mapping[str, Any]:
         reply = await admin_request(
-            address, ReplyLookup(request_ids), timeout_s=timeout_s, secret=cluster_secret
+            address, ReplyLookup(request_ids, traces, recent), timeout_s=timeout_s, secret=cluster_secret
         )
         if not reply.ok:
             raise StyxError(f"coordinator at {address} refused the reply lookup: {reply.error}")
@@ -106,21 +121,59 @@ class ClusterReplies:
                     if not future.done():
                         future.set_result(answer)
 
-    async def _lookup(self, rids: list[str]) -> dict[str, Found]:
+    async def trace(self, rid: str) -> Found:
+        """What the cluster knows of ``rid``, with the invocations of its transactions (not coalesced:
+        one admin request of its own)."""
+        found = await self._lookup([rid], traces=True)
+        return found.get(rid) or Found(complete=False, error="the reply was deferred; retry")
+
+    async def recent(self, n: int) -> tuple[list[tuple[Traced, Found]], bool, str]:
+        """Each worker's ``n`` most recent transactions: their roots with what the cluster knows of
+        each (its replies, or running), newest first in the serial order; whether every worker
+        answered; and why the lookup failed, if it did."""
+        self.on_lookup(0)
+        try:
+            body = await self.source([], False, n)
+            replies = [reply_decoder.decode(raw) for raw in body["replies"]]
+            pending, complete = set(body["pending"]), bool(body["complete"])
+            roots = [_traced.decode(raw) for raw in body.get("traces", ())]
+        except (StyxError, OSError, TimeoutError, EOFError, KeyError, TypeError, *UNDECODABLE) as exc:
+            return [], False, f"{type(exc).__name__}: {exc}"
+        by_id: dict[str, list[Reply]] = {}
+        for reply in replies:
+            by_id.setdefault(reply.request_id, []).append(reply)
+        latest: dict[str, Traced] = {}
+        for root in roots:  # a request id whose transactions started on several workers: the latest
+            seen = latest.get(root.request_id)
+            if seen is None or (root.epoch, root.phase, root.tid) > (seen.epoch, seen.phase, seen.tid):
+                latest[root.request_id] = root
+        found = [
+            (root, Found(tuple(by_id.get(rid, ())), rid in pending, complete)) for rid, root in latest.items()
+        ]
+        found.sort(key=lambda rf: (rf[0].epoch, rf[0].phase, rf[0].tid), reverse=True)
+        return found, complete, ""
+
+    async def _lookup(self, rids: list[str], traces: bool = False) -> dict[str, Found]:
         """One admin request; every id's answer (missing: deferred)."""
         self.on_lookup(len(rids))
         try:
-            body = await self.source(rids)
+            body = await (self.source(rids, True) if traces else self.source(rids))
             replies = [reply_decoder.decode(raw) for raw in body["replies"]]
             pending, deferred = set(body["pending"]), set(body["deferred"])
             complete = bool(body["complete"])
+            traced = [_traced.decode(raw) for raw in body.get("traces", ())]
         except (StyxError, OSError, TimeoutError, EOFError, KeyError, TypeError, *UNDECODABLE) as exc:
             return {rid: Found(complete=False, error=f"{type(exc).__name__}: {exc}") for rid in rids}
         by_id: dict[str, list[Reply]] = {}
         for reply in replies:
             by_id.setdefault(reply.request_id, []).append(reply)
         return {
-            rid: Found(tuple(by_id.get(rid, ())), rid in pending, complete)
+            rid: Found(
+                tuple(by_id.get(rid, ())),
+                rid in pending,
+                complete,
+                traces=tuple(t for t in traced if t.request_id == rid),
+            )
             for rid in rids
             if rid in by_id or rid not in deferred
         }

@@ -88,6 +88,25 @@ class InvocationAccepted(BaseModel):
     location: str = Field(description="GET this to fetch the reply")
 
 
+class CallNode(BaseModel):
+    """One invocation of a transaction's call graph, as the worker that ran it retains it."""
+
+    path: list[int] = Field(
+        description="its place in the call graph: child indices from the root ([]: the root)"
+    )
+    operator: str
+    key: str | int
+    function: str
+    status: Literal["ok", "abort", "error", "bad", "changed", "propagated"]
+    wrote: bool = Field(description="the transaction wrote this entity (else it only read it)")
+
+
+class EntityTouched(BaseModel):
+    operator: str
+    key: str | int
+    wrote: bool = Field(description="written (a put or a delete) by the transaction, else only read")
+
+
 class InvocationView(BaseModel):
     """One invocation as the window of recent invocations holds it (``source`` "gateway"), or as the
     cluster's reply tables do (``source`` "cluster": an invocation another replica sent; its call is
@@ -115,13 +134,27 @@ class InvocationView(BaseModel):
     error: str | None
     error_type: str | None
     source: Literal["gateway", "cluster"]
+    calls: list[CallNode] | None = Field(
+        None,
+        description="the call graph of the transaction that gave the reply, root first (only in the view "
+        "of one invocation; null without a reply); each worker retains the invocations of its 1 000 most "
+        "recent request ids, at most 64 each",
+    )
+    entities: list[EntityTouched] | None = Field(None, description="the entities those invocations ran on")
+    graph_complete: bool | None = Field(
+        None, description="every worker answered (false: a worker was recovering or did not answer)"
+    )
 
 
 class InvocationPage(BaseModel):
     invocations: list[InvocationView] = Field(description="newest first")
     next_after: str | None = Field(description="cursor of the next (older) page; null: no more")
-    retained: int = Field(description="invocations the window holds now")
-    window: int = Field(description="its size: the most it holds (max_recent_invocations)")
+    retained: int = Field(description="invocations the window holds now (scope cluster: found)")
+    window: int = Field(
+        description="its size: the most it holds (max_recent_invocations; scope cluster: asked per worker)"
+    )
+    scope: Literal["gateway", "cluster"] = "gateway"
+    complete: bool = Field(default=True, description="scope cluster: every worker answered")
 
 
 class ValidationIssue(BaseModel):

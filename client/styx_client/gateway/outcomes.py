@@ -14,10 +14,27 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from styx_client.gateway.metrics import GatewayMetrics
-from styx_client.gateway.models import ErrorBody, ErrorDetail, InvocationReply, ValidationIssue
-from styx_py.core.wire import UNDECODABLE, Reply, decode_value
+from styx_client.gateway.models import (
+    INT_KEY_MAX,
+    INT_KEY_MIN,
+    ErrorBody,
+    ErrorDetail,
+    InvocationReply,
+    ValidationIssue,
+)
+from styx_py.core.wire import UNDECODABLE, Key, Reply, decode_value
 
-__all__ = ["Outcome", "failure", "json_bytes", "ok", "overloaded", "reply_outcome", "respond", "retry_after"]
+__all__ = [
+    "Outcome",
+    "failure",
+    "json_bytes",
+    "ok",
+    "overloaded",
+    "parse_key",
+    "reply_outcome",
+    "respond",
+    "retry_after",
+]
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -121,3 +138,16 @@ def reply_outcome(reply: Reply, latency_ms: float | None = None, retry_after_s: 
         reply=body,
         headers=timing,
     )
+
+
+def parse_key(key: str, key_type: str) -> Key | Outcome:
+    """The path's key as ``key_type`` says, or 422 for an integer key that is not one (or too large)."""
+    if key_type != "int":
+        return key
+    try:
+        number = int(key)
+    except ValueError:
+        return failure(422, "invalid_request", f"key {key!r} is not an integer")
+    if not INT_KEY_MIN <= number <= INT_KEY_MAX:
+        return failure(422, "invalid_request", "integer key out of range")
+    return number

@@ -98,6 +98,7 @@ from styx_py.core.wire.lookup import (
     FindReplies,
     FoundReplies,
     ReplyLookup,
+    Traced,
 )
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
 from styx_py.core.wire.push import EgressAcked, PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
@@ -173,6 +174,7 @@ __all__ = [
     "ToAdmin",
     "ToCoordinator",
     "ToWorker",
+    "Traced",
     "Vote",
     "Waiting",
     "WorkAvailable",

@@ -31,6 +31,8 @@ class Heartbeat(Msg, tag="hb"):
     load: dict[int, int] = msgspec.field(default_factory=dict)
     # External calls pending, of them running, and timers pending in its partitions (styx_worker.outbox).
     effects: list[int] = msgspec.field(default_factory=list)
+    # The entities with some pending (their system-operator keys; the first MAX_LISTED_OWNERS).
+    pending_owners: list[str] = msgspec.field(default_factory=list)
 
 
 class WorkAvailable(Msg, tag="work"):

@@ -1,6 +1,6 @@
 // The styx-py console: a page of the gateway, reading its /v1 API (no library, no other host).
 // Views by URL fragment: #/cluster, #/invocations?status=&operator=&after=, #/invocation/ID,
-// #/entity?operator=&key=&key_type=. A bearer token, when the gateway has one, comes from the
+// #/entity?operator=&key=&key_type=, #/effects?owner=. A bearer token, when the gateway has one, comes from the
 // fragment (?token=…, never sent to the server, then removed from the address bar) or a prompt,
 // and is kept in this tab's sessionStorage.
 "use strict";
@@ -181,8 +181,9 @@ async function clusterView() {
 
 async function invocationsView(params) {
   const q = new URLSearchParams();
-  for (const k of ["status", "operator", "after", "limit"]) if (params.get(k)) q.set(k, params.get(k));
+  for (const k of ["status", "operator", "after", "limit", "scope"]) if (params.get(k)) q.set(k, params.get(k));
   const { body } = await api("/v1/invocations?" + q.toString());
+  const cluster = body.scope === "cluster";
   const { body: summary } = await api("/v1/operators");
   const go = (event) => {
     event.preventDefault();
@@ -209,8 +210,13 @@ async function invocationsView(params) {
     h("h1", {}, "Recent invocations"),
     h("form", { class: "filters", onsubmit: go },
       select("status", ["pending", "committed", "aborted", "failed", "error"]),
-      select("operator", summary.operators.map((o) => o.name)), h("button", { type: "submit" }, "Filter")),
-    h("p", { class: "muted" }, `${body.invocations.length} shown · this gateway keeps its last ${body.window} (${body.retained} now)`),
+      select("operator", summary.operators.map((o) => o.name)),
+      h("select", { name: "scope" }, [["", "this gateway"], ["cluster", "the whole cluster"]].map(([v, label]) =>
+        h("option", (params.get("scope") || "") === v ? { value: v, selected: "" } : { value: v }, label))),
+      h("button", { type: "submit" }, "Filter")),
+    h("p", { class: "muted", id: "scope-note" }, cluster
+      ? `${body.invocations.length} shown · the newest of ${body.retained} recent transactions the workers retain` + (body.complete ? "" : " (some workers did not answer)")
+      : `${body.invocations.length} shown · this gateway keeps its last ${body.window} (${body.retained} now)`),
     table(["request id", "status", "operator", "key", "function", "epoch", "tid", "latency"], rows, { id: "invocations" }),
     older,
   ];
@@ -235,7 +241,64 @@ async function invocationView(rid) {
       ["seen by", body.source === "gateway" ? "this gateway (call and reply)" : "the cluster's reply tables (reply only)"],
     ]),
     h("h2", {}, "Reply"), h("div", { id: "reply" }, json(body.result)),
+    callGraph(body),
   ];
+}
+
+function callGraph(body) {
+  if (body.calls === null || body.calls === undefined) return null;
+  const partial = body.graph_complete ? null : h("p", { class: "muted" }, "some workers did not answer: the graph may miss invocations");
+  const calls = body.calls.map((c) =>
+    h("tr", { "data-path": c.path.join("."), "data-status": c.status },
+      h("td", { style: `padding-left: ${0.5 + 1.5 * c.path.length}em` }, c.path.length ? c.path.join(".") : "root"),
+      h("td", {}, h("a", { href: entityHref(c.operator, c.key) }, `${c.operator}/${c.key}`)),
+      h("td", {}, c.function), h("td", {}, c.status), h("td", {}, c.wrote ? "wrote" : "read")));
+  const entities = body.entities.map((e) =>
+    h("li", { "data-entity": `${e.operator}/${e.key}`, "data-wrote": String(e.wrote) },
+      h("a", { href: entityHref(e.operator, e.key) }, `${e.operator}/${e.key}`), e.wrote ? " (written)" : " (read)"));
+  return [
+    h("h2", {}, `Call graph (${calls.length})`), partial,
+    calls.length ? table(["call", "entity", "function", "status", "state"], calls, { id: "calls" })
+      : h("p", { class: "muted" }, "no worker retains this transaction's invocations any more"),
+    h("h2", {}, "Entities touched"), h("ul", { id: "entities" }, entities),
+  ];
+}
+
+async function effectsView(params) {
+  const { body } = await api("/v1/cluster");
+  const workers = (body.status || {}).workers || [];
+  const owners = workers.flatMap((w) => (w.pending_owners || []).map((o) => [o, w.node_id]));
+  const rows = workers.map((w) =>
+    h("tr", { "data-effects-worker": w.node_id, "data-timers": w.timers_pending ?? 0, "data-calls": w.external_calls_pending ?? 0 },
+      h("td", {}, w.node_id), h("td", { "data-field": "calls-pending" }, w.external_calls_pending ?? 0),
+      h("td", {}, w.external_calls_running ?? 0), h("td", { "data-field": "timers-pending" }, w.timers_pending ?? 0)));
+  const out = [
+    h("h1", {}, "Pending timers and external calls"),
+    h("p", { class: "muted" }, "Counts as each worker's last heartbeat said; the entities listed are the first 20 per worker."),
+    table(["worker", "calls pending", "calls running", "timers pending"], rows, { id: "effect-counts" }),
+    h("h2", {}, `Entities with some pending (${owners.length})`),
+    owners.length ? h("ul", { id: "owners" }, owners.map(([o, w]) => h("li", { "data-owner": o },
+      h("a", { href: "#/effects?owner=" + encodeURIComponent(o) }, o), h("span", { class: "muted" }, ` on ${w}`))))
+      : h("p", { class: "muted", id: "owners-none" }, "none"),
+  ];
+  const q = new URLSearchParams();
+  for (const k of ["owner", "operator", "key", "key_type"]) if (params.get(k)) q.set(k, params.get(k));
+  if (!q.has("owner") && !q.has("key")) return out;
+  try {
+    const { body: p } = await api("/v1/effects?" + q.toString());
+    const calls = p.calls.map((c) => h("tr", { "data-call": c.id }, h("td", {}, h("code", {}, c.id)),
+      h("td", {}, `${c.service}.${c.function}`), h("td", {}, JSON.stringify(c.args)), h("td", {}, c.then || "–")));
+    const timers = p.timers.map((t) => h("tr", { "data-timer": t.id }, h("td", {}, h("code", {}, t.id)),
+      h("td", {}, new Date(t.due_ms).toISOString()), h("td", {}, `${t.due_in_s} s`), h("td", {}, t.target), h("td", {}, JSON.stringify(t.args))));
+    out.push(h("h2", {}, h("span", { id: "owner" }, p.owner)),
+      h("h3", {}, `External calls (${calls.length})`),
+      table(["idempotency key", "call", "arguments", "continuation"], calls, { id: "pending-calls" }),
+      h("h3", {}, `Timers (${timers.length})`),
+      table(["timer", "due", "in", "calls", "arguments"], timers, { id: "pending-timers" }));
+  } catch (err) {
+    out.push(failed(err));
+  }
+  return out;
 }
 
 async function entityView(params) {
@@ -260,6 +323,10 @@ async function entityView(params) {
     out.push(h("h2", {}, h("span", { id: "entity" }, `${body.operator}/${body.key}`)),
       fields([["function", body.function], ["read at epoch", body.epoch, "epoch"], ["tid", body.tid], ["consistency", body.consistency]]),
       h("div", { id: "value", "data-value": JSON.stringify(body.value) }, json(body.value)));
+    if (summary.operators.some((o) => o.name === "styx.timers")) {
+      const q = new URLSearchParams({ operator, key, key_type: keyType });
+      out.push(h("p", {}, h("a", { href: "#/effects?" + q.toString(), id: "to-effects" }, "its pending timers and external calls")));
+    }
   } catch (err) {
     out.push(failed(err));
   }
@@ -269,7 +336,7 @@ async function entityView(params) {
 async function render() {
   clearTimeout(timer);
   const { parts, params } = parseHash();
-  const known = { invocations: true, invocation: parts.length > 1, entity: true };
+  const known = { invocations: true, invocation: parts.length > 1, entity: true, effects: true };
   const view = known[parts[0]] ? parts[0] : "cluster";
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === (view === "invocation" ? "invocations" : view));
   try {
@@ -280,6 +347,7 @@ async function render() {
       api("/v1/operators").then(({ body }) => badge(body.state, body.ready), () => {});
       if (view === "invocations") show(...await invocationsView(params));
       else if (view === "invocation") show(...await invocationView(parts[1]));
+      else if (view === "effects") show(...await effectsView(params));
       else show(...await entityView(params));
     }
     document.body.dataset.view = view;
