@@ -227,6 +227,10 @@ STARVED_FETCH_CHECK_S = 0.05
 # needs more) and fails after this long without a new record.
 LOG_READ_FETCH_WAIT_MS = 10
 LOG_READ_STALL_TIMEOUT_S = 60.0
+# A producer reading back a partition to settle a produce in doubt (styx_py.io.batching) tries for this
+# long (the broker restarting) before the records fail as the produce did.
+IN_DOUBT_REREAD_S = 60.0
+IN_DOUBT_REREAD_BACKOFF_S = 0.1
 
 # ---- the processes' own ports and runtime (styx_py.io.tcp, .links, .metrics, .runtime) ----------------
 # A peer that stops reading is cut off once this much is buffered for it, instead of eating memory.

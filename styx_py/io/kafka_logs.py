@@ -15,6 +15,7 @@ a read with (aiokafka's ``KafkaError``) and a sequencer-log record that does not
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
@@ -26,7 +27,12 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 from styx_py.core.changelog import Position, change_decoder
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
-from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
+from styx_py.core.limits import (
+    IN_DOUBT_REREAD_BACKOFF_S,
+    IN_DOUBT_REREAD_S,
+    LOG_READ_FETCH_WAIT_MS,
+    LOG_READ_STALL_TIMEOUT_S,
+)
 from styx_py.core.security import PLAINTEXT, KafkaSecurity
 from styx_py.core.segments import segment_topic, segments_in, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
@@ -216,6 +222,25 @@ class KafkaLogReader:
         return tail
 
 
+async def read_back(
+    bootstrap: str, topic: str, partition: int, start: int, security: KafkaSecurity = PLAINTEXT
+) -> list[tuple[int, bytes | None, bytes]]:
+    """(offset, key, value) of every record of ``topic[partition]`` from ``start`` to its end: how a
+    producer settles a produce in doubt (:mod:`styx_py.io.batching`). A broker that is not back yet is
+    tried again for :data:`~styx_py.core.limits.IN_DOUBT_REREAD_S`."""
+    deadline = time.monotonic() + IN_DOUBT_REREAD_S
+    starts = {TopicPartition(topic, partition): start}
+    while True:
+        try:
+            records = await read_to_end(bootstrap, starts, security=security)
+        except (KafkaError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(IN_DOUBT_REREAD_BACKOFF_S)  # the broker restarting: try again
+            continue
+        return [(r.offset, r.key, r.value) for r in records]
+
+
 async def _from_broker(what: str, read: Awaitable[T]) -> T:
     """``await read``; what the broker failed it with, as a :class:`BackendError` naming ``what``."""
     try:
@@ -235,4 +260,4 @@ def sent_epoch(headers: Sequence[tuple[str, bytes]]) -> int | None:
     return None
 
 
-__all__ = ["KafkaLogReader", "high_watermarks", "list_topics", "read_to_end", "sent_epoch"]
+__all__ = ["KafkaLogReader", "high_watermarks", "list_topics", "read_back", "read_to_end", "sent_epoch"]

@@ -15,6 +15,11 @@ request; or until ``flush``, a segment change, or
 reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
 the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md). Changelog
 records (``changes``, :mod:`styx_worker.changelog`) are held the same way, and ``flush`` covers them.
+
+The producer is not idempotent (Tansu has no idempotent producer), and it does not send a batch again
+when the broker may have stored it without answering (:mod:`styx_py.io.indoubt`): each lane reads its
+partition back and sends again only what is not there, so a broker killed mid-request stores no reply,
+changelog record, log entry or request twice.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from styx_py.core.limits import (
 from styx_py.core.segments import pack, replies_to, segment_topic, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, Request, SeqLogEntry
 from styx_py.io.batching import PRODUCE_FAILURES, BatchLanes, Headers, OnDone
+from styx_py.io.indoubt import no_blind_retries
+from styx_py.io.kafka_logs import read_back
 from styx_py.io.tls import kafka_options
 from styx_worker.logwatch import LogWatch
 
@@ -45,7 +52,7 @@ log = logging.getLogger("styx.egress")
 
 
 def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
-    return AIOKafkaProducer(
+    producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
         linger_ms=config.kafka_linger_ms,
@@ -53,6 +60,8 @@ def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
         max_batch_size=MAX_BATCH_BYTES,
         **kafka_options(config.kafka_security()),
     )
+    no_blind_retries(producer)
+    return producer
 
 
 class KafkaSink:
@@ -66,6 +75,13 @@ class KafkaSink:
         self.request_lanes = BatchLanes(self.producer)  # the worker's own requests (RequestSink)
         self.ingress_segment = 0  # the newest ingress segment (the worker's own requests go there)
         self.log_lanes = BatchLanes(self.producer)  # sequencer-log entries
+        security = config.kafka_security()
+
+        async def reread(topic: str, partition: int, start: int) -> list[tuple[int, bytes | None, bytes]]:
+            return await read_back(bootstrap, topic, partition, start, security)
+
+        for lanes in (self.lanes, self.request_lanes, self.log_lanes):
+            lanes.reread = reread  # a produce in doubt is settled, not sent again blind (module docstring)
         # Replies held for the next log entry: partition, key, value, on acknowledged, headers, and
         # the Kafka timestamp (ms) of the moment the reply was sent (and pushed).
         self.held: list[tuple[int, bytes, bytes, OnDone, Headers, int]] = []
