@@ -107,7 +107,7 @@ async def test_durable_broker_restart_loses_nothing(tmp_path: Path, changelog: s
             for rid in rids:
                 got = replies.get(rid, [])
                 assert len(got) == submitted[rid] and all(r == got[0] for r in got), (
-                    f"{rid} (sent {when} the restart): {len(got)} replies to {submitted[rid]} submissions: {got}"
+                    f"{rid} (sent {when} the restart): {len(got)} replies, {submitted[rid]} submitted: {got}"
                 )
         if changelog:
             positions = Counter(await changelog_positions(stack.kafka, changelog))
