@@ -29,8 +29,9 @@ without answering; a producer made with :func:`~styx_py.io.indoubt.no_blind_retr
 instead of sending it again) is settled by ``reread``, when the owner gives one: the lane's partition
 is read back from the end of this producer's last acknowledged batch in it, each record of the batch
 found there (the same key and value) is done at the offset it is stored at, and only the others are
-sent again. So a broker that dies mid-request stores no record twice. Without ``reread`` the records
-fail with the error, as with any failed produce.
+sent again, so a broker that dies mid-request does not get a record twice (what the read cannot tell
+apart: :func:`~styx_py.io.kafka_logs.read_back`). Without ``reread`` the records fail with the error, as
+with any failed produce.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ records (``changes``, :mod:`styx_worker.changelog`) are held the same way, and `
 
 The producer is not idempotent (Tansu has no idempotent producer), and it does not send a batch again
 when the broker may have stored it without answering (:mod:`styx_py.io.indoubt`): each lane reads its
-partition back and sends again only what is not there, so a broker killed mid-request stores no reply,
-changelog record, log entry or request twice.
+partition back and sends again only what is not there: a broker killed mid-request stores no reply,
+changelog record, log entry or request twice (docs/architecture.md#snapshots-recovery-and-exactly-once
+names what the read cannot tell apart).
 """
 
 from __future__ import annotations
