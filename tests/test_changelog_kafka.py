@@ -77,3 +77,29 @@ async def test_changelog_records_ride_with_the_log_entry_and_the_reader_finds_ea
         *((2, r) for r in later),
     ]
     assert [r.key for r in stored] == [entity_key("acct", k) for k in ("a", "b", "c", "z")]
+
+
+async def test_a_topic_admin_creates_the_changelog_compacted(kafka: TansuBroker) -> None:
+    """The coordinator's admin creates the changelog with cleanup.policy=compact (its latest record per
+    key is the table; no time or size retention), the other topics with the broker's defaults."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    suffix = uuid.uuid4().hex[:8]
+    changelog, egress = f"cl-{suffix}", f"out-{suffix}"
+    await create_topics(
+        kafka.bootstrap, {changelog: 2, egress: 2}, configs={changelog: {"cleanup.policy": "compact"}}
+    )
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in (changelog, egress)]
+        )
+    finally:
+        await admin.close()
+    policies = {
+        res[3]: {entry[0]: entry[1] for entry in res[4]}.get("cleanup.policy") for res in response.resources
+    }
+    assert policies[changelog] == "compact"
+    assert policies[egress] != "compact"
