@@ -99,6 +99,8 @@ class KafkaSink:
         self.seqlog_acked = 0
         # Acknowledged offsets the broker must not go back on (styx_worker.logwatch).
         self.reply_watch, self.log_watch = LogWatch("egress"), LogWatch("sequencer log")
+        self.change_watch = LogWatch("changelog")
+        self._change_acked: dict[int, Callable[[int, BaseException | None], None]] = {}
         self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
         self.topic = config.egress_topic
         # Per reply, made once: the acknowledgement callback of each partition in the current segment
@@ -143,7 +145,7 @@ class KafkaSink:
             self.lanes.add(self.topic, partition, key, value, acked, headers, stamp)
         changes, self.held_changes = self.held_changes, []
         for partition, key, value, stamp in changes:
-            self.lanes.add(self.changelog, partition, key, value, self._on_change_sent, [], stamp)
+            self.lanes.add(self.changelog, partition, key, value, self._on_change_sent(partition), [], stamp)
 
     async def run(self) -> None:
         """Drain the lanes; a failed produce ends this task and with it the worker."""
@@ -240,9 +242,22 @@ class KafkaSink:
         if self.hold_timer is None:
             self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
 
-    def _on_change_sent(self, offset: int, exc: BaseException | None) -> None:
-        if exc is not None:
-            self._fail(exc)
+    def _on_change_sent(self, partition: int) -> Callable[[int, BaseException | None], None]:
+        """The acknowledgement callback of changelog ``partition`` (made once): a failure ends the worker;
+        a record stored below one acknowledged before says the broker lost the changelog
+        (styx_worker.logwatch)."""
+        done = self._change_acked.get(partition)
+        if done is None:
+            topic, watch = self.changelog, self.change_watch
+
+            def done(offset: int, exc: BaseException | None) -> None:
+                if exc is not None:
+                    self._fail(exc)
+                else:
+                    watch.stored(topic, partition, offset)
+
+            self._change_acked[partition] = done
+        return done
 
     # Sequencer log
     def acked(self) -> int:
