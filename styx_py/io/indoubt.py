@@ -55,4 +55,8 @@ def no_blind_retries(producer: Any) -> None:
     sender = producer._sender
     if type(sender) is not _sender.Sender or producer._txn_manager is not None:
         raise TypeError(f"no_blind_retries needs a plain non-idempotent aiokafka producer, not {sender!r}")
+    # aiokafka's internals this relies on (as in 0.14): another version without them fails here, loudly.
+    internals = [hasattr(sender, a) for a in ("_in_flight", "_muted_partitions", "_send_produce_req")]
+    if not all(internals) or not hasattr(_sender.SendProduceReqHandler, "_can_retry"):
+        raise TypeError("this aiokafka's producer internals are not the ones no_blind_retries knows")
     sender.__class__ = _Sender
