@@ -478,3 +478,103 @@ async def test_a_record_is_stamped_when_it_is_added_not_when_its_batch_is_built(
         producer.ack(second)
         await settle()
     assert [s.timestamps for s in producer.sent] == [[1_000], [2_000]]
+
+
+class Broker:
+    """What the fake broker stores per lane, for ``BatchLanes.reread``: every batch acked, plus any
+    stored without an answer (the broker died mid-request). Records the reads it was asked for."""
+
+    def __init__(self, producer: FakeProducer) -> None:
+        self.producer = producer
+        self.log: dict[Lane, list[tuple[bytes | None, bytes]]] = {}
+        self.reads: list[tuple[str, int, int]] = []
+
+    def ack(self, sent: Sent) -> None:
+        self.log.setdefault(sent.lane, []).extend((k, v) for k, v, _ in sent.records)
+        self.producer.ack(sent)
+
+    def stored_unanswered(self, sent: Sent, error: BaseException) -> None:
+        self.log.setdefault(sent.lane, []).extend((k, v) for k, v, _ in sent.records)
+        self.producer.offsets[sent.lane] = self.producer.offsets.get(sent.lane, 0) + len(sent.records)
+        sent.delivery.set_exception(error)
+
+    async def reread(self, topic: str, partition: int, start: int) -> list[tuple[int, bytes | None, bytes]]:
+        self.reads.append((topic, partition, start))
+        stored = self.log.get((topic, partition), [])
+        return [(offset, k, v) for offset, (k, v) in enumerate(stored) if offset >= start]
+
+
+async def test_a_batch_in_doubt_found_stored_is_done_at_its_offsets_and_not_sent_again() -> None:
+    """The broker stored the batch and died before answering (the connection closed): the lane reads
+    its partition back from the end of its last acknowledged batch and finds the records there."""
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=100)) as lanes:
+        broker = Broker(lanes.producer)
+        lanes.reread = broker.reread
+        add(lanes, out, A, "d0")
+        await settle()
+        broker.ack(lanes.producer.in_flight(A)[0])
+        await settle()
+        add(lanes, out, A, "d1")
+        add(lanes, out, A, "d2")
+        await settle()
+        broker.stored_unanswered(lanes.producer.in_flight(A)[0], KafkaConnectionError("closed"))
+        await settle()
+        add(lanes, out, A, "d3")  # the lane goes on
+        await settle()
+        broker.ack(lanes.producer.in_flight(A)[0])
+        await settle()
+    assert broker.reads == [(A[0], A[1], 1)]
+    assert [out.calls[n] for n in ("d0", "d1", "d2", "d3")] == [[(i, None)] for i in range(4)]
+    assert [len(s.records) for s in lanes.producer.sent] == [1, 2, 1], "a stored batch was sent again"
+    assert broker.log[A] == [(n.encode(), n.encode().ljust(4, b".")) for n in ("d0", "d1", "d2", "d3")]
+    assert (lanes.found_in_doubt, lanes.resent_in_doubt) == (2, 0)
+
+
+async def test_a_batch_in_doubt_not_stored_is_sent_again_once() -> None:
+    from aiokafka.errors import RequestTimedOutError  # type: ignore[import-untyped,unused-ignore]
+
+    out = Outcomes()
+    async with draining(FakeProducer(max_bytes=100)) as lanes:
+        broker = Broker(lanes.producer)
+        lanes.reread = broker.reread
+        add(lanes, out, A, "n0")
+        add(lanes, out, A, "n1")
+        await settle()
+        lanes.producer.in_flight(A)[0].delivery.set_exception(RequestTimedOutError())  # nothing stored
+        await settle()
+        [again] = lanes.producer.in_flight(A)
+        assert [k for k, _, _ in again.records] == [b"n0", b"n1"]
+        broker.ack(again)
+        await settle()
+    assert broker.reads == [(A[0], A[1], 0)]
+    assert (out.calls["n0"], out.calls["n1"]) == ([(0, None)], [(1, None)])
+    assert (lanes.found_in_doubt, lanes.resent_in_doubt) == (0, 2)
+
+
+async def test_a_batch_in_doubt_whose_read_back_fails_fails_like_a_produce() -> None:
+    out = Outcomes()
+
+    async def unreachable(topic: str, partition: int, start: int) -> list[tuple[int, bytes | None, bytes]]:
+        raise KafkaConnectionError("still down")
+
+    async with draining(FakeProducer(refuse=[KafkaConnectionError("closed")])) as lanes:
+        lanes.reread = unreachable
+        add(lanes, out, A, "f0")
+        await settle()
+        assert lanes.failure is None
+    [(offset, exc)] = out.calls["f0"]
+    assert offset == -1 and isinstance(exc, KafkaConnectionError) and "still down" in str(exc)
+
+
+async def test_a_refused_produce_is_not_in_doubt() -> None:
+    """An error that says the broker did not store the batch is the owners' as before, no read back."""
+    out = Outcomes()
+    async with draining(FakeProducer(refuse=[ConnectionError("refused")])) as lanes:
+        broker = Broker(lanes.producer)
+        lanes.reread = broker.reread
+        add(lanes, out, A, "r0")
+        await settle()
+    assert broker.reads == []
+    [(offset, exc)] = out.calls["r0"]
+    assert offset == -1 and isinstance(exc, ConnectionError)

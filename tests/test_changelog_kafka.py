@@ -77,3 +77,52 @@ async def test_changelog_records_ride_with_the_log_entry_and_the_reader_finds_ea
         *((2, r) for r in later),
     ]
     assert [r.key for r in stored] == [entity_key("acct", k) for k in ("a", "b", "c", "z")]
+
+
+async def test_a_topic_admin_creates_the_changelog_compacted(kafka: TansuBroker) -> None:
+    """The coordinator's admin creates the changelog with cleanup.policy=compact (its latest record per
+    key is the table; no time or size retention), the other topics with the broker's defaults."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    suffix = uuid.uuid4().hex[:8]
+    changelog, egress = f"cl-{suffix}", f"out-{suffix}"
+    await create_topics(
+        kafka.bootstrap, {changelog: 2, egress: 2}, configs={changelog: {"cleanup.policy": "compact"}}
+    )
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in (changelog, egress)]
+        )
+    finally:
+        await admin.close()
+    policies = {
+        res[3]: {entry[0]: entry[1] for entry in res[4]}.get("cleanup.policy") for res in response.resources
+    }
+    assert policies[changelog] == "compact"
+    assert policies[egress] != "compact"
+
+
+async def test_a_changelog_record_stored_below_an_acknowledged_one_is_a_lost_log(kafka: TansuBroker) -> None:
+    """The sink's changelog watch (styx_worker.logwatch): records acknowledged up to offset 2 of a
+    partition, then one stored at 0 (a broker that lost the topic and made it again) stop the worker."""
+    suffix = uuid.uuid4().hex[:8]
+    config = load_config({"changelog_topic": f"cl-{suffix}"}, env={})
+    await create_topics(kafka.bootstrap, {config.changelog_topic: 2})
+    sink = KafkaSink(kafka.bootstrap, config)
+    lost: list[str] = []
+    sink.change_watch.on_lost = lost.append
+    await sink.start()
+    drain = asyncio.create_task(sink.run())
+    try:
+        sink.changes(1, [_record("a", 3, 7, 0), _record("b", 3, 7, 1), _record("c", 3, 8, 2)])
+        await sink.flush()
+        assert lost == []
+        sink._on_change_sent(1)(0, None)  # what the broker would say of the next record, had it lost them
+        assert len(lost) == 1 and f"changelog cl-{suffix} partition 1" in lost[0], lost
+        assert "acknowledged up to offset 2" in lost[0], lost
+    finally:
+        drain.cancel()
+        await sink.stop()

@@ -50,8 +50,13 @@ async def serve_coordinator(
     )
 
     # One admin client for the process: the coordinator creates two topics per log segment.
+    # The changelog is compacted, never deleted by time or size: read from its start it is the state.
+    compacted = {config.changelog_topic: {"cleanup.policy": "compact"}} if config.changelog_topic else {}
     admin = TopicAdmin(
-        kafka, replication_factor=config.kafka_replication_factor, security=config.kafka_security()
+        kafka,
+        replication_factor=config.kafka_replication_factor,
+        security=config.kafka_security(),
+        configs=compacted,
     )
     blobs = blob_store_from(config)
     # Compaction merges a partition's snapshot chain with its reply table: a second or more of CPU at a

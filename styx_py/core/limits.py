@@ -228,6 +228,13 @@ STARVED_FETCH_CHECK_S = 0.05
 # needs more) and fails after this long without a new record.
 LOG_READ_FETCH_WAIT_MS = 10
 LOG_READ_STALL_TIMEOUT_S = 60.0
+# A producer reading back a partition to settle a produce in doubt (styx_py.io.batching) tries for this
+# long (the broker restarting) before the records fail as the produce did.
+IN_DOUBT_REREAD_S = 60.0
+IN_DOUBT_REREAD_BACKOFF_S = 0.1
+# Offsets below the high watermark that no fetch serves a record of for this long hold nothing (a batch a
+# broker killed mid-request counted and never stored: styx_py.io.kafka_logs.read_back).
+IN_DOUBT_STALL_S = 5.0
 
 # ---- the processes' own ports and runtime (styx_py.io.tcp, .links, .metrics, .runtime) ----------------
 # A peer that stops reading is cut off once this much is buffered for it, instead of eating memory.

@@ -23,25 +23,39 @@ Its Kafka timestamp is the time it was added, as aiokafka's ``send`` and Kafka's
 record when it is handed over, not when its batch is built (which for a lane with a batch in flight
 comes after that batch is acknowledged): a worker's reply record is stamped when the reply is also
 pushed to its client, a client's request when the SDK sent it.
+
+A batch whose produce is in doubt (:data:`~styx_py.io.indoubt.IN_DOUBT`: the broker may have stored it
+without answering; a producer made with :func:`~styx_py.io.indoubt.no_blind_retries` fails it so
+instead of sending it again) is settled by ``reread``, when the owner gives one: the lane's partition
+is read back from the end of this producer's last acknowledged batch in it, each record of the batch
+found there (the same key and value) is done at the offset it is stored at, and only the others are
+sent again, so a broker that dies mid-request does not get a record twice (what the read cannot tell
+apart: :func:`~styx_py.io.kafka_logs.read_back`). Without ``reread`` the records fail with the error, as
+with any failed produce.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
 from styx_py.core.limits import BUSY_RECORDS
+from styx_py.io.indoubt import IN_DOUBT
 
 OnDone = Callable[[int, BaseException | None], None]
 Headers = list[tuple[str, bytes]]  # aiokafka's C record builder takes a list, nothing else
 # key, value, on_done, headers, Kafka timestamp (ms: when it was added)
 Entry = tuple[bytes | None, bytes, OnDone | None, Headers, int]
 _NO_HEADERS: Headers = []  # shared, never modified
+log = logging.getLogger("styx.batching")
+# (topic, partition, from offset) -> (offset, key, value) of every record stored there from that offset
+Reread = Callable[[str, int, int], Awaitable[list[tuple[int, bytes | None, bytes]]]]
 
 
 class Cancellable(Protocol):
@@ -80,6 +94,11 @@ class BatchLanes:
         self.done: dict[tuple[str, int], int] = {}
         self.flushes: list[tuple[dict[tuple[str, int], int], asyncio.Future[None]]] = []
         self.failure: BaseException | None = None  # a bug in a send task, raised by run()
+        # Settles a batch whose produce is in doubt (module docstring); None: it fails.
+        self.reread: Reread | None = None
+        self.ends: dict[tuple[str, int], int] = {}  # lane -> the offset after its last acknowledged batch
+        self.found_in_doubt = 0  # records of in-doubt batches found stored (not sent again)
+        self.resent_in_doubt = 0  # records of in-doubt batches not found, sent again
 
     def flush(self) -> asyncio.Future[None]:
         """Done when every record added before this call is acknowledged (or failed). Records added
@@ -223,29 +242,88 @@ class BatchLanes:
 
     async def _submit(self, lane: tuple[str, int], builder: Any, part: list[Entry]) -> None:
         topic, partition = lane
-        delivery: asyncio.Future[Any] | None = None
-        try:
-            delivery = await self.producer.send_batch(builder, topic, partition=partition)
-            metadata = await delivery
-        except asyncio.CancelledError:
-            if delivery is not None:
-                # Abandoned (the producer is stopping): its error, if it gets one, is not news.
-                delivery.add_done_callback(_retrieve)
-            self._fail(lane, part, RuntimeError("producer stopped before the batch was acknowledged"))
-            raise
-        except BaseException as exc:  # noqa: BLE001 - the owners learn of it; run() raises a bug
-            self._fail(lane, part, exc)
-            self._crash(exc)
-            return
+        while True:
+            delivery: asyncio.Future[Any] | None = None
+            try:
+                delivery = await self.producer.send_batch(builder, topic, partition=partition)
+                metadata = await delivery
+            except asyncio.CancelledError:
+                if delivery is not None:
+                    # Abandoned (the producer is stopping): its error, if it gets one, is not news.
+                    delivery.add_done_callback(_retrieve)
+                self._fail(lane, part, RuntimeError("producer stopped before the batch was acknowledged"))
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the owners learn of it; run() raises a bug
+                if self.reread is not None and isinstance(exc, IN_DOUBT):
+                    try:
+                        part = await self._settle(lane, part)
+                    except asyncio.CancelledError:
+                        self._fail(lane, part, RuntimeError("producer stopped while a batch was in doubt"))
+                        raise
+                    except BaseException as failed:  # noqa: BLE001 - the read failed: as the produce did
+                        self._fail(lane, part, failed)
+                        self._crash(failed)
+                        return
+                    if not part:
+                        return
+                    builder = self._rebuild(part)
+                    continue
+                self._fail(lane, part, exc)
+                self._crash(exc)
+                return
+            break
         self.batches_sent += 1
         self.records_sent += len(part)
         if metadata.timestamp_type == 1:
             self.log_append_time = True
         base = metadata.offset
+        self.ends[lane] = max(self.ends.get(lane, 0), base + len(part))
         for j, (_, _, on_done, _, _) in enumerate(part):
             if on_done is not None:
                 on_done(base + j, None)
         self._finished(lane, len(part))
+
+    async def _settle(self, lane: tuple[str, int], part: list[Entry]) -> list[Entry]:
+        """``part``'s produce is in doubt: its records found stored (read back from the end of the lane's
+        last acknowledged batch) are done at their offsets; the others are returned, to send again."""
+        assert self.reread is not None
+        topic, partition = lane
+        stored: dict[tuple[bytes | None, bytes], list[int]] = {}
+        for offset, key, value in await self.reread(topic, partition, self.ends.get(lane, 0)):
+            stored.setdefault((key, value), []).append(offset)
+        missing: list[Entry] = []
+        found = 0
+        for entry in part:
+            offsets = stored.get((entry[0], entry[1]))
+            if not offsets:
+                missing.append(entry)
+                continue
+            offset = offsets.pop(0)
+            self.ends[lane] = max(self.ends.get(lane, 0), offset + 1)
+            found += 1
+            if entry[2] is not None:
+                entry[2](offset, None)
+        log.warning(
+            "a produce to %s[%d] was in doubt: %d of its %d records found stored, %d sent again",
+            topic,
+            partition,
+            found,
+            len(part),
+            len(missing),
+        )
+        self.found_in_doubt += found
+        self.resent_in_doubt += len(missing)
+        self.records_sent += found
+        self._finished(lane, found)
+        return missing
+
+    def _rebuild(self, part: list[Entry]) -> Any:
+        """One batch of ``part``, records of one batch already (so they fit in one)."""
+        builder = self.producer.create_batch()
+        for key, value, _, headers, ts in part:
+            if builder.append(key=key, value=value, timestamp=ts, headers=headers) is None:
+                raise AssertionError("records of one batch no longer fit in one")
+        return builder
 
     def _fail(self, lane: tuple[str, int], part: list[Entry], exc: BaseException) -> None:
         for _, _, on_done, _, _ in part:

@@ -47,11 +47,14 @@ class TopicAdmin:
         request_timeout_ms: int = 10000,
         replication_factor: int = 1,
         security: KafkaSecurity = PLAINTEXT,
+        configs: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.security = security
         self.request_timeout_ms = request_timeout_ms
         self.replication_factor = replication_factor
+        # Topic name -> the configs it is created with (the changelog: cleanup.policy=compact).
+        self.configs = configs or {}
         self._admin: Any = None
         self._lock = asyncio.Lock()
 
@@ -80,7 +83,12 @@ class TopicAdmin:
                 await admin.start()
                 self._admin = admin
             new = [
-                NewTopic(t, num_partitions=n, replication_factor=self.replication_factor)
+                NewTopic(
+                    t,
+                    num_partitions=n,
+                    replication_factor=self.replication_factor,
+                    topic_configs=self.configs.get(t, {}),
+                )
                 for t, n in topics.items()
             ]
             try:
@@ -107,6 +115,7 @@ async def create_topics(
     request_timeout_ms: int = 10000,
     replication_factor: int = 1,
     security: KafkaSecurity = PLAINTEXT,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> None:
     """Create topics once (a :class:`TopicAdmin` for this call alone)."""
     admin = TopicAdmin(
@@ -114,6 +123,7 @@ async def create_topics(
         request_timeout_ms=request_timeout_ms,
         replication_factor=replication_factor,
         security=security,
+        configs=configs,
     )
     try:
         await admin.create(topics)

@@ -15,6 +15,8 @@ a read with (aiokafka's ``KafkaError``) and a sequencer-log record that does not
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
@@ -26,7 +28,13 @@ from aiokafka.errors import KafkaError  # type: ignore[import-untyped,unused-ign
 from styx_py.core.changelog import Position, change_decoder
 from styx_py.core.config import Config
 from styx_py.core.errors import BackendError
-from styx_py.core.limits import LOG_READ_FETCH_WAIT_MS, LOG_READ_STALL_TIMEOUT_S
+from styx_py.core.limits import (
+    IN_DOUBT_REREAD_BACKOFF_S,
+    IN_DOUBT_REREAD_S,
+    IN_DOUBT_STALL_S,
+    LOG_READ_FETCH_WAIT_MS,
+    LOG_READ_STALL_TIMEOUT_S,
+)
 from styx_py.core.security import PLAINTEXT, KafkaSecurity
 from styx_py.core.segments import segment_topic, segments_in, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, SeqLogEntry, reply_decoder, seqlog_decoder
@@ -34,6 +42,7 @@ from styx_py.io.fetching import FetchWait
 from styx_py.io.tls import kafka_options
 
 T = TypeVar("T")
+log = logging.getLogger("styx.kafka")
 
 
 async def read_to_end(
@@ -58,8 +67,8 @@ async def read_to_end(
         fetch_max_wait_ms=wait.wait_ms,
         **kafka_options(security),
     )
-    await consumer.start()
     try:
+        await consumer.start()  # in the try: one that fails to start is closed too
         consumer.assign(list(starts))
         for tp, offset in starts.items():
             consumer.seek(tp, offset)
@@ -216,6 +225,75 @@ class KafkaLogReader:
         return tail
 
 
+async def read_back(
+    bootstrap: str, topic: str, partition: int, start: int, security: KafkaSecurity = PLAINTEXT
+) -> list[tuple[int, bytes | None, bytes]]:
+    """(offset, key, value) of every record of ``topic[partition]`` from ``start`` that the broker
+    serves: how a producer settles a produce in doubt (:mod:`styx_py.io.batching`). A broker that is not
+    back yet is tried again for :data:`~styx_py.core.limits.IN_DOUBT_REREAD_S`.
+
+    Offsets below the fetch high watermark that no fetch returns a record from for
+    :data:`~styx_py.core.limits.IN_DOUBT_STALL_S` are taken as holding nothing: a Tansu on S3 killed
+    mid-request was seen to leave a partition's high watermark past a batch it never stored, for good
+    (a reader there waits until a later batch comes)."""
+    deadline = time.monotonic() + IN_DOUBT_REREAD_S
+    tp = TopicPartition(topic, partition)
+    while True:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            fetch_max_wait_ms=LOG_READ_FETCH_WAIT_MS,
+            **kafka_options(security),
+        )
+        try:
+            await consumer.start()
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            return await _served(consumer, tp, deadline)
+        except (KafkaError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(IN_DOUBT_REREAD_BACKOFF_S)  # the broker restarting: try again
+        finally:
+            await consumer.stop()
+
+
+async def _served(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, deadline: float
+) -> list[tuple[int, bytes | None, bytes]]:
+    """What ``consumer`` (assigned ``tp`` alone, at its start) is served up to the high watermark of its
+    first answer, or until no record came for :data:`~styx_py.core.limits.IN_DOUBT_STALL_S`; a
+    ``TimeoutError`` if no fetch was answered by ``deadline``."""
+    out: list[tuple[int, bytes | None, bytes]] = []
+    end: int | None = None
+    progress_at = time.monotonic()
+    while end is None or await consumer.position(tp) < end:
+        if end is None and time.monotonic() > deadline:
+            raise TimeoutError(f"no fetch of {tp} answered")
+        if end is not None and time.monotonic() - progress_at > IN_DOUBT_STALL_S:
+            at = await consumer.position(tp)
+            log.warning(
+                "%s[%d]: offsets %d to %d are below the high watermark but no fetch returned a record of "
+                "them for %.0f s: taken as not stored",
+                tp.topic,
+                tp.partition,
+                at,
+                end - 1,
+                IN_DOUBT_STALL_S,
+            )
+            break
+        batches = await consumer.getmany(tp, timeout_ms=100)
+        for r in batches.get(tp, ()):
+            if end is None or r.offset < end:
+                out.append((r.offset, r.key, r.value))
+                progress_at = time.monotonic()
+        if end is None and (hw := consumer.highwater(tp)) is not None:
+            end = hw  # the end as of the first answer: later appends are not the produce in doubt
+            progress_at = time.monotonic()
+    return out
+
+
 async def _from_broker(what: str, read: Awaitable[T]) -> T:
     """``await read``; what the broker failed it with, as a :class:`BackendError` naming ``what``."""
     try:
@@ -235,4 +313,4 @@ def sent_epoch(headers: Sequence[tuple[str, bytes]]) -> int | None:
     return None
 
 
-__all__ = ["KafkaLogReader", "high_watermarks", "list_topics", "read_to_end", "sent_epoch"]
+__all__ = ["KafkaLogReader", "high_watermarks", "list_topics", "read_back", "read_to_end", "sent_epoch"]

@@ -15,6 +15,12 @@ request; or until ``flush``, a segment change, or
 reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
 the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md). Changelog
 records (``changes``, :mod:`styx_worker.changelog`) are held the same way, and ``flush`` covers them.
+
+The producer is not idempotent (Tansu has no idempotent producer), and it does not send a batch again
+when the broker may have stored it without answering (:mod:`styx_py.io.indoubt`): each lane reads its
+partition back and sends again only what is not there: a broker killed mid-request stores no reply,
+changelog record, log entry or request twice (docs/architecture.md#snapshots-recovery-and-exactly-once
+names what the read cannot tell apart).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from styx_py.core.limits import (
 from styx_py.core.segments import pack, replies_to, segment_topic, unpack
 from styx_py.core.wire import EPOCH_HEADER, Reply, Request, SeqLogEntry
 from styx_py.io.batching import PRODUCE_FAILURES, BatchLanes, Headers, OnDone
+from styx_py.io.indoubt import no_blind_retries
+from styx_py.io.kafka_logs import read_back
 from styx_py.io.tls import kafka_options
 from styx_worker.logwatch import LogWatch
 
@@ -45,7 +53,7 @@ log = logging.getLogger("styx.egress")
 
 
 def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
-    return AIOKafkaProducer(
+    producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
         linger_ms=config.kafka_linger_ms,
@@ -53,6 +61,8 @@ def _producer(bootstrap: str, config: Config) -> AIOKafkaProducer:
         max_batch_size=MAX_BATCH_BYTES,
         **kafka_options(config.kafka_security()),
     )
+    no_blind_retries(producer)
+    return producer
 
 
 class KafkaSink:
@@ -66,6 +76,13 @@ class KafkaSink:
         self.request_lanes = BatchLanes(self.producer)  # the worker's own requests (RequestSink)
         self.ingress_segment = 0  # the newest ingress segment (the worker's own requests go there)
         self.log_lanes = BatchLanes(self.producer)  # sequencer-log entries
+        security = config.kafka_security()
+
+        async def reread(topic: str, partition: int, start: int) -> list[tuple[int, bytes | None, bytes]]:
+            return await read_back(bootstrap, topic, partition, start, security)
+
+        for lanes in (self.lanes, self.request_lanes, self.log_lanes):
+            lanes.reread = reread  # a produce in doubt is settled, not sent again blind (module docstring)
         # Replies held for the next log entry: partition, key, value, on acknowledged, headers, and
         # the Kafka timestamp (ms) of the moment the reply was sent (and pushed).
         self.held: list[tuple[int, bytes, bytes, OnDone, Headers, int]] = []
@@ -82,6 +99,8 @@ class KafkaSink:
         self.seqlog_acked = 0
         # Acknowledged offsets the broker must not go back on (styx_worker.logwatch).
         self.reply_watch, self.log_watch = LogWatch("egress"), LogWatch("sequencer log")
+        self.change_watch = LogWatch("changelog")
+        self._change_acked: dict[int, Callable[[int, BaseException | None], None]] = {}
         self.segment = 0  # the egress segment replies go to (core.segments.replies_to)
         self.topic = config.egress_topic
         # Per reply, made once: the acknowledgement callback of each partition in the current segment
@@ -126,7 +145,7 @@ class KafkaSink:
             self.lanes.add(self.topic, partition, key, value, acked, headers, stamp)
         changes, self.held_changes = self.held_changes, []
         for partition, key, value, stamp in changes:
-            self.lanes.add(self.changelog, partition, key, value, self._on_change_sent, [], stamp)
+            self.lanes.add(self.changelog, partition, key, value, self._on_change_sent(partition), [], stamp)
 
     async def run(self) -> None:
         """Drain the lanes; a failed produce ends this task and with it the worker."""
@@ -223,9 +242,22 @@ class KafkaSink:
         if self.hold_timer is None:
             self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
 
-    def _on_change_sent(self, offset: int, exc: BaseException | None) -> None:
-        if exc is not None:
-            self._fail(exc)
+    def _on_change_sent(self, partition: int) -> Callable[[int, BaseException | None], None]:
+        """The acknowledgement callback of changelog ``partition`` (made once): a failure ends the worker;
+        a record stored below one acknowledged before says the broker lost the changelog
+        (styx_worker.logwatch)."""
+        done = self._change_acked.get(partition)
+        if done is None:
+            topic, watch = self.changelog, self.change_watch
+
+            def done(offset: int, exc: BaseException | None) -> None:
+                if exc is not None:
+                    self._fail(exc)
+                else:
+                    watch.stored(topic, partition, offset)
+
+            self._change_acked[partition] = done
+        return done
 
     # Sequencer log
     def acked(self) -> int:

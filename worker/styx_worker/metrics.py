@@ -272,6 +272,18 @@ class _Collector(Collector):
                 "changelog records queued for the Kafka producer (one per committed write)",
                 value=self.sink.changelog_records,
             )
+            every = (self.sink.lanes, self.sink.log_lanes, self.sink.request_lanes)
+            yield CounterMetricFamily(
+                "styx_worker_produce_in_doubt_found",
+                "records of a produce in doubt (the broker may have stored it without answering) found "
+                "stored when read back, so not sent again (styx_py/io/indoubt.py)",
+                value=sum(lanes.found_in_doubt for lanes in every),
+            )
+            yield CounterMetricFamily(
+                "styx_worker_produce_in_doubt_resent",
+                "records of a produce in doubt not found stored when read back, so sent again",
+                value=sum(lanes.resent_in_doubt for lanes in every),
+            )
             yield CounterMetricFamily(
                 "styx_worker_egress_batches",
                 "record batches produced (replies and sequencer-log entries): what a broker that stores "
