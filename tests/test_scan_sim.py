@@ -45,7 +45,8 @@ def submit_scan_mix(c: SimCluster, rng: random.Random, n: int, hot: float) -> No
             branches = rng.choice(["deposit_and_report", "report_and_deposit"])
             c.submit("acct", branches, key(), key(), rng.choice(PREFIXES))
         elif kind < 0.98:
-            c.submit("acct", "count_into_self", f"c{rng.randrange(3)}", rng.choice(["a", "b"]))
+            counter = rng.choice(["c0", "c1", key()])  # outside the range it counts, or inside
+            c.submit("acct", "count_into_self", counter, rng.choice(["a", "b", "c"]))
         else:
             c.submit("report", "too_many", "r0")
 

@@ -11,9 +11,9 @@ an insert or a delete too, as a conflict.
 In the fallback a scan's key is also a coarse lock on its partition of the operator: every fallback
 transaction that touches an entity of a scanned partition queues on it too (:func:`guard_of`), in tid
 order, so a scan re-runs after every lower tid that writes into that partition is final and before any
-higher one. A transaction that scans a partition and touches an entity of it from another invocation
-than the scanning one (:func:`scan_races`) could see or miss its own write depending on message order,
-so it runs alone in Phase.SERIAL, as one that invokes an entity twice does.
+higher one. A transaction that scans a partition and also invokes an entity of it (:func:`scan_races`)
+could see or miss its own write depending on message order, so it runs alone in Phase.SERIAL, as one
+that invokes an entity twice does.
 """
 
 from __future__ import annotations
@@ -74,20 +74,14 @@ def guard_of(partitions: Mapping[str, int]) -> Guard:
 
 
 def scan_races(cache: Mapping[int, Iterable[CachedInvocation]], partitions: Mapping[str, int]) -> set[int]:
-    """Tids that scanned a partition here and touched an entity of it from an invocation other than the
-    one that scanned: they run alone (Phase.SERIAL)."""
+    """Tids that scanned a partition here and invoked an entity of it too: they run alone
+    (Phase.SERIAL). The scanning entity itself counts: re-invoked from the call-graph cache, it and its
+    scan run in parallel, so its writes could land before the scan or after it."""
     guard = guard_of(partitions)
     racing: set[int] = set()
     for tid, invocations in cache.items():
         invs = list(invocations)
-        scanners = {
-            (SCAN_OP, str(c.inv.key)): tuple(c.inv.path[:-1]) for c in invs if c.inv.operator == SCAN_OP
-        }
-        if not scanners:
-            continue
-        for c in invs:
-            g = guard((c.inv.operator, c.inv.key))
-            if g is not None and g in scanners and scanners[g] != tuple(c.inv.path):
-                racing.add(tid)
-                break
+        scanned = {(SCAN_OP, c.inv.key) for c in invs if c.inv.operator == SCAN_OP}
+        if scanned and any(guard((c.inv.operator, c.inv.key)) in scanned for c in invs):
+            racing.add(tid)
     return racing
