@@ -230,7 +230,9 @@ class EpochMachine(InvocationFlow):
         es.phase = EpochPhase.VOTING
         # The sequencer counter after this epoch's batch: only the next EpochStart moves it.
         lc = self.batch.sequencer.lc
-        es.opt.serial |= scan_races(es.opt.cache, self.table.op_partitions)
+        if es.opt.ranges:  # tids that scanned here (styx_worker.scan)
+            opt = es.opt
+            opt.serial |= scan_races({t: opt.cache[t] for t in opt.ranges}, self.table.op_partitions)
         vote = Vote(
             es.epoch, self.node_id, self._conflicts(es), sorted(es.opt.serial), es.gen, lc, self.pending()
         )

@@ -41,7 +41,7 @@ class LockTable:
         scanned: set[EntityKey] = set()
         if guard is not None:
             scanned = {k for tid in fallback for k in keys_of.get(tid, ()) if k[0] == SCAN_OP}
-            self.guard = guard
+            self.guard = guard if scanned else None  # no scan in this fallback: no partition locks
         for tid in fallback:
             own = set(keys_of.get(tid, ()))
             if scanned:
