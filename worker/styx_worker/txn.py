@@ -15,7 +15,7 @@ import msgspec
 
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
-from styx_py.core.scan import ScanRange
+from styx_py.core.scan import SCAN_OP, ScanRange
 from styx_py.core.wire import ExecDone, IngressRecord, Invoke, Phase, Reply, Revote, Status, Vote
 from styx_worker.ackshare import Share, ShareCollector
 from styx_worker.conflicts import EntityKey
@@ -165,7 +165,8 @@ class Reservations:
         if touched is None:
             self.touched[inv.tid] = {key}
         elif key in touched:
-            self.serial.add(inv.tid)  # one entity twice: its branches may race for it
+            if key[0] != SCAN_OP:  # two scans of one partition only read it (styx_worker.scan)
+                self.serial.add(inv.tid)  # one entity twice: its branches may race for it
         else:
             touched.add(key)
         self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
