@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from styx_py import Context, Graph, GraphError, Operator
 from styx_py.core.errors import ScanLimitExceeded
 from styx_py.core.limits import MAX_SCAN_LIMIT
 from styx_py.core.partitioning import partition_of
@@ -65,6 +66,17 @@ def test_select_skips_deletes_and_narrows_the_range_a_limit_cut() -> None:
     assert live == [("a1", b"1"), ("a3", b"3")]
     assert read.holds("a3") and read.holds("a2") and not read.holds("a35"), "read up to a3, inclusive"
     assert merge([[("b", 2)], [(1, 0), ("a", 1)]], 2) == [(1, 0), ("a", 1)]
+
+
+def test_the_scan_operator_name_is_reserved() -> None:
+    op = Operator(SCAN_OP, partitions=1)
+
+    @op.function
+    async def f(ctx: Context) -> None:
+        return None
+
+    with pytest.raises(GraphError, match="reserved"):
+        Graph("g", [op])
 
 
 # ---- the conflict rule -----------------------------------------------------------------------------------
