@@ -108,6 +108,17 @@ def test_an_insert_past_what_a_limit_read_does_not_conflict() -> None:
     assert find_conflicts({}, {1: [k("a0")]}, ranges={2: [read]}) == [2]
 
 
+def test_a_partitions_range_holds_only_that_partitions_keys() -> None:
+    """Cut short by its limit, one partition's range differs from another's: a range holding another
+    partition's keys would make the conflicts depend on which partitions share a worker."""
+    mine = next(n for n in (f"a{i}" for i in range(40)) if partition_of(n, 4) == 0)
+    theirs = next(n for n in (f"a{i}" for i in range(40)) if partition_of(n, 4) == 1)
+    rng = ScanRange("acct", None, False, None, True, "a", 0, 4)
+    assert rng.holds(mine) and not rng.holds(theirs)
+    assert find_conflicts({}, {1: [k(theirs)]}, ranges={2: [rng]}) == []
+    assert find_conflicts({}, {1: [k(mine)]}, ranges={2: [rng]}) == [2]
+
+
 # ---- the fallback's scan locks ---------------------------------------------------------------------------
 def test_a_scan_waits_for_lower_writers_of_its_partition_and_higher_ones_wait_for_it() -> None:
     guard = guard_of(PARTS)

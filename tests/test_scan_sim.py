@@ -112,9 +112,11 @@ async def test_scans_with_inserts_and_deletes_equal_the_serial_execution(seed: i
     await run_scans(seed)
 
 
-@pytest.mark.parametrize("seed", range(8))
+# 269, 356: a replay after a join decided a paged scan's conflicts otherwise than the first run (a range
+# cut short by its limit on one partition held the keys of another partition of the same worker).
+@pytest.mark.parametrize("seed", [*range(100, 108), 269, 356])
 async def test_scans_under_crashes_and_reshapes_equal_the_serial_execution(seed: int) -> None:
-    await scan_seed(100 + seed)
+    await scan_seed(seed)
 
 
 async def test_scans_go_through_every_phase_and_fail_past_their_limit() -> None:

@@ -21,7 +21,7 @@ import msgspec
 
 from styx_py.core.errors import ScanLimitExceeded
 from styx_py.core.limits import MAX_SCAN_LIMIT
-from styx_py.core.partitioning import Key, key_bytes
+from styx_py.core.partitioning import Key, key_bytes, partition_of
 
 __all__ = [
     "SCAN_FUNCTION",
@@ -69,7 +69,10 @@ class ScanRange(msgspec.Struct, array_like=True, frozen=True):
     ``low``: the least key in it (None: unbounded), ``low_open``: excluding ``low`` itself; ``high``: the
     bound above (None: unbounded), ``high_open``: excluding ``high`` (an ``end``) or not (the last key a
     partition answered when ``limit`` cut it short: keys after it were not read). ``prefix``: only str keys
-    with it."""
+    with it. ``partition`` of ``partitions``: only that partition's keys (a range read by one partition's
+    scan; -1: every partition). Each partition's range can be cut at another key, so a range must not
+    hold another partition's keys: which partitions share a worker would then change the conflicts, and
+    a replay after a shape change would decide otherwise than the first run."""
 
     operator: str
     low: Key | None
@@ -77,9 +80,13 @@ class ScanRange(msgspec.Struct, array_like=True, frozen=True):
     high: Key | None
     high_open: bool
     prefix: str | None
+    partition: int = -1
+    partitions: int = 0
 
     def holds(self, key: Key) -> bool:
         if self.prefix is not None and not (isinstance(key, str) and key.startswith(self.prefix)):
+            return False
+        if self.partition >= 0 and partition_of(key, self.partitions) != self.partition:
             return False
         k = order(key)
         if self.low is not None:

@@ -149,7 +149,7 @@ class RuntimeContext(Context):
         spec = self._view.graph.operators.get(op)
         if spec is None:
             raise _BadCall(f"unknown operator {op!r}")
-        args = (*msgspec.structs.astuple(rng), rows)
+        args = (op, rng.low, rng.low_open, rng.high, rng.high_open, rng.prefix, rows)
         waits = []
         for p in range(spec.partitions):  # every partition at once; each answers its part of the range
             record = self._record(SCAN_OP, SCAN_FUNCTION, scan_key(op, p), args, True, system=True)

@@ -39,9 +39,9 @@ def run_scan(view: TxnView, inv: Invoke, cached: CachedInvocation | None) -> Inv
     """One partition's answer to a scan: its live entries in the range, in key order, as
     ``[[key, value], …]``; in the optimistic run the range read goes into the read set."""
     op, low, low_open, high, high_open, prefix, rows = decode_value(inv.args)
-    rng = ScanRange(op, low, low_open, high, high_open, prefix)
     partition = scan_partition(inv.key)
     n = view.graph.operators[op].partitions
+    rng = ScanRange(op, low, low_open, high, high_open, prefix, partition, n)
     mine = _of_partition(op, partition, n)
     entries: dict[Key, bytes | None] = {k: v for (o, k), v in view.store.data.items() if mine(o, k)}
     entries.update((k, v) for (o, k), v in view.buffer(inv.phase, inv.tid).items() if mine(o, k))
