@@ -3,11 +3,12 @@
     python -m tests.sweep crashes 0 500     # worker and coordinator crashes, lost and repeated messages
     python -m tests.sweep reshapes 0 300    # joins, drains, losses and crashes under load
     python -m tests.sweep effects 0 500     # external calls and timers under crashes, drops, duplicates
+    python -m tests.sweep scans 0 500       # range reads against inserts and deletes, crashes, reshapes
 
 Each seed runs the same scenario as the suite's tests (tests/test_recovery.py ``run_with_crashes``,
-tests/test_reshape.py ``run_with_reshapes``), checked against the serial execution; a failing seed is
-printed with the exception and can be replayed alone (``python -m tests.sweep crashes 123 124``). Exit
-status 1 if any seed failed.
+tests/test_reshape.py ``run_with_reshapes``, tests/test_scan_sim.py ``scan_seed``), checked against
+the serial execution; a failing seed is printed with the exception and can be replayed alone
+(``python -m tests.sweep crashes 123 124``). Exit status 1 if any seed failed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from styx_py.testing.cluster import run_simulated
 from tests.test_effects import run_effects
 from tests.test_recovery import run_with_crashes
 from tests.test_reshape import run_with_reshapes
+from tests.test_scan_sim import scan_seed
 
 
 async def crashes(seed: int) -> None:
@@ -53,7 +55,11 @@ async def effects(seed: int) -> None:
     )
 
 
-SCENARIOS = {"crashes": crashes, "effects": effects, "reshapes": reshapes}
+async def scans(seed: int) -> None:
+    await scan_seed(seed)
+
+
+SCENARIOS = {"crashes": crashes, "effects": effects, "reshapes": reshapes, "scans": scans}
 
 
 def main() -> int:

@@ -207,6 +207,7 @@ def test_the_drawn_exception_tree_is_the_code() -> None:
     drawn, coded = drawn_tree(), coded_tree()
     assert drawn.pop("StyxError") == "" and drawn.pop("BaseException") == ""
     assert drawn.pop("Abort") == "Exception" and issubclass(errors.Abort, Exception)
+    assert drawn.pop("ScanLimitExceeded") == "ValueError" and issubclass(errors.ScanLimitExceeded, ValueError)
     assert drawn == coded, "draw the exception tree as the code has it (styx_py/core/errors.py)"
 
 

@@ -47,6 +47,26 @@ class Context(ABC):
         """Remove this entity's state."""
 
     @abstractmethod
+    async def scan(
+        self,
+        operator: Operator | str,
+        *,
+        start: Key | None = None,
+        end: Key | None = None,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: Key | None = None,
+    ) -> list[tuple[Key, Any]]:
+        """The entities of ``operator`` whose keys are in the range, as ``(key, value)`` in key order (int
+        keys before str keys): ``start`` inclusive or ``after`` exclusive, ``end`` exclusive, ``prefix``
+        (str keys only), at most ``limit`` rows (default and most:
+        :data:`~styx_py.core.limits.MAX_SCAN_LIMIT`; beyond it
+        :class:`~styx_py.core.errors.ScanLimitExceeded`). Serializable: the range is in the transaction's
+        read set, so a lower tid's insert, update or delete in it is a conflict (no phantoms). It sees
+        this transaction's own writes. Cost: one call to every partition of ``operator``
+        (:mod:`styx_py.core.scan`)."""
+
+    @abstractmethod
     def call_async(self, operator: Operator | str, function: str, key: Key, *args: Any) -> None:
         """Call a function of another entity in the same transaction, without waiting for it."""
 

@@ -26,6 +26,8 @@
 
     Abort(Exception)               raised by user code to abort the whole transaction;
                                    its message reaches the client
+    ScanLimitExceeded(ValueError)  ``ctx.scan`` asked for more rows than MAX_SCAN_LIMIT (or fewer
+                                   than 1); uncaught, it fails the transaction as any user error
 
     BaseException                  internal control signals derive from it, not from Exception, so
     │                              that a user's ``except Exception`` cannot swallow them:
@@ -179,6 +181,11 @@ class Unavailable(StyxError):
 
 class Abort(Exception):
     """Raise inside a function to abort the whole transaction; the message reaches the client."""
+
+
+class ScanLimitExceeded(ValueError):
+    """``ctx.scan``'s ``limit`` is not in 1..:data:`~styx_py.core.limits.MAX_SCAN_LIMIT` (page through a
+    longer range with ``after=`` the last key of the previous page)."""
 
 
 class ExternalCallFailed(StyxError):

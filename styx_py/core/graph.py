@@ -13,6 +13,7 @@ from styx_py.core.effectids import SYSTEM_OPERATORS
 from styx_py.core.effects import effect_operators
 from styx_py.core.errors import GraphError
 from styx_py.core.operator import Operator, UserFunction
+from styx_py.core.scan import SCAN_OP
 
 
 class OperatorSpec(msgspec.Struct, frozen=True):
@@ -74,7 +75,7 @@ class Graph:
                 raise GraphError(f"graph {name!r}: {op!r} is not an Operator")
             if op.name in self.operators:
                 raise GraphError(f"graph {name!r}: duplicate operator name {op.name!r}")
-            if op.name in SYSTEM_OPERATORS:
+            if op.name in SYSTEM_OPERATORS or op.name == SCAN_OP:
                 raise GraphError(f"graph {name!r}: operator name {op.name!r} is reserved")
             self.operators[op.name] = op
         if not self.operators:

@@ -10,6 +10,9 @@ MAX_PARTITIONS = 4096
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # one TCP frame (a batch of messages)
 MAX_CALL_DEPTH = 64  # nested calls inside one transaction
 MAX_CALLS_PER_FUNCTION = 1024  # outgoing calls made by one function invocation
+# Rows one ``ctx.scan`` returns (its ``limit``, and the default): every partition of the operator answers
+# up to this many, so one scan moves at most partitions x MAX_SCAN_LIMIT entries (styx_py.core.scan).
+MAX_SCAN_LIMIT = 1000
 # Messages one worker keeps for later (a peer ahead of it: styx_worker.inbox); beyond it they are dropped
 # and the epoch they belong to is recovered, as for a message lost on the network.
 MAX_HELD_MESSAGES = 100_000

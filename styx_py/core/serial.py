@@ -8,7 +8,8 @@ epoch).
 
 Calls follow the engine's semantics: ``await ctx.call`` runs the callee inline; ``call_async``
 callees run after the caller returns, in call order, depth first. A failure anywhere undoes the
-whole transaction.
+whole transaction. ``ctx.scan`` reads the committed state and the transaction's own writes so far
+(the engine's calls to every partition take as many call places here).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from styx_py.core.errors import Abort
 from styx_py.core.graph import Graph
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key
+from styx_py.core.scan import operator_entries, scan_range, select
 from styx_py.core.wire import Reply, ReplyStatus, Request, decode_value, encode_value
 
 EntityKey = tuple[str, Key]
@@ -53,6 +55,27 @@ class _SerialContext(Context):
 
     async def delete(self) -> None:
         self.run.writes[(self.operator, self.key)] = None
+
+    async def scan(
+        self,
+        operator: Operator | str,
+        *,
+        start: Key | None = None,
+        end: Key | None = None,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: Key | None = None,
+    ) -> list[tuple[Key, Any]]:
+        op = operator_name(operator)
+        rng, rows = scan_range(op, start, end, prefix, limit, after)
+        spec = self.run.graph.operators.get(op)
+        if spec is None:
+            raise _Failed("failed", f"unknown operator {op!r}")
+        self.children += spec.partitions  # the engine calls every partition: each call takes a place
+        entries: dict[Key, bytes | None] = dict(operator_entries(self.run.state.items(), op))
+        entries.update(operator_entries(self.run.writes.items(), op))
+        live, _ = select(rng, rows, entries.items())
+        return [(k, decode_value(v)) for k, v in live]
 
     def _next_path(self) -> list[int]:
         self.children += 1

@@ -1,7 +1,9 @@
 """Aria-style conflict detection over the reservations of one epoch on one worker.
 
 A transaction ``T`` conflicts when a key it read or wrote carries a write reservation from a lower
-tid (write-after-write or read-after-write against a lower tid). Transactions whose logic aborted are
+tid (write-after-write or read-after-write against a lower tid), or when a key range it scanned
+(:class:`~styx_py.core.scan.ScanRange`) holds a key with a write reservation from a lower tid: an
+insert, an update or a delete (phantoms are conflicts). Transactions whose logic aborted are
 left out of the write reservations (they will write nothing), but are still checked themselves: an
 abort decided against stale data must be re-run in the fallback phase.
 
@@ -11,6 +13,8 @@ Pure: no I/O, no event loop.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
+
+from styx_py.core.scan import ScanRange
 
 EntityKey = tuple[str, str | int]
 
@@ -32,8 +36,9 @@ def find_conflicts(
     reads: Mapping[int, Iterable[EntityKey]],
     writes: Mapping[int, Iterable[EntityKey]],
     excluded: Set[int] = frozenset(),
+    ranges: Mapping[int, Iterable[ScanRange]] | None = None,
 ) -> list[int]:
-    """Sorted tids that conflict with a lower tid on some key of this worker."""
+    """Sorted tids that conflict with a lower tid on some key or scanned range of this worker."""
     minima = write_minima(writes, excluded)
     conflicted: set[int] = set()
     for table in (reads, writes):
@@ -45,4 +50,13 @@ def find_conflicts(
                 if holder is not None and holder < tid:
                     conflicted.add(tid)
                     break
+    if ranges:
+        written: dict[str, list[tuple[str | int, int]]] = {}
+        for (op, k), holder in minima.items():
+            written.setdefault(op, []).append((k, holder))
+        for tid, scanned in ranges.items():
+            if tid not in conflicted and any(
+                holder < tid and r.holds(k) for r in scanned for k, holder in written.get(r.operator, ())
+            ):
+                conflicted.add(tid)
     return sorted(conflicted)

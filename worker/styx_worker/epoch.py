@@ -57,6 +57,7 @@ from styx_worker.digests import EpochWrites
 from styx_worker.effects import PortView, Send, Take, Taken
 from styx_worker.inbox import EpochMessage, Until
 from styx_worker.invocations import InvocationFlow
+from styx_worker.scan import scan_races
 from styx_worker.txn import EpochPhase, EpochState, RootTxn, TxnView, root_invoke
 
 __all__ = ["EPOCH_MESSAGES", "EpochMachine", "PortView"]
@@ -215,7 +216,9 @@ class EpochMachine(InvocationFlow):
     def _conflicts(self, es: EpochState, serial: Iterable[int] = ()) -> list[int]:
         """This worker's conflicts; a Revote's leave out the writes of the serial tids (their branches
         may have raced)."""
-        return find_conflicts(es.opt.reads, es.opt.writes, es.reports.aborted | frozenset(serial))
+        return find_conflicts(
+            es.opt.reads, es.opt.writes, es.reports.aborted | frozenset(serial), es.opt.ranges
+        )
 
     def _vote(self, es: EpochState) -> None:
         """Every worker executed: this worker's conflicts, sent once its log entry is durable.
@@ -227,6 +230,9 @@ class EpochMachine(InvocationFlow):
         es.phase = EpochPhase.VOTING
         # The sequencer counter after this epoch's batch: only the next EpochStart moves it.
         lc = self.batch.sequencer.lc
+        if es.opt.ranges:  # tids that scanned here (styx_worker.scan)
+            opt = es.opt
+            opt.serial |= scan_races({t: opt.cache[t] for t in opt.ranges}, self.table.op_partitions)
         vote = Vote(
             es.epoch, self.node_id, self._conflicts(es), sorted(es.opt.serial), es.gen, lc, self.pending()
         )
@@ -319,7 +325,7 @@ class EpochMachine(InvocationFlow):
             return
         for key, tid in released:
             for inv, cached in fb.waiting.pop((key, tid), ()):
-                self._start(es, inv, cached)
+                self._admit(es, inv, cached)  # it may need another lock too (a scan's)
         if not fb.pending:
             self._finish(es)
         else:

@@ -34,9 +34,11 @@ from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
 from styx_py.core.partitioning import Key, key_bytes
 from styx_py.core.requests import ARGS_DEPTH, TOO_DEEP, nests_deeper
+from styx_py.core.scan import SCAN_FUNCTION, SCAN_OP, merge, scan_key, scan_range
 from styx_py.core.wire import Invoke, Phase, Status, decode_value, encode_value
 from styx_worker.ackshare import ZERO, Share, from_wire, scaled, split_async, split_sync, to_wire
 from styx_worker.effects import Invoked
+from styx_worker.scan import run_scan
 from styx_worker.txn import CachedInvocation, CallRecord, TxnView
 
 __all__ = ["EMPTY_RAW", "Calls", "RuntimeContext", "run_invocation"]
@@ -132,11 +134,47 @@ class RuntimeContext(Context):
         self._buf[self._ekey] = None
 
     # ---- calls -----------------------------------------------------------------------------------
+    async def scan(
+        self,
+        operator: Operator | str,
+        *,
+        start: Key | None = None,
+        end: Key | None = None,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: Key | None = None,
+    ) -> list[tuple[Key, Any]]:
+        op = operator_name(operator)
+        rng, rows = scan_range(op, start, end, prefix, limit, after)
+        spec = self._view.graph.operators.get(op)
+        if spec is None:
+            raise _BadCall(f"unknown operator {op!r}")
+        args = (op, rng.low, rng.low_open, rng.high, rng.high_open, rng.prefix, rows)
+        waits = []
+        for p in range(spec.partitions):  # every partition at once; each answers its part of the range
+            record = self._record(SCAN_OP, SCAN_FUNCTION, scan_key(op, p), args, True, system=True)
+            keep, give = split_sync(self._share)
+            self._share = keep
+            waits.append(self._runner.call(self._child(record, give, want_result=True), self._cached is None))
+        parts = []
+        for wait in waits:
+            status, value = await wait
+            if status != Status.OK:
+                raise _CalleeFailed(status)
+            parts.append(decode_value(value))
+        return merge(parts, rows)
+
     def _record(
-        self, target: Operator | str, function: str, key: Key, args: tuple[Any, ...], sync: bool
+        self,
+        target: Operator | str,
+        function: str,
+        key: Key,
+        args: tuple[Any, ...],
+        sync: bool,
+        system: bool = False,
     ) -> CallRecord:
         op = operator_name(target)
-        if self._view.graph.function(op, function) is None:
+        if not system and self._view.graph.function(op, function) is None:
             raise _BadCall(f"unknown function {op}.{function}")
         try:
             key_bytes(key)
@@ -208,6 +246,8 @@ async def run_invocation(
     view: TxnView, runner: Calls, inv: Invoke, cached: CachedInvocation | None
 ) -> Invoked:
     """Run one invocation to its end and say what it did; never raises for anything user code does."""
+    if inv.operator == SCAN_OP:
+        return run_scan(view, inv, cached)
     status, error, value = Status.OK, "", EMPTY_RAW
     ctx = RuntimeContext(view, runner, inv, cached)
     fn = view.graph.function(inv.operator, inv.function)

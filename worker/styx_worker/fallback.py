@@ -21,6 +21,7 @@ import msgspec
 from styx_py.core.wire import Final, Invoke, Outcome, Phase
 from styx_worker.conflicts import EntityKey
 from styx_worker.locks import LockTable
+from styx_worker.scan import guard_of
 from styx_worker.state import StateStore
 from styx_worker.txn import CachedInvocation, EpochState, RootTxn, root_invoke
 
@@ -28,11 +29,14 @@ Start = tuple[Invoke, CachedInvocation | None]
 
 
 def open_fallback(es: EpochState, fallback: list[int], serial: list[int]) -> None:
-    """Take the fallback's locks (from the learned read/write sets) and forget the roots' first runs.
+    """Take the fallback's locks (from the learned read/write sets, with the scan locks of the scanned
+    partitions: :mod:`styx_worker.scan`) and forget the roots' first runs.
 
     Serial transactions take no locks: each runs alone, after the fallback (Phase.SERIAL)."""
     fb = es.fb
-    fb.locks = LockTable(fallback, es.opt.touched)
+    assert es.graph is not None
+    partitions = {name: op.partitions for name, op in es.graph.operators.items()}
+    fb.locks = LockTable(fallback, es.opt.touched, guard_of(partitions))
     fb.pending = set(fallback) | set(serial)
     fb.serial = sorted(serial)
     for tid in [*fallback, *serial]:

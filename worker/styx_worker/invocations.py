@@ -147,16 +147,19 @@ class InvocationFlow:
         self.out.effects.append(effects.Run(inv, cached, es.view))
 
     def _admit(self, es: EpochState, inv: Invoke, cached: CachedInvocation | None) -> None:
-        """A fallback invocation starts once its tid holds its entity's lock; one whose entity is not in
-        its learned read/write set changed its call graph (its transaction is rescheduled)."""
+        """A fallback invocation starts once its tid holds its entity's lock (and its partition's scan
+        lock, if it queued on one); one whose entity is not in its learned read/write set changed its call
+        graph (its transaction is rescheduled)."""
         key, locks = (inv.operator, inv.key), es.fb.locks
         if not locks.owns_key(inv.tid, key):
             own = cached.own_share if cached is not None else from_wire(inv.share_n, inv.share_d)
             self.on_invoked(Invoked(inv, Status.CHANGED, "", EMPTY_RAW, own, [], []))
-        elif locks.is_head(key, inv.tid):
+            return
+        blocked = locks.blocked(key, inv.tid)
+        if blocked is None:
             self._start(es, inv, cached)
         else:
-            es.fb.waiting.setdefault((key, inv.tid), []).append((inv, cached))
+            es.fb.waiting.setdefault((blocked, inv.tid), []).append((inv, cached))
 
     def on_invoked(self, ev: Invoked) -> None:
         """An invocation ended: dispatch its asynchronous calls, then its result and its ack."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.requests import request_problem
+from styx_py.core.scan import SCAN_OP, scan_partition
 from styx_py.core.wire import (
     ClusterView,
     Request,
@@ -41,6 +42,8 @@ class RoutingTable:
             self.op_partitions.setdefault(name, op.partitions)
 
     def owner_of(self, operator: str, key: Key) -> str:
+        if operator == SCAN_OP:  # a scan's call to one partition of an operator (styx_worker.scan)
+            return self.placement[scan_partition(key)]
         return self.placement[partition_of(key, self.op_partitions[operator])]
 
     def owned(self) -> list[int]:

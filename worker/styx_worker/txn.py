@@ -15,6 +15,7 @@ import msgspec
 
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
+from styx_py.core.scan import SCAN_OP, ScanRange
 from styx_py.core.wire import ExecDone, IngressRecord, Invoke, Phase, Reply, Revote, Status, Vote
 from styx_worker.ackshare import Share, ShareCollector
 from styx_worker.conflicts import EntityKey
@@ -146,13 +147,14 @@ class Tally:
 
 class Reservations:
     """What the optimistic run of an epoch learned here, per tid: buffered writes, read and touched keys,
-    and the invocations to re-run from the call-graph cache."""
+    scanned ranges, and the invocations to re-run from the call-graph cache."""
 
-    __slots__ = ("cache", "reads", "serial", "touched", "writes")
+    __slots__ = ("cache", "ranges", "reads", "serial", "touched", "writes")
 
     def __init__(self) -> None:
         self.writes: dict[int, Writes] = {}
         self.reads: dict[int, set[EntityKey]] = {}
+        self.ranges: dict[int, list[ScanRange]] = {}  # scans answered here (styx_worker.scan)
         self.touched: dict[int, set[EntityKey]] = {}
         self.serial: set[int] = set()  # tids that invoked one entity twice here (Phase.SERIAL)
         self.cache: dict[int, list[CachedInvocation]] = {}
@@ -163,7 +165,8 @@ class Reservations:
         if touched is None:
             self.touched[inv.tid] = {key}
         elif key in touched:
-            self.serial.add(inv.tid)  # one entity twice: its branches may race for it
+            if key[0] != SCAN_OP:  # two scans of one partition only read it (styx_worker.scan)
+                self.serial.add(inv.tid)  # one entity twice: its branches may race for it
         else:
             touched.add(key)
         self.cache.setdefault(inv.tid, []).append(CachedInvocation(inv, calls, own))
@@ -274,6 +277,9 @@ class TxnView:
             self.opt.reads[tid] = {key}
         else:
             reads.add(key)
+
+    def record_range(self, tid: int, rng: ScanRange) -> None:
+        self.opt.ranges.setdefault(tid, []).append(rng)
 
 
 def root_invoke(es: EpochState, root: RootTxn, phase: Phase, node_id: str) -> Invoke:
