@@ -25,7 +25,9 @@
                                    ``styx_py.core.effects.external_value``)
 
     Abort(Exception)               raised by user code to abort the whole transaction;
-                                   its message reaches the client
+    │                              its message reaches the client
+    └── PendingLimit               an external call or timer beyond a per-entity or per-partition
+                                   bound (``styx_py.core.effects``)
 
     BaseException                  internal control signals derive from it, not from Exception, so
     │                              that a user's ``except Exception`` cannot swallow them:
@@ -179,6 +181,15 @@ class Unavailable(StyxError):
 
 class Abort(Exception):
     """Raise inside a function to abort the whole transaction; the message reaches the client."""
+
+
+class PendingLimit(Abort):
+    """A transaction asked for an external call or a timer beyond a bound: the calling entity's
+    (64 of each) or its partition's (``Graph(max_pending_per_partition=…)``). It aborts the
+    transaction; the message, which starts with ``PendingLimit:``, names the entity or the partition."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"PendingLimit: {message}")
 
 
 class ExternalCallFailed(StyxError):
