@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
 import random
 import re
 import uuid
@@ -235,6 +236,13 @@ def test_clean_run_passes_every_audit(spark: object, run: Run, tmp_path: Path) -
         assert (tmp_path / "plots" / f"{plot}.png").stat().st_size > 0
     for table in ("latency_by_function", "per_second", "abort_causes", "epochs", "findings"):
         assert (tmp_path / "tables" / f"{table}.parquet").exists()
+    # What the checks counted: the bank makes no external call and sets no timer.
+    summary = json.loads((tmp_path / "report.json").read_text())
+    assert summary["ok"] is True and len(summary["checks"]) == len(result.verdicts)
+    zero = dict.fromkeys(("intents", "responses", "continuations", "continuations_failed"), 0)
+    assert summary["checked"]["effects.checked"] == {**zero, "timers": 0, "timers_fired": 0}
+    assert "external calls and timers checked: 0 intents, 0 responses" in report
+    assert not any(f.check == "effects.checked" for f in result.samples), "a count is not a finding"
 
 
 def test_duplicated_reply_is_detected(spark: object, run: Run, tmp_path: Path) -> None:

@@ -4,12 +4,13 @@ twice) is named by its check."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
 
-from styx_py.audit.effects_rules import EffectsCheck
-from styx_py.audit.rules import ERROR, WARNING, Finding
+from styx_py.audit.effects_rules import TALLY, EffectsCheck
+from styx_py.audit.rules import ERROR, INFO, WARNING, Finding
 from styx_py.core.effectids import OUTBOX, TIMERS, owner_of
 from styx_py.core.wire import encode_value
 
@@ -69,6 +70,31 @@ def test_a_clean_history_has_no_findings() -> None:
     _fire(check, "t-2", 9, DUE + 5, "gone")
     assert check.finish() == []
     assert (check.calls, check.timers) == (1, 1)
+
+
+def test_a_completion_that_settled_a_failed_continuation_took_effect() -> None:
+    """The continuation failed (its completion's reply failed, nothing written); the worker's settling
+    completion cleared the intent without it: that one took effect, and is counted as a failed one."""
+    check = EffectsCheck()
+    _hold(check)
+    check.feed(
+        "ext-a", OUTBOX, "complete", [CALL, True, "r1", ""], 2_000, 1, 5, None, {}
+    )  # failed: no writes
+    settle = [CALL, True, "r1", "", "ValueError: no"]
+    writes = {(OUTBOX, OWNER): None}
+    check.feed(
+        "ext-a-settle", OUTBOX, "complete", settle, 2_100, 1, 6, "continuation failed: ValueError: no", writes
+    )
+    _fire(check, "t-1", 8, DUE)
+    assert check.finish() == []
+    assert check.counted() == {
+        "intents": 1,
+        "responses": 1,
+        "continuations": 0,
+        "continuations_failed": 1,
+        "timers": 1,
+        "timers_fired": 1,
+    }
 
 
 def test_a_call_in_flight_at_the_end_is_a_warning() -> None:
@@ -250,12 +276,24 @@ def _log(tampered: bool) -> list[dict[str, Any]]:
 
 
 def _effects(found: list[Finding]) -> list[Finding]:
-    return [f for f in found if f.check.startswith(("effects.", "timers."))]
+    return [f for f in found if f.check.startswith(("effects.", "timers.")) and f.severity != INFO]
 
 
 def test_the_replay_of_a_reservation_log_passes_the_effects_checks() -> None:
     found = _replayed(_log(tampered=False))
     assert [f for f in found if f.severity == ERROR] == []
+    # What was checked: 2 charges and s1's refund recorded; 2 completions took effect, each running its
+    # continuation (paid); s1's timer and s0's (cancelled by paid) set, s1's fired.
+    [tally] = [f for f in found if f.check == TALLY]
+    assert tally.severity == INFO
+    assert json.loads(tally.message) == {
+        "intents": 3,
+        "responses": 2,
+        "continuations": 2,
+        "continuations_failed": 0,
+        "timers": 2,
+        "timers_fired": 1,
+    }
     # s1's refund, asked for by the continuation after the release, is the one call still in flight.
     assert [(f.check, f.severity, f.subject.split(":")[0]) for f in _effects(found)] == [
         ("effects.response", WARNING, "refund")

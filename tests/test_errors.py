@@ -178,8 +178,9 @@ def drawn_tree() -> dict[str, str]:
 
 
 def coded_tree() -> dict[str, str]:
-    """Class -> base, of every exception in the packages that derives from StyxError, or straight from
-    BaseException (the internal control signals), by an AST scan of the sources."""
+    """Class -> base, of every exception in the packages that derives from StyxError, straight from
+    Abort, or straight from BaseException (the internal control signals), by an AST scan of the
+    sources."""
     classes: list[tuple[str, list[str]]] = []
     for folder in PACKAGES:
         for path in (ROOT / folder).rglob("*.py"):
@@ -197,6 +198,8 @@ def coded_tree() -> dict[str, str]:
             base = next(b for b in bases if styx(b))  # the base it is drawn under
         elif bases == ["BaseException"]:
             base = "BaseException"
+        elif bases == ["Abort"]:  # an abort with a name of its own (PendingLimit)
+            base = "Abort"
         else:
             continue
         assert out.setdefault(name, base) == base, f"two exceptions named {name}"

@@ -71,6 +71,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--warehouses", type=int, default=1, help="TPC-C warehouses (default 1)")
     p.add_argument("--scale", type=float, default=1.0, help="TPC-C / DeathStar population scale (1.0)")
+    p.add_argument(
+        "--hold-share",
+        type=float,
+        default=1 / 3,
+        help="reservations: the share of requests that hold a seat (an external call each); the rest "
+        "are YCSB-T transfers (default 1/3; 0: no external calls)",
+    )
+    p.add_argument(
+        "--payments-ms",
+        type=float,
+        default=1.0,
+        help="reservations: the payment service a cluster started here gets answers in this many ms (1)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=2, help="workers of a cluster started here (default 2)")
     p.add_argument(
@@ -143,6 +156,7 @@ def options_from(args: argparse.Namespace) -> Options:
         warehouses=args.warehouses,
         scale=args.scale,
         seed=args.seed,
+        extra={"hold_share": args.hold_share, "payments_ms": args.payments_ms},
     )
 
 
@@ -304,6 +318,7 @@ def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]], cut
                 # epoch must not be declared failed after 1 s of late heartbeats.
                 env = {"STYX_LOG_LEVEL": "WARNING", "STYX_FAILURE_TIMEOUT_MS": "5000"}
                 services = contextlib.ExitStack()
+                env.update(services.enter_context(workload.services()))
                 s3 = None
                 if args.kafka:
                     # A broker that outlives the run: fresh topics, so each run starts on empty logs.
@@ -536,7 +551,7 @@ def _config(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
     return {
         "workload": workload.name,
         "app": workload.app,
-        "options": {k: v for k, v in dataclasses.asdict(workload.options).items() if k != "extra"},
+        "options": dataclasses.asdict(workload.options),
         "via": args.via,
         "pushed_replies": args.via == "sdk" and not getattr(args, "no_push", False),
         "pushed_requests": args.via == "sdk"

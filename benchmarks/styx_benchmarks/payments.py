@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel
 
-__all__ = ["Knobs", "make_app", "serve_in_thread"]
+__all__ = ["Client", "Knobs", "make_app", "serve_in_thread"]
 
 
 class Knobs(BaseModel):
@@ -99,6 +101,50 @@ def make_app(knobs: Knobs | None = None, seed: int = 0) -> FastAPI:
         return dict(stats)
 
     return app
+
+
+class Client:
+    """A lean client of the service: ``POST /{function}`` with a JSON body on keep-alive HTTP/1.1
+    connections (a pool of idle ones), the JSON answer or ``RuntimeError`` naming the status.
+
+    The effect runner calls a graph's services on the worker's event loop, so their CPU is the
+    worker's: httpx spent ~1 ms of it per call here (its connection pool, and an import attempt of
+    ``sniffio`` per request where sniffio is not installed), which at 1 000 calls a second left the
+    workers' loops no time for their epochs (benchmarks/results/effects.md)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def post(self, function: str, body: Any, headers: dict[str, str]) -> Any:
+        data = json.dumps(body).encode()
+        head = f"POST /{function} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        request = (head + f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+        reader, writer = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
+        try:
+            writer.write(request)
+            status_line = await reader.readline()
+            length, close = 0, False
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+                elif name.lower() == "connection" and value.strip().lower() == "close":
+                    close = True
+            payload = await reader.readexactly(length)
+        except BaseException:
+            writer.close()
+            raise
+        if close:
+            writer.close()
+        else:
+            self.idle.append((reader, writer))
+        status = int(status_line.split()[1]) if status_line else 0
+        if status != 200:
+            raise RuntimeError(f"payment service answered {status}: {payload[:200]!r}")
+        return json.loads(payload)
 
 
 @contextmanager

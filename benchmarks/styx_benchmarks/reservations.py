@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import httpx
-
+from styx_benchmarks.payments import Client
 from styx_benchmarks.workload import State
 from styx_py import Context, Graph, Operator
 
@@ -28,7 +27,7 @@ user = Operator("user", partitions=3)
 
 
 PAYMENTS_URL_ENV = "RESERVATIONS_PAYMENTS_URL"
-_client: httpx.AsyncClient | None = None
+_client: Client | None = None
 
 
 async def http_payments(function: str, args: list[Any], key: str) -> Any:
@@ -39,10 +38,8 @@ async def http_payments(function: str, args: list[Any], key: str) -> Any:
     if not url:
         raise RuntimeError(f"{PAYMENTS_URL_ENV} is not set: no payment service to call")
     if _client is None:
-        _client = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
-    response = await _client.post(f"{url}/{function}", json={"args": args}, headers={"Idempotency-Key": key})
-    response.raise_for_status()
-    return response.json()
+        _client = Client(url)
+    return await _client.post(function, {"args": args}, {"Idempotency-Key": key})
 
 
 @seat.function

@@ -15,6 +15,7 @@ The workloads themselves import this module; the registry of them by name is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from abc import ABC, abstractmethod
@@ -93,6 +94,11 @@ class Workload(ABC):
 
     async def check(self, client: StyxClient) -> list[str]:
         return self.check_state(await self.read_state(client))
+
+    def services(self) -> contextlib.AbstractContextManager[dict[str, str]]:
+        """The outside services a cluster started for this workload needs, running while the context
+        is: their settings, added to the cluster's environment (none by default)."""
+        return contextlib.nullcontext({})
 
 
 async def submit_checks(

@@ -7,11 +7,14 @@ the import graph stays acyclic: this module imports the workloads, nothing impor
 from __future__ import annotations
 
 from styx_benchmarks.deathstar import HotelReservation, MovieReview
+from styx_benchmarks.reservations_bench import Reservations
 from styx_benchmarks.tpcc import Tpcc
 from styx_benchmarks.workload import Options, Workload
 from styx_benchmarks.ycsbt import YcsbT
 
-WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (YcsbT, Tpcc, HotelReservation, MovieReview)}
+WORKLOADS: dict[str, type[Workload]] = {
+    cls.name: cls for cls in (YcsbT, Tpcc, HotelReservation, MovieReview, Reservations)
+}
 
 
 def workload_names() -> list[str]:

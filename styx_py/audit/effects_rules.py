@@ -16,18 +16,33 @@ effect, ``styx.timers.fire`` answers "fired").
 - ``timers.fired`` — each timer fired at most once, only a timer that was set, and not before its due
   time: the firing transaction's sequenced time (its ingress record's timestamp, ``ctx.now()``) is at
   least the due time the setting transaction recorded.
+
+A completion whose continuation failed is written again by the worker to record the outcome without
+it (``styx.outbox.complete`` with the failure: it answers "continuation failed: …"); that one is the
+completion that took effect. :meth:`EffectsCheck.tally` says how much was checked: intents recorded,
+completions (responses) that took effect, continuations run and failed, timers set and fired.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from styx_py.audit.rules import ERROR, WARNING, Finding
+from styx_py.audit.rules import ERROR, INFO, WARNING, Finding
 from styx_py.core.effectids import OUTBOX, TIMERS
 from styx_py.core.wire import decode_value
 
-__all__ = ["EffectsCheck"]
+__all__ = ["TALLY", "EffectsCheck", "settled"]
+
+TALLY = "effects.checked"  # the check name of :meth:`EffectsCheck.tally`'s finding (severity INFO)
+SETTLED = "continuation failed: "
+
+
+def settled(result: Any) -> bool:
+    """Whether a completion's result says it recorded the outcome without its failed continuation."""
+    return isinstance(result, str) and result.startswith(SETTLED)
+
 
 EntityKey = tuple[str, Any]
 
@@ -52,6 +67,11 @@ class EffectsCheck:
         self.counts: dict[tuple[str, str], int] = {}
         self.calls = 0
         self.timers = 0
+        self.responses = 0  # completions that took effect
+        self.continuations = 0  # of those, the ones that ran a continuation
+        self.continuations_failed = 0  # ... and the ones that recorded the outcome of a failed one
+        self.fires = 0  # timers fired (their target called)
+        self.with_then: set[str] = set()  # call ids whose intent, as cleared last, had a continuation
 
     def _find(self, check: str, subject: str, message: str, severity: str = ERROR) -> None:
         n = self.counts[check, severity] = self.counts.get((check, severity), 0) + 1
@@ -96,9 +116,20 @@ class EffectsCheck:
                 removed.add(name)
                 if entity[0] == OUTBOX:
                     self.cleared[name] = where
-        if operator == OUTBOX and function == "complete" and result is True:
-            self._completed(request_id, str(args[0]), where, removed)
+                    if before[name][3]:
+                        self.with_then.add(name)
+                    else:
+                        self.with_then.discard(name)
+        if operator == OUTBOX and function == "complete" and (result is True or settled(result)):
+            call = str(args[0])
+            self.responses += 1
+            if settled(result):
+                self.continuations_failed += 1
+            elif call in self.with_then and call in removed:
+                self.continuations += 1
+            self._completed(request_id, call, where, removed)
         elif operator == TIMERS and function == "fire" and result == "fired":
+            self.fires += 1
             self._fired(request_id, str(args[0]), now_ms, where)
 
     def _completed(self, request_id: str, call: str, where: str, removed: set[str]) -> None:
@@ -145,6 +176,21 @@ class EffectsCheck:
             self._find(
                 "timers.fired", timer, f"timer {timer!r} fired {len(fires)} times ({', '.join(fires)})"
             )
+
+    def counted(self) -> dict[str, int]:
+        return {
+            "intents": self.calls,
+            "responses": self.responses,
+            "continuations": self.continuations,
+            "continuations_failed": self.continuations_failed,
+            "timers": self.timers,
+            "timers_fired": self.fires,
+        }
+
+    def tally(self) -> Finding:
+        """How much was checked, as a finding of severity INFO (the audit takes it out of the findings
+        and into the report's inputs and ``report.json``)."""
+        return Finding(TALLY, "effects", json.dumps(self.counted(), sort_keys=True), INFO)
 
     def finish(self) -> list[Finding]:
         """The findings, with the intents left without a completion at the end of the log."""

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import os
 import shutil
@@ -73,6 +74,7 @@ from styx_py.audit.report import headline, write_report
 from styx_py.audit.rows import key_value
 from styx_py.audit.rules import (
     ERROR,
+    INFO,
     SKIPPED,
     EntrySummary,
     Finding,
@@ -608,7 +610,9 @@ def run_audit(
     if serial_future is not None:
         timer.stage("waiting for the serial replay: serial.*, effects.*, timers.fired")
         serial, serial_s = serial_future.result()
-        extra += serial
+        for tally in [f for f in serial if f.severity == INFO]:  # what was counted, not a finding
+            stats.setdefault("checked", {})[tally.check] = json.loads(tally.message)
+        extra += [f for f in serial if f.severity != INFO]
         timer.times["serial replay (beside the above)"] = round(serial_s, 2)
     pool.shutdown()
     timer.stage("counting the findings, writing the report")

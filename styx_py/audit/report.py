@@ -1,11 +1,14 @@
 """The audit report: the verdict of every check (FAIL, skipped with its reason, pass), the first findings
-of each, the analytics tables and the plots, as ``report.md`` (plots next to it in ``plots/``) and as
+of each, the analytics tables and the plots, as ``report.md`` (plots next to it in ``plots/``), as
+``report.json`` (the verdicts, the inputs and what the checks counted) and as
 ``report.html``, one self-contained file (plots inline as base64 PNG, styles inline, no other host)."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from styx_benchmarks.plots import plain_ms_axis
+from styx_py.audit.effects_rules import TALLY
 from styx_py.audit.rules import SKIPPED, Finding, Verdict, verdicts
 
 MAX_TABLE_ROWS = 30
@@ -194,6 +198,14 @@ def input_lines(stats: Mapping[str, Any]) -> list[str]:
         f"generations: {stats.get('generations', '')}; workers per generation: "
         f"{stats.get('workers_by_generation', {})}",
     ]
+    effects = stats.get("checked", {}).get(TALLY)
+    if effects:
+        lines.append(
+            f"external calls and timers checked: {effects['intents']} intents, {effects['responses']} "
+            f"responses, {effects['continuations']} continuations run and "
+            f"{effects['continuations_failed']} failed, {effects['timers']} timers set, "
+            f"{effects['timers_fired']} fired"
+        )
     snap = stats.get("snapshot")
     lines.append(
         f"snapshot: epoch {snap['epoch']}, {snap['entities']} entities" if snap else "snapshot: none read"
@@ -356,6 +368,14 @@ def write_report(
         timings_s=timings_s,
     )
     md, page = out / "report.md", out / "report.html"
+    summary = {
+        "ok": ok,
+        "created": report.created,
+        "checks": [dataclasses.asdict(v) for v in report.checks],
+        "checked": dict(stats.get("checked", {})),
+        "inputs": report.inputs,
+    }
+    (out / "report.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     md.write_text(render_markdown(report))
     page.write_text(render_html(report, out / "plots"))
     return md, page

@@ -35,12 +35,13 @@ from typing import Any
 
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
-from styx_py.core.serial import GraphAt, Writes, apply_serially
+from styx_py.core.serial import GraphAt, PendingByEpoch, Writes, apply_serially
 from styx_py.core.wire import UNDECODABLE, Reply, ReplyStatus, Request, decode_value
 
 ERROR = "error"
 WARNING = "warning"
 SKIPPED = "skipped"  # a check that could not be made; the finding's message says why. Never a pass.
+INFO = "info"  # not a finding: what a check counted (taken out of the findings by the audit job)
 
 CHECKS: dict[str, str] = {
     "exactly_once.lost_reply": "every ingress request has a reply",
@@ -580,6 +581,7 @@ class SerialCheck:
         self.snapshot_state = snapshot_state
         self.max_findings = max_findings
         self.state: dict[EntityKey, bytes] = {}
+        self.pending = PendingByEpoch()
         self.findings: list[Finding] = []
         self.mismatched = 0
         self.replayed = 0
@@ -599,7 +601,9 @@ class SerialCheck:
             self._compare_state()
         graph = self.graph if isinstance(self.graph, Graph) else self.graph(reply.epoch)
         written: Writes = {}
-        outcome = await apply_serially(graph, self.state, request, reply.tid, written)
+        pending = self.pending.for_epoch(graph, reply.epoch)
+        outcome = await apply_serially(graph, self.state, request, reply.tid, written, pending)
+        self.pending.write_all(written.items())
         if self.on_commit is not None and outcome[0] == "committed":
             self.on_commit(graph, reply, written)
         self.replayed += 1

@@ -395,7 +395,7 @@ def serial_findings(
                     )
 
     asyncio.run(replay())
-    found = check.finish() + effects.finish()
+    found = check.finish() + effects.finish() + [effects.tally()]
     if expect is not None and changelog is not None:
         found += expect.findings(changelog[1])
     yield pa.RecordBatch.from_pylist(finding_dicts(found), schema=FINDINGS_SCHEMA)

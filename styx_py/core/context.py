@@ -86,6 +86,11 @@ class Context(ABC):
     def next_call_place(self) -> tuple[str, list[int]]:
         """The request id of this transaction and the call-tree path the next call made here gets."""
 
+    def partition_pending(self) -> int:
+        """Of a system operator's entity (styx.outbox, styx.timers): the entries its partition had
+        pending at the start of this transaction's epoch (styx_py.core.pendingcount); 0 elsewhere."""
+        return 0
+
     # ---- external calls and timers (styx_py.core.effects; docs/effects.md) -------------------------------
     def call_external(
         self,

@@ -23,11 +23,12 @@ from typing import Any
 
 from styx_py.core.context import Context
 from styx_py.core.effectids import OUTBOX, TIMERS, owner_of, timer_owner
-from styx_py.core.errors import Abort, ExternalCallFailed
+from styx_py.core.errors import ExternalCallFailed, PendingLimit
 from styx_py.core.operator import Operator
 
 __all__ = [
     "MAX_PENDING_CALLS_PER_ENTITY",
+    "MAX_PENDING_PER_PARTITION",
     "MAX_TIMERS_PER_ENTITY",
     "OUTBOX",
     "TIMERS",
@@ -42,6 +43,9 @@ __all__ = [
 
 MAX_PENDING_CALLS_PER_ENTITY = 64  # intents of one calling entity not yet completed
 MAX_TIMERS_PER_ENTITY = 64  # timers of one entity not yet fired or cancelled
+# Intents (and, apart, timers) one partition holds at most, as of the start of the epoch: the default of
+# ``Graph(max_pending_per_partition=…)``.
+MAX_PENDING_PER_PARTITION = 100_000
 
 # An external service, as the worker's runner calls it: ``await service(function, args, key)`` returns
 # the response (any msgpack-encodable value) or raises; ``key`` is the call's idempotency key, which
@@ -69,20 +73,47 @@ def external_value(outcome: dict[str, Any]) -> Any:
     raise ExternalCallFailed(str(outcome.get("call")), str(outcome.get("error")))
 
 
+def _admit(ctx: Context, pending: dict[str, Any], entry: str, per_entity: int, per_partition: int) -> None:
+    """Refuse a new ``entry`` (PendingLimit) when the entity holds ``per_entity`` of them, or its
+    partition held ``per_partition`` at the start of the epoch (state only: the same on every replay)."""
+    if entry in pending:
+        return
+    what = "external calls" if ctx.operator == OUTBOX else "timers"
+    if len(pending) >= per_entity:
+        raise PendingLimit(f"{ctx.key}: more than {per_entity} {what} pending")
+    held = ctx.partition_pending()
+    if held >= per_partition:
+        raise PendingLimit(
+            f"the partition of {ctx.key} holds {held} {what} pending "
+            f"(max_pending_per_partition {per_partition})"
+        )
+
+
 async def _record(
-    ctx: Context, call_id: str, service: str, function: str, args: list[Any], then: Any, place: str = ""
+    ctx: Context,
+    call_id: str,
+    service: str,
+    function: str,
+    args: list[Any],
+    then: Any,
+    place: str = "",
+    *,
+    limit: int = MAX_PENDING_PER_PARTITION,
 ) -> str:
     calls: dict[str, Any] = await ctx.get({})
-    if call_id not in calls and len(calls) >= MAX_PENDING_CALLS_PER_ENTITY:
-        raise Abort(f"{ctx.key}: more than {MAX_PENDING_CALLS_PER_ENTITY} external calls pending")
+    _admit(ctx, calls, call_id, MAX_PENDING_CALLS_PER_ENTITY, limit)
     calls[call_id] = [service, function, args, then, place]
     await ctx.put(calls)
     return call_id
 
 
-async def _complete(ctx: Context, call_id: str, ok: bool, value: Any, error: str) -> bool:
+async def _complete(
+    ctx: Context, call_id: str, ok: bool, value: Any, error: str, failed: str = ""
+) -> bool | str:
     """The outcome of intent ``call_id``: clear it and run its continuation; False if it was cleared
-    already (a repeat, or a retry that ended otherwise)."""
+    already (a repeat, or a retry that ended otherwise). With ``failed`` (a completion whose
+    continuation failed with that error, written again by the worker): clear it without the
+    continuation (``styx_worker.outbox.settle_request``), and return ``failed``."""
     calls: dict[str, Any] = await ctx.get({})
     intent = calls.pop(call_id, None)
     if intent is None:
@@ -91,6 +122,8 @@ async def _complete(ctx: Context, call_id: str, ok: bool, value: Any, error: str
         await ctx.put(calls)
     else:
         await ctx.delete()
+    if failed:
+        return f"continuation failed: {failed}"
     then = intent[3]
     if then:
         operator, function, key, extra = then
@@ -99,10 +132,11 @@ async def _complete(ctx: Context, call_id: str, ok: bool, value: Any, error: str
     return True
 
 
-async def _add(ctx: Context, timer_id: str, due_ms: int, target: list[Any]) -> str:
+async def _add(
+    ctx: Context, timer_id: str, due_ms: int, target: list[Any], *, limit: int = MAX_PENDING_PER_PARTITION
+) -> str:
     timers: dict[str, Any] = await ctx.get({})
-    if timer_id not in timers and len(timers) >= MAX_TIMERS_PER_ENTITY:
-        raise Abort(f"{ctx.key}: more than {MAX_TIMERS_PER_ENTITY} timers pending")
+    _admit(ctx, timers, timer_id, MAX_TIMERS_PER_ENTITY, limit)
     timers[timer_id] = [due_ms, *target]
     await ctx.put(timers)
     return timer_id
@@ -142,14 +176,24 @@ async def _pending(ctx: Context) -> Any:
     return await ctx.get({})
 
 
-def effect_operators(partitions: int) -> list[Operator]:
-    """The two system operators a graph that uses external calls or timers gets."""
+def effect_operators(partitions: int, per_partition: int = MAX_PENDING_PER_PARTITION) -> list[Operator]:
+    """The two system operators a graph that uses external calls or timers gets; a partition of each
+    holds at most ``per_partition`` entries (as of the start of the epoch)."""
+
+    async def record(
+        ctx: Context, call_id: str, service: str, function: str, args: list[Any], then: Any, place: str = ""
+    ) -> str:
+        return await _record(ctx, call_id, service, function, args, then, place, limit=per_partition)
+
+    async def add(ctx: Context, timer_id: str, due_ms: int, target: list[Any]) -> str:
+        return await _add(ctx, timer_id, due_ms, target, limit=per_partition)
+
     outbox = Operator(OUTBOX, partitions)
-    outbox.function(_record, name="record")
+    outbox.function(record, name="record")
     outbox.function(_complete, name="complete")
     outbox.function(_pending, name="pending", state=True)
     timers = Operator(TIMERS, partitions)
-    timers.function(_add, name="add")
+    timers.function(add, name="add")
     timers.function(_cancel, name="cancel")
     timers.function(_fire, name="fire")
     timers.function(_pending, name="pending", state=True)

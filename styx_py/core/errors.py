@@ -25,7 +25,10 @@
                                    ``styx_py.core.effects.external_value``)
 
     Abort(Exception)               raised by user code to abort the whole transaction;
-                                   its message reaches the client
+    │                              its message reaches the client
+    └── PendingLimit               an external call or timer beyond a per-entity or per-partition
+                                   bound (``styx_py.core.effects``)
+
     ScanLimitExceeded(ValueError)  ``ctx.scan`` asked for more rows than MAX_SCAN_LIMIT (or fewer
                                    than 1); uncaught, it fails the transaction as any user error
 
@@ -186,6 +189,15 @@ class Abort(Exception):
 class ScanLimitExceeded(ValueError):
     """``ctx.scan``'s ``limit`` is not in 1..:data:`~styx_py.core.limits.MAX_SCAN_LIMIT` (page through a
     longer range with ``after=`` the last key of the previous page)."""
+
+
+class PendingLimit(Abort):
+    """A transaction asked for an external call or a timer beyond a bound: the calling entity's
+    (64 of each) or its partition's (``Graph(max_pending_per_partition=…)``). It aborts the
+    transaction; the message, which starts with ``PendingLimit:``, names the entity or the partition."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"PendingLimit: {message}")
 
 
 class ExternalCallFailed(StyxError):

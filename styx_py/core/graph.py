@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from styx_py.core.effectids import SYSTEM_OPERATORS
-from styx_py.core.effects import effect_operators
+from styx_py.core.effects import MAX_PENDING_PER_PARTITION, effect_operators
 from styx_py.core.errors import GraphError
 from styx_py.core.operator import Operator, UserFunction
 from styx_py.core.scan import SCAN_OP
@@ -60,11 +60,16 @@ class Graph:
         *,
         services: Mapping[str, Any] | None = None,
         effects: bool | None = None,
+        max_pending_per_partition: int = MAX_PENDING_PER_PARTITION,
     ) -> None:
         """``services``: the external services its functions call (``ctx.call_external``), by name,
         each a :data:`styx_py.core.effects.Service`. ``effects``: whether the graph gets the system
         operators of external calls and timers (``styx.outbox``, ``styx.timers``); by default when it
-        names services or a function calls ``call_external``, ``call_later`` or ``cancel_timer``."""
+        names services or a function calls ``call_external``, ``call_later`` or ``cancel_timer``.
+        ``max_pending_per_partition``: the external calls pending (and, apart, the timers) one partition
+        holds at most; a transaction that asks for more aborts with ``PendingLimit`` (docs/effects.md).
+        Part of the code, not of a process's configuration, so every worker and every replay apply the
+        same bound."""
         if not name or not isinstance(name, str):
             raise GraphError("graph name must be a non-empty string")
         self.name = name
@@ -91,8 +96,12 @@ class Graph:
                 if hasattr(fn, "__code__")
             )
         self.effects = effects
+        if not isinstance(max_pending_per_partition, int) or max_pending_per_partition < 1:
+            raise GraphError(f"graph {name!r}: max_pending_per_partition must be an int >= 1")
+        self.max_pending_per_partition = max_pending_per_partition
         if effects:
-            for op in effect_operators(max(op.partitions for op in self.operators.values())):
+            partitions = max(op.partitions for op in self.operators.values())
+            for op in effect_operators(partitions, max_pending_per_partition):
                 self.operators[op.name] = op
         for op in self.operators.values():
             if not op.functions:

@@ -19,10 +19,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from styx_py.core.context import Context, invocation_rng
+from styx_py.core.effectids import OUTBOX
 from styx_py.core.errors import Abort
 from styx_py.core.graph import Graph
 from styx_py.core.operator import Operator, bind_error, operator_name
-from styx_py.core.partitioning import Key
+from styx_py.core.partitioning import Key, partition_of
+from styx_py.core.pendingcount import PendingCounts, Totals
 from styx_py.core.scan import operator_entries, scan_range, select
 from styx_py.core.wire import Reply, ReplyStatus, Request, decode_value, encode_value
 
@@ -98,11 +100,22 @@ class _SerialContext(Context):
     def next_call_place(self) -> tuple[str, list[int]]:
         return self.run.request_id, [*self.path, self.children]
 
+    def partition_pending(self) -> int:
+        n = self.run.graph.operators[self.operator].partitions
+        return self.run.pending.get((self.operator, partition_of(self.key, n)), 0)
+
 
 class _SerialRun:
     def __init__(
-        self, graph: Graph, state: dict[EntityKey, bytes], tid: int, ts_ms: int, request_id: str
+        self,
+        graph: Graph,
+        state: dict[EntityKey, bytes],
+        tid: int,
+        ts_ms: int,
+        request_id: str,
+        pending: Totals | None = None,
     ) -> None:
+        self.pending = pending or {}  # per partition, pending at the start of the epoch (pendingcount)
         self.request_id = request_id
         self.graph = graph
         self.state = state
@@ -139,6 +152,26 @@ GraphAt = Callable[[int], Graph]  # epoch -> the graph version that ran it
 Writes = dict[EntityKey, bytes | None]  # one transaction's writes (encoded values; None: delete)
 
 
+class PendingByEpoch(PendingCounts):
+    """What each partition has pending, as the engine counts it for its bounds: as of the start of each
+    epoch. Feed it every committed transaction's writes (:meth:`write_all`) in commit order."""
+
+    __slots__ = ("epoch", "frozen")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epoch = -1
+        self.frozen: Totals = {}
+
+    def for_epoch(self, graph: Graph, epoch: int) -> Totals:
+        """The totals of ``epoch``'s start, for a transaction of ``epoch`` running ``graph``."""
+        if epoch != self.epoch:
+            outbox = graph.operators.get(OUTBOX)
+            self.epoch = epoch
+            self.frozen = {} if outbox is None else super().at(outbox.partitions)
+        return self.frozen
+
+
 async def serial_replay(
     graph: Graph | GraphAt,
     requests: dict[str, Request],
@@ -151,6 +184,7 @@ async def serial_replay(
     A refused request (not admitted: admission control) runs nothing; its outcome is its reply."""
     state: dict[EntityKey, bytes] = {}
     outcomes: dict[str, tuple[str, Any]] = {}
+    counts = PendingByEpoch()
     for reply in sorted(replies, key=lambda r: (r.epoch, r.phase, r.tid)):
         if reply.status == ReplyStatus.REFUSED:
             outcomes[reply.request_id] = reply_outcome(reply)
@@ -158,20 +192,29 @@ async def serial_replay(
         req = requests[reply.request_id]
         g = graph if isinstance(graph, Graph) else graph(reply.epoch)
         writes: Writes = {}
-        outcomes[req.request_id] = await apply_serially(g, state, req, reply.tid, writes)
+        pending = counts.for_epoch(g, reply.epoch)
+        outcomes[req.request_id] = await apply_serially(g, state, req, reply.tid, writes, pending)
+        counts.write_all(writes.items())
         if commits is not None and outcomes[req.request_id][0] == "committed":
             commits.append((reply, writes))
     return {k: decode_value(v) for k, v in state.items()}, outcomes
 
 
 async def apply_serially(
-    graph: Graph, state: dict[EntityKey, bytes], req: Request, tid: int, written: Writes | None = None
+    graph: Graph,
+    state: dict[EntityKey, bytes],
+    req: Request,
+    tid: int,
+    written: Writes | None = None,
+    pending: Totals | None = None,
 ) -> tuple[str, Any]:
     """Run ``req`` as the next transaction of the serial order: its writes go into ``state`` (encoded
-    values) when it commits, and into ``written`` if given. Returns ``(status, result or error)``."""
+    values) when it commits, and into ``written`` if given; ``pending``: what each partition had
+    pending at the start of its epoch (styx_py.core.pendingcount). Returns ``(status, result or
+    error)``."""
     if req.operator not in graph.operators:
         return ("failed", f"unknown operator {req.operator!r}")  # as the engine rejects it at the root
-    run = _SerialRun(graph, state, tid, req.ts_ms, req.request_id)
+    run = _SerialRun(graph, state, tid, req.ts_ms, req.request_id, pending)
     try:
         result = await run.invoke(req.operator, req.function, req.key, decode_value(req.args), [])
     except _Failed as exc:

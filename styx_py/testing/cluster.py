@@ -226,6 +226,7 @@ class SimCluster:
             self.blobs,
             MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic, cfg.changelog_topic),
             requests=_ClientSink(self),
+            wall=_virtual_wall,  # the clients stamp requests with it too: a seed's run repeats exactly
         )
         # A fenced worker exits (its supervisor restarts it): here, a crash and a restart.
         w = Worker(node, cfg, ports, on_fenced=lambda: self.crash(node))
@@ -410,7 +411,7 @@ class SimCluster:
 
     async def settle(self, timeout_s: float = 600.0) -> None:
         """Until every request is answered and no external call or timer is pending (timers wait for
-        the wall clock the workers' effect runners read)."""
+        the virtual time the workers' effect runners read)."""
 
         async def until() -> None:
             while True:
@@ -448,6 +449,12 @@ class SimCluster:
         for r in sorted(self.replies, key=lambda r: r.request_id):
             h.update(msgspec.msgpack.encode(r))
         return h.hexdigest()
+
+
+def _virtual_wall() -> float:
+    """The simulation's wall clock, in s: its event loop's virtual time, which the clients' transports
+    stamp requests with (``SimClientTransport.wall_ms``); the effect runners read due timers on it."""
+    return asyncio.get_running_loop().time()
 
 
 class _ClientSink:

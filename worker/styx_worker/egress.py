@@ -42,7 +42,7 @@ from styx_py.core.limits import (
     REPLY_WAIT_FOR_LOG_ENTRY_S,
 )
 from styx_py.core.segments import pack, replies_to, segment_topic, unpack
-from styx_py.core.wire import EPOCH_HEADER, Reply, Request, SeqLogEntry
+from styx_py.core.wire import EPOCH_HEADER, PushedRequest, Reply, Request, SeqLogEntry
 from styx_py.io.batching import PRODUCE_FAILURES, BatchLanes, Headers, OnDone
 from styx_py.io.indoubt import no_blind_retries
 from styx_py.io.kafka_logs import read_back
@@ -74,6 +74,9 @@ class KafkaSink:
         self.producer = _producer(bootstrap, config)
         self.lanes = BatchLanes(self.producer)  # replies
         self.request_lanes = BatchLanes(self.producer)  # the worker's own requests (RequestSink)
+        # Told each of them once stored, as a client pushes what it wrote: the worker that reads the
+        # partition (this one, for its own outbox and timers) takes it without waiting for the fetch.
+        self.on_request_stored: Callable[[PushedRequest], None] | None = None
         self.ingress_segment = 0  # the newest ingress segment (the worker's own requests go there)
         self.log_lanes = BatchLanes(self.producer)  # sequencer-log entries
         security = config.kafka_security()
@@ -189,7 +192,8 @@ class KafkaSink:
             # The producer is the sequencer log's, the changelog's and the worker's own requests' too:
             # their topics stay in the producer's metadata.
             requests = segment_topic(self.config.ingress_topic, self.ingress_segment)
-            self.lanes.retire({previous, self.topic, self.config.seqlog_topic, self.changelog, requests})
+            keep = {previous, self.topic, self.config.seqlog_topic, self.changelog, requests}
+            self.lanes.retire(keep - {""})  # no changelog topic: none to keep (aiokafka refuses "")
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -286,18 +290,23 @@ class KafkaSink:
     def submit(self, partition: int, request: Request) -> asyncio.Future[None]:
         """Write ``request`` to ingress ``partition`` of the newest segment; done once acknowledged."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        segment, key = self.ingress_segment, request.request_id.encode()
+        stamp = 0
 
         def resolve(offset: int, exc: BaseException | None) -> None:
             if exc is not None:
                 self._fail(exc)
                 if not done.done():
                     done.set_exception(exc)
-            elif not done.done():
+                return
+            if self.on_request_stored is not None:
+                self.on_request_stored(PushedRequest(segment, partition, offset, stamp, key, value))
+            if not done.done():
                 done.set_result(None)
 
-        topic = segment_topic(self.config.ingress_topic, self.ingress_segment)
+        topic = segment_topic(self.config.ingress_topic, segment)
         value = self.encoder.encode(request)
-        self.request_lanes.add(topic, partition, request.request_id.encode(), value, resolve)
+        stamp = self.request_lanes.add(topic, partition, key, value, resolve)
         return done
 
 

@@ -32,7 +32,7 @@ from styx_py.core.context import Context, invocation_rng
 from styx_py.core.errors import Abort
 from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
-from styx_py.core.partitioning import Key, key_bytes
+from styx_py.core.partitioning import Key, key_bytes, partition_of
 from styx_py.core.requests import ARGS_DEPTH, TOO_DEEP, nests_deeper
 from styx_py.core.scan import SCAN_FUNCTION, SCAN_OP, merge, scan_key, scan_range
 from styx_py.core.wire import Invoke, Phase, Status, decode_value, encode_value
@@ -240,6 +240,10 @@ class RuntimeContext(Context):
 
     def next_call_place(self) -> tuple[str, list[int]]:
         return self._inv.request_id, [*self._inv.path, len(self._calls)]
+
+    def partition_pending(self) -> int:
+        op = self._view.graph.operators[self.operator]
+        return self._view.pending.get((self.operator, partition_of(self.key, op.partitions)), 0)
 
 
 async def run_invocation(

@@ -55,6 +55,7 @@ async def serve_worker(
     ports = WorkerPorts(transport, ingress, sink, sink, blobs, KafkaLogReader(kafka, config), requests=sink)
     worker = Worker(node_id, config, ports, host=advertise_host or host, port=transport.port)
     transport.on_disconnect = worker.on_disconnect
+    sink.on_request_stored = lambda pushed: worker.on_message(node_id, pushed)  # see KafkaSink.submit
     for watch in (ingress.watch, sink.reply_watch, sink.log_watch, sink.change_watch):
         watch.on_lost = worker.log_lost
     log.info("worker %s listening on %s:%d", node_id, host, transport.port)

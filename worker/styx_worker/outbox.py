@@ -20,6 +20,7 @@ that finds it early leaves the timer, which is fired again later.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import logging
 import time
@@ -44,12 +45,12 @@ from styx_py.core.limits import (
 )
 from styx_py.core.partitioning import partition_of
 from styx_py.core.ports import Clock, RequestSink
-from styx_py.core.wire import Request, decode_value, encode_value
+from styx_py.core.wire import Reply, ReplyStatus, Request, decode_value, encode_value
 from styx_worker.conflicts import EntityKey
 from styx_worker.ports import WorkerPorts
 from styx_worker.state import StateStore
 
-__all__ = ["EffectRunner", "effect_runner"]
+__all__ = ["EffectRunner", "effect_runner", "settle_request"]
 
 log = logging.getLogger("styx.effects")
 WATCHED = frozenset(SYSTEM_OPERATORS)
@@ -68,6 +69,22 @@ def effect_runner(
     return EffectRunner(node_id, store, graph, ports.requests, ports.clock, spawn, ports.wall)
 
 
+def settle_request(completion: Request, failure: str) -> Request:
+    """The completion that records ``completion``'s outcome without its continuation, which failed
+    (``failure``: the failed reply's error): the same arguments and ``failure``, under a request id
+    derived from ``completion``'s (the same failure, the same id)."""
+    args = decode_value(completion.args)
+    digest = hashlib.sha256(failure.encode()).hexdigest()[:16]
+    return Request(
+        f"{completion.request_id}-settle-{digest}",
+        completion.operator,
+        completion.function,
+        completion.key,
+        msgspec.Raw(encode_value([*args[:4], failure])),
+        completion.ts_ms,
+    )
+
+
 class EffectCounters(msgspec.Struct):
     calls_started: int = 0
     attempts: int = 0
@@ -75,6 +92,7 @@ class EffectCounters(msgspec.Struct):
     calls_failed: int = 0  # outcomes that are failures (after the bounded attempts)
     completions_sent: int = 0
     timers_fired: int = 0  # fire requests sent (a timer found early is fired again)
+    continuations_failed: int = 0  # completions whose continuation failed (then settled without it)
 
 
 class EffectRunner:
@@ -102,6 +120,7 @@ class EffectRunner:
         # Intents whose completion was written, by key: (owner, the place that recorded the intent).
         self.sent: dict[str, tuple[EntityKey, str]] = {}
         self.deferred: set[EntityKey] = set()  # owners with intents beyond the queue
+        self.completing: dict[str, Request] = {}  # completions written, by request id, until answered
         self.timers: dict[str, int] = {}  # timer id -> due (ms), known here
         self._due: list[tuple[int, str, EntityKey]] = []  # heap of (when to fire, timer id, owner)
         self.counters = EffectCounters()
@@ -126,8 +145,8 @@ class EffectRunner:
             self._scan()
             self._fire_due()
             wait = EFFECT_POLL_S
-            if self._due:
-                wait = min(wait, max(0.0, self._due[0][0] / 1000 - self.wall()))
+            if self._due:  # at least 1 ms: a due time the clock's rounding keeps ahead must not spin
+                wait = min(wait, max(0.001, self._due[0][0] / 1000 - self.wall()))
             self._wake.clear()
             try:
                 async with asyncio.timeout(wait):
@@ -200,6 +219,7 @@ class EffectRunner:
                 msgspec.Raw(encode_value([call_id, ok, value, error])),
                 int(self.wall() * 1000),
             )
+            self.completing[request.request_id] = request
             await self.sink.submit(partition_of(owner[1], graph.operators[OUTBOX].partitions), request)
             self.counters.completions_sent += 1
             self.sent[call_id] = (owner, place)
@@ -239,6 +259,32 @@ class EffectRunner:
         self.counters.calls_failed += 1
         return False, None, error
 
+    # ---- the answers to completions -------------------------------------------------------------------
+    def replied(self, reply: Reply) -> None:
+        """A reply this worker sent: if it answers a completion it wrote, that completion is done, unless
+        refused (overload: written again, after a pause) or failed: its continuation failed (raised,
+        aborted, an unknown target). Then the outcome is recorded all the same, by a completion that
+        clears the intent without the continuation (:func:`settle_request`), so
+        the intent is neither called again nor left pending; the continuation's error is its reply's."""
+        request = self.completing.pop(reply.request_id, None)
+        if request is None or reply.status == ReplyStatus.COMMITTED:
+            return
+        graph = self._get_graph()
+        if graph is None:
+            return
+        partition = partition_of(request.key, graph.operators[OUTBOX].partitions)
+        if reply.status == ReplyStatus.REFUSED:
+            self.completing[request.request_id] = request
+            self.spawn(self._submit(partition, request, EXTERNAL_BACKOFF_S))
+            return
+        if len(decode_value(request.args)) > 4:
+            return  # a settling completion failed: nothing runs in it that could (left to a recovery)
+        self.counters.continuations_failed += 1
+        log.info("%s: the continuation of %s failed: %s", self.node_id, request.request_id, reply.error)
+        settle = settle_request(request, reply.error or str(reply.status))
+        self.completing[settle.request_id] = settle  # written again if refused
+        self.spawn(self._submit(partition, settle))
+
     # ---- timers ------------------------------------------------------------------------------------
     def _fire_due(self) -> None:
         graph = self._get_graph()
@@ -266,5 +312,7 @@ class EffectRunner:
             # Still there later (found early, or its request still on the way): fire it again then.
             heapq.heappush(self._due, (max(when, now_ms) + int(TIMER_REFIRE_S * 1000), timer, owner))
 
-    async def _submit(self, partition: int, request: Request) -> None:
+    async def _submit(self, partition: int, request: Request, after_s: float = 0.0) -> None:
+        if after_s:
+            await self.clock.sleep(after_s)
         await self.sink.submit(partition, request)

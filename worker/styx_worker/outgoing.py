@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from styx_py.core.ports import Clock, Egress
+from styx_py.core.wire import Reply
 from styx_worker import effects as fx
 from styx_worker.feed import ReplyFeed
 from styx_worker.membership import Membership
@@ -27,6 +28,7 @@ class Outgoing:
         self.egress = egress
         self.feed = feed
         self.on_fenced = on_fenced
+        self.on_reply: Callable[[Reply], None] | None = None  # told each reply sent (the effect runner)
 
     def fenced(self) -> bool:
         """Fencing: the lease ran out (then ``on_fenced``, once), or had before."""
@@ -39,6 +41,8 @@ class Outgoing:
         if not self.fenced():
             pushed = bool(e.reply_to) and self.feed.offer(e.reply, e.reply_to)
             self.egress.send(e.partition, e.reply, e.epoch, pushed)
+            if self.on_reply is not None:
+                self.on_reply(e.reply)
 
     def changes(self, e: fx.Changes) -> None:
         if not self.fenced():

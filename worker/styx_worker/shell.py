@@ -99,6 +99,7 @@ class Worker:
             self.metrics.recovery,
         )
         self.effects = effect_runner(node_id, lambda: self.store, self.versions.newest, ports, self.spawn)
+        self.outgoing.on_reply = None if self.effects is None else self.effects.replied
         self.tasks: asyncio.TaskGroup | None = None
         self.inflight: set[asyncio.Task[None]] = set()  # invocations that wait, uploads, replay reads
         self.retired = asyncio.Event()  # no longer part of the cluster (Retire): run() returns

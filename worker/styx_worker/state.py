@@ -7,13 +7,16 @@ delta map, the unit of incremental snapshots.
 
 The keys of the watched operators (the system operators of external calls and timers) that a commit,
 a snapshot load or a hand-off wrote are collected in :attr:`StateStore.touched` for the worker's effect
-runner (:mod:`styx_worker.outbox`), which reads their committed state.
+runner (:mod:`styx_worker.outbox`), which reads their committed state; :attr:`StateStore.pending`
+counts what each of their partitions holds (the per-partition bounds, styx_py.core.pendingcount).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+from styx_py.core.effectids import SYSTEM_OPERATORS
+from styx_py.core.pendingcount import PendingCounts
 from styx_worker.conflicts import EntityKey
 
 Writes = dict[EntityKey, bytes | None]  # None = delete
@@ -26,6 +29,7 @@ class StateStore:
         self.watched = watched
         self.touched: set[EntityKey] = set()
         self.on_touched: Callable[[], None] | None = None
+        self.pending = PendingCounts()
 
     def _touch(self, keys: Iterable[EntityKey]) -> None:
         watched = self.watched
@@ -46,6 +50,8 @@ class StateStore:
             else:
                 data[key] = value
             delta[key] = value
+            if key[0] in SYSTEM_OPERATORS:
+                self.pending.write(key, value)
         if self.watched:
             self._touch(writes)
 
@@ -59,6 +65,8 @@ class StateStore:
             else:
                 data[(op, key)] = value
             loaded.append((op, key))
+            if op in SYSTEM_OPERATORS:
+                self.pending.write((op, key), value)
         if self.watched:
             self._touch(loaded)
 
@@ -67,6 +75,8 @@ class StateStore:
         dropped = [k for k in self.data if gone(k)]
         for key in dropped:
             del self.data[key]
+            if key[0] in SYSTEM_OPERATORS:
+                self.pending.write(key, None)
         if self.watched:
             self._touch(dropped)
         for key in [k for k in self.delta if gone(k)]:  # deletes too (not in ``data``)
@@ -82,6 +92,7 @@ class StateStore:
     def load(self, items: Iterable[tuple[EntityKey, bytes]]) -> None:
         items = list(items)
         self.data.update(items)
+        self.pending.write_all((k, v) for k, v in items if k[0] in SYSTEM_OPERATORS)
         if self.watched:
             self._touch(k for k, _ in items)
 

@@ -13,6 +13,7 @@ from enum import IntEnum
 
 import msgspec
 
+from styx_py.core.effectids import OUTBOX
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
 from styx_py.core.scan import SCAN_OP, ScanRange
@@ -250,9 +251,10 @@ class EpochState:
 
 class TxnView:
     """The narrow view an invocation of one epoch runs against: committed state (as of the start of the
-    epoch's phase), its transaction's buffered writes, its reads, and the epoch's code."""
+    epoch's phase), its transaction's buffered writes, its reads, the epoch's code, and what each
+    partition had pending at the start of the epoch (styx_py.core.pendingcount)."""
 
-    __slots__ = ("graph", "node_id", "opt", "store", "writes")
+    __slots__ = ("graph", "node_id", "opt", "pending", "store", "writes")
 
     def __init__(self, node_id: str, graph: Graph, store: StateStore, es: EpochState) -> None:
         self.node_id = node_id  # the worker it runs on: its synchronous calls' results come back here
@@ -260,6 +262,8 @@ class TxnView:
         self.store = store
         self.opt = es.opt
         self.writes = es.fb.writes
+        outbox = graph.operators.get(OUTBOX)
+        self.pending = {} if outbox is None else store.pending.at(outbox.partitions)
 
     def read(self, key: EntityKey) -> bytes | None:
         return self.store.data.get(key)
