@@ -3,8 +3,12 @@
 Properties: the policy admits at most its batch size (rescheduled transactions included), keeps at
 most ``admission_queue_ms`` worth of batches buffered and refuses the rest; the batch size follows
 the measured epoch durations (shrinks when an epoch ran long, grows when a full one ran short, within
-a factor of two, ``MIN_EPOCH_SIZE`` and ``epoch_size_max``). A batch with refusals logs them as
-``Refused`` entries and answers each with a ``refused`` reply recorded in the reply table; a resent
+a factor of two, ``MIN_EPOCH_SIZE`` and ``epoch_size_max``). From the first batch of a new
+generation the backlog of the stall is admitted at the batch size, nothing refused, until the buffer
+is back under the cap or for at most ``CATCHUP_FACTOR`` times the stall (an overload is refused after
+that); the same burst a running cluster refuses in part is admitted whole after a recovery. A batch
+with refusals logs them as ``Refused`` entries and answers each with a ``refused`` reply recorded in
+the reply table; a resent
 copy gets the same reply; the batch re-formed from its log entry refuses the same requests with
 identical replies. In the simulation, offered load far past the bound with crashes and restarts:
 every request is answered exactly once, the admitted ones equal the serial execution, the others are
