@@ -97,6 +97,13 @@ def test_a_slow_epoch_shrinks_the_batch_in_proportion_at_most_by_half() -> None:
     assert a.decide(room=1000, rescheduled=0, pending=5000, now=0.0).admit == 400
 
 
+def test_a_small_batch_that_ran_long_shrinks_the_size_at_most_by_half() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.taken(1, now=0.0, batch=3)
+    a.finished(1, now=0.4)  # the fixed cost of an epoch (a slow store), not the batch
+    assert a.size == 500
+
+
 def test_a_full_fast_epoch_grows_the_batch_at_most_double_and_never_past_the_max() -> None:
     a = Admission(1000, epoch_ms=100, queue_ms=200)
     a.size = 100
@@ -151,6 +158,37 @@ def test_a_decision_never_admits_more_than_room_and_size_nor_takes_more_than_pen
         assert pending - d.admit - d.refuse == a.backlog_max, "the backlog kept is the cap"
 
 
+# ---- rescheduled transactions that wait (pure) -----------------------------------------------------
+
+
+def test_rescheduled_ones_waiting_behind_their_entity_take_the_queue_bound() -> None:
+    a = Admission(100, epoch_ms=200, queue_ms=400)  # two epochs of queue
+    assert a.queue_epochs == 2 and a.cap(0) == a.backlog_max == 200
+    d = a.decide(room=100, rescheduled=10, pending=1000, now=0.0, depth=1)
+    assert (d.admit, d.refuse) == (90, 1000 - 90 - 100), "one epoch of the queue is taken"
+    d = a.decide(room=100, rescheduled=10, pending=1000, now=0.1, depth=2)
+    assert (d.admit, d.refuse) == (90, 910), "the whole queue: nothing stays buffered"
+    assert a.size == 100, "not past the bound yet"
+
+
+def test_a_rescheduled_backlog_past_the_bound_shrinks_the_batch_while_it_grows() -> None:
+    a = Admission(1000, epoch_ms=200, queue_ms=400)
+    a.decide(room=1000, rescheduled=10, pending=5000, now=0.0, depth=8)
+    assert a.size == 500, "8 epochs behind one entity, the bound is 2: at most by half"
+    a.decide(room=1000, rescheduled=10, pending=5000, now=0.1, depth=7)  # draining: no change
+    assert a.size == 500
+    a.decide(room=1000, rescheduled=10, pending=5000, now=0.2, depth=2)
+    a.decide(room=1000, rescheduled=10, pending=5000, now=0.3, depth=3)  # deeper than before
+    assert a.size == 333, "in proportion: 2 of 3 epochs"
+    a.taken(1, now=0.3, batch=333)
+    a.finished(1, now=0.31)  # full and fast, but they still wait: no growth
+    assert a.size == 333
+    a.decide(room=1000, rescheduled=0, pending=5000, now=0.4, depth=1)
+    a.taken(2, now=0.4, batch=333)
+    a.finished(2, now=0.41)
+    assert a.size == 666, "back within half the bound: it grows again"
+
+
 # ---- after a stall (pure) --------------------------------------------------------------------------
 
 
@@ -164,17 +202,19 @@ def _stalled(stall_s: float, size_max: int = 100) -> Admission:
     return a
 
 
-def test_the_backlog_of_a_stall_is_admitted_in_batches_until_it_is_back_under_the_cap() -> None:
+def test_the_backlog_of_a_stall_is_admitted_in_batches_until_the_buffer_is_drained() -> None:
     a = _stalled(stall_s=3.0)
     assert a.catching_up and a.catchup_until == pytest.approx(13.0 + CATCHUP_FACTOR * 3.0)
-    pending, now = 1000, 13.0
-    while pending - 100 > a.backlog_max:  # the normal cap would refuse all of this
+    pending, now, wave = 1000, 13.0, 300
+    while pending > 100:  # the normal cap would refuse part of this
         d = a.decide(room=100, rescheduled=0, pending=pending, now=now)
         assert (d.admit, d.refuse) == (100, 0)
         pending, now = pending - 100 + 20, now + 0.2  # a healthy cluster: 20 arrive per batch of 100
-    assert a.refused_total == 0
-    d = a.decide(room=100, rescheduled=0, pending=pending, now=now)  # under the cap: caught up
-    assert (d.admit, d.refuse) == (100, 0) and not a.catching_up
+        if pending - 100 <= a.backlog_max:
+            pending, wave = pending + wave, 0  # once under the cap, a wave of copies clients resent
+    assert a.refused_total == 0 and wave == 0
+    d = a.decide(room=100, rescheduled=0, pending=pending, now=now)  # the batch takes all: caught up
+    assert (d.admit, d.refuse) == (pending, 0) and not a.catching_up
     d = a.decide(room=100, rescheduled=0, pending=1000, now=now + 0.2)
     assert (d.admit, d.refuse) == (100, 700), "after the catch-up the cap holds again"
 
