@@ -158,37 +158,6 @@ def test_a_decision_never_admits_more_than_room_and_size_nor_takes_more_than_pen
         assert pending - d.admit - d.refuse == a.backlog_max, "the backlog kept is the cap"
 
 
-# ---- rescheduled transactions that wait (pure) -----------------------------------------------------
-
-
-def test_rescheduled_ones_waiting_behind_their_entity_take_the_queue_bound() -> None:
-    a = Admission(100, epoch_ms=200, queue_ms=400)  # two epochs of queue
-    assert a.queue_epochs == 2 and a.cap(0) == a.backlog_max == 200
-    d = a.decide(room=100, rescheduled=10, pending=1000, now=0.0, depth=1)
-    assert (d.admit, d.refuse) == (90, 1000 - 90 - 100), "one epoch of the queue is taken"
-    d = a.decide(room=100, rescheduled=10, pending=1000, now=0.1, depth=2)
-    assert (d.admit, d.refuse) == (90, 910), "the whole queue: nothing stays buffered"
-    assert a.size == 100, "not past the bound yet"
-
-
-def test_a_rescheduled_backlog_past_the_bound_shrinks_the_batch_while_it_grows() -> None:
-    a = Admission(1000, epoch_ms=200, queue_ms=400)
-    a.decide(room=1000, rescheduled=10, pending=5000, now=0.0, depth=8)
-    assert a.size == 500, "8 epochs behind one entity, the bound is 2: at most by half"
-    a.decide(room=1000, rescheduled=10, pending=5000, now=0.1, depth=7)  # draining: no change
-    assert a.size == 500
-    a.decide(room=1000, rescheduled=10, pending=5000, now=0.2, depth=2)
-    a.decide(room=1000, rescheduled=10, pending=5000, now=0.3, depth=3)  # deeper than before
-    assert a.size == 333, "in proportion: 2 of 3 epochs"
-    a.taken(1, now=0.3, batch=333)
-    a.finished(1, now=0.31)  # full and fast, but they still wait: no growth
-    assert a.size == 333
-    a.decide(room=1000, rescheduled=0, pending=5000, now=0.4, depth=1)
-    a.taken(2, now=0.4, batch=333)
-    a.finished(2, now=0.41)
-    assert a.size == 666, "back within half the bound: it grows again"
-
-
 # ---- after a stall (pure) --------------------------------------------------------------------------
 
 

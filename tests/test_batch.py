@@ -55,17 +55,6 @@ def test_rescheduled_run_one_per_entity_the_oldest_and_none_is_lost(txns: list[t
         assert r.tid == min(same), "not the oldest of its entity"
 
 
-def test_the_depth_is_the_longest_wait_behind_one_root_entity_after_the_next_batch() -> None:
-    former = BatchFormer("w1", 100, ReplyOut(Outbox(), 100, _diverged), _diverged)
-    former.rescheduled = [
-        _root(t, k) for t, k in [(1, "a"), (2, "a"), (3, "a"), (4, "b"), (5, "b"), (6, "c")]
-    ]
-    assert former.room() == 97 and [r.tid for r in former.next_run] == [1, 4, 6]
-    assert former.depth() == 2, "a: 2 and 3 still wait"
-    former.rescheduled = []
-    assert former.depth() == 0
-
-
 def _diverged(*what: object) -> None:
     raise AssertionError(f"diverged: {what}")
 

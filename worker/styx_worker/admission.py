@@ -19,13 +19,6 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
   taken now and *refused*: answered ``refused`` (the SDK raises ``Overloaded``, the gateway answers 429
   with Retry-After) within the epoch, nothing runs. So an admitted request waits at most about
   ``admission_queue_ms`` plus its own epoch, and a refused one is told at once instead of timing out.
-* **Rescheduled transactions.** One rescheduled transaction per root entity runs per epoch
-  (:func:`styx_worker.batch.take_rescheduled`); the others wait, and the deepest such queue
-  (``Take.depth``) is how many epochs one more would wait behind them (TPC-C W=1: every NewOrder of a
-  district). That wait takes from the queue bound: the backlog cap is ``depth`` epochs' worth
-  smaller, and a depth past the bound that grew since the last batch shrinks the size in proportion
-  (at most by half), which does not grow again until the depth is back within half the bound.
-  Epochs stay short there, so their durations alone would admit ever more requests that queue.
 * **After a stall.** A recovery, a replaced worker or a partition move holds every epoch for a while
   (each ends in a new generation), and what arrived meanwhile is more than ``admission_queue_ms``
   worth: the cluster was paused, not overloaded. So from the first batch of a new generation the
@@ -79,7 +72,6 @@ class Admission:
     __slots__ = (
         "catchup_over",
         "catchup_until",
-        "depth",
         "epoch_ms",
         "epoch_size_max",
         "queue_ms",
@@ -102,27 +94,16 @@ class Admission:
         self.waiting_since: float | None = None  # since when buffered records wait for a batch
         self.catchup_until = 0.0  # nothing is refused before this (after a stall; 0: not catching up)
         self.catchup_over = False  # the buffer was over the cap during the catch-up
-        self.depth = 0  # the rescheduled depth of the last batch (Take.depth)
 
     @property
     def backlog_max(self) -> int:
         """How many records may stay buffered after a batch: ``queue_ms`` worth of batches, at the
         pace epochs run (``epoch_ms`` each, or longer when they took longer)."""
-        return self.cap(0)
-
-    def cap(self, depth: int) -> int:
-        """:attr:`backlog_max` less ``depth`` epochs' worth: the queue time that rescheduled
-        transactions waiting ``depth`` epochs behind one root entity have taken already."""
-        return math.ceil(self.size * max(0.0, self.queue_epochs - depth))
+        return math.ceil(self.size * self.queue_ms / self.pace_ms)
 
     @property
     def pace_ms(self) -> float:
         return max(self.epoch_ms, self.took_ms)
-
-    @property
-    def queue_epochs(self) -> float:
-        """How many epochs an admitted request may wait: ``queue_ms`` at the pace epochs run."""
-        return self.queue_ms / self.pace_ms
 
     @property
     def catching_up(self) -> bool:
@@ -144,23 +125,16 @@ class Admission:
         self.catchup_until = now + bound_s
         self.catchup_over = False
 
-    def decide(self, room: int, rescheduled: int, pending: int, now: float, depth: int = 0) -> Decision:
+    def decide(self, room: int, rescheduled: int, pending: int, now: float) -> Decision:
         """The next batch at ``now``, given the ``room`` the core leaves for new requests
-        (``epoch_size_max`` less the ``rescheduled`` transactions it runs), the ``pending`` records
-        buffered and the ``depth`` of the rescheduled transactions that still wait (module
-        docstring)."""
+        (``epoch_size_max`` less the ``rescheduled`` transactions it runs) and the ``pending`` records
+        buffered."""
         if self.epoch_ms <= 0:
             return Decision(min(room, pending), 0)
-        if self.queue_ms > 0 and depth > max(self.queue_epochs, self.depth):
-            # Rescheduled transactions wait longer than the bound behind their root entity, and longer
-            # than the batch before: fewer new ones, which would queue behind them.
-            factor = max(1 / GROWTH, self.queue_epochs / depth)
-            self.size = max(min(MIN_EPOCH_SIZE, self.epoch_size_max), math.floor(self.size * factor))
-        self.depth = depth
         admit = min(room, max(0, self.size - rescheduled), pending)
         refuse = 0
         if self.queue_ms > 0:
-            refuse = max(0, pending - admit - self.cap(depth))
+            refuse = max(0, pending - admit - self.backlog_max)
             if self.catching_up:
                 if now >= self.catchup_until or (self.catchup_over and pending <= admit):
                     self.catchup_until, self.catchup_over = 0.0, False  # worked through, or too long
@@ -196,7 +170,7 @@ class Admission:
             factor = max(1 / GROWTH, self.epoch_ms / elapsed_ms)
             shrunk = max(math.floor(batch * factor), math.floor(size / GROWTH))
             self.size = max(MIN_EPOCH_SIZE, min(self.size, shrunk))
-        elif batch >= size and self.depth <= self.queue_epochs / 2:
+        elif batch >= size:
             factor = GROWTH if elapsed_ms <= 0 else min(GROWTH, self.epoch_ms / elapsed_ms)
             self.size = max(self.size, math.ceil(batch * factor))
         self.size = max(min(MIN_EPOCH_SIZE, self.epoch_size_max), min(self.size, self.epoch_size_max))
@@ -218,7 +192,7 @@ class AdmissionGate:
         if e.gen != self.gen:
             self.gen = e.gen
             self.policy.resumed(now)
-        d = self.policy.decide(e.room, e.rescheduled, ingress.pending(), now, e.depth)
+        d = self.policy.decide(e.room, e.rescheduled, ingress.pending(), now)
         n = d.admit + d.refuse
         records = ingress.take(n) if n else []
         admitted = min(d.admit, len(records))

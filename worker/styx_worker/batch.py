@@ -17,7 +17,6 @@ replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 from styx_py.core.wire import (
@@ -124,12 +123,6 @@ class BatchFormer:
         runs (chosen now, :func:`take_rescheduled`)."""
         self.next_run, self.rescheduled = take_rescheduled(self.rescheduled)
         return max(0, self.epoch_size_max - len(self.next_run))
-
-    def depth(self) -> int:
-        """The most rescheduled transactions that wait, after the next batch, behind one root entity:
-        as many epochs as one more rescheduled behind them would wait (one runs per epoch)."""
-        waiting = Counter((r.request.operator, r.request.key) for r in self.rescheduled)
-        return max(waiting.values(), default=0)
 
     def refuse(self, rec: IngressRecord, epoch: int, resends: list[Resend]) -> Refused:
         """Refuse ``rec`` in ``epoch``: its reply is recorded and goes out with the resends."""

@@ -136,7 +136,6 @@ class Take(msgspec.Struct):
     room: int
     version: int  # the graph version the epoch runs (logged with the batch)
     rescheduled: int = 0
-    depth: int = 0  # the most rescheduled transactions still waiting behind one root entity
 
 
 class Fetch(msgspec.Struct):

@@ -120,7 +120,7 @@ class EpochMachine(InvocationFlow):
         self.replies.live()
         out.append(effects.Live(msg.segment))
         room = self.batch.room()
-        out.append(Take(es.epoch, es.gen, room, version, len(self.batch.next_run), self.batch.depth()))
+        out.append(Take(es.epoch, es.gen, room, version, len(self.batch.next_run)))
 
     def on_taken(self, ev: Taken) -> None:
         """The records of the epoch's batch: form it (or re-form a replayed one) and run its roots."""
