@@ -97,10 +97,13 @@ def test_a_slow_epoch_shrinks_the_batch_in_proportion_at_most_by_half() -> None:
     assert a.decide(room=1000, rescheduled=0, pending=5000, now=0.0).admit == 400
 
 
-def test_a_small_batch_that_ran_long_shrinks_the_size_at_most_by_half() -> None:
+def test_a_slow_batch_shrinks_the_size_at_most_by_half_and_a_small_one_not_at_all() -> None:
     a = Admission(1000, epoch_ms=100, queue_ms=200)
     a.taken(1, now=0.0, batch=3)
     a.finished(1, now=0.4)  # the fixed cost of an epoch (a slow store), not the batch
+    assert a.size == 1000
+    a.taken(2, now=1.0, batch=600)
+    a.finished(2, now=1.4)  # 600 * 100/400 = 150, but at most by half
     assert a.size == 500
 
 

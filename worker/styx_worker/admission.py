@@ -10,9 +10,11 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
   epoch takes about ``admission_epoch_ms``: an epoch that ran longer shrinks the next batch in
   proportion to the batch it ran, but at most by half, a full one that ran shorter grows it (at most
   double), never past ``epoch_size_max`` nor below :data:`MIN_EPOCH_SIZE`. A batch that was not full
-  says nothing about capacity and changes nothing, unless it was too slow. An epoch that refused more
-  requests than it ran does not shrink the batch either: refusing costs too (a log entry and a reply
-  each), and a smaller batch would refuse more, make the epochs slower still and admit less and less.
+  says nothing about capacity and changes nothing, unless it was at least half full and too slow (a
+  small batch that ran long says the epoch's fixed cost was high: a slow store, a loaded machine).
+  An epoch that refused more requests than it ran does not shrink the batch either: refusing costs
+  too (a log entry and a reply each), and a smaller batch would refuse more, make the epochs slower
+  still and admit less and less.
 * **Backlog cap.** What stays buffered after the batch is bounded by what the worker admits in
   ``admission_queue_ms`` (that many epochs' worth at the current size, at the pace epochs ran
   lately: ``admission_epoch_ms`` each, or longer when they took longer); the records beyond it are
@@ -164,9 +166,9 @@ class Admission:
         self.took_ms = elapsed_ms if self.took_ms == 0 else (self.took_ms + elapsed_ms) / 2
         if elapsed_ms > self.epoch_ms and refused > batch:
             pass  # the refusals took the time: a smaller batch would only refuse more
+        elif elapsed_ms > self.epoch_ms and batch * GROWTH < size:
+            pass  # a small batch that ran long: the epoch's fixed cost (a slow store, a loaded machine)
         elif elapsed_ms > self.epoch_ms:
-            # In proportion to the batch it ran, but at most by half: a small batch that ran long says
-            # the epoch's fixed cost was high (a slow store, a loaded machine), not that 8 would do.
             factor = max(1 / GROWTH, self.epoch_ms / elapsed_ms)
             shrunk = max(math.floor(batch * factor), math.floor(size / GROWTH))
             self.size = max(MIN_EPOCH_SIZE, min(self.size, shrunk))
