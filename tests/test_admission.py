@@ -3,8 +3,12 @@
 Properties: the policy admits at most its batch size (rescheduled transactions included), keeps at
 most ``admission_queue_ms`` worth of batches buffered and refuses the rest; the batch size follows
 the measured epoch durations (shrinks when an epoch ran long, grows when a full one ran short, within
-a factor of two, ``MIN_EPOCH_SIZE`` and ``epoch_size_max``). A batch with refusals logs them as
-``Refused`` entries and answers each with a ``refused`` reply recorded in the reply table; a resent
+a factor of two, ``MIN_EPOCH_SIZE`` and ``epoch_size_max``). From the first batch of a new
+generation the backlog of the stall is admitted at the batch size, nothing refused, until the buffer
+is back under the cap or for at most ``CATCHUP_FACTOR`` times the stall (an overload is refused after
+that); the same burst a running cluster refuses in part is admitted whole after a recovery. A batch
+with refusals logs them as ``Refused`` entries and answers each with a ``refused`` reply recorded in
+the reply table; a resent
 copy gets the same reply; the batch re-formed from its log entry refuses the same requests with
 identical replies. In the simulation, offered load far past the bound with crashes and restarts:
 every request is answered exactly once, the admitted ones equal the serial execution, the others are
@@ -42,9 +46,9 @@ from styx_py.core.wire import (
 from styx_py.stack.local import LocalStack, admin
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.testing.memory import MemoryIngress, MemoryLog
-from styx_worker.admission import MIN_EPOCH_SIZE, Admission
+from styx_worker.admission import CATCHUP_FACTOR, CATCHUP_MIN_PACES, MIN_EPOCH_SIZE, Admission, AdmissionGate
 from styx_worker.batch import BatchFormer, refusal
-from styx_worker.effects import Outbox
+from styx_worker.effects import Outbox, Take
 from styx_worker.replies import ReplyOut
 from styx_worker.txn import Resend
 from tests.service_fixtures import ClusterFactory
@@ -56,30 +60,30 @@ from tests.test_oracle import APP, submit_random_mix
 
 def test_below_the_bound_everything_is_admitted() -> None:
     a = Admission(100, epoch_ms=200, queue_ms=400)
-    d = a.decide(room=100, rescheduled=0, pending=70)
+    d = a.decide(room=100, rescheduled=0, pending=70, now=0.0)
     assert (d.admit, d.refuse) == (70, 0)
 
 
 def test_past_the_bound_the_backlog_is_capped_and_the_rest_refused() -> None:
     a = Admission(100, epoch_ms=200, queue_ms=400)  # two batches may stay buffered
     assert a.backlog_max == 200
-    d = a.decide(room=100, rescheduled=0, pending=1000)
+    d = a.decide(room=100, rescheduled=0, pending=1000, now=0.0)
     assert (d.admit, d.refuse) == (100, 700)
     assert a.refused_total == 700
 
 
 def test_rescheduled_transactions_count_against_the_batch() -> None:
     a = Admission(100, epoch_ms=200, queue_ms=400)
-    d = a.decide(room=70, rescheduled=30, pending=1000)
+    d = a.decide(room=70, rescheduled=30, pending=1000, now=0.0)
     assert (d.admit, d.refuse) == (70, 730)
 
 
 def test_off_or_no_queue_bound_never_refuses() -> None:
     off = Admission(100, epoch_ms=0, queue_ms=400)
-    assert off.decide(room=100, rescheduled=0, pending=10**6) == off.decide(100, 0, 10**6)
-    assert off.decide(room=100, rescheduled=0, pending=10**6).refuse == 0
+    assert off.decide(room=100, rescheduled=0, pending=10**6, now=0.0) == off.decide(100, 0, 10**6, 0.0)
+    assert off.decide(room=100, rescheduled=0, pending=10**6, now=0.0).refuse == 0
     unbounded = Admission(100, epoch_ms=200, queue_ms=0)
-    assert unbounded.decide(room=100, rescheduled=0, pending=10**6).refuse == 0
+    assert unbounded.decide(room=100, rescheduled=0, pending=10**6, now=0.0).refuse == 0
 
 
 def test_a_slow_epoch_shrinks_the_batch_in_proportion_at_most_by_half() -> None:
@@ -90,7 +94,17 @@ def test_a_slow_epoch_shrinks_the_batch_in_proportion_at_most_by_half() -> None:
     a.taken(2, now=1.0, batch=800)
     a.finished(2, now=2.0)  # ten times too long: at most halved
     assert a.size == 400
-    assert a.decide(room=1000, rescheduled=0, pending=5000).admit == 400
+    assert a.decide(room=1000, rescheduled=0, pending=5000, now=0.0).admit == 400
+
+
+def test_a_slow_batch_shrinks_the_size_at_most_by_half_and_a_small_one_not_at_all() -> None:
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.taken(1, now=0.0, batch=3)
+    a.finished(1, now=0.4)  # the fixed cost of an epoch (a slow store), not the batch
+    assert a.size == 1000
+    a.taken(2, now=1.0, batch=600)
+    a.finished(2, now=1.4)  # 600 * 100/400 = 150, but at most by half
+    assert a.size == 500
 
 
 def test_a_full_fast_epoch_grows_the_batch_at_most_double_and_never_past_the_max() -> None:
@@ -139,12 +153,122 @@ def test_a_decision_never_admits_more_than_room_and_size_nor_takes_more_than_pen
 ) -> None:
     a = Admission(size_max, epoch_ms, queue_ms)
     room = max(0, size_max - rescheduled)
-    d = a.decide(room, rescheduled, pending)
+    d = a.decide(room, rescheduled, pending, 0.0)
     assert 0 <= d.admit <= min(room, pending)
     assert d.admit + rescheduled <= max(a.size, rescheduled)
     assert d.refuse >= 0 and d.admit + d.refuse <= pending
     if d.refuse:
         assert pending - d.admit - d.refuse == a.backlog_max, "the backlog kept is the cap"
+
+
+# ---- after a stall (pure) --------------------------------------------------------------------------
+
+
+def _stalled(stall_s: float, size_max: int = 100) -> Admission:
+    """A policy whose buffer started waiting at 10.0 and whose first batch of a new generation is at
+    10.0 + ``stall_s`` (two batches may stay buffered: epoch 200 ms, queue 400 ms)."""
+    a = Admission(size_max, epoch_ms=200, queue_ms=400)
+    a.arrived(10.0)
+    a.arrived(10.5)  # more records: the buffer was not empty, so the wait started at 10.0
+    a.resumed(10.0 + stall_s)
+    return a
+
+
+def test_the_backlog_of_a_stall_is_admitted_in_batches_until_the_buffer_is_drained() -> None:
+    a = _stalled(stall_s=3.0)
+    assert a.catching_up and a.catchup_until == pytest.approx(13.0 + CATCHUP_FACTOR * 3.0)
+    pending, now, wave = 1000, 13.0, 300
+    while pending > 100:  # the normal cap would refuse part of this
+        d = a.decide(room=100, rescheduled=0, pending=pending, now=now)
+        assert (d.admit, d.refuse) == (100, 0)
+        pending, now = pending - 100 + 20, now + 0.2  # a healthy cluster: 20 arrive per batch of 100
+        if pending - 100 <= a.backlog_max:
+            pending, wave = pending + wave, 0  # once under the cap, a wave of copies clients resent
+    assert a.refused_total == 0 and wave == 0
+    d = a.decide(room=100, rescheduled=0, pending=pending, now=now)  # the batch takes all: caught up
+    assert (d.admit, d.refuse) == (pending, 0) and not a.catching_up
+    d = a.decide(room=100, rescheduled=0, pending=1000, now=now + 0.2)
+    assert (d.admit, d.refuse) == (100, 700), "after the catch-up the cap holds again"
+
+
+def test_an_overload_that_coincides_with_a_stall_is_refused_after_the_bound() -> None:
+    a = _stalled(stall_s=2.0)
+    end = 12.0 + CATCHUP_FACTOR * 2.0
+    now, pending = 12.0, 1000
+    while now < end:  # an overload: the buffer never drains
+        assert a.decide(room=100, rescheduled=0, pending=pending, now=now).refuse == 0
+        now, pending = now + 0.2, pending + 100
+    d = a.decide(room=100, rescheduled=0, pending=pending, now=now)
+    assert d.refuse == pending - 100 - a.backlog_max > 0 and not a.catching_up
+
+
+def test_a_stall_too_short_to_measure_is_worked_through_for_a_few_epochs_worth() -> None:
+    a = Admission(100, epoch_ms=200, queue_ms=400)  # never took a batch, nothing waited
+    a.resumed(5.0)
+    assert a.catchup_until == pytest.approx(5.0 + CATCHUP_MIN_PACES * 0.2)
+    assert a.decide(room=100, rescheduled=0, pending=1000, now=5.0).refuse == 0
+    assert a.decide(room=100, rescheduled=0, pending=1000, now=5.0 + CATCHUP_MIN_PACES * 0.2).refuse == 700
+
+
+def test_an_idle_time_is_not_a_stall() -> None:
+    """The wait counts from the first record buffered after the buffer emptied, not from the last
+    batch: a worker idle for an hour that then recovers catches up for the floor only."""
+    a = Admission(100, epoch_ms=200, queue_ms=400)
+    a.decide(room=100, rescheduled=0, pending=50, now=0.0)  # everything taken: nothing waits
+    assert a.waiting_since is None
+    a.arrived(3600.0)
+    a.resumed(3600.1)
+    assert a.catchup_until == pytest.approx(3600.1 + CATCHUP_MIN_PACES * 0.2)
+    a.decide(room=100, rescheduled=0, pending=150, now=3600.2)  # 50 left: they wait from now
+    assert a.waiting_since == 3600.2
+
+
+def test_no_refusals_to_suspend_when_off_or_unbounded() -> None:
+    for a in (Admission(100, epoch_ms=0, queue_ms=400), Admission(100, epoch_ms=200, queue_ms=0)):
+        a.arrived(0.0)
+        a.resumed(10.0)
+        assert not a.catching_up
+        assert a.decide(room=100, rescheduled=0, pending=1000, now=10.0).refuse == 0
+
+
+def test_the_epochs_taken_before_a_stall_are_forgotten() -> None:
+    """A new generation reuses the epoch numbers a recovery ended: their (replayed) close must not be
+    measured from the take of the old generation's epoch."""
+    a = Admission(1000, epoch_ms=100, queue_ms=200)
+    a.taken(7, now=0.0, batch=1000)
+    a.resumed(30.0)
+    a.finished(7, now=30.01)  # epoch 7 of the new generation, replayed
+    assert (a.size, a.took_ms) == (1000, 0.0)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def test_the_gate_catches_up_from_the_first_batch_of_each_generation() -> None:
+    log = _log(*((i % 2, f"r{i}") for i in range(40)))
+    ingress = MemoryIngress(log, INGRESS)
+    ingress.assign([0, 1])
+    clock = _Clock()
+    gate = AdmissionGate(Admission(4, epoch_ms=100, queue_ms=200), clock)  # batches of 4, 8 buffered
+    gate.arrived()
+    taken = gate.take(Take(1, 3, 4, 1), ingress)  # generation 3's first batch: 36 more wait
+    assert (len(taken.records), taken.admitted) == (4, 4)
+    clock.t = 0.1
+    gate.closed(1)
+    taken = gate.take(Take(2, 3, 4, 1), ingress)
+    assert (len(taken.records), taken.admitted) == (4, 4), "still catching up"
+    clock.t = 0.2 + CATCHUP_MIN_PACES * 0.1
+    taken = gate.take(Take(3, 3, 4, 1), ingress)
+    assert (len(taken.records), taken.admitted) == (4 + 20, 4), "past the bound: the rest over 8 refused"
+    assert ingress.pending() == 8
+    clock.t += 0.1
+    assert gate.take(Take(1, 4, 4, 1), ingress).admitted == 4, "a new generation catches up again"
+    assert ingress.pending() == 4
 
 
 # ---- the batch: Refused entries, replies, replay (pure) ---------------------------------------------
@@ -273,6 +397,35 @@ async def test_overload_answers_every_request_once_admitted_ones_serially(seed: 
     assert c.crashes >= 1, "no crash fired: replay of refusals was not exercised"
     totals = c.coordinator.status()["totals"]
     assert totals["refused"] > 0
+
+
+async def _burst(seed: int, stall: bool) -> list[str]:
+    """40 deposits at once into a cluster that admits 5 per epoch and keeps 5 buffered per worker,
+    after it ran a while; with ``stall``, while a worker restarts (a recovery): the statuses."""
+    async with SimCluster(
+        APP, workers=2, seed=seed, epoch_size_max=5, admission_epoch_ms=100, admission_queue_ms=100
+    ) as c:
+        for round_ in range(10):
+            for i in range(4):
+                c.submit("acct", "deposit", f"k{i}", round_)
+            await c.wait()
+        await asyncio.sleep(1.0)  # virtual time: past the catch-up of the first generation
+        before = len(c.sent.unique_replies())
+        if stall:
+            c.crash("w1")  # restarted: w2 runs on, both start a new generation
+        for i in range(40):
+            c.submit("acct", "deposit", f"k{i % 8}", 1)
+        await c.wait(timeout_s=120)
+        await check_against_serial(c)
+        return [r.status for r in c.sent.unique_replies()[before:]]
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_the_backlog_of_a_recovery_is_admitted_the_same_burst_without_one_is_capped(seed: int) -> None:
+    stalled = await _burst(seed, stall=True)
+    assert len(stalled) == 40 and stalled.count(ReplyStatus.REFUSED) == 0, stalled
+    running = await _burst(seed, stall=False)
+    assert len(running) == 40 and running.count(ReplyStatus.REFUSED) > 0, running
 
 
 # ---- what a refusal looks like to a caller ---------------------------------------------------------

@@ -6,6 +6,7 @@
 * ``styx bench <workload>`` runs each workload at small scale against a real cluster (Tansu + worker
   processes), writes its results file and plots, and the workload's ``check()`` passes.
 * A broken app (a transfer that forgets the deposit) makes ``check()`` fail.
+* The overload benchmark's ladder climbs past its listed top until a rate is not sustained.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from styx_benchmarks.driver import (
     record_all,
     run_open_loop,
 )
+from styx_benchmarks.overload import MAX_EXTRA_STEPS, climb
 from styx_benchmarks.workload import Op, Options, Progress, State, Workload
 from styx_benchmarks.workloads import make_workload, workload_names
 from styx_benchmarks.ycsbt import YcsbT
@@ -751,3 +753,11 @@ def test_ctrl_c_during_a_run_writes_what_it_measured_until_then(tmp_path: Path) 
     assert 0 < result["interrupted_after_s"] < 600 and result["duration_s"] == result["interrupted_after_s"]
     assert result["sent"] > 0 and result["answered"] > 0
     assert result["answered"] + result["unanswered"] == result["sent"], result
+
+
+def test_the_overload_ladder_climbs_past_its_top_by_its_last_step() -> None:
+    """The sweep stops at the first rate not sustained, so the ladder goes on past the rates listed."""
+    rates = list(climb([2000, 4000, 8000, 11000]))
+    assert rates[:6] == [2000, 4000, 8000, 11000, 14000, 17000]
+    assert len(rates) == 4 + MAX_EXTRA_STEPS
+    assert list(climb([150]))[:3] == [150, 300, 450]

@@ -156,9 +156,7 @@ async def test_hung_worker_is_detected_replaced_and_recovered(kafka: TansuBroker
     import signal
     import time
 
-    # The backlog that builds up while the worker is frozen would be refused past admission_queue_ms
-    # (docs/operations.md#overload); this test is about the replacement, so nothing is refused.
-    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=cluster_env(admission_queue_ms="0"))
+    stack = LocalStack(tmp_path, workers=2, kafka=kafka.bootstrap, env=cluster_env())
     await asyncio.to_thread(stack.start)
     try:
         await asyncio.to_thread(stack.deploy, "styx_benchmarks.bank:app")

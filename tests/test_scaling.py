@@ -59,9 +59,6 @@ async def test_scale_out_in_and_a_lost_worker_under_load(tmp_path: Path) -> None
         "STYX_SNAPSHOT_INTERVAL_S": "0.5",
         "STYX_FAILURE_TIMEOUT_MS": "1000",
         "STYX_TAKEOVER_AFTER_MS": "4000",
-        # The backlog of a move or a takeover would be refused past the admission bound
-        # (docs/operations.md#overload); this test is about the shape changes, so nothing is refused.
-        "STYX_ADMISSION_QUEUE_MS": "0",
     }
     stack = LocalStack(tmp_path, workers=2, env=env)
     await asyncio.to_thread(stack.start)

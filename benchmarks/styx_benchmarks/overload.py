@@ -4,10 +4,11 @@
     python -m styx_benchmarks.overload --workloads ycsbt --duration 10
 
 For each workload it first finds the sustainable rate *on this machine, in this run* (the machine may
-be shared): runs at rising rates (``--ycsbt-ladder``, ``--tpcc-ladder``) until one is not sustained
-(p99 < 1 s, ≥ 98 % of the offered rate served and admitted, nothing lost); the best sustained rate is
-the highest served rate of the sustained runs. Then it offers multiples of it (YCSB-T 1, 1.5 and 2 times;
-TPC-C 1 and 2 times; ``--ycsbt-factors``, ``--tpcc-factors``). Every run is ``styx bench`` on a fresh local
+be shared): runs at rising rates (``--ycsbt-ladder``, ``--tpcc-ladder``, then on by the ladder's last
+step) until one is not sustained (p99 < 1 s, ≥ 98 % of the offered rate served and admitted, nothing
+lost); the best sustained rate is the highest served rate of the sustained runs. Then it offers
+multiples of it (YCSB-T 1, 1.5 and 2 times; TPC-C 1 and 2 times; ``--ycsbt-factors``,
+``--tpcc-factors``). Every run is ``styx bench`` on a fresh local
 cluster with the default admission settings (``STYX_ADMISSION_*``, docs/operations.md#overload).
 
 It writes each run's ``styx bench`` file and ``overload-<time>.json`` (every row, the ladder, the
@@ -25,7 +26,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ OUT = Path("benchmarks/results/overload")
 REPORT = Path("benchmarks/results/overload.md")
 SERVED_SHARE = 0.9  # of the best sustained rate, past the knee
 P99_LIMIT_MS = 1000.0
+MAX_EXTRA_STEPS = 20  # rates past the ladder's top, while they are sustained
 
 
 def uptime() -> str:
@@ -96,12 +98,21 @@ def row(workload: str, kind: str, result: RunResult, path: Path, best: float | N
     return out
 
 
+def climb(ladder: Sequence[float]) -> Iterator[float]:
+    """The ladder's rates, then on by its last step (its top rate, if it has one rate) until
+    :data:`MAX_EXTRA_STEPS` more: the caller stops at the first rate that is not sustained."""
+    yield from ladder
+    step = ladder[-1] - ladder[-2] if len(ladder) > 1 else ladder[-1]
+    for i in range(1, MAX_EXTRA_STEPS + 1):
+        yield ladder[-1] + i * step
+
+
 def sweep(
     workload: str, ladder: Sequence[float], factors: Sequence[float], ns: argparse.Namespace
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     sustained: list[float] = []
-    for rate in ladder:
+    for rate in climb(ladder):
         result, path = run(workload, rate, ns)
         rows.append(row(workload, "ladder", result, path, None))
         if not result.sustainable(P99_LIMIT_MS):

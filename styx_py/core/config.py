@@ -86,7 +86,8 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         Setting(
             "requests buffered on a worker beyond what it admits in this long (admission_queue_ms / "
             "admission_epoch_ms batches) are refused at once: answered `refused`, which the SDK raises as "
-            "Overloaded and the gateway answers with 429; 0: never refuse",
+            "Overloaded and the gateway answers with 429 (not the backlog of a stall: after a recovery "
+            "or a partition move it is worked through first); 0: never refuse",
             "ms",
             ge=0,
         ),

@@ -191,6 +191,7 @@ class Worker:
         self.ports.transport.send(COORDINATOR, msg)
 
     def _on_ingress_available(self) -> None:
+        self.admission.arrived()
         if self.core.view is not None:
             self.send_coordinator(WorkAvailable(self.node_id))
 
