@@ -32,6 +32,8 @@ from pydantic import BaseModel
 
 __all__ = ["Client", "Knobs", "make_app", "serve_in_thread"]
 
+IDLE_S = 4.0  # how long the client reuses an idle keep-alive connection
+
 
 class Knobs(BaseModel):
     delay_ms: float = 0.0
@@ -110,19 +112,23 @@ class Client:
     The effect runner calls a graph's services on the worker's event loop, so their CPU is the
     worker's: httpx spent ~1 ms of it per call here (its connection pool, and an import attempt of
     ``sniffio`` per request where sniffio is not installed), which at 1 000 calls a second left the
-    workers' loops no time for their epochs (benchmarks/results/effects.md)."""
+    workers' loops no time for their epochs (benchmarks/results/effects.md).
+
+    An idle connection is reused for at most :data:`IDLE_S` (below uvicorn's 5 s keep-alive, after which
+    the server closes it: a request written to it would get no answer), and one that ended without a
+    complete answer is closed, never pooled again."""
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.idle: list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]] = []  # (idle since, …)
 
     async def post(self, function: str, body: Any, headers: dict[str, str]) -> Any:
         data = json.dumps(body).encode()
         head = f"POST /{function} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         request = (head + f"Content-Length: {len(data)}\r\n\r\n").encode() + data
-        reader, writer = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
+        reader, writer = await self._connection()
         try:
             writer.write(request)
             status_line = await reader.readline()
@@ -137,14 +143,23 @@ class Client:
         except BaseException:
             writer.close()
             raise
-        if close:
+        if close or not status_line:
             writer.close()
         else:
-            self.idle.append((reader, writer))
+            self.idle.append((time.monotonic(), reader, writer))
         status = int(status_line.split()[1]) if status_line else 0
         if status != 200:
             raise RuntimeError(f"payment service answered {status}: {payload[:200]!r}")
         return json.loads(payload)
+
+    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        now = time.monotonic()
+        while self.idle:
+            since, reader, writer = self.idle.pop()
+            if now - since < IDLE_S and not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(self.host, self.port)
 
 
 @contextmanager

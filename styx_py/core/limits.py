@@ -266,7 +266,7 @@ SERVICE_START_TIMEOUT_S = 30.0  # S3, the broker or a cluster process not ready 
 WORKER_RESTART_GRACE_S = 5.0
 
 # ---- external calls and timers (styx_worker.outbox) ------------------------------------------------------
-EXTERNAL_CONCURRENCY = 64  # external calls one worker has under way at once
+EXTERNAL_CONCURRENCY = 256  # external calls one worker has under way at once
 EXTERNAL_QUEUE = 10_000  # intents one worker holds to call; beyond it the rest wait in the state
 EXTERNAL_ATTEMPTS = 5  # attempts of one external call before its failure is the outcome
 EXTERNAL_BACKOFF_S = 0.05  # the wait before the second attempt; doubled each time, up to the cap

@@ -117,10 +117,11 @@ class EffectRunner:
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(EXTERNAL_CONCURRENCY)
         self.calls: dict[str, EntityKey] = {}  # idempotency key -> its owner, while its call runs
-        # Intents whose completion was written, by key: (owner, the place that recorded the intent).
-        self.sent: dict[str, tuple[EntityKey, str]] = {}
+        # Intents whose completion was written, by owner: key -> the place that recorded the intent.
+        self.sent: dict[EntityKey, dict[str, str]] = {}
         self.deferred: set[EntityKey] = set()  # owners with intents beyond the queue
         self.completing: dict[str, Request] = {}  # completions written, by request id, until answered
+        self.refusals: dict[str, int] = {}  # completions refused (overload), by request id: how often
         self.timers: dict[str, int] = {}  # timer id -> due (ms), known here
         self._due: list[tuple[int, str, EntityKey]] = []  # heap of (when to fire, timer id, owner)
         self.counters = EffectCounters()
@@ -187,10 +188,13 @@ class EffectRunner:
                         heapq.heappush(self._due, (entry[0], timer, key))
 
     def _intents(self, graph: Graph, owner: EntityKey, intents: dict[str, Any]) -> None:
-        for call_id in [c for c, (o, _) in self.sent.items() if o == owner and c not in intents]:
-            del self.sent[call_id]  # completed
+        sent = self.sent.get(owner, {})
+        for call_id in [c for c in sent if c not in intents]:
+            del sent[call_id]  # completed
+        if not sent:
+            self.sent.pop(owner, None)
         for call_id, (service, function, args, _, place) in intents.items():
-            if call_id in self.calls or self.sent.get(call_id) == (owner, place):
+            if call_id in self.calls or sent.get(call_id) == place:
                 continue  # under way, or completed already (a later intent under the key is a new call)
             if len(self.calls) >= EXTERNAL_QUEUE:
                 self.deferred.add(owner)
@@ -222,7 +226,7 @@ class EffectRunner:
             self.completing[request.request_id] = request
             await self.sink.submit(partition_of(owner[1], graph.operators[OUTBOX].partitions), request)
             self.counters.completions_sent += 1
-            self.sent[call_id] = (owner, place)
+            self.sent.setdefault(owner, {})[call_id] = place
         except asyncio.CancelledError:  # a recovery cancelled it: called again, from the state
             self.deferred.add(owner)
             raise
@@ -262,11 +266,14 @@ class EffectRunner:
     # ---- the answers to completions -------------------------------------------------------------------
     def replied(self, reply: Reply) -> None:
         """A reply this worker sent: if it answers a completion it wrote, that completion is done, unless
-        refused (overload: written again, after a pause) or failed: its continuation failed (raised,
+        refused (overload: written again, after a pause that doubles at each refusal of it, up to
+        :data:`EXTERNAL_BACKOFF_MAX_S`: a fixed short pause would rewrite every waiting completion many
+        times a second into the overloaded cluster) or failed: its continuation failed (raised,
         aborted, an unknown target). Then the outcome is recorded all the same, by a completion that
         clears the intent without the continuation (:func:`settle_request`), so
         the intent is neither called again nor left pending; the continuation's error is its reply's."""
         request = self.completing.pop(reply.request_id, None)
+        refusals = self.refusals.pop(reply.request_id, 0)
         if request is None or reply.status == ReplyStatus.COMMITTED:
             return
         graph = self._get_graph()
@@ -275,7 +282,9 @@ class EffectRunner:
         partition = partition_of(request.key, graph.operators[OUTBOX].partitions)
         if reply.status == ReplyStatus.REFUSED:
             self.completing[request.request_id] = request
-            self.spawn(self._submit(partition, request, EXTERNAL_BACKOFF_S))
+            self.refusals[request.request_id] = refusals + 1
+            pause = min(EXTERNAL_BACKOFF_S * 2**refusals, EXTERNAL_BACKOFF_MAX_S)
+            self.spawn(self._submit(partition, request, pause))
             return
         if len(decode_value(request.args)) > 4:
             return  # a settling completion failed: nothing runs in it that could (left to a recovery)
