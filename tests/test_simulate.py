@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from styx_benchmarks.bank_sim import money_is_conserved, workload
-from styx_py.testing.simulate import NO_FAULTS, Report, simulate
+from styx_py.testing.simulate import NO_FAULTS, Faults, Report, simulate
 
 pytest_plugins = ["styx_py.testing.plugin"]
 
@@ -121,3 +121,12 @@ def test_doubles_in_place_of_the_graphs_services_are_undone_after_each_seed() ->
     )
     assert report.ok, report.describe()
     assert reservations.app.services == {"payments": reservations.http_payments}
+
+
+def test_the_faults_line_counts_in_words() -> None:
+    assert Faults(1, 1, 1, 0, 1).describe() == (
+        "1 worker crash, 1 coordinator crash, 1 lost and 0 repeated message, 1 reshape"
+    )
+    assert Faults().describe() == (
+        "2 worker crashes, 1 coordinator crash, 1 lost and 1 repeated messages, 2 reshapes"
+    )

@@ -94,8 +94,11 @@ class Faults:
     update: str | None = None  # a code update to this graph (import path), deployed during the run
 
     def describe(self) -> str:
-        parts = [f"{self.crashes} worker crashes", f"{self.coordinator_crashes} coordinator crashes"]
-        parts += [f"{self.drops} lost and {self.duplicates} repeated messages", f"{self.reshapes} reshapes"]
+        parts = [counted(self.crashes, "worker crash", "worker crashes")]
+        parts.append(counted(self.coordinator_crashes, "coordinator crash", "coordinator crashes"))
+        repeated = "message" if self.drops + self.duplicates == 1 else "messages"
+        parts.append(f"{self.drops} lost and {self.duplicates} repeated {repeated}")
+        parts.append(counted(self.reshapes, "reshape"))
         if self.update:
             parts.append(f"a code update to {self.update}")
         return ", ".join(parts)
