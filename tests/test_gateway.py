@@ -1263,13 +1263,18 @@ class _ManualClock:
         await self.fire.wait()
 
 
-async def test_the_coordinator_asks_every_worker_and_says_when_the_answer_is_incomplete() -> None:
+def two_worker_lookups() -> tuple[_Outbox, _ManualClock, Tasks, ReplyLookups]:
+    """A running coordinator's reply lookups over two workers, w1 and w2, sending into an outbox."""
     outbox, clock, tasks = _Outbox(), _ManualClock(), Tasks()
     cluster = Cluster(Config(), outbox, None)  # type: ignore[arg-type]  # only send() is used
     cluster.graph_path, cluster.state = "tests.apps.oracle:app", "running"
     for node in ("w1", "w2"):
         cluster.membership.register(node, "127.0.0.1", 1, 0.0)
-    lookups = ReplyLookups(cluster, clock, tasks)  # type: ignore[arg-type]
+    return outbox, clock, tasks, ReplyLookups(cluster, clock, tasks)  # type: ignore[arg-type]
+
+
+async def test_the_coordinator_asks_every_worker_and_says_when_the_answer_is_incomplete() -> None:
+    outbox, clock, tasks, lookups = two_worker_lookups()
 
     def asked(admin: str, ids: list[str]) -> int:
         lookups.start(admin, ReplyLookup(ids))

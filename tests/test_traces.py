@@ -12,10 +12,6 @@ import msgspec
 
 from styx_client.gateway.listing import _graph
 from styx_client.gateway.lookups import ClusterReplies
-from styx_coordinator.cluster import Cluster
-from styx_coordinator.lookups import ReplyLookups
-from styx_coordinator.tasks import Tasks
-from styx_py.core.config import Config
 from styx_py.core.wire import (
     AdminReply,
     FindReplies,
@@ -31,7 +27,7 @@ from styx_py.core.wire import (
 from styx_worker.dedup import ReplyTable
 from styx_worker.lookup import find_replies
 from styx_worker.traces import Traces
-from tests.test_gateway import _ManualClock, _Outbox
+from tests.test_gateway import two_worker_lookups
 
 
 def _invoke(rid: str, path: list[int], key: str, tid: int = 1, phase: Phase = Phase.OPTIMISTIC) -> Invoke:
@@ -85,12 +81,7 @@ def _reply(rid: str, tid: int, phase: int) -> Reply:
 
 
 async def test_the_coordinator_gathers_every_workers_traces_and_the_gateway_keeps_the_replys_phase() -> None:
-    outbox, clock, tasks = _Outbox(), _ManualClock(), Tasks()
-    cluster = Cluster(Config(), outbox, None)  # type: ignore[arg-type]  # only send() is used
-    cluster.graph_path, cluster.state = "tests.apps.oracle:app", "running"
-    for node in ("w1", "w2"):
-        cluster.membership.register(node, "127.0.0.1", 1, 0.0)
-    lookups = ReplyLookups(cluster, clock, tasks)  # type: ignore[arg-type]
+    outbox, clock, tasks, lookups = two_worker_lookups()
     root = Traced("a", 3, 1, 7, [], "account", "transfer", "k1", int(Status.OK), True)
     child = Traced("a", 3, 1, 7, [0], "account", "deposit", "k2", int(Status.OK), True)
     optimistic = Traced("a", 3, 0, 7, [], "account", "transfer", "k1", int(Status.CHANGED), True)
