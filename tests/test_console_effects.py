@@ -8,7 +8,6 @@ and its expiry timer too: the workers' counts and the entities they name in ``GE
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import urllib.parse
 from collections.abc import Iterator
@@ -39,15 +38,9 @@ def silent_payments() -> Iterator[str]:
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        previous = os.environ.get(reservations.PAYMENTS_URL_ENV)
-        os.environ[reservations.PAYMENTS_URL_ENV] = url  # the cluster's processes inherit it
-        try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv(reservations.PAYMENTS_URL_ENV, url)  # the cluster's processes inherit it
             yield url
-        finally:
-            if previous is None:
-                del os.environ[reservations.PAYMENTS_URL_ENV]
-            else:
-                os.environ[reservations.PAYMENTS_URL_ENV] = previous
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ hold ended, every charge kept by a sale or refunded) passes on the state."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 from collections.abc import Iterator
@@ -37,16 +36,9 @@ RATE = 100.0  # holds a second
 
 @pytest.fixture
 def payments_url() -> Iterator[str]:
-    with serve_in_thread(Knobs(delay_ms=20, fail=0.1, lose=0.1)) as url:
-        previous = os.environ.get(reservations.PAYMENTS_URL_ENV)
-        os.environ[reservations.PAYMENTS_URL_ENV] = url  # the cluster's processes inherit it
-        try:
-            yield url
-        finally:
-            if previous is None:
-                del os.environ[reservations.PAYMENTS_URL_ENV]
-            else:
-                os.environ[reservations.PAYMENTS_URL_ENV] = previous
+    with serve_in_thread(Knobs(delay_ms=20, fail=0.1, lose=0.1)) as url, pytest.MonkeyPatch.context() as env:
+        env.setenv(reservations.PAYMENTS_URL_ENV, url)  # the cluster's processes inherit it
+        yield url
 
 
 @pytest.fixture
