@@ -125,23 +125,27 @@ async def _view(recent: RecentInvocations, invocations: Invocations, rid: str) -
     reply = found.reply
     if reply is None:
         return invocations.not_found(rid, found)
-    view = InvocationView(
+    return ok(_from_cluster(rid, reply.status, reply, **_graph(found, reply)))
+
+
+def _from_cluster(rid: str, status: str, reply: Reply | None, **known: Any) -> InvocationView:
+    """The view of an invocation this gateway did not submit, from what the workers tell (its reply;
+    ``known`` the call's operator, key, function or graph when they are known): nothing of the
+    submission (arguments, submit time, latency, HTTP status) is."""
+    fields: dict[str, Any] = {"operator": None, "key": None, "function": None, **known}
+    return InvocationView(
         request_id=rid,
         cursor=None,
-        status=reply.status,  # type: ignore[arg-type]  # committed | aborted | failed
-        operator=None,
-        key=None,
-        function=None,
+        status=status,  # type: ignore[arg-type]  # committed | aborted | failed | pending
         args=None,
         submitted_at=None,
         latency_ms=None,
         http_status=None,
         code=None,
         source="cluster",
+        **fields,
         **reply_fields(reply),
-        **_graph(found, reply),
     )
-    return ok(view)
 
 
 async def _cluster_page(
@@ -162,20 +166,8 @@ async def _cluster_page(
         if operator is not None and root.operator != operator:
             continue
         views.append(
-            InvocationView(
-                request_id=root.request_id,
-                cursor=None,
-                status=state,  # type: ignore[arg-type]  # committed | aborted | failed | pending
-                operator=root.operator,
-                key=root.key,
-                function=root.function,
-                args=None,
-                submitted_at=None,
-                latency_ms=None,
-                http_status=None,
-                code=None,
-                source="cluster",
-                **reply_fields(reply),
+            _from_cluster(
+                root.request_id, state, reply, operator=root.operator, key=root.key, function=root.function
             )
         )
         if len(views) == limit:
