@@ -7,7 +7,8 @@
 * the workload's check catches a broken index;
 * the in-process cluster: load + requests with moves, every reply and the state equal the serial
   execution, and the check is clean;
-* real services: ``styx bench deathstar-hotel --geo range`` runs and checks clean.
+* real services: ``styx bench deathstar-hotel --geo range`` runs and checks clean;
+* ``python -m styx_benchmarks.geo_cost`` runs both variants.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from styx_benchmarks import geo_cost
 from styx_benchmarks.deathstar import (
     LAT_MAX,
     LAT_MIN,
@@ -237,3 +239,11 @@ def test_styx_bench_runs_the_range_variant(
     doc = json.loads(results.read_text())
     assert doc["result"]["check"] == [] and doc["result"]["answered"] == 200, doc["result"]
     assert doc["config"]["options"]["extra"]["geo"] == "range"
+
+
+def test_the_geo_cost_benchmark_runs_both_variants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert geo_cost.main(["--requests", "30", "--rounds", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("30 requests; range scans per search or recommendation: 1.")
+    assert [line.split(":")[1].strip() for line in lines[1:]] == ["grid", "range"]
+    assert all("µs of CPU per request (replies = serial execution)" in line for line in lines[1:])
