@@ -20,7 +20,8 @@ user: the paper's Figure 2 — ``hotel.reserve`` and ``flight.reserve`` each tak
 three are read-only.
 
 Functions call other operators by name, so :func:`build_hotel_app` can build variants with some
-functions replaced (the tests' broken app) from the same functions.
+functions replaced (the tests' broken app) from the same functions. The variant with the geo index as
+range reads over sorted keys is :mod:`~styx_benchmarks.deathstar.hotel_range`.
 """
 
 from __future__ import annotations
