@@ -25,10 +25,6 @@ import pytest
 
 from styx_benchmarks import geo_cost
 from styx_benchmarks.deathstar import (
-    LAT_MAX,
-    LAT_MIN,
-    LON_MAX,
-    LON_MIN,
     SEARCH_RADIUS_KM,
     HotelReservation,
     distance_km,
@@ -38,6 +34,7 @@ from styx_benchmarks.deathstar import (
     hotel_range_app,
     search_ranges,
 )
+from styx_benchmarks.deathstar.hotel import LAT_MAX, LAT_MIN, LON_MAX, LON_MIN
 from styx_benchmarks.workload import Op, Options
 from styx_client import result_of
 from styx_py.cli import main as styx_main
