@@ -10,8 +10,15 @@ flights with ``Options.extra["capacity"]`` (default 10) rooms or seats each, as 
 DeathStar port loads them, and DeathStar's 500 users ``Cornell_0 …``. Hotel positions, ratings and
 password salts come from ``Random(Options.seed)``; rate plans follow DeathStar's (by hotel number).
 
+**Geo index** (``Options.extra["geo"]``, ``styx bench --geo``): ``"grid"`` (default, app
+``hotel_app``: cell entities) or ``"range"`` (app ``hotel_range_app``: one entry per hotel under a
+sortable position key, read by ``ctx.scan``). Both load the same hotels and draw the same requests;
+only the range variant knows the request kind ``move`` (a hotel relocates, weight 0 unless the mix
+gives it one).
+
 **Invariant**: no hotel or flight holds more bookings than its capacity, and hotel and flight bookings
-are exactly the reservations recorded in the users' ledgers, each with both its parts.
+are exactly the reservations recorded in the users' ledgers, each with both its parts; with the range
+index, every hotel has exactly one geo entry, at the key of the position it holds, and names it.
 """
 
 from __future__ import annotations
