@@ -72,6 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warehouses", type=int, default=1, help="TPC-C warehouses (default 1)")
     p.add_argument("--scale", type=float, default=1.0, help="TPC-C / DeathStar population scale (1.0)")
     p.add_argument(
+        "--geo",
+        choices=("grid", "range"),
+        default="grid",
+        help="deathstar-hotel: the geo index as grid-cell entities (default) or as range reads "
+        "(ctx.scan) over sorted position keys",
+    )
+    p.add_argument(
         "--hold-share",
         type=float,
         default=1 / 3,
@@ -156,7 +163,7 @@ def options_from(args: argparse.Namespace) -> Options:
         warehouses=args.warehouses,
         scale=args.scale,
         seed=args.seed,
-        extra={"hold_share": args.hold_share, "payments_ms": args.payments_ms},
+        extra={"hold_share": args.hold_share, "payments_ms": args.payments_ms, "geo": args.geo},
     )
 
 
@@ -398,6 +405,7 @@ def audit(args: argparse.Namespace, workload: Workload, kafka: str, out: Path, e
     o = workload.options
     argv = ["audit", "--kafka", kafka, "--workload", workload.name, "--out", str(out), *extra]
     argv += ["--keys", str(o.keys), "--warehouses", str(o.warehouses), "--scale", str(o.scale)]
+    argv += ["--app", workload.app]  # the serial replay runs the app the workload chose (e.g. --geo)
     print(f"auditing the run on Spark: {out}", flush=True)
     auditing = lifeline.popen([sys.executable, "-m", "styx_py.cli", *argv])  # dies with this process
     try:

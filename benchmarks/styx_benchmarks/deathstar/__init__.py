@@ -5,7 +5,10 @@ transactions; Deathstar Travel — 2k keys, 3 function calls, 0.5% transactions"
 
 * Hotel / travel reservation (``deathstar-hotel``, app ``styx_benchmarks.deathstar:hotel_app``):
   the app in :mod:`~styx_benchmarks.deathstar.hotel`, the workload (population, mix, invariant
-  check) :class:`HotelReservation` in :mod:`~styx_benchmarks.deathstar.hotel_workload`.
+  check) :class:`HotelReservation` in :mod:`~styx_benchmarks.deathstar.hotel_workload`. Its geo index
+  is grid cells by default; ``Options.extra["geo"] = "range"`` (``styx bench deathstar-hotel --geo
+  range``) runs the app ``styx_benchmarks.deathstar:hotel_range_app`` instead
+  (:mod:`~styx_benchmarks.deathstar.hotel_range`: the index as range reads over sorted keys).
 * Movie review (``deathstar-movie``, app ``styx_benchmarks.deathstar:movie_app``): the app in
   :mod:`~styx_benchmarks.deathstar.movie`, the workload :class:`MovieReview` in
   :mod:`~styx_benchmarks.deathstar.movie_workload`.
@@ -29,7 +32,13 @@ from styx_benchmarks.deathstar.hotel import (
     distance_km,
     hotel_app,
 )
-from styx_benchmarks.deathstar.hotel_workload import HOTEL_MIX, HotelReservation
+from styx_benchmarks.deathstar.hotel_range import (
+    build_hotel_range_app,
+    geo_key,
+    hotel_range_app,
+    search_ranges,
+)
+from styx_benchmarks.deathstar.hotel_workload import GEO_APPS, HOTEL_MIX, HotelReservation
 from styx_benchmarks.deathstar.movie import build_movie_app, movie_app
 from styx_benchmarks.deathstar.movie_workload import MovieReview
 
@@ -37,6 +46,7 @@ __all__ = [
     "CELL_COLS",
     "CELL_DEG",
     "CELL_ROWS",
+    "GEO_APPS",
     "HOTEL_MIX",
     "LAT_MAX",
     "LAT_MIN",
@@ -46,9 +56,13 @@ __all__ = [
     "HotelReservation",
     "MovieReview",
     "build_hotel_app",
+    "build_hotel_range_app",
     "build_movie_app",
     "cell_key",
     "distance_km",
+    "geo_key",
     "hotel_app",
+    "hotel_range_app",
     "movie_app",
+    "search_ranges",
 ]

@@ -20,12 +20,14 @@ user: the paper's Figure 2 — ``hotel.reserve`` and ``flight.reserve`` each tak
 three are read-only.
 
 Functions call other operators by name, so :func:`build_hotel_app` can build variants with some
-functions replaced (the tests' broken app) from the same functions.
+functions replaced (the tests' broken app) from the same functions. The variant with the geo index as
+range reads over sorted keys is :mod:`~styx_benchmarks.deathstar.hotel_range`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from styx_benchmarks.deathstar.common import BULK_STATE, PARTITIONS, password_hash
@@ -68,23 +70,34 @@ async def search_nearby(
     ctx: Context, lat: float, lon: float, in_date: str, out_date: str
 ) -> list[dict[str, Any]]:
     """Hotels near (lat, lon) with a rate plan covering the stay, nearest first (ctx.key: the cell)."""
+    return await with_rates(ctx, await ctx.call("geo", "nearby", ctx.key, lat, lon), in_date, out_date)
+
+
+async def with_rates(ctx: Context, hotels: list[str], in_date: str, out_date: str) -> list[dict[str, Any]]:
+    """Of ``hotels``, in order, those whose rate plan covers the stay, with their rates."""
     found: list[dict[str, Any]] = []
-    for hotel in await ctx.call("geo", "nearby", ctx.key, lat, lon):
+    for hotel in hotels:
         plan = await ctx.call("rate", "plan", hotel, in_date, out_date)
         if plan is not None:
             found.append({"hotel": hotel, "rate": plan["rate"], "rate_inclusive": plan["rate_inclusive"]})
     return found
 
 
-async def geo_nearby(ctx: Context, lat: float, lon: float) -> list[str]:
-    """The ≤ SEARCH_RESULTS hotels within SEARCH_RADIUS_KM of (lat, lon), nearest first."""
+def nearest(lat: float, lon: float, entries: Iterable[list[Any]]) -> list[str]:
+    """Of ``[hotel, lat, lon, …]`` entries, the ≤ SEARCH_RESULTS hotels within SEARCH_RADIUS_KM of
+    (lat, lon), nearest first (by name on a tie)."""
     near = []
-    for hotel, hlat, hlon in await ctx.get(default=[]):
+    for hotel, hlat, hlon, *_ in entries:
         d = distance_km(lat, lon, hlat, hlon)
         if d <= SEARCH_RADIUS_KM:
             near.append((d, hotel))
     near.sort()
     return [hotel for _, hotel in near[:SEARCH_RESULTS]]
+
+
+async def geo_nearby(ctx: Context, lat: float, lon: float) -> list[str]:
+    """The ≤ SEARCH_RESULTS hotels within SEARCH_RADIUS_KM of (lat, lon), nearest first."""
+    return nearest(lat, lon, await ctx.get(default=[]))
 
 
 async def rate_plan(ctx: Context, in_date: str, out_date: str) -> dict[str, Any] | None:
@@ -96,12 +109,17 @@ async def rate_plan(ctx: Context, in_date: str, out_date: str) -> dict[str, Any]
 
 
 async def recommend_hotels(ctx: Context, require: str, lat: float, lon: float) -> list[str]:
-    """DeathStar's recommendation near (lat, lon): the nearest ("dis"), best rated ("rate") or cheapest
-    ("price") hotels of the cell's block, all of them on a tie."""
+    """DeathStar's recommendation near (lat, lon) over the hotels of the cell's block."""
+    return best_of(require, lat, lon, await ctx.get(default=[]))
+
+
+def best_of(require: str, lat: float, lon: float, entries: Iterable[list[Any]]) -> list[str]:
+    """Of ``[hotel, lat, lon, rating, price]`` entries, the nearest ("dis"), best rated ("rate") or
+    cheapest ("price") hotels, all of them on a tie; an unknown criterion aborts."""
     if require not in RECOMMEND_BY:
         raise Abort(f"unknown recommendation criterion {require!r}; expected one of {RECOMMEND_BY}")
     scored: list[tuple[float, str]] = []
-    for hotel, hlat, hlon, rating, price in await ctx.get(default=[]):
+    for hotel, hlat, hlon, rating, price in entries:
         if require == "dis":
             score = distance_km(lat, lon, hlat, hlon)
         else:

@@ -10,8 +10,15 @@ flights with ``Options.extra["capacity"]`` (default 10) rooms or seats each, as 
 DeathStar port loads them, and DeathStar's 500 users ``Cornell_0 …``. Hotel positions, ratings and
 password salts come from ``Random(Options.seed)``; rate plans follow DeathStar's (by hotel number).
 
+**Geo index** (``Options.extra["geo"]``, ``styx bench --geo``): ``"grid"`` (default, app
+``hotel_app``: cell entities) or ``"range"`` (app ``hotel_range_app``: one entry per hotel under a
+sortable position key, read by ``ctx.scan``). Both load the same hotels and draw the same requests;
+only the range variant knows the request kind ``move`` (a hotel relocates, weight 0 unless the mix
+gives it one).
+
 **Invariant**: no hotel or flight holds more bookings than its capacity, and hotel and flight bookings
-are exactly the reservations recorded in the users' ledgers, each with both its parts.
+are exactly the reservations recorded in the users' ledgers, each with both its parts; with the range
+index, every hotel has exactly one geo entry, at the key of the position it holds, and names it.
 """
 
 from __future__ import annotations
@@ -41,13 +48,21 @@ from styx_benchmarks.deathstar.hotel import (
     cell_key,
     cell_of,
 )
-from styx_benchmarks.workload import Op, Options, Progress, State, Workload, read_many
+from styx_benchmarks.deathstar.hotel_range import geo_key
+from styx_benchmarks.workload import Op, Options, Progress, State, Workload, read_many, submit_checks
 from styx_py.core.partitioning import Key
 
 if TYPE_CHECKING:
     from styx_client import Call, StyxClient
 
 HOTEL_MIX = {"search": 0.6, "recommend": 0.39, "login": 0.005, "reserve": 0.005}
+# The geo index: grid cells (hotel.py) or range reads over sorted keys (hotel_range.py); only the
+# range variant knows hotel moves (none in the default mix, so both variants draw the same requests).
+GEO_APPS = {
+    "grid": "styx_benchmarks.deathstar:hotel_app",
+    "range": "styx_benchmarks.deathstar:hotel_range_app",
+}
+RANGE_MIX = {**HOTEL_MIX, "move": 0.0}
 HOTEL_DEFAULTS = {"hotels": 100, "flights": 100, "users": 500}
 DEFAULT_CAPACITY = 10
 # DeathStar's rate plans: (rate, inclusive rate) by hotel number modulo 5; stays run from 2015-04-09.
@@ -100,25 +115,41 @@ class HotelReservation(Workload):
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         self.capacity: int = capacity
-        self.labels, self.cumulative = parse_mix(HOTEL_MIX, o.extra.get("mix"))
+        geo = o.extra.get("geo", "grid")
+        if geo not in GEO_APPS:
+            raise ValueError(f"geo must be one of {sorted(GEO_APPS)}, got {geo!r}")
+        self.geo: str = geo
+        self.app = GEO_APPS[geo]
+        self.labels, self.cumulative = parse_mix(
+            RANGE_MIX if geo == "range" else HOTEL_MIX, o.extra.get("mix")
+        )
 
     # ---- load ------------------------------------------------------------------------------------------
     def initial_state(self) -> dict[str, list[tuple[Key, Any]]]:
-        """Every entity the loader creates, by operator: ``[(key, value)]``."""
+        """Every entity the loader creates, by operator: ``[(key, value)]``. Both geo variants draw the
+        same hotels (position, rating, price) and users from the seed."""
         rng = random.Random(self.options.seed)
         geo_cells: defaultdict[str, list[list[Any]]] = defaultdict(list)
         recommend_cells: defaultdict[str, list[list[Any]]] = defaultdict(list)
+        geo_entries: list[tuple[Key, Any]] = []
+        hotels: list[tuple[Key, Any]] = []
         rate_plans: list[tuple[Key, Any]] = []
         for i in range(self.hotels):
             key = hotel_key(i)
             lat, lon = rng.uniform(LAT_MIN, LAT_MAX), rng.uniform(LON_MIN, LON_MAX)
             rating = round(rng.uniform(2.5, 5.0), 1)
             rate, inclusive = RATES[i % len(RATES)]
-            row, col = cell_of(lat, lon)
-            for r in range(max(0, row - 1), min(CELL_ROWS, row + 2)):
-                for c in range(max(0, col - 1), min(CELL_COLS, col + 2)):
-                    geo_cells[f"{r}:{c}"].append([key, lat, lon])
-                    recommend_cells[f"{r}:{c}"].append([key, lat, lon, rating, inclusive])
+            hotel: dict[str, Any] = {"capacity": self.capacity, "bookings": []}
+            if self.geo == "range":
+                hotel["geo"] = geo_key(lat, lon, key)
+                geo_entries.append((hotel["geo"], [key, lat, lon, rating, inclusive]))
+            else:
+                row, col = cell_of(lat, lon)
+                for r in range(max(0, row - 1), min(CELL_ROWS, row + 2)):
+                    for c in range(max(0, col - 1), min(CELL_COLS, col + 2)):
+                        geo_cells[f"{r}:{c}"].append([key, lat, lon])
+                        recommend_cells[f"{r}:{c}"].append([key, lat, lon, rating, inclusive])
+            hotels.append((key, hotel))
             plan = {
                 "code": "RACK",
                 "in_date": _date(9),
@@ -132,18 +163,20 @@ class HotelReservation(Workload):
         for i in range(self.users):
             salt = rng.randbytes(8).hex()
             users.append((hotel_user_key(i), {"salt": salt, "hash": password_hash(salt, hotel_password(i))}))
-        return {
-            "hotel": [
-                (hotel_key(i), {"capacity": self.capacity, "bookings": []}) for i in range(self.hotels)
-            ],
+        state: dict[str, list[tuple[Key, Any]]] = {
+            "hotel": hotels,
             "flight": [
                 (flight_key(i), {"capacity": self.capacity, "bookings": []}) for i in range(self.flights)
             ],
             "user": users,
             "rate": rate_plans,
-            "geo": sorted(geo_cells.items()),
-            "recommend": sorted(recommend_cells.items()),
         }
+        if self.geo == "range":
+            state["geo"] = sorted(geo_entries)
+        else:
+            state["geo"] = sorted(geo_cells.items())
+            state["recommend"] = sorted(recommend_cells.items())
+        return state
 
     def load_calls(self) -> list[Call]:
         return load_calls(self.initial_state().items())
@@ -164,6 +197,10 @@ class HotelReservation(Workload):
             require = rng.choice(RECOMMEND_BY)
             lat, lon = _search_point(rng)
             return Op(kind, "recommend", cell_key(lat, lon), "recommend", (require, lat, lon))
+        if kind == "move":
+            hotel = rng.randrange(self.hotels)
+            lat, lon = rng.uniform(LAT_MIN, LAT_MAX), rng.uniform(LON_MIN, LON_MAX)
+            return Op(kind, "hotel", hotel_key(hotel), "move", (lat, lon))
         user = rng.randrange(self.users)
         if kind == "login":
             return Op(kind, "user", hotel_user_key(user), "login", (hotel_password(user),))
@@ -178,6 +215,11 @@ class HotelReservation(Workload):
         reads += [("flight", flight_key(i), "read") for i in range(self.flights)]
         reads += [("reservation", hotel_user_key(i), "read") for i in range(self.users)]
         state = await read_many(client, reads)
+        if self.geo == "range":
+            [reply] = await submit_checks(client, [("search", "check", "index", ())], concurrency=1)
+            if reply.status != "committed":
+                raise RuntimeError(f"reading the geo index failed: {reply.status} {reply.error}")
+            state.update((("geo", key), entry) for key, entry in reply.value)
         return {k: v for k, v in state.items() if v is not None}
 
     def check_state(self, state: State) -> list[str]:
@@ -222,6 +264,38 @@ class HotelReservation(Workload):
                     errors.append(
                         f"reservation {rid} of user {user} names {operator} {key}, which does not exist"
                     )
+        if self.geo == "range":
+            errors += self._check_geo_index(state)
+        return errors
+
+    def _check_geo_index(self, state: State) -> list[str]:
+        """The range variant's index: one entry per hotel, at the key of the position it holds, and
+        named by that hotel (a move that lost or duplicated an entry, or left the hotel naming a
+        stale key, breaks this)."""
+        errors: list[str] = []
+        entries = {str(k): v for (op, k), v in state.items() if op == "geo"}
+        named: dict[str, str] = {}
+        for i in range(self.hotels):
+            hotel = state.get(("hotel", hotel_key(i)))
+            key = hotel.get("geo") if isinstance(hotel, dict) else None
+            if hotel is None:
+                continue  # reported as missing by check_state
+            if not isinstance(key, str) or key not in entries:
+                errors.append(f"hotel {hotel_key(i)} names geo entry {key!r}, which does not exist")
+            else:
+                named[key] = hotel_key(i)
+        for key, entry in sorted(entries.items()):
+            fields = entry if isinstance(entry, list) and len(entry) == 5 else None
+            if fields is None:
+                errors.append(f"geo entry {key} is malformed: {entry!r}")
+                continue
+            hotel, lat, lon = fields[0], fields[1], fields[2]
+            if key != geo_key(lat, lon, hotel):
+                errors.append(
+                    f"geo entry {key} of {hotel} at ({lat}, {lon}) belongs at {geo_key(lat, lon, hotel)}"
+                )
+            if named.get(key) != hotel:
+                errors.append(f"geo entry {key} of {hotel} is not the one hotel {hotel} names")
         return errors
 
     def _check_bookings(
