@@ -24,12 +24,12 @@ import statistics
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from styx_benchmarks.bench import RESULTS_DIR
+from styx_benchmarks.plots import plot_scaling
 from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import segment_topic
 from styx_py.core.wire import COORDINATOR, Request, encode_value
@@ -162,36 +162,6 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def plot(doc: dict[str, Any], path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    from styx_benchmarks.plots import _save
-
-    fig, (lat, rate, msgs) = plt.subplots(1, 3, figsize=(14, 4.2))
-    ns = doc["config"]["workers"]
-    for i, name in enumerate(doc["config"]["models"]):
-        rows = [r for r in doc["runs"] if r["model"] == name]
-        xs = [r["workers"] for r in rows]
-        style = {"marker": "o", "color": f"C{i}", "label": name, "ls": "--" if "-" in name else "-"}
-        lat.plot(xs, [r["epoch_latency_ms"]["p50"] for r in rows], **style)
-        rate.plot(xs, [r["epochs_per_s"] for r in rows], **style)
-        if name.startswith("network"):  # the counts do not depend on the CPU model
-            msgs.plot(xs, [r["report_messages_per_epoch"] for r in rows], **style)
-    msgs.plot(ns, [2 * n * n - n for n in ns], color="grey", lw=0.8, ls=":", label="2n² - n")
-    msgs.plot(ns, [4 * n for n in ns], color="black", lw=0.8, ls=":", label="4n")
-    lat.set_title("one epoch's latency (p50, virtual ms)")
-    rate.set_title("epochs per second (virtual)")
-    msgs.set_title("report messages per epoch")
-    for ax in (lat, rate, msgs):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ns, [str(n) for n in ns])
-        ax.set_xlabel("workers")
-        ax.grid(True, which="major", lw=0.3)
-        ax.legend(fontsize="small")
-    msgs.set_yscale("log")
-    return _save(fig, path)
-
-
 def cli() -> None:
     about = (__doc__ or "").split("\n")[0]
     p = argparse.ArgumentParser(prog="python -m styx_benchmarks.scaling_sim", description=about)
@@ -213,7 +183,7 @@ def cli() -> None:
     if not args.no_save:
         RESULTS_DIR.mkdir(exist_ok=True)
         (RESULTS_DIR / "scaling-sim.json").write_text(json.dumps(doc, indent=1) + "\n")
-        print(plot(doc, RESULTS_DIR / "scaling-sim.png"), file=sys.stderr)
+        print(plot_scaling(doc, RESULTS_DIR / "scaling-sim.png"), file=sys.stderr)
 
 
 if __name__ == "__main__":
