@@ -7,11 +7,13 @@ The whole cluster (the real coordinator and workers) runs in one process on virt
 (:class:`~styx_py.testing.cluster.SimCluster`) over a :class:`~styx_py.testing.latency.TimedNetwork`:
 every message and every sequencer-log append takes a seeded per-hop delay (``--hop-us``, 100-500 µs
 by default), and in the ``cpu`` model each process is one core that pays a fixed virtual cost per
-message it handles and sends and per transaction it runs (:data:`CPU_MODEL`, from measured numbers).
-Each worker gets ``--per-worker`` bank transfers per epoch (weak scaling: the epoch's transactions
-grow with the workers), with keys that never collide, so no epoch falls back. Per worker count it
-reports epochs per second of virtual time, one epoch's latency (its EpochStart sent to its last
-EpochDone handled by the coordinator), and messages and bytes per epoch by type.
+message it handles and sends, per transaction it runs and per report a bundle carries
+(:data:`CPU_MODEL`, from measured numbers). ``-relay`` and ``-tree`` models carry the workers' reports
+through hubs (:mod:`styx_py.testing.topology`). Each worker gets ``--per-worker`` bank transfers
+per epoch (weak scaling: the epoch's transactions grow with the workers), with keys that never
+collide, so no epoch falls back. Per worker count it reports epochs per second of virtual time, one
+epoch's latency (its EpochStart sent to its last EpochDone handled by the coordinator), and messages
+and bytes per epoch by type.
 
 Writes benchmarks/results/scaling-sim.json and scaling-sim.png; progress goes to stderr.
 """
@@ -23,8 +25,9 @@ import json
 import statistics
 import sys
 import time
+import timeit
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -32,7 +35,17 @@ from styx_benchmarks.bench import RESULTS_DIR
 from styx_benchmarks.plots import plot_scaling
 from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import segment_topic
-from styx_py.core.wire import COORDINATOR, Request, encode_value
+from styx_py.core.wire import (
+    COORDINATOR,
+    Batch,
+    ExecDone,
+    Message,
+    Request,
+    Vote,
+    decode_batch,
+    encode_frame,
+    encode_value,
+)
 from styx_py.testing.cluster import SimCluster, run_simulated
 from styx_py.testing.latency import LatencyModel, TimedNetwork
 
@@ -41,8 +54,10 @@ PARTITIONS = 64
 # benchmarks/results/lean-client.md ("Also measured"): a frame read with StreamReader.readexactly costs
 # the receiver 35-43 µs of CPU (one frame per wake-up), a loopback TCP write the sender 8-17 µs;
 # benchmarks/results/log-to-log.md ("Where a worker's CPU goes"): t ≈ 63 µs of worker CPU per
-# transaction. The per-epoch fixed cost there (e ≈ 2.45 ms, mostly Kafka requests) is left out.
-CPU_MODEL = {"recv_cpu_us": 40, "send_cpu_us": 12, "txn_cpu_us": 63}
+# transaction. The per-epoch fixed cost there (e ≈ 2.45 ms, mostly Kafka requests) is left out. A
+# report inside a bundle: decoding it and a worker's handling of it, as probe() measures them (the
+# result file's "measured": 0.87 µs and a p50 of 7.0 µs here), rounded up to 10 µs.
+CPU_MODEL = {"recv_cpu_us": 40, "send_cpu_us": 12, "txn_cpu_us": 63, "bundled_cpu_us": 10}
 REPORTS = ("ExecDone", "Vote", "Revote")
 
 
@@ -81,9 +96,11 @@ def requests_for(cluster: SimCluster, per_worker: int, epochs: int) -> list[tupl
     return out
 
 
-async def run_one(workers: int, model_name: str, args: argparse.Namespace) -> dict[str, Any]:
+async def run_one(
+    workers: int, model_name: str, args: argparse.Namespace, net: TimedNetwork | None = None
+) -> dict[str, Any]:
     assert model_name in MODELS, f"--models: of {', '.join(MODELS)}, not {model_name}"
-    net = network(model_name, args.hop_us, args.seed)
+    net = net or network(model_name, args.hop_us, args.seed)
     per, measured = args.per_worker, args.epochs
     config = {"epoch_size_max": per, "snapshot_interval_s": 3600.0}
     async with SimCluster(APP, workers=workers, seed=args.seed, network=net, **config) as c:
@@ -162,6 +179,34 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+class _ProbedNetwork(TimedNetwork):
+    """The real time a worker's handler takes per report it is handed (after decoding)."""
+
+    handled_s: ClassVar[list[float]] = []
+
+    def deliver(self, node: str, src: str, msg: Message) -> None:
+        t0 = time.perf_counter()
+        super().deliver(node, src, msg)
+        if isinstance(msg, (ExecDone, Vote)) and node != COORDINATOR:
+            self.handled_s.append(time.perf_counter() - t0)
+
+
+def probe(args: argparse.Namespace) -> dict[str, float]:
+    """What a report costs inside a bundle, in real µs on this machine: decoding one of 63 Votes in a
+    frame, and a worker's handling of an ExecDone or Vote (p50 over a 16-worker run, all-to-all)."""
+    vote = Vote(12, "w17", [1, 2, 3], [], 1, 12345, 4)
+    frame = encode_frame(Batch("w3", [vote] * 63))[4:]
+    decode_s = min(timeit.repeat(lambda: decode_batch(frame, "worker"), number=200, repeat=5)) / 200 / 63
+    _ProbedNetwork.handled_s = []
+    costs = {"recv_cpu_us": 40, "send_cpu_us": 12, "txn_cpu_us": 63}
+    net = _ProbedNetwork(args.seed, LatencyModel(hop_us=args.hop_us, **costs))
+    run_simulated(run_one(16, "cpu", argparse.Namespace(**{**vars(args), "epochs": 4}), net))
+    return {
+        "decode_us_per_report_in_a_bundle": round(decode_s * 1e6, 2),
+        "worker_handling_us_per_report_p50": round(statistics.median(_ProbedNetwork.handled_s) * 1e6, 1),
+    }
+
+
 def cli() -> None:
     about = (__doc__ or "").split("\n")[0]
     p = argparse.ArgumentParser(prog="python -m styx_benchmarks.scaling_sim", description=about)
@@ -176,9 +221,18 @@ def cli() -> None:
     args = p.parse_args()
     assert max(args.workers) <= PARTITIONS, f"at most {PARTITIONS} workers (the app's partitions)"
     args.hop_us = tuple(args.hop_us)
+    measured = probe(args)
+    print(f"measured: {measured}", file=sys.stderr, flush=True)
     runs = sweep(args)
     config = {k: v for k, v in vars(args).items() if k != "no_save"}
-    doc = {"benchmark": "scaling_sim", "app": APP, "cpu_model_us": CPU_MODEL, "config": config, "runs": runs}
+    doc = {
+        "benchmark": "scaling_sim",
+        "app": APP,
+        "cpu_model_us": CPU_MODEL,
+        "measured": measured,
+        "config": config,
+        "runs": runs,
+    }
     print(json.dumps(doc, indent=1))
     if not args.no_save:
         RESULTS_DIR.mkdir(exist_ok=True)

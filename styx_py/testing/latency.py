@@ -41,11 +41,13 @@ class LatencyModel:
     recv_cpu_us: int = 0  # CPU per message handled
     send_cpu_us: int = 0  # CPU per message sent
     txn_cpu_us: int = 0  # CPU per transaction of a batch
+    bundled_cpu_us: int = 0  # CPU per report a bundle carries beyond its first (topology)
 
     def __post_init__(self) -> None:
         lo, hi = self.hop_us
         assert 0 <= lo <= hi, f"hop_us must be 0 <= lo <= hi, not {self.hop_us}"
-        assert min(self.log_hops, self.recv_cpu_us, self.send_cpu_us, self.txn_cpu_us) >= 0
+        costs = (self.recv_cpu_us, self.send_cpu_us, self.txn_cpu_us, self.bundled_cpu_us)
+        assert min(self.log_hops, *costs) >= 0
 
 
 @dataclasses.dataclass
@@ -57,6 +59,7 @@ class Packet:
     epoch: int | None
     items: list[tuple[str, Message]]
     then: Callable[[], None] | None = None
+    carried: int = 1  # the reports it carries (a bundle's)
 
 
 class TimedNetwork(MemoryNetwork):
@@ -126,6 +129,7 @@ class TimedNetwork(MemoryNetwork):
         items: list[tuple[str, Message]],
         size: int,
         then: Callable[[], None] | None = None,
+        carried: int = 1,
     ) -> None:
         """Count a packet and put it on its way: it leaves once ``src``'s CPU sent it, a hop later it
         arrives (after what was sent on the channel before it)."""
@@ -140,7 +144,7 @@ class TimedNetwork(MemoryNetwork):
         ch = (src, dest)
         arrives = max(leaves + self.hop_s(), self.arrives.get(ch, 0.0))
         self.arrives[ch] = arrives
-        self.packets.setdefault(ch, deque()).append(Packet(kind, epoch, items, then))
+        self.packets.setdefault(ch, deque()).append(Packet(kind, epoch, items, then, carried))
         loop.call_at(arrives, self._arrive, ch)
 
     def deliver(self, node: str, src: str, msg: Message) -> None:
@@ -177,7 +181,8 @@ class TimedNetwork(MemoryNetwork):
             self.running.discard(node)
             return
         _, packet = queue.popleft()
-        done = self.charge(node, self.model.recv_cpu_us, packet.epoch)  # first: what it sends leaves after
+        cost = self.model.recv_cpu_us + self.model.bundled_cpu_us * (packet.carried - 1)
+        done = self.charge(node, cost, packet.epoch)  # first: what it sends leaves after
         loop.call_at(done, self._work, node)
         for src, msg in packet.items:
             self.deliver(node, src, msg)

@@ -12,7 +12,8 @@ workers receive exactly the reports they would have, later and in fewer messages
 * ``tree``: groups of ⌈√n⌉ workers in name order, the first of each its hub:
   2(n - h) + h(h - 1) messages per round for h hubs, plus h bundles of Votes to the coordinator.
 
-Bundles are counted as ``<type> bundle``, with the bytes of the one-message frames they carry.
+Bundles are counted as ``<type> bundle``, with the bytes of the one-message frames they carry; the
+receiver of one pays ``bundled_cpu_us`` per report in it beyond the first (LatencyModel).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Carrier(Protocol):
         items: list[tuple[str, Message]],
         size: int,
         then: Callable[[], None] | None = None,
+        carried: int = 1,
     ) -> None: ...
 
     def deliver(self, node: str, src: str, msg: Message) -> None: ...
@@ -109,9 +111,8 @@ class ReportRoutes:
             if report[0] is not ExecDone and COORDINATOR not in hubs.values():
                 to.append(COORDINATOR)
             for other in to:
-                self.net.transmit(
-                    node, other, kind, epoch, [], size, functools.partial(self._learn, report, other, group)
-                )
+                learn = functools.partial(self._learn, report, other, group)
+                self.net.transmit(node, other, kind, epoch, [], size, learn, len(group))
         if len(known) < len(hubs):
             return
         for member in sorted(group):
@@ -121,4 +122,4 @@ class ReportRoutes:
                     self.net.deliver(node, src, msg)
             else:
                 size = sum(self.sizes[report, src] for src, _ in copies)
-                self.net.transmit(node, member, kind, epoch, copies, size)
+                self.net.transmit(node, member, kind, epoch, copies, size, None, len(copies))
