@@ -38,6 +38,7 @@ def test_same_seed_same_numbers() -> None:
     )
     assert first == again  # whatever ran before it
     assert first["epoch_latency_ms"] != other["epoch_latency_ms"]  # the delays are drawn from the seed
+    assert measure(4, "cpu-tree", _args(1)) == measure(4, "cpu-tree", _args(1))  # the hubs' bundles too
 
 
 @pytest.mark.parametrize("n", [2, 4])
