@@ -6,6 +6,8 @@
   and latency per second (by scheduled send time);
 * ``<sweep>-sweep.png`` — latency percentiles against the **offered** rate (the x axis a run is
   chosen by, so an overloaded run stays to the right of the others), with the achieved rate beside it.
+* ``scaling-sim.png`` — the scaling simulation (``styx_benchmarks.scaling_sim``): one epoch's latency,
+  epochs per second and report messages per epoch against workers, per model and topology.
 
 Every plot is drawn from what a result file holds, so ``python -m styx_benchmarks.plots
 benchmarks/results/*.json`` redraws them without running anything again. Files written before the
@@ -209,7 +211,43 @@ def plot_document(path: Path) -> list[Path]:
         return out + ([latency] if latency is not None else [])
     if isinstance(doc, dict) and doc.get("runs") and "rate" in doc["runs"][0]:
         return [plot_sweep_runs(doc["runs"], stem.parent / f"{stem.name}-sweep.png", f"{name} sweep")]
+    if isinstance(doc, dict) and doc.get("benchmark") == "scaling_sim":
+        return [plot_scaling(doc, stem.parent / f"{stem.name}.png")]
     return []
+
+
+TOPOLOGY_COLORS = {"all-to-all": "C0", "relay": "C3", "tree": "C2"}
+
+
+def plot_scaling(doc: Mapping[str, Any], path: Path) -> Path:
+    """``scaling-sim.png`` (styx_benchmarks.scaling_sim): epoch latency, epochs per second and report
+    messages per epoch against workers; colour by topology, dashed without the CPU model."""
+    fig, (lat, rate, msgs) = plt.subplots(1, 3, figsize=(14, 4.2))
+    ns = doc["config"]["workers"]
+    for name in doc["config"]["models"]:
+        rows = [r for r in doc["runs"] if r["model"] == name]
+        xs = [r["workers"] for r in rows]
+        cost, _, topology = name.partition("-")
+        color = TOPOLOGY_COLORS[topology or "all-to-all"]
+        style = {"marker": "o", "color": color, "label": name, "ls": "-" if cost == "cpu" else "--"}
+        lat.plot(xs, [r["epoch_latency_ms"]["p50"] for r in rows], **style)
+        rate.plot(xs, [r["epochs_per_s"] for r in rows], **style)
+        if cost == "network":  # the counts do not depend on the CPU model
+            counts = [r["report_messages_per_epoch"] for r in rows]
+            msgs.plot(xs, counts, marker="o", color=color, label=topology or "all-to-all")
+    msgs.plot(ns, [2 * n * n - n for n in ns], color="black", lw=1.5, ls=":", label="2n² - n")
+    msgs.plot(ns, [4 * n for n in ns], color="grey", lw=1.5, ls=":", label="4n")
+    lat.set_title("one epoch's latency, p50 (virtual ms)")
+    rate.set_title("epochs per second (virtual)")
+    msgs.set_title("report messages per epoch")
+    for ax in (lat, rate, msgs):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel("workers")
+        ax.grid(True, which="major", lw=0.3)
+        ax.legend(fontsize="small")
+    msgs.set_yscale("log")
+    return _save(fig, path)
 
 
 # ---- from a run in memory (styx bench) ----------------------------------------------------------

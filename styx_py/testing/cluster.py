@@ -38,7 +38,6 @@ from styx_py.testing.memory import (
     MemoryLog,
     MemoryLogReader,
     MemoryNetwork,
-    MemorySeqLog,
 )
 from styx_py.testing.submissions import Submissions
 from styx_worker.ports import WorkerPorts
@@ -91,6 +90,7 @@ class SimCluster:
         egress_ack_lag: int = 0,
         seqlog_ack_lag: int = 0,
         resting_clients: bool | None = None,
+        network: MemoryNetwork | None = None,
         **config: Any,
     ) -> None:
         self.graph_path = graph_path
@@ -109,7 +109,7 @@ class SimCluster:
             "changelog_topic": "styx-changelog",
         }
         self.config: Config = load_config({**defaults, **config}, env={})
-        self.network = MemoryNetwork(seed)
+        self.network = network or MemoryNetwork(seed)  # a TimedNetwork: with a latency model
         self.log = MemoryLog()
         # The log-loss check, on every recovery: the in-memory log loses nothing (no false alarm).
         self.guard = MemoryLogGuard(self.log, self.config.seqlog_topic)
@@ -222,7 +222,7 @@ class SimCluster:
             MemoryEgress(
                 self.log, cfg.egress_topic, self._on_reply, self.egress_ack_lag, cfg.changelog_topic
             ),
-            MemorySeqLog(self.log, cfg.seqlog_topic, self.seqlog_ack_lag),
+            self.network.seqlog(self.log, cfg.seqlog_topic, self.seqlog_ack_lag, node),
             self.blobs,
             MemoryLogReader(self.log, cfg.egress_topic, cfg.seqlog_topic, cfg.changelog_topic),
             requests=_ClientSink(self),

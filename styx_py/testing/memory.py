@@ -119,9 +119,7 @@ class MemoryNetwork:
 
     def send(self, src: str, dest: str, msg: Message) -> None:
         if self.serialize:
-            frame = encode_frame(Batch(src, [msg]))
-            inbox = self.inboxes.get(dest) or ("coordinator" if dest == COORDINATOR else "worker")
-            msg = decode_batch(frame[4:], inbox).msgs[0]  # as the receiver's channel decodes it
+            msg, _ = self.through_wire(src, dest, msg)
         self.sent += 1
         ch = (src, dest)
         q = self.channels.get(ch)
@@ -131,6 +129,27 @@ class MemoryNetwork:
         if ch not in self.scheduled:
             self.scheduled.add(ch)
             self._schedule(ch)
+
+    def through_wire(self, src: str, dest: str, msg: Message) -> tuple[Message, int]:
+        """``msg`` as the receiver's channel decodes it from a frame of its own, and that frame's size."""
+        frame = encode_frame(Batch(src, [msg]))
+        inbox = self.inboxes.get(dest) or ("coordinator" if dest == COORDINATOR else "worker")
+        return decode_batch(frame[4:], inbox).msgs[0], len(frame)
+
+    def handle(self, handler: Handler, src: str, msg: Message) -> None:
+        """Hand ``msg`` to its receiver's handler; a failure there is a bug, never background noise."""
+        try:
+            handler(src, msg)
+        except BaseException as exc:
+            # Surfaced by SimCluster.wait.
+            self.errors.append(exc)
+            if self.on_error is not None:
+                self.on_error()
+            raise
+
+    def seqlog(self, log: MemoryLog, topic: str, ack_lag: int, node: str) -> MemorySeqLog:
+        """The sequencer log as ``node``'s producer sees it (a network with a latency model times it)."""
+        return MemorySeqLog(log, topic, ack_lag)
 
     def _rng(self, ch: tuple[str, str]) -> random.Random:
         inboxes = self.inboxes
@@ -156,14 +175,7 @@ class MemoryNetwork:
             if faults.lost(self.delivered, ch, msg):
                 continue
             if handler is not None:
-                try:
-                    handler(ch[0], msg)
-                except BaseException as exc:
-                    # Surfaced by SimCluster.wait: a handler failure is a bug, never background noise.
-                    self.errors.append(exc)
-                    if self.on_error is not None:
-                        self.on_error()
-                    raise
+                self.handle(handler, ch[0], msg)
             faults.fire(self.delivered)
         if q:
             self._schedule(ch)
