@@ -11,8 +11,9 @@ account back to back, as ``styx state list account`` does (:func:`styx_py.io.sta
 checks that each scan that holds every account sums to the conserved total. Runs alternate ``alone``
 and ``scans``, so machine noise falls on both.
 
-Results go to ``benchmarks/results/scan-load-<time>.json``; the measured numbers are in
-benchmarks/results/scan-load.md.
+Every run records the machine's load averages before and after it (``/proc/loadavg``): the numbers
+are of whatever else the machine runs meanwhile. Results go to ``benchmarks/results/scan-load-<time>.json``
+(``--note`` is kept in it); docs/benchmarks.md#consistent-scans cites the measured file.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -31,12 +33,13 @@ from typing import Any
 
 import uvloop
 
-from styx_benchmarks.latency_path import RESULTS, measure, percentiles
+from styx_benchmarks.latency_path import measure, percentiles
 from styx_benchmarks.ycsbt import INITIAL
 from styx_py.io import stateread
 from styx_py.stack.local import LocalStack, cluster_secret
 
 KEYS = 10_000  # the accounts latency_path.measure opens (YCSB-T's default)
+RESULTS = Path(__file__).resolve().parent.parent / "results"  # benchmarks/results
 
 
 async def scan_forever(coordinator: str, page_size: int, out: Path) -> None:
@@ -72,6 +75,7 @@ def scans_of(path: Path) -> dict[str, Any]:
 
 
 def run_once(rate: float, seconds: float, scans: bool, page_size: int) -> dict[str, Any]:
+    load_before = [round(x, 2) for x in os.getloadavg()]
     data_dir = Path(tempfile.mkdtemp(prefix="styx-scanload-"))
     scanner: subprocess.Popen[bytes] | None = None
     log = data_dir / "scans.jsonl"
@@ -89,7 +93,8 @@ def run_once(rate: float, seconds: float, scans: bool, page_size: int) -> dict[s
                 if scanner is not None:
                     scanner.terminate()
                     scanner.wait(timeout=30)
-        result = {"variant": "scans" if scans else "alone", "answered": out["answered"]}
+        load = {"loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+        result = {"variant": "scans" if scans else "alone", "answered": out["answered"]} | load
         result |= {"sent": int(rate * seconds), "latency_ms": out["ms"]["total"], "epochs": out["epochs"]}
         return result | (scans_of(log) if scans else {})
     finally:
@@ -103,6 +108,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each variant, alternating")
     parser.add_argument("--page-size", type=int, default=1000, help="rows per page of a scan")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--note", default="", help="kept in the results file (e.g. what else ran)")
     parser.add_argument("--scanner", metavar="COORDINATOR", help=argparse.SUPPRESS)  # the scanning process
     parser.add_argument("--scan-log", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -119,12 +125,13 @@ def main() -> int:
             extra = f", {one['scans']} scans ({one['scans_not_conserved']} not conserved)" if scans else ""
             print(
                 f"{one['variant']:<6} round {n + 1}: {one['answered']}/{one['sent']} answered, "
-                f"p50/p99 {lat.get('p50')}/{lat.get('p99')} ms{extra}",
+                f"p50/p99 {lat.get('p50')}/{lat.get('p99')} ms{extra}, load {one['loadavg_after'][0]}",
                 flush=True,
             )
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"scan-load-{time.strftime('%Y%m%d-%H%M%S')}.json"
     settings = {"rate": args.rate, "seconds": args.seconds, "page_size": args.page_size, "keys": KEYS}
+    settings |= {"note": args.note, "cpus": os.cpu_count()}
     path.write_text(json.dumps(settings | {"runs": runs}, indent=1))
     print(f"results: {path}")
     return 0

@@ -73,10 +73,11 @@ class VersionWindow:
                 kept[key] = data.get(key)
 
     def _forget(self, upto: int) -> None:
-        """Drop the versions of the epochs up to ``upto``: no read as of an epoch before it needs them."""
-        old = [e for e in self.before if e <= upto]
-        for e in old:
-            del self.before[e]
+        """Drop the versions of the epochs up to ``upto``: no read as of an epoch before it needs them.
+        Epochs commit in order, so the oldest kept are first in ``before``."""
+        before = self.before
+        while before and (oldest := next(iter(before))) <= upto:
+            del before[oldest]
         if upto > self.floor:
             self.floor = upto
 
