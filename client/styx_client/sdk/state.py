@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from styx_py.core.errors import ConfigError
-from styx_py.core.limits import MAX_SCAN_LIMIT
 from styx_py.core.partitioning import Key
 from styx_py.io import stateread
 from styx_py.io.stateread import StatePage
@@ -39,33 +38,10 @@ class ClientState:
         epoch, _found, value = await stateread.read_value(self._reads(), operator, key, as_of_epoch)
         return epoch, value
 
-    async def scan_pages(
-        self,
-        operator: str,
-        *,
-        prefix: str | None = None,
-        start: Key | None = None,
-        after: Key | None = None,
-        end: Key | None = None,
-        limit: int | None = None,
-        page_size: int = MAX_SCAN_LIMIT,
-        as_of_epoch: int | None = None,
-        cursor: str | None = None,
-    ) -> AsyncIterator[StatePage]:
-        """The pages of a scan (:func:`styx_py.io.stateread.scan`), all as of one epoch."""
-        async for page in stateread.scan(
-            self._reads(),
-            operator,
-            prefix=prefix,
-            start=start,
-            after=after,
-            end=end,
-            limit=limit,
-            page_size=page_size,
-            as_of_epoch=as_of_epoch,
-            cursor=cursor,
-        ):
-            yield page
+    def scan_pages(self, operator: str, **bounds: Any) -> AsyncIterator[StatePage]:
+        """The pages of a scan, all as of one epoch: :func:`styx_py.io.stateread.scan` and its keywords
+        (``prefix``, ``start``, ``after``, ``end``, ``limit``, ``page_size``, ``as_of_epoch``, ``cursor``)."""
+        return stateread.scan(self._reads(), operator, **bounds)
 
     async def scan(
         self,
@@ -83,9 +59,8 @@ class ClientState:
         ``limit``: ``(epoch, [(key, value), …])``, all as of that one epoch across every partition."""
         epoch = -1
         rows: list[tuple[Key, Any]] = []
-        async for page in self.scan_pages(
-            operator, prefix=prefix, start=start, after=after, end=end, limit=limit, as_of_epoch=as_of_epoch
-        ):
+        bounds = {"prefix": prefix, "start": start, "after": after, "end": end, "limit": limit}
+        async for page in self.scan_pages(operator, as_of_epoch=as_of_epoch, **bounds):
             epoch = page.epoch
             rows.extend(page.rows)
         return epoch, rows
