@@ -29,6 +29,7 @@ from styx_py.io.stateread import ReadSource, StatePage, from_cursor, read_page
 __all__ = ["StateEntry", "StatePageView", "StoredValue", "add_state_routes"]
 
 KeyType = Literal["str", "int"]
+MAX_EPOCH = 2**62  # far beyond any cluster's epochs; a bound keeps the number encodable
 
 
 class StateEntry(BaseModel):
@@ -87,7 +88,7 @@ def add_state_routes(app: FastAPI, gateway: StateReading, bearer: HTTPBearer) ->
         end: Annotated[str | None, Query(max_length=MAX_KEY_CHARS)] = None,
         key_type: Annotated[KeyType, Query(description="how to read start, after and end")] = "str",
         limit: Annotated[int, Query(ge=1, le=MAX_SCAN_LIMIT)] = 100,
-        as_of_epoch: Annotated[int | None, Query(ge=-1)] = None,
+        as_of_epoch: Annotated[int | None, Query(ge=-1, le=MAX_EPOCH)] = None,
         cursor: Annotated[str | None, Query(max_length=4 * MAX_KEY_CHARS)] = None,
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
@@ -129,7 +130,7 @@ def add_state_routes(app: FastAPI, gateway: StateReading, bearer: HTTPBearer) ->
         operator: Annotated[str, Path(min_length=1, max_length=MAX_NAME_CHARS)],
         key: Annotated[str, Path(min_length=1, max_length=MAX_KEY_CHARS)],
         key_type: Annotated[KeyType, Query(description="how to read the key")] = "str",
-        as_of_epoch: Annotated[int | None, Query(ge=-1)] = None,
+        as_of_epoch: Annotated[int | None, Query(ge=-1, le=MAX_EPOCH)] = None,
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
         entity = parse_key(key, key_type)
