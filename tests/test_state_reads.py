@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from styx_coordinator.reads import merge_page
-from styx_py.core.errors import EpochOutOfWindow, StateReadRefused
+from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.partitioning import Key
 from styx_py.core.scan import ScanRange
 from styx_py.core.serial import Writes
@@ -283,3 +283,44 @@ async def test_scans_across_a_partition_move_stay_whole_and_the_window_restarts(
         assert min(floors) > before, "the move restarts every worker's window"
         with pytest.raises(EpochOutOfWindow):
             await _scan(source, page_size=100, as_of_epoch=before)
+
+
+@pytest.mark.parametrize("seed", range(61, 69))
+async def test_scans_under_worker_crashes_are_right_or_refused_never_wrong(seed: int) -> None:
+    """Workers crash (and restore from snapshots) while scans page: a scan either sums to the total
+    and equals the serial state at its epoch, or is refused by name (its epoch fell out of a restarted
+    window, or the cluster was recovering past the retries); it never returns another state."""
+    rng = random.Random(seed)
+    names = [f"acct{i}" for i in range(24)]
+    async with SimCluster(
+        BANK, workers=3, seed=seed, epoch_size_max=10, snapshot_interval_epochs=3, epoch_timeout_ms=300
+    ) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source = sim_reads(c.network)
+        base = c.network.delivered
+        for _ in range(3):
+            node = rng.choice(["w1", "w2", "w3"])
+            c.network.faults.at(base + rng.randint(50, 3000), lambda node=node: c.crash(node))
+        scans: list[tuple[int, dict[Key, Any]]] = []
+        refused = 0
+        for _ in range(30):
+            for _ in range(8):
+                src, dst = rng.sample(names, 2)
+                c.submit("account", "transfer", src, dst, rng.randint(1, 30))
+            try:
+                async with asyncio.timeout(120):
+                    epoch, rows, _ = await _scan(source, page_size=rng.choice([4, 9]))
+            except (EpochOutOfWindow, Unavailable):
+                refused += 1
+                continue
+            assert sum(rows.values()) == len(names) * INITIAL, f"seed {seed}: scan at epoch {epoch}"
+            scans.append((epoch, rows))
+        await c.wait(timeout_s=120)
+        assert c.coordinator.recoveries >= 1, "no crash hit the run"
+        commits: list[tuple[Reply, Writes]] = []
+        await serial_replay(c.graph_at, c.requests, c.sent.unique_replies(), commits)
+    serial = _states_by_epoch(commits, {e for e, _ in scans})
+    for epoch, rows in scans:
+        assert rows == serial[epoch], f"seed {seed}: the scan at epoch {epoch} differs from the serial state"
+    assert len(scans) > 20, f"seed {seed}: only {len(scans)} scans answered ({refused} refused)"
