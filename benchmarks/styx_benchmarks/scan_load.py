@@ -8,7 +8,8 @@ open-loop through the SDK for ``--seconds`` (:func:`styx_benchmarks.latency_path
 accounts). In a ``scans`` run a separate process (this module with ``--scanner``) meanwhile scans every
 account back to back, as ``styx state list account`` does (:func:`styx_py.io.stateread.scan`, pages of
 ``--page-size`` rows, each page visiting all 4 partitions, every page at the scan's first epoch), and
-checks that each scan that holds every account sums to the conserved total. Runs alternate ``alone``
+checks that each scan that holds every account sums to the conserved total (and counts the scans
+that, once every account was loaded, held fewer: ``scans_short``). Runs alternate ``alone``
 and ``scans``, so machine noise falls on both.
 
 Every run records the machine's load averages before and after it (``/proc/loadavg``): the numbers
@@ -65,9 +66,11 @@ def scans_of(path: Path) -> dict[str, Any]:
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     full = [s for s in lines if s["rows"] == KEYS]
     wrong = [s for s in full if s["sum"] != KEYS * INITIAL]
+    loaded = next((i for i, s in enumerate(lines) if s["rows"] == KEYS), len(lines))
     return {
         "scans": len(full),
         "scans_not_conserved": len(wrong),
+        "scans_short": sum(s["rows"] != KEYS for s in lines[loaded:]),  # missing accounts once loaded
         "scan_ms": percentiles([s["ms"] for s in full], (50, 99)),
         "pages_per_scan": full[0]["pages"] if full else 0,
         "distinct_epochs": len({s["epoch"] for s in full}),
