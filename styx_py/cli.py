@@ -28,6 +28,7 @@ from styx_py.extras import add_parser, require
 from styx_py.gateway_cli import EXIT_PENDING, add_gateway_commands
 from styx_py.gateway_cli import gateway_token as _gateway_token
 from styx_py.io.runtime import run, setup_logging
+from styx_py.state_cli import add_state_commands
 
 if TYPE_CHECKING:
     from styx_client import StyxClient
@@ -498,7 +499,9 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-CLIENT_COMMANDS = frozenset({"deploy", "status", "call", "invocations", "console", "gateway", "audit"})
+CLIENT_COMMANDS = frozenset(
+    {"deploy", "status", "call", "invocations", "console", "gateway", "audit", "state"}
+)
 
 
 def use_cluster_file(args: argparse.Namespace) -> None:
@@ -840,6 +843,7 @@ def build_parser() -> argparse.ArgumentParser:
     env.set_defaults(fn=cmd_env)
 
     add_gateway_commands(sub)
+    add_state_commands(sub, _parse_arg)
     return p
 
 

@@ -18,6 +18,7 @@ from styx_py.core import wire
 from styx_py.core.errors import ProtocolError
 from styx_py.core.graph import GraphVersion, OperatorSpec
 from styx_py.core.limits import MAX_FRAME_BYTES
+from styx_py.core.scan import ScanRange
 from styx_py.core.wire import (
     Ack,
     AdminReply,
@@ -149,6 +150,11 @@ ALL_MESSAGES = [
         [],
         True,
     ),
+    wire.ReadState("acct", prefix="eu:", limit=10, epoch=7),
+    wire.ReadState("acct", key=5),
+    wire.ReadAt(3, 2, 7, ScanRange("acct", "a", True, None, True, "eu:", -1, 4), 10, [0, 2]),
+    wire.ReadRows(3, "w1", [wire.PartRows(0, [("a", RAW), (4, RAW)], True)]),
+    wire.ReadRows(3, "w2", [], "out-of-window", "epoch 7 is older", 9),
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
     wire.SubscribeReplies(),
     wire.PushedRequest(1, 2, 3, 1_700_000_000_000, b"rid", b"\x95record"),

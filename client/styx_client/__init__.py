@@ -8,6 +8,7 @@
         balance = await styx.call("account", "alice", "deposit", 10)    # the decoded result
         reply = await styx.submit("account", "alice", "deposit", 10)    # the Reply, whatever its status
         print(reply.status, reply.value, reply.tid)
+        epoch, rows = await styx.scan("account", prefix="acct")         # committed state, one epoch
 
 :class:`SyncStyxClient` offers the same calls for blocking code. :class:`Reply` is the server's answer:
 ``value`` (the decoded result), ``status``, ``error``, ``error_type``, ``request_id``, ``tid``,
@@ -21,6 +22,8 @@
     ├── Overloaded             ``max_pending`` requests in flight in this client, or refused by
     │                          the cluster's admission control (``reply`` status ``refused``)
     ├── Unavailable            the cluster cannot take requests (unreachable, recovering)
+    ├── StateReadRefused       ``scan``/``read`` refused (``code``: unknown operator, epoch not committed)
+    │   └── EpochOutOfWindow       ``as_of_epoch`` older than the workers keep in memory (``oldest``)
     └── ConfigError            a bad argument (e.g. ``reply_partition`` the egress topic lacks)
 
 A :class:`TransactionFailed` carries the ``reply`` and its ``request_id``, ``tid``, ``epoch``,
@@ -42,8 +45,10 @@ from styx_client.sdk import Call, ClientStats, StyxClient, SyncStyxClient, resul
 from styx_py.core.errors import (
     BadRequest,
     ConfigError,
+    EpochOutOfWindow,
     Overloaded,
     RequestTimeout,
+    StateReadRefused,
     StyxError,
     TransactionAborted,
     TransactionFailed,
@@ -57,6 +62,7 @@ __all__ = [
     "Call",
     "ClientStats",
     "ConfigError",
+    "EpochOutOfWindow",
     "Gateway",
     "GatewayConfig",
     "GatewayLimits",
@@ -66,6 +72,7 @@ __all__ = [
     "Reply",
     "ReplyStatus",
     "RequestTimeout",
+    "StateReadRefused",
     "StyxClient",
     "StyxError",
     "SyncStyxClient",

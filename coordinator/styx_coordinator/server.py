@@ -15,6 +15,7 @@ module:
 | shape changes: join, drain, scale, takeover of lost workers | :mod:`~styx_coordinator.reshape` |
 | ``styx status`` | :mod:`~styx_coordinator.status` |
 | reply lookups for the gateway (any replica) | :mod:`~styx_coordinator.lookups` |
+| consistent reads of committed state as of an epoch | :mod:`~styx_coordinator.reads` |
 
 Every timer reads the injected :class:`~styx_py.core.ports.Clock` (the event loop's by default), so
 the simulation runs the coordinator on virtual time.
@@ -35,6 +36,7 @@ from styx_coordinator.lookups import ReplyLookups
 from styx_coordinator.meta import MetaStore
 from styx_coordinator.metrics import CoordinatorMetrics
 from styx_coordinator.monitor import FailureMonitor
+from styx_coordinator.reads import StateReads
 from styx_coordinator.recovery import Recovery
 from styx_coordinator.reshape import Reshaper
 from styx_coordinator.segments import SegmentRotator
@@ -61,6 +63,8 @@ from styx_py.core.wire import (
     LogLost,
     Manifest,
     Message,
+    ReadRows,
+    ReadState,
     RecoverDone,
     Register,
     ReplayDiverged,
@@ -113,6 +117,7 @@ class Coordinator:
         self.recovery.logcheck, self.recovery.lose_log = self.logcheck, self.lose_log
         self.reshaper = Reshaper(cluster, self.recovery, self.epochs, self.tasks, self.clock)
         self.lookups = ReplyLookups(cluster, self.clock, self.tasks)
+        self.reads = StateReads(cluster, self.clock, self.tasks, lambda: self.epochs.epoch - 1)
         self.deployer = Deployer(
             cluster,
             self.clock,
@@ -289,6 +294,10 @@ class Coordinator:
                 self.lookups.start(src, msg)
             case FoundReplies():
                 self.lookups.on_found(msg)
+            case ReadState():
+                self.reads.start(src, msg)
+            case ReadRows():
+                self.reads.on_rows(msg)
             case SnapshotDone():
                 self.snapshots.on_done(msg)
             case RecoverDone():

@@ -343,6 +343,19 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     dedup_replies_per_partition: Annotated[
         int, Setting("replies kept per partition to answer resent request ids", "replies", ge=0)
     ] = 100_000
+    # Consistent reads outside transactions (styx_worker.window): each worker keeps the value before
+    # every write of its last this-many epochs, so a read as of any of them needs no pause. Memory:
+    # one reference per entity written per epoch (the old value's bytes are shared, not copied).
+    state_window_epochs: Annotated[
+        int,
+        Setting(
+            "epochs back that `styx state`, `client.scan` and `GET /v1/state/{operator}` can read "
+            "from memory (as_of_epoch); older ones: `styx sql --as-of-epoch`",
+            "epochs",
+            1,
+            1_000_000,
+        ),
+    ] = 2000
     # ---- each process ------------------------------------------------------------------------------------
     metrics_port: Annotated[
         int,

@@ -21,6 +21,10 @@
     ├── RequestTimeout             no reply within the deadline (``request_id`` names the request)
     ├── Overloaded                 too many pending requests in the client, or refused by the cluster
     ├── Unavailable                the cluster cannot take requests now (unreachable, recovering)
+    ├── StateReadRefused           a consistent read of committed state (``client.scan``, ``styx state``)
+    │   │                          was refused; ``code`` says why (styx_py.core.wire.READ_CODES)
+    │   └── EpochOutOfWindow       its epoch is older than the workers keep in memory (``oldest``: the
+    │                              oldest one they can read); older epochs: ``styx sql --as-of-epoch``
     └── ExternalCallFailed         an external call failed for good (raised in its continuation by
                                    ``styx_py.core.effects.external_value``)
 
@@ -180,6 +184,23 @@ class Overloaded(StyxError):
 class Unavailable(StyxError):
     """The cluster cannot take requests now (broker or coordinator unreachable, recovering,
     nothing deployed); retry later. The gateway answers it with 503."""
+
+
+class StateReadRefused(StyxError):
+    """A read of committed state as of an epoch was refused: ``code`` is one of
+    :data:`~styx_py.core.wire.READ_CODES` (an ``unavailable`` one raises :class:`Unavailable`)."""
+
+    def __init__(self, message: str, code: str, oldest: int = -1, latest: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+        self.oldest = oldest
+        self.latest = latest
+
+
+class EpochOutOfWindow(StateReadRefused):
+    """The epoch asked for is older than the workers keep in memory (``state_window_epochs``, or their
+    last restore or hand-off): ``oldest`` is the oldest one they can read now. Never answered with a
+    newer state instead; ``styx sql --as-of-epoch`` reads older epochs from the snapshots."""
 
 
 class Abort(Exception):

@@ -212,6 +212,10 @@ MAX_OPEN_LOOKUPS = 64
 MAX_LOOKUP_IDS = 64
 MAX_RECENT_LOOKUP = 500  # the most recent transactions one cluster-wide listing asks each worker for
 MAX_LOOKUP_REPLY_BYTES = 4 * 1024 * 1024
+# A consistent read of committed state (styx_worker.window, styx_coordinator.reads): entry bytes one
+# worker puts in one answer (a partition whose rows pass it is cut short: the page ends at the last key
+# every partition covered). A page holds at most MAX_SCAN_LIMIT rows, as ``ctx.scan`` does.
+MAX_READ_BYTES = 4 * 1024 * 1024
 
 # ---- Kafka producers and consumers (styx_py.io.batching, .fetching, .kafka_logs) ------------------------
 # Largest batch a lane builds (also the producer's max_batch_size; records larger than this still go,

@@ -28,7 +28,7 @@ def commit_lock_free(
         if tid not in fallback and tid not in aborted:
             w = writes[tid]
             if w:  # every invocation opens its transaction's buffer, a read-only one too
-                store.apply(w)
+                store.apply(w, es.epoch)
                 committed.add(tid, w)
     replies: list[tuple[RootTxn, Reply]] = []
     for tid in sorted(es.roots):

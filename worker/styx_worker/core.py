@@ -21,12 +21,10 @@ from typing import Any
 
 from styx_py.core.config import Config
 from styx_py.core.graph import GraphVersion
-from styx_py.core.limits import MAX_LOGGED_VALUE_CHARS
 from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import Cursor, cursor_of
 from styx_py.core.wire import (
     COORDINATOR,
-    UNDECODABLE,
     BatchEntry,
     ClusterView,
     FindReplies,
@@ -34,13 +32,13 @@ from styx_py.core.wire import (
     IngressRecord,
     LogLost,
     Message,
+    ReadAt,
+    ReadRows,
     Recover,
     ReplayDiverged,
     Reply,
-    ReplyStatus,
     Retire,
     SnapshotResult,
-    decode_value,
 )
 from styx_worker import digests, effects, recovery, snapshot
 from styx_worker.batch import BatchFormer
@@ -51,27 +49,16 @@ from styx_worker.epoch import EPOCH_MESSAGES, EpochMachine
 from styx_worker.handoff import HandoffRefused, Moved, outgoing, refusal
 from styx_worker.inbox import EpochMessage, Until
 from styx_worker.lookup import find_replies
-from styx_worker.replies import ReplyOut
+from styx_worker.replies import ReplyOut, shown
 from styx_worker.routing import RoutingTable
 from styx_worker.sequencer import Sequencer
 from styx_worker.txn import EpochState
 from styx_worker.versions import listed
+from styx_worker.window import read_at
 
-__all__ = ["CORE_MESSAGES", "WorkerCore", "shown"]
+__all__ = ["CORE_MESSAGES", "WorkerCore"]
 
 log = logging.getLogger("styx.worker")
-
-
-def shown(reply: Reply) -> str:
-    """A reply as a person reads it: its outcome and its result or error (clipped)."""
-    if reply.status == ReplyStatus.COMMITTED:
-        try:
-            value = repr(decode_value(reply.result))
-        except UNDECODABLE:
-            value = "<undecodable>"
-    else:
-        value = repr(reply.error)
-    return f"{reply.status!s} {value[:MAX_LOGGED_VALUE_CHARS]} (tid {reply.tid})"
 
 
 class WorkerCore:
@@ -277,6 +264,16 @@ class WorkerCore:
         found = find_replies(msg, self.node_id, self.replies.answered, running, whole, m.traces)
         self.out.effects.append(Send(COORDINATOR, found))
 
+    def _read_at(self, msg: ReadAt) -> None:
+        """A consistent read as of an epoch (:mod:`.window`): refused while the state is not whole."""
+        m = self.epochs
+        if self.halted or self.recovering or not self.consistent or msg.gen != m.gen:
+            found = ReadRows(msg.read, self.node_id, [], "unavailable", "recovering: retry", -1)
+        else:
+            owned = self.table.owned()
+            found = read_at(msg, self.node_id, m.store, m.window, m.completed_epoch, owned.__contains__)
+        self.out.effects.append(Send(COORDINATOR, found))
+
     # ---- reconfiguration: styx_worker.reconfig reads and waits, these install -----------------------
     def begin_recovery(self, msg: Recover) -> tuple[bool, set[int]]:
         """Generation ``msg.gen`` starts here: every epoch in flight is forgotten and the view applied
@@ -320,12 +317,13 @@ class WorkerCore:
         self.replies.move(gone, answered, waiting)
         self.replies.answered.restore_delta({p: list(piece.last.reply_delta) for p, piece in moved.items()})
         m.completed_epoch = msg.replay_until
+        m.window.restart(msg.replay_until)  # the moved partitions' versions stayed behind
         return {p: cursor_of(piece.last.position, piece.last.cursor) for p, piece in moved.items()}
 
     def install_restored(self, msg: Recover, r: recovery.Restored) -> None:
         """A full recovery: the state of the snapshot ``msg`` names, and the epochs to replay after it."""
         m, batch = self.epochs, self.batch
-        m.store = r.store
+        m.install_store(r.store, msg.manifest.epoch)
         m.completed_epoch = msg.manifest.epoch
         batch.rescheduled = r.rescheduled
         batch.replay = r.replay
@@ -394,6 +392,7 @@ _STEPS: dict[type, Callable[[WorkerCore, Any], None]] = {
     Halt: WorkerCore._on_halt,
     SnapshotResult: WorkerCore._snapshot_result,
     FindReplies: WorkerCore._find_replies,
+    ReadAt: WorkerCore._read_at,
 }
 CORE_MESSAGES = frozenset(t for t in _STEPS if t not in (Invoked, Called, LogAcked, Taken))
 """The wire messages the core handles (the shell handles the others)."""

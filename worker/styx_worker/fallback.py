@@ -73,7 +73,7 @@ def apply_final(
     fb = es.fb
     writes = fb.writes.pop(final.tid, None)
     if final.outcome == Outcome.COMMIT and writes:
-        store.apply(writes)
+        store.apply(writes, es.epoch)
         es.committed.add(final.tid, writes, phase)
     fb.pending.discard(final.tid)
     return fb.locks.release(final.tid)

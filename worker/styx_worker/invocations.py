@@ -32,6 +32,7 @@ from styx_worker.snapshot import Unconfirmed
 from styx_worker.state import StateStore
 from styx_worker.traces import Traces
 from styx_worker.txn import CachedInvocation, EpochPhase, EpochState, RootTxn, Tally
+from styx_worker.window import VersionWindow
 
 __all__ = ["InvocationFlow", "WritesDiverged"]
 
@@ -62,7 +63,9 @@ class InvocationFlow:
         self.replies = replies
         self.ports = ports
         self.out = out
-        self.store = StateStore()
+        # The versions kept for reads as of recent epochs (styx_worker.window), across store swaps.
+        self.window = VersionWindow(config.state_window_epochs)
+        self.store = StateStore(window=self.window)
         # Graph versions loaded (styx_worker.versions): a live epoch runs the one its EpochStart names, a
         # replayed one the one its log entry names, so the transactions of an epoch never mix versions.
         self.graphs: dict[int, Graph] = {}
@@ -86,6 +89,12 @@ class InvocationFlow:
         self.inbox.clear()
         self.gen = gen
         self.expected = {}
+
+    def install_store(self, store: StateStore, epoch: int) -> None:
+        """A restore: ``store`` holds the state as of ``epoch``; the window restarts there."""
+        store.window = self.window
+        self.window.restart(epoch)
+        self.store = store
 
     def pending(self) -> int:
         """Transactions waiting to run: rescheduled ones and requests buffered from the ingress."""

@@ -31,12 +31,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from styx_py.core.wire import IngressRecord, Reply, Request
+from styx_py.core.limits import MAX_LOGGED_VALUE_CHARS
+from styx_py.core.wire import UNDECODABLE, IngressRecord, Reply, ReplyStatus, Request, decode_value
 from styx_worker.dedup import ReplyTable
 from styx_worker.effects import Emit, Outbox
 from styx_worker.txn import RootTxn
 
 Diverged = Callable[[int, Reply, Reply], None]  # (epoch, the reply on the log, the replayed one)
+
+
+def shown(reply: Reply) -> str:
+    """A reply as a person reads it: its outcome and its result or error (clipped)."""
+    if reply.status == ReplyStatus.COMMITTED:
+        try:
+            value = repr(decode_value(reply.result))
+        except UNDECODABLE:
+            value = "<undecodable>"
+    else:
+        value = repr(reply.error)
+    return f"{reply.status!s} {value[:MAX_LOGGED_VALUE_CHARS]} (tid {reply.tid})"
 
 
 class ReplyOut:

@@ -9,6 +9,9 @@ The keys of the watched operators (the system operators of external calls and ti
 a snapshot load or a hand-off wrote are collected in :attr:`StateStore.touched` for the worker's effect
 runner (:mod:`styx_worker.outbox`), which reads their committed state; :attr:`StateStore.pending`
 counts what each of their partitions holds (the per-partition bounds, styx_py.core.pendingcount).
+
+A commit names its epoch: the value each written entity had before goes to the :attr:`StateStore.window`
+first (:mod:`styx_worker.window`), for consistent reads as of recent epochs.
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ from collections.abc import Callable, Iterable, Iterator
 from styx_py.core.effectids import SYSTEM_OPERATORS
 from styx_py.core.pendingcount import PendingCounts
 from styx_worker.conflicts import EntityKey
+from styx_worker.keyindex import KeyIndex
+from styx_worker.window import VersionWindow
 
 Writes = dict[EntityKey, bytes | None]  # None = delete
 
 
 class StateStore:
-    def __init__(self, watched: frozenset[str] = frozenset()) -> None:
+    def __init__(self, watched: frozenset[str] = frozenset(), window: VersionWindow | None = None) -> None:
         self.data: dict[EntityKey, bytes] = {}
+        self.window = window  # the versions kept for reads as of recent epochs (None: none kept)
+        self.index = KeyIndex()  # the keys in key order, for those reads (styx_worker.keyindex)
         self.delta: Writes = {}
         self.watched = watched
         self.touched: set[EntityKey] = set()
@@ -42,12 +49,18 @@ class StateStore:
     def get(self, key: EntityKey) -> bytes | None:
         return self.data.get(key)
 
-    def apply(self, writes: Writes) -> None:
-        data, delta = self.data, self.delta
+    def apply(self, writes: Writes, epoch: int = -1) -> None:
+        """Commit ``writes`` of ``epoch`` (-1: outside any epoch, kept by no window)."""
+        data, delta, index = self.data, self.delta, self.index.by_op
+        if self.window is not None and epoch >= 0:
+            self.window.record(epoch, writes, data)
         for key, value in writes.items():
             if value is None:
-                data.pop(key, None)
+                if data.pop(key, None) is not None and index:
+                    index.pop(key[0], None)  # a key removed: its operator's order is rebuilt when read
             else:
+                if index and key not in data:
+                    index.pop(key[0], None)  # a key added
                 data[key] = value
             delta[key] = value
             if key[0] in SYSTEM_OPERATORS:
@@ -58,6 +71,7 @@ class StateStore:
     def load_writes(self, writes: Iterable[tuple[str, str | int, bytes | None]]) -> None:
         """Apply a snapshot delta during recovery (not recorded as a new delta)."""
         data = self.data
+        self.index.clear()
         loaded = []
         for op, key, value in writes:
             if value is None:
@@ -72,6 +86,7 @@ class StateStore:
 
     def drop(self, gone: Callable[[EntityKey], bool]) -> None:
         """Forget every key for which ``gone`` holds (its partition moved to another worker)."""
+        self.index.clear()
         dropped = [k for k in self.data if gone(k)]
         for key in dropped:
             del self.data[key]
@@ -91,6 +106,7 @@ class StateStore:
 
     def load(self, items: Iterable[tuple[EntityKey, bytes]]) -> None:
         items = list(items)
+        self.index.clear()
         self.data.update(items)
         self.pending.write_all((k, v) for k, v in items if k[0] in SYSTEM_OPERATORS)
         if self.watched:

@@ -20,6 +20,8 @@ served offline by :mod:`.apidoc`; the user-facing description and the error tabl
 ``GET  /v1/effects?owner=``                 one entity's pending external calls and timers
 ``GET  /console``                           the web console (static; its data from the routes above)
 ``GET  /v1/state/{operator}/{key}``         one entity's state through a read-only transaction (debug/admin)
+``GET  /v1/state/{operator}``               committed entities as of one epoch, by pages (:mod:`.stateread`)
+``GET  /v1/state/{operator}/{key}/stored``  one entity's stored value as of a committed epoch
 ``GET  /v1/operators``                      what is deployed, and the cluster's state
 ``GET  /healthz`` / ``/readyz``             liveness / readiness (cluster running and client connected)
 ``GET  /metrics``                           Prometheus exposition
@@ -109,8 +111,10 @@ from styx_client.gateway.models import (
 )
 from styx_client.gateway.outcomes import Outcome, failure, ok, parse_key, respond
 from styx_client.gateway.recent import RecentInvocations
+from styx_client.gateway.stateread import add_state_routes
 from styx_client.gateway.strict_json import StrictJsonRoute
 from styx_py.core.limits import MAX_KEY_CHARS, MAX_NAME_CHARS
+from styx_py.io.stateread import ReadSource
 
 __all__ = ["Served", "build_app"]
 
@@ -127,6 +131,7 @@ class Served(Protocol):
     recent: RecentInvocations
     jobs: Jobs
     history: ClusterHistory
+    state_reads: ReadSource
 
 
 def build_app(gateway: Served) -> FastAPI:
@@ -152,6 +157,7 @@ def build_app(gateway: Served) -> FastAPI:
     add_console_routes(app, gateway, bearer)
     add_effects_routes(app, gateway, bearer)
     _add_admin_routes(app, gateway, bearer)
+    add_state_routes(app, gateway, bearer)
     _add_probe_routes(app, gateway)
     return app
 

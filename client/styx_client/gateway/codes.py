@@ -42,6 +42,17 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ),
     ErrorCode("not_found", 404, "no such route"),
     ErrorCode("method_not_allowed", 405, "the route does not take this HTTP method"),
+    ErrorCode(
+        "epoch_not_committed",
+        409,
+        "as_of_epoch is newer than the newest committed epoch (the error names it)",
+    ),
+    ErrorCode(
+        "epoch_out_of_window",
+        410,
+        "as_of_epoch (or the cursor's epoch) is older than the workers keep in memory "
+        "(state_window_epochs, or their last recovery): styx sql --as-of-epoch reads older epochs",
+    ),
     ErrorCode("aborted", 409, "the function raised Abort: a business rejection; error.reply has tid/epoch"),
     ErrorCode("body_too_large", 413, "the body is larger than the gateway's max_body_bytes"),
     ErrorCode(

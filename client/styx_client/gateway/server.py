@@ -35,6 +35,7 @@ from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.recent import RecentInvocations
 from styx_client.gateway.replies import ReplyCache
 from styx_py.core.errors import StyxError
+from styx_py.io.stateread import ReadSource, admin_reads
 
 __all__ = ["Gateway", "bind_socket", "build_gateway", "serve_gateway"]
 
@@ -51,6 +52,7 @@ class Gateway:
         status_source: StatusSource | None = None,
         backend_factory: BackendFactory | None = None,
         reply_lookup: LookupSource | None = None,
+        state_reads: ReadSource | None = None,
     ) -> None:
         self.config = config
         self.metrics = GatewayMetrics()
@@ -71,6 +73,7 @@ class Gateway:
             reply_lookup or coordinator_lookup(config.coordinator, cluster_secret=config.cluster_secret),
             self.metrics.lookup,
         )
+        self.state_reads = state_reads or admin_reads(config.coordinator, secret=config.cluster_secret)
         self.invocations = Invocations(
             config, self.link, self.jobs, self.replies, self.stats, self.cluster_replies
         )

@@ -23,6 +23,7 @@ The modules, in the order a request meets them:
 ``client.py``      :class:`StyxClient`: construction, start, close, the task group; a facade
 ``calls.py``       what it sends: submit, submit_future, call, submit_many, prepare
 ``prepared.py``    :class:`Prepared`, the lean path
+``state.py``       reads of committed state as of an epoch, outside transactions (scan, read)
 ``config.py``      the settings, checked once (:class:`~styx_client.sdk.config.ClientConfig`)
 ``deployment.py``  what the coordinator says is deployed (:meth:`StyxClient.connect`)
 ``requests.py``    local checks against the deployed graph, the key's partition, the encoded request

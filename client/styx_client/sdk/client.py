@@ -31,6 +31,7 @@ from styx_client.sdk.kafka_transport import KafkaTransport
 from styx_client.sdk.prepared import Prepared
 from styx_client.sdk.requests import Call, Targets
 from styx_client.sdk.shell import Shell
+from styx_client.sdk.state import ClientState
 from styx_client.sdk.transport import Batching, ClientTransport
 from styx_py.core.errors import StyxError
 from styx_py.core.limits import BUSY_LINGER_MS, MIN_FETCH_WAIT_MS, SEGMENT_POLL_S
@@ -42,7 +43,7 @@ __all__ = ["Batching", "Call", "Prepared", "StyxClient"]
 log = logging.getLogger("styx.client")
 
 
-class StyxClient(ClientCalls):
+class StyxClient(ClientCalls, ClientState):
     """Asynchronous client of a styx-py cluster (one producer, one reply-reader task).
 
     Use :meth:`connect` to learn the operators and the Kafka address from the coordinator, or pass
@@ -83,6 +84,9 @@ class StyxClient(ClientCalls):
     reader skips the parts of the log that hold only replies already taken, as the workers' egress
     acknowledgements allow (:mod:`styx_client.sdk.resting`; ``rest_egress=False``: it reads every
     copy).
+
+    The same ``coordinator`` serves reads of committed state outside transactions, as of one epoch
+    across every partition (:meth:`scan`, :meth:`read`, :mod:`styx_client.sdk.state`).
     """
 
     def __init__(
@@ -130,6 +134,7 @@ class StyxClient(ClientCalls):
         from ``STYX_TLS_*`` (:func:`~styx_py.io.tls.client_tls`).
         """
         self._targets = Targets(operators, functions)
+        self._admin = (coordinator, cluster_secret)  # for reads of committed state (styx_client.sdk.state)
         self.config: ClientConfig = client_config(
             bootstrap,
             ingress_topic=ingress_topic,

@@ -152,6 +152,14 @@ class SyncStyxClient:
         """Blocking :meth:`StyxClient.submit_many`."""
         return self._run(self._client.submit_many(calls, concurrency=concurrency))
 
+    def read(self, operator: str, key: Key, *, as_of_epoch: int | None = None) -> tuple[int, Any]:
+        """Blocking :meth:`StyxClient.read <styx_client.sdk.state.ClientState.read>`."""
+        return self._run(self._client.read(operator, key, as_of_epoch=as_of_epoch))
+
+    def scan(self, operator: str, **bounds: Any) -> tuple[int, list[tuple[Key, Any]]]:
+        """Blocking :meth:`StyxClient.scan <styx_client.sdk.state.ClientState.scan>` (same keywords)."""
+        return self._run(self._client.scan(operator, **bounds))
+
     def close(self) -> None:
         """Close the client and stop its loop thread; safe to call twice."""
         if self._runner.loop.is_closed():

@@ -10,6 +10,7 @@ Every message is a ``msgspec.Struct``, tagged, in one module per part of the pro
 * :mod:`.admin` — the coordinator's admin API;
 * :mod:`.push` — replies pushed to clients on the workers' ports;
 * :mod:`.lookup` — finding a request's reply in the workers' reply tables (any gateway replica);
+* :mod:`.reads` — consistent reads of committed state as of one epoch, outside transactions;
 * :mod:`.logs` — Kafka payloads: requests, replies, sequencer-log batches with typed entries
   (:class:`Run`, :class:`Answered`, :class:`Waiting`, :class:`Refused`) and the digests of the
   writes each epoch committed (:class:`Written`);
@@ -102,6 +103,7 @@ from styx_py.core.wire.lookup import (
 )
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
 from styx_py.core.wire.push import EgressAcked, PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
+from styx_py.core.wire.reads import READ_CODES, PartRows, ReadAt, ReadRows, ReadState
 from styx_py.core.wire.storage import ClusterMeta, Manifest, PartitionSnapshot
 
 __all__ = [
@@ -112,6 +114,7 @@ __all__ = [
     "MAX_LOOKUP_IDS",
     "MAX_LOOKUP_REPLY_BYTES",
     "NIL",
+    "READ_CODES",
     "UNDECODABLE",
     "Ack",
     "AdminReply",
@@ -145,12 +148,16 @@ __all__ = [
     "Message",
     "Msg",
     "Outcome",
+    "PartRows",
     "PartitionSnapshot",
     "PeerMessage",
     "Phase",
     "PrepareGraph",
     "PushedReply",
     "PushedRequest",
+    "ReadAt",
+    "ReadRows",
+    "ReadState",
     "Recover",
     "RecoverDone",
     "Refused",

@@ -46,6 +46,7 @@ from styx_py.core.wire.control import (
 from styx_py.core.wire.lookup import FindReplies, FoundReplies, ReplyLookup
 from styx_py.core.wire.peer import Ack, CallResult, Final, Handoff, Invoke
 from styx_py.core.wire.push import EgressAcked, PushedReply, PushedRequest, SubscribeRefused, SubscribeReplies
+from styx_py.core.wire.reads import ReadAt, ReadRows, ReadState
 
 ToCoordinator = (
     Register
@@ -66,6 +67,8 @@ ToCoordinator = (
     | DrainRequest
     | ReplyLookup
     | FoundReplies
+    | ReadState
+    | ReadRows
 )
 ControlToWorker = (
     ClusterView
@@ -76,6 +79,7 @@ ControlToWorker = (
     | Halt
     | Retire
     | FindReplies
+    | ReadAt
     | PrepareGraph
 )
 # A peer's transaction messages, and its epoch reports (every worker decides from all of them).

@@ -1,0 +1,134 @@
+"""Consistent reads of committed state outside transactions: one epoch's cut, every partition asked.
+
+A client's :class:`~styx_py.core.wire.ReadState` names an operator, a range (or one key) and an epoch
+(-1: the newest one every worker finished, which every worker can read at once). The coordinator asks
+the owner of each partition the read covers (:class:`~styx_py.core.wire.ReadAt`: every partition of the
+operator for a range, the key's own for one key), merges their :class:`~styx_py.core.wire.ReadRows` in
+key order and answers the client with one page (:mod:`styx_py.core.wire.reads`). Epochs keep running
+meanwhile: each worker answers from its live state and the versions it keeps
+(:mod:`styx_worker.window`).
+
+A page ends at ``limit`` rows, or earlier where a partition's answer was cut short (its row limit or its
+byte budget): every row up to the page's last key is in it, from every partition, and ``next`` says
+where the next page starts. A worker that cannot answer (recovering, partitions moved, the epoch out of
+its window) makes the read refused with that worker's code; one that does not answer within
+``LOOKUP_TIMEOUT_S`` makes it ``unavailable``. At most ``MAX_OPEN_LOOKUPS`` reads are open at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from styx_coordinator.cluster import Cluster
+from styx_coordinator.tasks import Tasks
+from styx_py.core.errors import ScanLimitExceeded
+from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS
+from styx_py.core.partitioning import Key, partition_of
+from styx_py.core.ports import Clock
+from styx_py.core.scan import ScanRange, order, scan_range
+from styx_py.core.wire import AdminReply, PartRows, ReadAt, ReadRows, ReadState
+
+__all__ = ["StateReads", "merge_page"]
+
+
+@dataclass(slots=True)
+class _Read:
+    src: str
+    epoch: int
+    limit: int
+    waiting: set[str]  # workers that have not answered yet
+    parts: dict[int, PartRows] = field(default_factory=dict)
+    refused: ReadRows | None = None
+
+
+class StateReads:
+    def __init__(self, cluster: Cluster, clock: Clock, tasks: Tasks, latest: Callable[[], int]) -> None:
+        self.cluster = cluster
+        self.clock = clock
+        self.tasks = tasks
+        self.latest = latest  # the newest epoch every worker finished
+        self.open: dict[int, _Read] = {}
+        self.next_id = 0
+
+    def _refuse(self, src: str, code: str, error: str, **extra: Any) -> None:
+        self.cluster.transport.send(src, AdminReply(False, error, {"code": code, **extra}))
+
+    def start(self, src: str, msg: ReadState) -> None:
+        c = self.cluster
+        spec = next((o for o in c.operators if o.name == msg.operator), None)
+        if spec is None:
+            self._refuse(src, "unknown-operator", f"no operator {msg.operator!r} is deployed")
+            return
+        n = spec.partitions
+        try:
+            if msg.key is not None:
+                rng, rows = scan_range(msg.operator, start=msg.key, end=msg.key, limit=1)
+                rng = ScanRange(msg.operator, msg.key, False, msg.key, False, None, -1, n)
+                partitions = [partition_of(msg.key, n)]
+            else:
+                rng, rows = scan_range(msg.operator, msg.start, msg.end, msg.prefix, msg.limit, msg.after)
+                rng = ScanRange(rng.operator, rng.low, rng.low_open, rng.high, True, rng.prefix, -1, n)
+                partitions = list(range(n))
+        except (TypeError, ScanLimitExceeded) as exc:
+            self._refuse(src, "bad-request", str(exc))
+            return
+        latest = self.latest()
+        epoch = latest if msg.epoch == -1 else msg.epoch
+        if c.state != "running" or len(c.placement) < n:
+            self._refuse(src, "unavailable", f"the cluster is {c.state}: retry", latest=latest)
+            return
+        if not -1 <= epoch <= latest:
+            error = f"epoch {epoch} is not committed (the newest committed epoch is {latest})"
+            self._refuse(src, "not-committed" if epoch > latest else "bad-request", error, latest=latest)
+            return
+        if len(self.open) >= MAX_OPEN_LOOKUPS:
+            self._refuse(src, "unavailable", f"{len(self.open)} reads in flight; retry")
+            return
+        owners: dict[str, list[int]] = {}
+        for p in partitions:
+            owners.setdefault(c.placement[p], []).append(p)
+        read_id, self.next_id = self.next_id, self.next_id + 1
+        self.open[read_id] = _Read(src, epoch, rows, set(owners))
+        for node_id, owned in sorted(owners.items()):
+            c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, rows, owned))
+        self.tasks.spawn(self._expire(read_id))
+
+    def on_rows(self, msg: ReadRows) -> None:
+        read = self.open.get(msg.read)
+        if read is None or msg.node_id not in read.waiting:
+            return  # answered already (timed out, refused), or a duplicate
+        read.waiting.discard(msg.node_id)
+        if msg.code:
+            self.open.pop(msg.read)
+            self._refuse(read.src, msg.code, f"{msg.node_id}: {msg.error}", oldest=msg.oldest)
+            return
+        for part in msg.parts:
+            read.parts[part.partition] = part
+        if not read.waiting:
+            self.open.pop(msg.read)
+            rows, after = merge_page(list(read.parts.values()), read.limit)
+            body = {"epoch": read.epoch, "rows": [[k, v] for k, v in rows], "next": after}
+            self.cluster.transport.send(read.src, AdminReply(True, "", body))
+
+    async def _expire(self, read_id: int) -> None:
+        await self.clock.sleep(LOOKUP_TIMEOUT_S)
+        read = self.open.pop(read_id, None)
+        if read is not None:
+            missing = ", ".join(sorted(read.waiting))
+            self._refuse(read.src, "unavailable", f"no answer from {missing} within {LOOKUP_TIMEOUT_S:g} s")
+
+
+def merge_page(parts: list[PartRows], limit: int) -> tuple[list[tuple[Key, bytes]], Key | None]:
+    """The partitions' answers as one page in key order (values as msgpack bytes) and the key the next
+    page starts after (None: nothing follows). A partition cut short covers only up to its last row, so
+    the page stops there: past it, that partition's rows are not known."""
+    cuts = [order(p.rows[-1][0]) for p in parts if p.more and p.rows]
+    cover = min(cuts) if cuts else None
+    rows = sorted(((k, bytes(v)) for p in parts for k, v in p.rows), key=lambda kv: order(kv[0]))
+    if cover is not None:
+        rows = [kv for kv in rows if order(kv[0]) <= cover]
+    more = cover is not None or len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1][0] if more and rows else None)

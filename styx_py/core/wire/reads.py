@@ -1,0 +1,77 @@
+"""Consistent reads of committed state outside transactions: one epoch's cut across every partition.
+
+A client (the SDK, the gateway, ``styx state``) sends :class:`ReadState` to the coordinator's admin port;
+the coordinator picks the epoch (the newest one every worker finished, or the one asked for), asks the
+owner of each partition it covers (:class:`ReadAt`), each answers from its memory as of that epoch
+(:class:`ReadRows`, see :mod:`styx_worker.window`), and the coordinator merges them into one page: an
+:class:`~styx_py.core.wire.admin.AdminReply` whose body is ``{"epoch": E, "rows": [[key, msgpack value],
+…], "next": key | None}`` (``next``: the last key of the page when more may follow; the next page asks
+``after`` it at the same epoch). A refused read's body names its ``code`` (:data:`READ_CODES`).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from styx_py.core.scan import ScanRange
+from styx_py.core.wire.codes import Key, Msg
+
+__all__ = ["READ_CODES", "PartRows", "ReadAt", "ReadRows", "ReadState"]
+
+READ_CODES = {
+    "out-of-window": "the epoch is older than the workers keep in memory (or than their last restart)",
+    "not-committed": "the epoch is newer than the newest committed one",
+    "unavailable": "a worker is recovering, or the partitions moved meanwhile: retry",
+    "unknown-operator": "no such operator is deployed",
+    "bad-request": "the bounds or the limit are not valid",
+}
+"""Why a read is refused (the ``code`` of a refused read's body)."""
+
+
+class ReadState(Msg, tag="read-state"):
+    """Admin → coordinator: the committed entries of ``operator`` in a range, as of one epoch.
+
+    ``key`` set: that entity alone (its partition is the only one asked). ``epoch`` -1: the newest
+    epoch every worker finished."""
+
+    operator: str
+    start: Key | None = None
+    after: Key | None = None
+    end: Key | None = None
+    prefix: str | None = None
+    limit: int = 100
+    epoch: int = -1
+    key: Key | None = None
+
+
+class ReadAt(Msg, tag="read-at"):
+    """Coordinator → a worker: the entries in ``range`` of these ``partitions`` as of ``epoch``, at most
+    ``rows`` per partition."""
+
+    read: int
+    gen: int
+    epoch: int
+    range: ScanRange
+    rows: int
+    partitions: list[int]
+
+
+class PartRows(msgspec.Struct, array_like=True, frozen=True):
+    """One partition's answer: its live entries in the range as of the epoch, in key order; ``more``:
+    it had more than it sent (the rows end at the last key it read)."""
+
+    partition: int
+    rows: list[tuple[Key, msgspec.Raw]]
+    more: bool
+
+
+class ReadRows(Msg, tag="read-rows"):
+    """Worker → coordinator: its partitions' answers to read ``read``, or why it cannot answer
+    (``code`` one of :data:`READ_CODES`, ``oldest`` the oldest epoch it can read)."""
+
+    read: int
+    node_id: str
+    parts: list[PartRows]
+    code: str = ""
+    error: str = ""
+    oldest: int = -1

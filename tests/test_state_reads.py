@@ -1,0 +1,326 @@
+"""Consistent reads of committed state outside transactions (``client.scan``, ``styx state``,
+``GET /v1/state/{operator}``): one epoch's cut across every partition, from the workers' memory.
+
+The pure parts first (the window of versions, one worker's answer, the coordinator's merge), then the
+whole path in the simulation: YCSB-T transfers run while scans page through the accounts, and every
+scan must sum to the conserved total and equal the serial execution's state at its epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import msgspec
+import pytest
+
+from styx_coordinator.reads import merge_page
+from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
+from styx_py.core.partitioning import Key
+from styx_py.core.scan import ScanRange
+from styx_py.core.serial import Writes
+from styx_py.core.wire import PartRows, ReadAt, ReadState, Reply, decode_value, encode_value
+from styx_py.io import stateread
+from styx_py.testing.cluster import SimCluster, serial_replay
+from styx_py.testing.reads import sim_reads
+from styx_worker.state import StateStore
+from styx_worker.window import VersionWindow, read_at
+
+BANK = "styx_benchmarks.bank:app"
+ACCOUNTS, INITIAL = 40, 1000
+
+
+def _v(x: Any) -> bytes:
+    return encode_value(x)
+
+
+def _read(epoch: int, partitions: list[int], n: int = 2, rows: int = 100, **bounds: Any) -> ReadAt:
+    rng = ScanRange("acct", bounds.get("low"), False, bounds.get("high"), True, bounds.get("prefix"), -1, n)
+    return ReadAt(1, 0, epoch, rng, rows, partitions)
+
+
+def _rows(answer: Any) -> dict[Key, Any]:
+    return {k: decode_value(bytes(v)) for part in answer.parts for k, v in part.rows}
+
+
+def test_a_read_as_of_an_epoch_sees_neither_later_epochs_nor_the_one_in_progress() -> None:
+    window = VersionWindow(10)
+    store = StateStore(window=window)
+    store.apply({("acct", "a"): _v(1), ("acct", "b"): _v(2)}, 0)
+    store.apply({("acct", "a"): _v(5), ("acct", "c"): _v(3)}, 1)
+    store.apply({("acct", "b"): None}, 1)
+    store.apply({("acct", "a"): _v(9)}, 2)  # epoch 2 in progress: one of its writes applied
+    every = [0, 1]
+
+    def at(epoch: int) -> dict[Key, Any]:
+        return _rows(read_at(_read(epoch, every), "w1", store, window, 1, lambda p: True))
+
+    assert at(1) == {"a": 5, "c": 3}
+    assert at(0) == {"a": 1, "b": 2}
+    assert at(-1) == {}
+    behind = read_at(_read(2, every), "w1", store, window, 1, lambda p: True)
+    assert behind.code == "unavailable", "an epoch not finished here is not answered"
+    moved = read_at(_read(1, every), "w1", store, window, 1, lambda p: p == 0)
+    assert moved.code == "unavailable", "a partition this worker does not own is not answered"
+
+
+def test_the_window_keeps_only_its_epochs_and_restarts_after_a_restore() -> None:
+    window = VersionWindow(3)
+    store = StateStore(window=window)
+    for e in range(10):
+        store.apply({("acct", "a"): _v(e)}, e)
+    assert sorted(window.before) == [7, 8, 9], "the versions of older epochs are dropped"
+    old = read_at(_read(5, [0, 1]), "w1", store, window, 9, lambda p: True)
+    assert old.code == "out-of-window" and old.oldest == 7
+    assert _rows(read_at(_read(7, [0, 1]), "w1", store, window, 9, lambda p: True)) == {"a": 7}
+    window.restart(9)
+    assert not window.before
+    assert read_at(_read(8, [0, 1]), "w1", store, window, 9, lambda p: True).code == "out-of-window"
+    assert _rows(read_at(_read(9, [0, 1]), "w1", store, window, 9, lambda p: True)) == {"a": 9}
+
+
+def test_inserts_and_deletes_after_the_key_order_was_built_are_seen_at_the_right_epochs() -> None:
+    window = VersionWindow(10)
+    store = StateStore(window=window)
+    store.apply({("acct", k): _v(k) for k in ("a", "b", "c", 5)}, 0)
+
+    def at(epoch: int, completed: int, **bounds: Any) -> list[Key]:
+        answer = read_at(_read(epoch, [0, 1], **bounds), "w1", store, window, completed, lambda p: True)
+        return sorted(_rows(answer), key=lambda k: (isinstance(k, str), k))
+
+    assert at(0, 0) == [5, "a", "b", "c"]  # builds the key order
+    store.apply({("acct", "b"): None}, 1)
+    store.apply({("acct", "d"): _v("d")}, 1)
+    store.apply({("acct", "b"): _v("b2")}, 1)  # deleted and inserted again in one epoch
+    store.apply({("acct", "c"): None}, 1)
+    assert at(0, 1) == [5, "a", "b", "c"], "the entities deleted since are read as they were"
+    assert at(1, 1) == [5, "a", "b", "d"]
+    assert at(0, 1, low="a", prefix="") == ["a", "b", "c"]
+    assert at(1, 1, high="c") == [5, "a", "b"]
+    store.apply({("acct", "a"): None, ("acct", "e"): _v("e")}, 2)
+    assert at(1, 2) == [5, "a", "b", "d"] and at(2, 2) == [5, "b", "d", "e"]
+    assert at(0, 2, prefix="c") == ["c"] and at(2, 2, prefix="c") == []
+
+
+def test_one_partitions_answer_is_bounded_by_its_rows_and_ordered_by_key() -> None:
+    window = VersionWindow(5)
+    store = StateStore(window=window)
+    store.apply({("acct", k): _v(i) for i, k in enumerate(["k3", "k1", 7, "k2", "j"])}, 0)
+    store.apply({("other", "k0"): _v(0)}, 0)
+    answer = read_at(_read(0, [0, 1], n=1, rows=2, prefix="k"), "w1", store, window, 0, lambda p: True)
+    (part,) = [p for p in answer.parts if p.rows]
+    assert [k for k, _ in part.rows] == ["k1", "k2"] and part.more
+
+
+def test_a_page_ends_where_every_partition_is_known() -> None:
+    def part(p: int, keys: list[Key], more: bool) -> PartRows:
+        return PartRows(p, [(k, msgspec.Raw(_v(k))) for k in keys], more)
+
+    # Partition 1 was cut at "c": past it its rows are unknown, so the page stops at "c".
+    rows, after = merge_page([part(0, ["a", "d", "e"], False), part(1, ["b", "c"], True)], 10)
+    assert [k for k, _ in rows] == ["a", "b", "c"] and after == "c"
+    rows, after = merge_page([part(0, ["a", "d"], False), part(1, ["b"], False)], 2)
+    assert [k for k, _ in rows] == ["a", "b"] and after == "b"
+    rows, after = merge_page([part(0, [1, "a"], False), part(1, [], False)], 5)
+    assert [k for k, _ in rows] == [1, "a"] and after is None, "int keys come before str keys"
+
+
+def test_a_cursor_carries_the_epoch_and_the_key() -> None:
+    for epoch, key in ((0, "acct7"), (12345, -3), (7, "ü/ß")):
+        assert stateread.from_cursor(stateread.to_cursor(epoch, key)) == (epoch, key)
+    with pytest.raises(ValueError, match="not a state cursor"):
+        stateread.from_cursor("%%%")
+
+
+# ---- the whole path, in the simulation ---------------------------------------------------------------
+
+
+def _states_by_epoch(commits: list[tuple[Reply, Writes]], epochs: set[int]) -> dict[int, dict[Key, Any]]:
+    """The serial execution's ``account`` state as of each of ``epochs``."""
+    state: dict[Key, Any] = {}
+    out: dict[int, dict[Key, Any]] = {}
+    pending = sorted(epochs)
+    for reply, writes in commits:
+        while pending and reply.epoch > pending[0]:
+            out[pending.pop(0)] = dict(state)
+        for (op, key), value in writes.items():
+            if op == "account":
+                if value is None:
+                    state.pop(key, None)
+                else:
+                    state[key] = decode_value(value)
+    for e in pending:
+        out[e] = dict(state)
+    return out
+
+
+async def _scan(source: stateread.ReadSource, page_size: int, **kw: Any) -> tuple[int, dict[Key, Any], int]:
+    """One scan by pages: its epoch, its rows and how many pages it took."""
+    rows: dict[Key, Any] = {}
+    epoch, pages = -2, 0
+    async for page in stateread.scan(source, "account", page_size=page_size, **kw):
+        assert epoch in (-2, page.epoch), "every page of one scan reads the same epoch"
+        epoch, pages = page.epoch, pages + 1
+        for k, v in page.rows:
+            assert k not in rows, f"{k} on two pages"
+            rows[k] = v
+    return epoch, rows, pages
+
+
+@pytest.mark.parametrize("seed", [45, 46, 47])
+async def test_scans_while_transfers_run_sum_to_the_total_and_equal_the_serial_state_at_their_epoch(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    names = [f"acct{i}" for i in range(ACCOUNTS)]
+    async with SimCluster(BANK, workers=3, seed=seed, epoch_size_max=20) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source = sim_reads(c.network)
+        scans: list[tuple[int, dict[Key, Any]]] = []
+        moved_on = 0  # scans during whose pages the cluster committed more epochs
+        for _ in range(50):
+            for _ in range(15):
+                src, dst = rng.sample(names, 2)
+                c.submit("account", "transfer", src, dst, rng.randint(1, 50))
+            async with asyncio.timeout(60):
+                epoch, rows, pages = await _scan(source, page_size=rng.choice([3, 7, 40]))
+            assert sum(rows.values()) == ACCOUNTS * INITIAL, f"scan at epoch {epoch}: money not conserved"
+            assert sorted(rows) == sorted(names)
+            moved_on += c.coordinator.epochs.epoch - 1 > epoch and pages > 1
+            scans.append((epoch, rows))
+        await c.wait()
+        # Each scan again, by its epoch, now that many more epochs committed: the same rows.
+        for epoch, rows in scans[-10:]:
+            again = await _scan(source, page_size=11, as_of_epoch=epoch)
+            assert again[:2] == (epoch, rows), f"an as-of read of epoch {epoch} changed"
+        one = scans[-1]
+        key = names[3]
+        got = await stateread.read_value(source, "account", key, one[0])
+        assert got == (one[0], True, one[1][key])
+        assert (await stateread.read_value(source, "account", "nobody", one[0]))[1:] == (False, None)
+        commits: list[tuple[Reply, Writes]] = []
+        await serial_replay(c.graph_at, c.requests, c.sent.unique_replies(), commits)
+    serial = _states_by_epoch(commits, {e for e, _ in scans})
+    for epoch, rows in scans:
+        assert rows == serial[epoch], f"the scan at epoch {epoch} differs from the serial state then"
+    assert len({e for e, _ in scans}) > 10, "the scans should see many epochs"
+    assert moved_on > 0, "no scan's pages spanned committed epochs: the cut was never tested"
+
+
+async def test_an_epoch_past_the_window_or_before_a_recovery_is_refused_by_name() -> None:
+    names = [f"acct{i}" for i in range(8)]
+    async with SimCluster(BANK, workers=2, seed=3, state_window_epochs=4, snapshot_interval_epochs=2) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source = sim_reads(c.network)
+        first, _, _ = await _scan(source, page_size=100)
+        for i in range(30):  # one epoch each: the window moves past ``first``
+            c.submit("account", "transfer", names[i % 8], names[(i + 1) % 8], 1)
+            await c.wait()
+        with pytest.raises(EpochOutOfWindow, match="older than the oldest epoch kept") as caught:
+            await _scan(source, page_size=100, as_of_epoch=first)
+        assert caught.value.oldest > first
+        latest = c.coordinator.epochs.epoch - 1
+        with pytest.raises(StateReadRefused) as ahead:
+            await stateread.read_value(source, "account", names[0], latest + 5)
+        assert ahead.value.code == "not-committed"
+        with pytest.raises(StateReadRefused) as unknown:
+            await stateread.read_page(source, ReadState("nope"))
+        assert unknown.value.code == "unknown-operator"
+
+
+async def test_after_a_recovery_the_window_restarts_at_the_restored_snapshot() -> None:
+    names = [f"acct{i}" for i in range(8)]
+    async with SimCluster(BANK, workers=2, seed=5, snapshot_interval_epochs=2) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source = sim_reads(c.network)
+        before, rows_before, _ = await _scan(source, page_size=100)
+        for i in range(10):  # one epoch each, with snapshots after ``before``
+            c.submit("account", "transfer", names[i % 8], names[(i + 3) % 8], 1)
+            await c.wait()
+        assert (await _scan(source, page_size=5, as_of_epoch=before))[1] == rows_before
+        c.crash("w1")
+        for i in range(10):
+            c.submit("account", "transfer", names[i % 8], names[(i + 5) % 8], 2)
+        await c.wait()
+        assert c.coordinator.recoveries >= 1
+        # Every worker restored the snapshot: the versions before it are gone, and an older epoch is
+        # refused by name, never answered with a newer state.
+        oldest = min(w.core.epochs.window.floor for w in c.workers)
+        assert before < oldest
+        with pytest.raises(EpochOutOfWindow):
+            await _scan(source, page_size=100, as_of_epoch=before)
+        at, rows_at, _ = await _scan(source, page_size=3, as_of_epoch=oldest)
+        assert at == oldest and sum(rows_at.values()) == 8 * INITIAL
+        now, rows_now, _ = await _scan(source, page_size=3)
+        assert now > oldest and sum(rows_now.values()) == 8 * INITIAL
+
+
+async def test_scans_across_a_partition_move_stay_whole_and_the_window_restarts() -> None:
+    rng = random.Random(7)
+    names = [f"acct{i}" for i in range(16)]
+    async with SimCluster(BANK, workers=2, seed=7, epoch_size_max=10) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source = sim_reads(c.network)
+        before, _, _ = await _scan(source, page_size=100)
+        for i in range(3):  # epochs after ``before``, ahead of the move
+            c.submit("account", "transfer", names[i], names[i + 1], 1)
+            await c.wait()
+        c.add_worker("w3")
+        for _ in range(12):  # transfers and scans while the partitions move
+            for _ in range(5):
+                src, dst = rng.sample(names, 2)
+                c.submit("account", "transfer", src, dst, rng.randint(1, 9))
+            _, rows, _ = await _scan(source, page_size=5)
+            assert sum(rows.values()) == 16 * INITIAL and len(rows) == 16
+        await c.wait()
+        assert "w3" in c.coordinator.cluster.placement and c.coordinator.recoveries == 0
+        floors = [w.core.epochs.window.floor for w in c.workers]
+        assert min(floors) > before, "the move restarts every worker's window"
+        with pytest.raises(EpochOutOfWindow):
+            await _scan(source, page_size=100, as_of_epoch=before)
+
+
+@pytest.mark.parametrize("seed", range(61, 69))
+async def test_scans_under_worker_crashes_are_right_or_refused_never_wrong(seed: int) -> None:
+    """Workers crash (and restore from snapshots) while scans page: a scan either sums to the total
+    and equals the serial state at its epoch, or is refused by name (its epoch fell out of a restarted
+    window, or the cluster was recovering past the retries); it never returns another state."""
+    rng = random.Random(seed)
+    names = [f"acct{i}" for i in range(24)]
+    async with SimCluster(
+        BANK, workers=3, seed=seed, epoch_size_max=10, snapshot_interval_epochs=3, epoch_timeout_ms=300
+    ) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source = sim_reads(c.network)
+        base = c.network.delivered
+        for _ in range(3):
+            node = rng.choice(["w1", "w2", "w3"])
+            c.network.faults.at(base + rng.randint(50, 3000), lambda node=node: c.crash(node))
+        scans: list[tuple[int, dict[Key, Any]]] = []
+        refused = 0
+        for _ in range(30):
+            for _ in range(8):
+                src, dst = rng.sample(names, 2)
+                c.submit("account", "transfer", src, dst, rng.randint(1, 30))
+            try:
+                async with asyncio.timeout(120):
+                    epoch, rows, _ = await _scan(source, page_size=rng.choice([4, 9]))
+            except (EpochOutOfWindow, Unavailable):
+                refused += 1
+                continue
+            assert sum(rows.values()) == len(names) * INITIAL, f"seed {seed}: scan at epoch {epoch}"
+            scans.append((epoch, rows))
+        await c.wait(timeout_s=120)
+        assert c.coordinator.recoveries >= 1, "no crash hit the run"
+        commits: list[tuple[Reply, Writes]] = []
+        await serial_replay(c.graph_at, c.requests, c.sent.unique_replies(), commits)
+    serial = _states_by_epoch(commits, {e for e, _ in scans})
+    for epoch, rows in scans:
+        assert rows == serial[epoch], f"seed {seed}: the scan at epoch {epoch} differs from the serial state"
+    assert len(scans) > 20, f"seed {seed}: only {len(scans)} scans answered ({refused} refused)"
