@@ -1,6 +1,6 @@
 """``styx sql`` on a real bank run: Tansu, SeaweedFS, a coordinator and two workers, the changelog on.
 
-One run per module (40 accounts of 100, then three waves of 120 transfers, each wave followed by reads
+One run per module (40 accounts of 100, then two waves of 100 transfers, each wave followed by reads
 until a snapshot covers it; a snapshot every 25 epochs, never compacted), on the session's Spark.
 The operator table ``account`` at the newest snapshot sums to the conserved total; as of older epochs
 (before the first snapshot: the changelog alone; at a snapshot epoch: the chain alone; between two
@@ -51,8 +51,8 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 ACCOUNTS = 40
 INITIAL = 100
-WAVES = 3
-TRANSFERS = 120  # per wave
+WAVES = 2
+TRANSFERS = 100  # per wave
 
 
 @dataclass(frozen=True)
@@ -148,10 +148,6 @@ def test_the_accounts_sum_to_the_conserved_total(
         "starting Spark" in err and f"the state as of epoch {bank.snapshot}: snapshot {bank.snapshot}" in err
     )
 
-    result = query("SELECT key, value FROM account", src, spark=spark)
-    assert result.state is not None and result.state.epoch == bank.snapshot
-    assert balances(result) == bank.serial_state(bank.snapshot)
-
 
 def test_as_of_an_epoch_is_the_serial_state_of_that_epoch(bank: BankRun, spark: Any) -> None:
     chain, commits = bank.chain, bank.commit_epochs()
@@ -202,8 +198,6 @@ def test_the_log_tables(bank: BankRun, spark: Any) -> None:
 
 def test_errors_name_their_case(bank: BankRun, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
     src = bank.sources
-    with pytest.raises(UnknownTable, match=r"no table acount: the tables are requests, .*account"):
-        query("SELECT * FROM acount", src, spark=spark)
     with pytest.raises(SqlSyntaxError, match="PARSE_SYNTAX_ERROR"):
         query("SELEKT 1", src, spark=spark)
     off = replace(src, changelog_topic="")
@@ -224,11 +218,11 @@ def test_errors_name_their_case(bank: BankRun, spark: Any, capsys: pytest.Captur
 
     s3 = src.s3
     assert s3 is not None
-    argv = ["sql", "SELECT * FROM nowhere", "--s3-endpoint", s3.endpoint, "--bucket", s3.bucket]
+    argv = ["sql", "SELECT * FROM acount", "--s3-endpoint", s3.endpoint, "--bucket", s3.bucket]
     argv += ["--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key, "--kafka", src.kafka]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "styx: error: no table nowhere" in err
+    assert "styx: error: no table acount: the tables are requests, replies, epochs, aborts, account" in err
 
 
 def test_struct_values_become_columns(s3: SeaweedS3, spark: Any) -> None:

@@ -49,7 +49,7 @@ from styx_py.audit.asof import (
     plan_state,
 )
 from styx_py.audit.failures import MissingData
-from styx_py.audit.job import effective_entries
+from styx_py.audit.job import effective_entries, register_sources, spark_session
 from styx_py.audit.kafka_source import OffsetRange, iter_range, plan_ranges, read_ranges
 from styx_py.audit.options import DEFAULT_SPLIT_RECORDS, DEFAULT_TIMEOUT_S, S3Options
 from styx_py.audit.snapshot_source import load_manifest, load_meta
@@ -139,9 +139,8 @@ def query(
     assert max_rows > 0, max_rows
     say = echo or (lambda _: None)
     if spark is None:
-        from styx_py.audit.job import spark_session
-
         spark = SparkSession.getActiveSession() or spark_session("styx-sql", driver_memory="1g")
+    register_sources(spark)  # a session of the caller's own may not have them yet
     names = referenced_tables(spark, sql)
     catalog = _Catalog(spark, sources, as_of_epoch, say)
     try:
