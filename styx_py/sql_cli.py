@@ -12,6 +12,7 @@ import argparse
 import datetime
 import decimal
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -85,6 +86,11 @@ def cmd_sql(
         kafka_security=KafkaSecurity.from_env(),
         timeout_s=args.timeout,
     )
+    if not args.verbose:  # PySpark logs every error it converts; the error line below says it once
+        from pyspark.logger import PySparkLogger
+
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
     started = time.monotonic()
 
     def say(line: str) -> None:

@@ -28,7 +28,7 @@ from styx_client import StyxClient
 from styx_py import cli
 from styx_py.audit.asof import chain_epochs
 from styx_py.audit.options import S3Options
-from styx_py.audit.snapshot_source import load_manifest
+from styx_py.audit.snapshot_source import META_KEY, load_manifest
 from styx_py.audit.sql import (
     AsOfUnavailable,
     ChangelogDisabled,
@@ -40,7 +40,15 @@ from styx_py.audit.sql import (
 from styx_py.core.blobs import delta_key, manifest_key
 from styx_py.core.partitioning import Key
 from styx_py.core.serial import serial_replay
-from styx_py.core.wire import Manifest, PartitionSnapshot, Reply, Request, decode_value, encode_value
+from styx_py.core.wire import (
+    ClusterMeta,
+    Manifest,
+    PartitionSnapshot,
+    Reply,
+    Request,
+    decode_value,
+    encode_value,
+)
 from styx_py.stack.local import LocalStack
 from styx_py.stack.services import SeaweedS3, TansuBroker
 from tests.service_fixtures import start_cluster
@@ -226,8 +234,9 @@ def test_errors_name_their_case(bank: BankRun, spark: Any, capsys: pytest.Captur
 
 
 def test_struct_values_become_columns(s3: SeaweedS3, spark: Any) -> None:
-    """A bucket written by hand: one snapshot of one partition, with map values, mixed values, and
-    operators whose names are no SQL names or clash with a log table."""
+    """A bucket written by hand: one snapshot of one partition, with map values, mixed values,
+    operators whose names are no SQL names or clash with a log table, and a deployed graph with an
+    operator that has no entity."""
     bucket = f"sql-{uuid.uuid4().hex[:8]}"
     c = s3.config
     s3o = S3Options(c.endpoint, c.access_key, c.secret_key, bucket, c.region)
@@ -244,7 +253,9 @@ def test_struct_values_become_columns(s3: SeaweedS3, spark: Any) -> None:
     ]
     part = PartitionSnapshot(5, 0, writes, 0, [], 0, 0)
     manifest = Manifest(5, 0, 1, {0: [delta_key(0, 5)]}, [])
-    for name, data in ((delta_key(0, 5), part), (manifest_key(5), manifest)):
+    meta = ClusterMeta("styx_benchmarks.bank:app", [], [], 0, [])  # the deployed graph: the bank's
+    objects = ((delta_key(0, 5), part), (manifest_key(5), manifest), (META_KEY, meta))
+    for name, data in objects:
         raw = msgspec.msgpack.encode(data)
         client.put_object(bucket, name, io.BytesIO(raw), len(raw))
     src = SqlSources(s3=s3o)
@@ -259,5 +270,7 @@ def test_struct_values_become_columns(s3: SeaweedS3, spark: Any) -> None:
     assert query("SELECT a FROM op_requests", src, spark=spark).rows == [{"a": 1}]
     mixed = query("SELECT key, value FROM mixed ORDER BY key", src, spark=spark).rows
     assert mixed == [{"key": "m1", "value": "1"}, {"key": "m2", "value": '{"a":1}'}]
-    with pytest.raises(UnknownTable, match=r"no table replies: the tables are customer, mixed, op_requests"):
+    empty = query("SELECT * FROM account", src, spark=spark)  # the graph's, with no entity yet
+    assert (empty.columns, empty.rows) == (["key", "value"], [])
+    with pytest.raises(UnknownTable, match=r"no table replies: the tables are account, customer, mixed"):
         query("SELECT * FROM replies", src, spark=spark)  # no Kafka: no log tables

@@ -6,8 +6,9 @@
   operator named like a log table is ``op_<name>``): ``key``, then the value's fields when every
   value of the operator is a map (a struct), else one ``value`` column; types as Spark infers them
   from the values (a field of mixed types is JSON text). One row per entity that exists as of the
-  epoch (deleted ones are gone). The state is the newest snapshot's, or as of ``as_of_epoch``
-  (:mod:`.asof` says which snapshot and which changelog records make it);
+  epoch (deleted ones are gone); an operator of the deployed graph with no entity is an empty
+  table. The state is the newest snapshot's, or as of ``as_of_epoch`` (:mod:`.asof` says which
+  snapshot and which changelog records make it);
 * **requests** (the ingress topic), **replies** (the egress topic), **epochs** (the sequencer log,
   one row per epoch of the generation that ran it) and **aborts** (the replies that did not commit,
   with their request's operator, function and key): see :data:`LOG_COLUMNS`. The logs are read to
@@ -53,6 +54,8 @@ from styx_py.audit.job import effective_entries, register_sources, spark_session
 from styx_py.audit.kafka_source import OffsetRange, iter_range, plan_ranges, read_ranges
 from styx_py.audit.options import DEFAULT_SPLIT_RECORDS, DEFAULT_TIMEOUT_S, S3Options
 from styx_py.audit.snapshot_source import load_manifest, load_meta
+from styx_py.core.errors import GraphError
+from styx_py.core.graph import load_graph
 from styx_py.core.security import PLAINTEXT, KafkaSecurity
 from styx_py.core.wire import SeqLogEntry, decode_value
 
@@ -247,7 +250,10 @@ class _Catalog:
         if self.src.s3 is None:
             missing.append("no S3 given (--s3-endpoint or STYX_S3_ENDPOINT): no operator tables")
         elif self._plan is not None:
-            missing.append(f"operator tables: the operators with state as of epoch {self._plan.epoch}")
+            missing.append(
+                f"operator tables: the deployed graph's operators and those with state as of epoch "
+                f"{self._plan.epoch}"
+            )
         return f" ({'; '.join(missing)})" if missing else ""
 
     # ---- the operators' state
@@ -257,9 +263,21 @@ class _Catalog:
             if self.src.s3 is None:
                 self._operators = {}
             else:
-                ops = [r["operator"] for r in self.state().select("operator").distinct().collect()]
-                self._operators = {table_name(op).lower(): op for op in sorted(ops)}
+                ops = {r["operator"] for r in self.state().select("operator").distinct().collect()}
+                self._operators = {table_name(op).lower(): op for op in sorted(ops | self._graph_operators())}
         return self._operators
+
+    def _graph_operators(self) -> set[str]:
+        """The deployed graph's operators (a table each, empty when no entity exists at the epoch), when
+        the graph named in the cluster's saved state imports here; else none."""
+        assert self.src.s3 is not None
+        meta = load_meta(self.src.s3.client(), self.src.s3.bucket)
+        if meta is None or not meta.graph_path:
+            return set()
+        try:
+            return set(load_graph(meta.graph_path).operators)
+        except GraphError:
+            return set()
 
     def _operator_table(self, name: str) -> DataFrame | None:
         if self.src.s3 is None:
@@ -270,6 +288,8 @@ class _Catalog:
         self.say(f"inferring the columns of {name} (operator {op!r}) from its values")
         lines = self.state().where(F.col("operator") == op).mapInArrow(entity_json, "line string")
         typed = self.spark.read.json(lines.rdd.map(lambda r: r["line"]))
+        if "key" not in typed.columns:  # no entity of the operator at the epoch
+            return self.spark.createDataFrame([], "key string, value string")
         value = typed.schema["value"].dataType if "value" in typed.columns else None
         if value is not None and value.typeName() == "struct":
             fields = [f.name for f in value.fields]  # type: ignore[attr-defined]
