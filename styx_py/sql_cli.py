@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,9 @@ def cmd_sql(
                 spark.stop()
     except StyxError:
         raise
-    except RUN_FAILURES as exc:
+    except RUN_FAILURES as exc:  # one line (exit code 2); anything else is a bug: its traceback
+        if args.verbose:
+            traceback.print_exc()
         raise could_not_run(exc, args.verbose) from exc
     for note in result.notes:
         say(f"note: {note}")
