@@ -500,7 +500,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 CLIENT_COMMANDS = frozenset(
-    {"deploy", "status", "call", "invocations", "console", "gateway", "audit", "state"}
+    {"deploy", "status", "call", "invocations", "console", "gateway", "audit", "state", "sql"}
 )
 
 
@@ -768,6 +768,22 @@ def build_parser() -> argparse.ArgumentParser:
     if au is not None:
         _audit_arguments(au)
         au.set_defaults(fn=cmd_audit)
+
+    sq = add_parser(
+        sub,
+        "sql",
+        "spark",
+        help="Spark SQL over each operator's state (newest snapshot or --as-of-epoch) and the logs",
+        description="Run a Spark SQL query over one table per operator (its state at the newest "
+        "snapshot, or as of --as-of-epoch E: the snapshot chain in S3 and the changelog topic) and over "
+        "the logs: requests, replies, epochs, aborts. Prints a table, or JSON with --json; progress on "
+        "stderr. Exit code 2 with one line when the query cannot be answered. Needs the 'spark' extra.",
+    )
+    if sq is not None:
+        from styx_py.sql_cli import add_sql_arguments, cmd_sql
+
+        add_sql_arguments(sq)
+        sq.set_defaults(fn=cmd_sql)
 
     sim = add_parser(
         sub,

@@ -1,10 +1,11 @@
-"""Pytest plugin: real local services (SeaweedFS S3, Tansu Kafka) as fixtures.
+"""Pytest plugin: real local services (SeaweedFS S3, Tansu Kafka) and a SparkSession as fixtures.
 
 Load with ``pytest_plugins = ["tests.service_fixtures"]`` in ``tests/conftest.py`` (or
 ``-p tests.service_fixtures``). Services are started lazily, only by tests that ask for them,
 so unit-test runs pay nothing. The S3 server and the in-memory broker are shared by the whole
 session because starting them costs ~1.2 s and ~0.1 s; durable brokers are per test because
-tests restart or kill them.
+tests restart or kill them. The SparkSession (``spark``) is shared by the session too: each new one
+costs 6-9 s.
 """
 
 from __future__ import annotations
@@ -52,6 +53,17 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
     broker = TansuBroker("memory", log_path=tmp_path_factory.mktemp("tansu-memory") / "tansu.log")
     with broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (``local[2]``, 1 GiB) for every test that asks: a new one costs 6-9 s."""
+    pytest.importorskip("pyspark")
+    from styx_py.audit.job import spark_session
+
+    session = spark_session("styx-tests", driver_memory="1g")
+    yield session
+    session.stop()
 
 
 DurableKafkaFactory = Callable[..., TansuBroker]

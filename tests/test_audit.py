@@ -1,9 +1,9 @@
 """The PySpark audit on a real cluster run: Tansu + SeaweedFS + coordinator + 2 workers, YCSB-T.
 
 One run per module (load 200 accounts, 1 500 transfers with a worker SIGKILLed and restarted in the
-middle, snapshots to S3, then balance reads marked as a check's own traffic), one Spark session per
-module. The clean run passes every check and writes a self-contained HTML report; each injected
-defect is caught with a precise message and nothing else fails:
+middle, snapshots to S3, then balance reads marked as a check's own traffic), on the session's Spark
+(tests/service_fixtures.py). The clean run passes every check and writes a self-contained HTML report;
+each injected defect is caught with a precise message and nothing else fails:
 
 * a duplicated reply — a copy of the egress topic with one reply record produced twice;
 * a lost reply — a copy of the egress topic with one reply record left out;
@@ -44,7 +44,7 @@ from styx_benchmarks.workload import CHECK_ID_PREFIX, Options
 from styx_benchmarks.ycsbt import YcsbT
 from styx_client import StyxClient
 from styx_py.audit.failures import EXIT_FAILED
-from styx_py.audit.job import AuditResult, run_audit, run_from_args, spark_session
+from styx_py.audit.job import AuditResult, run_audit, run_from_args
 from styx_py.audit.kafka_source import iter_range, plan_ranges
 from styx_py.audit.options import AuditConfig, S3Options, add_arguments
 from styx_py.audit.rows import KafkaRecord
@@ -168,13 +168,6 @@ def run(kafka: TansuBroker, s3: SeaweedS3, tmp_path_factory: pytest.TempPathFact
         resent,
         env["STYX_CHANGELOG_TOPIC"],
     )
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[object]:
-    session = spark_session("styx-audit-tests", driver_memory="1g")
-    yield session
-    session.stop()
 
 
 def errors(result: AuditResult) -> dict[str, int]:

@@ -10,7 +10,10 @@
 * :mod:`.job` — the Spark job that distributes them (``styx audit``, ``spark-submit job.py``);
 * :mod:`.analytics` — latency, throughput, aborts and epoch tables (the checks' own reads apart);
 * :mod:`.report` — ``report.html`` (self-contained) and ``report.md`` with its PNG plots;
-* :mod:`.failures` — the exit codes, and one readable line for an audit that could not run.
+* :mod:`.failures` — the exit codes, and one readable line for an audit that could not run;
+* :mod:`.asof` — where the state as of an epoch comes from (snapshot chain, changelog), ``styx sql``'s errors;
+* :mod:`.sql` — ``styx sql`` / :func:`styx_py.audit.sql.query`: Spark SQL over each operator's state and
+  the logs (docs/sql.md).
 
 Importing this package imports nothing heavy; PySpark, pyarrow and pandas are needed by the sources,
 the tasks and the job (``pip install -e '.[spark]'``).

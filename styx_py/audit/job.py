@@ -68,7 +68,7 @@ from styx_py.audit.failures import (
     could_not_run,
     kafka_failure,
 )
-from styx_py.audit.kafka_source import OffsetRange, StyxKafkaSource, plan_ranges, ranges_option
+from styx_py.audit.kafka_source import OffsetRange, StyxKafkaSource, plan_ranges, read_ranges
 from styx_py.audit.options import AuditConfig, S3Options, add_arguments, config_from
 from styx_py.audit.report import headline, write_report
 from styx_py.audit.rows import key_value
@@ -275,16 +275,7 @@ class Progress:
 
 
 def kafka_df(spark: SparkSession, cfg: AuditConfig, kind: str, ranges: list[OffsetRange]) -> DataFrame:
-    return (
-        spark.read.format("styx_kafka")
-        .option("bootstrap", cfg.kafka)
-        .option("kind", kind)
-        .option("ranges", ranges_option(ranges))
-        .option("split_records", str(cfg.split_records))
-        .option("timeout_s", str(cfg.timeout_s))
-        .options(**cfg.kafka_security.as_options())
-        .load()
-    )
+    return read_ranges(spark, cfg.kafka, kind, ranges, cfg.split_records, cfg.timeout_s, cfg.kafka_security)
 
 
 def _flat(df: DataFrame) -> DataFrame:

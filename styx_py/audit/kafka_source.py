@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -297,3 +298,26 @@ class KafkaRangeReader(DataSourceReader):
             return
         for records in read_range(self.bootstrap, partition.range, self.timeout_s, security=self.security):
             yield decode_records(self.kind, records)
+
+
+def read_ranges(
+    spark: SparkSession,
+    bootstrap: str,
+    kind: str,
+    ranges: Sequence[OffsetRange],
+    split_records: int = DEFAULT_SPLIT_RECORDS,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    security: KafkaSecurity = PLAINTEXT,
+) -> DataFrame:
+    """A DataFrame of exactly the records of ``ranges`` (planned once, by :func:`plan_ranges`), decoded
+    as ``kind``; ``styx_kafka`` must be registered on ``spark``."""
+    return (
+        spark.read.format("styx_kafka")
+        .option("bootstrap", bootstrap)
+        .option("kind", kind)
+        .option("ranges", ranges_option(ranges))
+        .option("split_records", str(split_records))
+        .option("timeout_s", str(timeout_s))
+        .options(**security.as_options())
+        .load()
+    )

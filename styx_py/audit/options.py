@@ -96,7 +96,8 @@ class AuditConfig:
     strict: bool = False  # a skipped check fails the audit
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """Where a run's logs and snapshots are (``styx audit``, ``styx sql``): Kafka, the topics, S3."""
     p.add_argument(
         "--kafka", type=bootstrap_option, help="Kafka bootstrap HOST:PORT (default $STYX_KAFKA_BOOTSTRAP)"
     )
@@ -105,11 +106,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seqlog-topic", help="default $STYX_SEQLOG_TOPIC or styx-seqlog")
     p.add_argument(
         "--changelog-topic",
-        help="default $STYX_CHANGELOG_TOPIC; empty (the default): no changelog checks",
+        help="default $STYX_CHANGELOG_TOPIC; empty (the default): none (no changelog checks or as-of reads)",
     )
     p.add_argument(
         "--s3-endpoint",
-        help="S3 HOST:PORT of the snapshots (default $STYX_S3_ENDPOINT; none: no state checks)",
+        help="S3 HOST:PORT of the snapshots (default $STYX_S3_ENDPOINT; none: no state checks or tables)",
     )
     p.add_argument("--s3-access-key", help="default $STYX_S3_ACCESS_KEY")
     p.add_argument("--s3-secret-key", help="default $STYX_S3_SECRET_KEY")
@@ -117,6 +118,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-secure", action="store_true", help="HTTPS (default $STYX_S3_SECURE)")
     p.add_argument("--s3-ca-file", help="PEM CA bundle of S3's certificate (default $STYX_S3_CA_FILE)")
     p.add_argument("--bucket", help="snapshot bucket (default $STYX_SNAPSHOT_BUCKET or styx-snapshots)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_source_arguments(p)
     p.add_argument("--snapshot", default="latest", help="'latest' (default) or a snapshot epoch")
     p.add_argument("--workload", help="check this workload's invariants (ycsbt, tpcc, …)")
     p.add_argument("--keys", type=int, help="workload option: YCSB-T accounts")
@@ -142,25 +147,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="directory for report.html, report.md, plots/ and tables/")
 
 
+def s3_from(args: argparse.Namespace) -> S3Options | None:
+    """The snapshots' S3 from :func:`add_source_arguments`, then ``STYX_S3_*``; None when no endpoint."""
+    if not (args.s3_endpoint or os.environ.get("STYX_S3_ENDPOINT")):
+        return None
+    return S3Options.parse(
+        {
+            "endpoint": args.s3_endpoint or "",
+            "access_key": args.s3_access_key or "",
+            "secret_key": args.s3_secret_key or "",
+            "region": args.s3_region or "",
+            "secure": "true" if args.s3_secure else "",
+            "ca_file": args.s3_ca_file or "",
+            "bucket": args.bucket or "",
+        }
+    )
+
+
 def config_from(args: argparse.Namespace) -> AuditConfig:
     """The audit's configuration from the command line, then the cluster's ``STYX_*`` environment."""
     env = os.environ
     kafka = args.kafka or env.get("STYX_KAFKA_BOOTSTRAP", "")
     if not kafka:
         raise ConfigError("no Kafka bootstrap address: pass --kafka HOST:PORT or set STYX_KAFKA_BOOTSTRAP")
-    s3: S3Options | None = None
-    if args.s3_endpoint or os.environ.get("STYX_S3_ENDPOINT"):
-        s3 = S3Options.parse(
-            {
-                "endpoint": args.s3_endpoint or "",
-                "access_key": args.s3_access_key or "",
-                "secret_key": args.s3_secret_key or "",
-                "region": args.s3_region or "",
-                "secure": "true" if args.s3_secure else "",
-                "ca_file": args.s3_ca_file or "",
-                "bucket": args.bucket or "",
-            }
-        )
+    s3 = s3_from(args)
     named = (("keys", args.keys), ("warehouses", args.warehouses), ("scale", args.scale))
     return AuditConfig(
         kafka=kafka,

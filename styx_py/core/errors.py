@@ -11,6 +11,8 @@
     │                              stored bytes that do not decode); also an ``OSError``
     ├── MissingExtra               a command needs an extra that is not installed (``styx_py.extras``)
     ├── AuditError                 ``styx audit`` could not run (``styx_py.audit.failures``)
+    ├── SqlError                   ``styx sql`` could not answer (``styx_py.audit.asof``): UnknownTable,
+    │                              SqlSyntaxError, AsOfUnavailable, ChangelogDisabled
     ├── ScreenshotError            Chromium is missing or wrote no image (``styx_py.stack.screenshot``)
     ├── BrokerLost                 ``styx up``'s in-memory broker died, and the cluster's logs with it
                                    (``styx_py.stack.errors``; also the stack's ``ServiceError``)
