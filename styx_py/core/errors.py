@@ -11,8 +11,12 @@
     │                              stored bytes that do not decode); also an ``OSError``
     ├── MissingExtra               a command needs an extra that is not installed (``styx_py.extras``)
     ├── AuditError                 ``styx audit`` could not run (``styx_py.audit.failures``)
-    ├── SqlError                   ``styx sql`` could not answer (``styx_py.audit.asof``): UnknownTable,
-    │                              SqlSyntaxError, AsOfUnavailable, ChangelogDisabled
+    ├── SqlError                   ``styx sql`` could not answer (``styx_py.audit.asof``):
+    │   ├── UnknownTable           the query names a table that is neither an operator nor a log
+    │   ├── SqlSyntaxError         Spark could not parse or analyse the query (its message, short)
+    │   ├── AsOfUnavailable        no state at that epoch: before the snapshots with no changelog,
+    │   │                          not run yet, or no snapshot yet
+    │   └── ChangelogDisabled      an as-of read needs the changelog topic, which the cluster lacks
     ├── ScreenshotError            Chromium is missing or wrote no image (``styx_py.stack.screenshot``)
     ├── BrokerLost                 ``styx up``'s in-memory broker died, and the cluster's logs with it
                                    (``styx_py.stack.errors``; also the stack's ``ServiceError``)
