@@ -356,6 +356,29 @@ def test_the_gate_catches_up_after_a_stall_within_a_generation() -> None:
     assert gate.policy.catching_up and ingress.pending() == 36
 
 
+@pytest.mark.parametrize("written_over_ms", [0, 3900])
+def test_records_the_broker_delivered_late_are_a_stall_a_burst_sent_at_once_is_not(
+    written_over_ms: int,
+) -> None:
+    """40 records come at once into a buffer the last batch had emptied: written over 3.9 s (held by
+    the broker), they are a stall's backlog and admitted; written at once (a burst), the cap holds."""
+    log = _log((0, "r0"))
+    ingress, clock, _, gate = _gate(log)
+    gate.gen = 1  # past a generation's first batch
+    gate.arrived()
+    gate.take(Take(1, 1, 4, 1), ingress)  # took everything: kept up
+    clock.t = 0.1
+    gate.closed(1)
+    for i in range(40):
+        log.append(INGRESS, i % 2, _request(f"s{i}", ts_ms=1000 + written_over_ms * i // 39))
+    gate.arrived()
+    clock.t = 0.2
+    taken = gate.take(Take(2, 1, 4, 1), ingress)
+    refused = len(taken.records) - taken.admitted
+    assert taken.admitted == 4 and refused == (0 if written_over_ms else 40 - 4 - 8), refused
+    assert gate.policy.catching_up == bool(written_over_ms)
+
+
 def test_the_gate_counts_new_requests_only_resent_copies_ride_along() -> None:
     """A buffer full of copies of answered and running requests: the batch takes records until it holds
     its size of new ones, and the copies do not count against the backlog cap."""
@@ -505,10 +528,12 @@ def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted()
 
 
 def test_the_depth_bound_is_the_queue_bound_in_epochs_and_off_while_catching_up() -> None:
-    a = _running()  # 100 ms epochs, 200 ms queue
-    assert a.depth_max == 2
+    a = Admission(100, epoch_ms=100, queue_ms=200)
+    assert a.depth_max == 2, "nothing measured yet: epochs of epoch_ms"
     a.took_ms = 150.0
     assert a.depth_max == 2, "ceil(200 / 150)"
+    a.took_ms = 10.0
+    assert a.depth_max == 20, "short epochs (a light load): as many as run in 200 ms"
     a.resumed(10.0)
     assert a.depth_max == -1, "a stall's backlog is worked through"
     assert Admission(100, epoch_ms=100, queue_ms=0).depth_max == -1

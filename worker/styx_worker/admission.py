@@ -30,12 +30,14 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
   (:func:`styx_worker.batch.take_rescheduled`), so those of a hot entity queue behind it (TPC-C with
   one warehouse: a district's NewOrders), invisible to the backlog cap. A new request whose root
   entity (the entity its first call targets) already has more rescheduled transactions waiting than
-  ``admission_queue_ms`` worth of epochs (:attr:`Admission.depth_max`) is refused; the requests of
-  the other entities are admitted as usual.
+  ``admission_queue_ms`` worth of epochs, at the duration they took here lately
+  (:attr:`Admission.depth_max`), is refused; the requests of the other entities are admitted as
+  usual.
 * **After a stall.** A recovery, a replaced worker or a partition move holds every epoch for a while
   (each ends in a new generation), and what arrived meanwhile is more than ``admission_queue_ms``
   worth: the cluster was paused, not overloaded. The same holds within a generation when no epoch
-  ends here for :data:`STALL_PACES` times the measured pace while epochs or records wait (a broker
+  ends here for :data:`STALL_PACES` times the duration epochs took here lately while epochs or
+  records wait (a broker
   that reads its log back from S3 after a restart), or an epoch ran that long: the epochs taken
   before the stall ended are not measured (they say nothing about the batch size or the pace). So
   from the first batch of a new generation, or the first after such a stall, the backlog is worked
@@ -82,8 +84,8 @@ GROWTH = 2.0  # at most this factor up, and down, from one epoch to the next
 CATCHUP_FACTOR = 4.0  # a stall's backlog is admitted for up to this many times the stall (a fifth of
 # the capacity left over drains it in that time)
 CATCHUP_MIN_PACES = 4  # and at least this many epochs' worth (a stall too short to measure)
-STALL_PACES = 8.0  # no epoch end here for this many times the pace is a stall, not load (a batch
-# twice too large runs twice as long; the sizing halves it)
+STALL_PACES = 8.0  # no epoch end here for this many times the epochs' duration is a stall, not load
+# (a batch twice too large runs twice as long; the sizing halves it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,7 @@ class Admission:
         "catchup_until",
         "epoch_ms",
         "epoch_size_max",
+        "kept_up",
         "last_end",
         "queue_ms",
         "refused_total",
@@ -128,6 +131,7 @@ class Admission:
         self.catchup_over = False  # the buffer was over the cap during the catch-up
         self.catchup_from = 0.0  # when the last catch-up began (the epochs taken before are not measured)
         self.last_end: float | None = None  # when an epoch last ended here (or a catch-up began)
+        self.kept_up = False  # the last batch took everything buffered
 
     @property
     def backlog_max(self) -> int:
@@ -142,23 +146,30 @@ class Admission:
     @property
     def depth_max(self) -> int:
         """How many rescheduled transactions may wait behind one root entity before new requests for
-        it are refused: ``queue_ms`` worth of epochs at the pace they run (one of them runs per
-        epoch); -1: none refused (off, unbounded, or catching up after a stall)."""
+        it are refused: ``queue_ms`` worth of epochs at the duration they took here lately (one of
+        them runs per epoch); -1: none refused (off, unbounded, or catching up after a stall)."""
         if self.epoch_ms <= 0 or self.queue_ms <= 0 or self.catching_up:
             return -1
-        return math.ceil(self.queue_ms / self.pace_ms)
+        return math.ceil(self.queue_ms / self.measured_ms)
+
+    @property
+    def measured_ms(self) -> float:
+        """How long epochs took here lately (``epoch_ms`` until one was measured): a light load runs
+        epochs far shorter than ``epoch_ms``."""
+        return self.took_ms if self.took_ms > 0 else self.epoch_ms
 
     @property
     def catching_up(self) -> bool:
         return self.catchup_until > 0
 
     def late(self, since: float | None, now: float) -> bool:
-        """Whether ``since`` is :data:`STALL_PACES` paces or more before ``now``."""
-        return since is not None and (now - since) * 1000 >= STALL_PACES * self.pace_ms
+        """Whether ``since`` is :data:`STALL_PACES` times the measured epoch duration or more before
+        ``now``."""
+        return since is not None and (now - since) * 1000 >= STALL_PACES * self.measured_ms
 
     def stalled(self, now: float) -> bool:
-        """No epoch ended here for :data:`STALL_PACES` paces while one runs or records wait that long
-        (an idle worker has neither)."""
+        """No epoch ended here for :data:`STALL_PACES` epochs' durations while one runs or records
+        wait that long (an idle worker has neither)."""
         if self.epoch_ms <= 0 or self.queue_ms <= 0 or self.catching_up or not self.late(self.last_end, now):
             return False
         return bool(self.started) or self.late(self.waiting_since, now)
@@ -207,7 +218,8 @@ class Admission:
                     self.catchup_over = self.catchup_over or refuse > 0
                     refuse = 0
         self.refused_total += refuse
-        self.waiting_since = now if pending > admit + refuse else None
+        self.kept_up = pending <= admit + refuse
+        self.waiting_since = None if self.kept_up else now
         return Decision(admit, refuse)
 
     def taken(self, epoch: int, now: float, batch: int, refused: int = 0) -> None:
@@ -266,7 +278,7 @@ class AdmissionGate:
         if e.gen != self.gen:
             self.gen = e.gen
             policy.resumed(now)
-        elif policy.stalled(now):
+        elif policy.stalled(now) or self.delivered_late(ingress, now):
             policy.catch_up(now)
         fresh = lambda: batch.count_new(ingress.buffered(), batch.in_flight())  # noqa: E731 (asked lazily)
         d = policy.decide(e.room, e.rescheduled, ingress.pending(), now, fresh)
@@ -279,6 +291,23 @@ class AdmissionGate:
         admitted = min(d.admit, new)
         policy.taken(e.epoch, now, admitted + e.rescheduled, new - admitted)
         return Taken(e, records, admitted, policy.depth_max)
+
+    def delivered_late(self, ingress: Ingress, now: float) -> bool:
+        """Since a batch that took all of it, the buffer filled past what a batch and the cap hold
+        with records written over :data:`STALL_PACES` epochs' durations and over twice as long as
+        they took to come: the broker held them (a fetch that stalled: Tansu reading its log back
+        from S3 after a restart), a stall upstream, not a load this worker cannot take. A burst that
+        clients sent at once was written at once."""
+        p = self.policy
+        if not p.kept_up or p.catching_up or p.queue_ms <= 0 or p.epoch_ms <= 0:
+            return False
+        if ingress.pending() <= p.size + p.backlog_max:
+            return False
+        stamps = [rec.ts_ms for rec in ingress.buffered() if rec.ts_ms > 0]
+        if not stamps or p.waiting_since is None:
+            return False
+        written_ms, came_ms = max(stamps) - min(stamps), (now - p.waiting_since) * 1000
+        return written_ms >= max(STALL_PACES * p.measured_ms, 2 * came_ms)
 
     def arrived(self) -> None:
         """Records came into the empty ingress buffer."""
