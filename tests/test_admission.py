@@ -505,7 +505,11 @@ def test_a_resend_of_an_admitted_request_is_not_refused() -> None:
 
 
 def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted() -> None:
+    """Refused: a new call of the function whose rescheduled calls queue past the bound behind its
+    root entity; admitted: those of other entities, and another function of the hot one (it does not
+    collide the same way: TPC-C's Payments beside a district's queued NewOrders)."""
     live = _Former(_log((0, "h1"), (0, "c1"), (1, "h2"), (1, "c2")))
+    other = Request("h3", "acct", "balance", "hot", msgspec.Raw(encode_value([])), 5)
     hot = [RootTxn(t, IngressRecord(0, 100 + t, _request(f"old{t}", key="hot"), 0)) for t in (1, 2, 3, 4)]
     live.batch.rescheduled = [*hot, RootTxn(5, IngressRecord(1, 105, _request("cool", key="c"), 0))]
     live.batch.room()  # old1 and cool run; old2..old4 wait behind "hot": 3 deep
@@ -514,9 +518,10 @@ def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted()
         IngressRecord(0, 1, _request("c1", key="c"), 0),
         IngressRecord(1, 0, _request("h2", key="hot"), 0),
         IngressRecord(1, 1, _request("c2", key="other"), 0),
+        IngressRecord(1, 2, other, 0),
     ]
     (roots, resends, _), entry = live.batch.form(0, 0, 1, records, depth_max=2)
-    assert [r.request.request_id for r in roots] == ["old1", "cool", "c1", "c2"]
+    assert [r.request.request_id for r in roots] == ["old1", "cool", "c1", "c2", "h3"]
     assert [e.request_id for e in entry.entries if isinstance(e, Refused)] == ["h1", "h2"]
     assert sorted(_refusals(resends)) == ["h1", "h2"]
 
@@ -524,7 +529,7 @@ def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted()
     again.batch.rescheduled = list(hot)
     again.batch.room()
     (roots, _, _), entry = again.batch.form(0, 0, 1, records, depth_max=3)
-    assert len(roots) == 5 and not any(isinstance(e, Refused) for e in entry.entries), "3 deep: within 3"
+    assert len(roots) == 6 and not any(isinstance(e, Refused) for e in entry.entries), "3 deep: within 3"
 
 
 def test_the_depth_bound_is_the_queue_bound_in_epochs_and_off_while_catching_up() -> None:

@@ -29,10 +29,11 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
 * **Hot entities.** One rescheduled transaction per root entity runs per epoch
   (:func:`styx_worker.batch.take_rescheduled`), so those of a hot entity queue behind it (TPC-C with
   one warehouse: a district's NewOrders), invisible to the backlog cap. A new request whose root
-  entity (the entity its first call targets) already has more rescheduled transactions waiting than
-  ``admission_queue_ms`` worth of epochs, at the duration they took here lately
-  (:attr:`Admission.depth_max`), is refused; the requests of the other entities are admitted as
-  usual.
+  entity (the entity its first call targets) already has more rescheduled calls of the same function
+  waiting than ``admission_queue_ms`` worth of epochs, at the duration they took here lately
+  (:attr:`Admission.depth_max`), is refused: it would collide the same way and queue behind them.
+  The requests of the other entities, and of other functions there (TPC-C's Payments, which commit
+  in the fallback), are admitted as usual.
 * **After a stall.** A recovery, a replaced worker or a partition move holds every epoch for a while
   (each ends in a new generation), and what arrived meanwhile is more than ``admission_queue_ms``
   worth: the cluster was paused, not overloaded. The same holds within a generation when no epoch

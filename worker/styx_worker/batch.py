@@ -8,9 +8,10 @@ sequencer log's entry kinds (:mod:`styx_py.core.wire.logs`):
 * ``Answered`` — a request id resent after its reply: the reply is given again, nothing runs;
 * ``Waiting`` — a request id resent while its first copy still runs: answered with that copy's reply;
 * ``Refused`` — a new request beyond what the worker admits (:mod:`styx_worker.admission`: past the
-  batch's count of new requests, or for a root entity with more rescheduled transactions waiting
-  than the bound): answered ``refused`` with the batch's resends (after the entry is durable),
-  recorded in the reply table like any reply (a resent copy gets the same answer), nothing runs.
+  batch's count of new requests, or a call of a function with more rescheduled calls of it waiting
+  behind the same root entity than the bound): answered ``refused`` with the batch's resends
+  (after the entry is durable), recorded in the reply table like any reply (a resent copy gets the
+  same answer), nothing runs.
 
 The batch's composition is written to the sequencer log before any of its replies can leave, so a
 replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.replayed`).
@@ -66,6 +67,13 @@ def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[Ro
             roots.add(entity)
             run.append(root)
     return run, wait
+
+
+def _queue(request: Request) -> tuple[str, str | int, str]:
+    """The queue of rescheduled transactions a request joins if it collides: its root entity and
+    function (TPC-C: a district's NewOrders queue on ``D_NEXT_O_ID``, its Payments commit in the
+    fallback and do not queue)."""
+    return request.operator, request.key, request.function
 
 
 def refusal(epoch: int, request: Request) -> Reply:
@@ -171,9 +179,10 @@ class BatchFormer:
         lc_start = self.sequencer.lc
         running = self.in_flight()
         resched, self.next_run = self.next_run, []
-        # The root entities with more than depth_max rescheduled transactions waiting after this batch.
-        depths = Counter((r.request.operator, r.request.key) for r in self.rescheduled)
-        hot = {entity for entity, n in depths.items() if 0 <= depth_max < n}
+        # The (root entity, function) pairs with more than depth_max rescheduled transactions waiting
+        # after this batch: a new call of that function there would collide the same way and queue.
+        depths = Counter(_queue(r.request) for r in self.rescheduled)
+        hot = {queue for queue, n in depths.items() if 0 <= depth_max < n}
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
         waiting: list[IngressRecord] = []
@@ -182,7 +191,7 @@ class BatchFormer:
         for rec in records:
             kind = self.classify(rec, running, resends, epoch)
             request = rec.request
-            if kind is Run and (len(fresh) >= admitted or (request.operator, request.key) in hot):
+            if kind is Run and (len(fresh) >= admitted or _queue(request) in hot):
                 running.discard(request.request_id)
                 answered.append(self.refuse(rec, epoch, resends))
             elif kind is Run:
