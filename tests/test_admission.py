@@ -6,7 +6,12 @@ the measured epoch durations (shrinks when an epoch ran long, grows when a full 
 a factor of two, ``MIN_EPOCH_SIZE`` and ``epoch_size_max``). From the first batch of a new
 generation the backlog of the stall is admitted at the batch size, nothing refused, until the buffer
 is back under the cap or for at most ``CATCHUP_FACTOR`` times the stall (an overload is refused after
-that); the same burst a running cluster refuses in part is admitted whole after a recovery. A batch
+that); no epoch end here for ``STALL_PACES`` paces, or an epoch that ran that long, is such a stall
+too, and the epochs in it are not measured; an idle worker is not stalled. The gate counts new
+request ids only: resent copies ride along in a batch and do not count against the cap. A new
+request whose root entity has more rescheduled transactions waiting than the queue bound in epochs
+is refused, those of other entities are admitted; the same burst a running cluster refuses in part
+is admitted whole after a recovery. A batch
 with refusals logs them as ``Refused`` entries and answers each with a ``refused`` reply recorded in
 the reply table; a resent
 copy gets the same reply; the batch re-formed from its log entry refuses the same requests with
@@ -46,11 +51,18 @@ from styx_py.core.wire import (
 from styx_py.stack.local import LocalStack, admin
 from styx_py.testing.cluster import SimCluster, check_against_serial
 from styx_py.testing.memory import MemoryIngress, MemoryLog
-from styx_worker.admission import CATCHUP_FACTOR, CATCHUP_MIN_PACES, MIN_EPOCH_SIZE, Admission, AdmissionGate
+from styx_worker.admission import (
+    CATCHUP_FACTOR,
+    CATCHUP_MIN_PACES,
+    MIN_EPOCH_SIZE,
+    STALL_PACES,
+    Admission,
+    AdmissionGate,
+)
 from styx_worker.batch import BatchFormer, refusal
 from styx_worker.effects import Outbox, Take
 from styx_worker.replies import ReplyOut
-from styx_worker.txn import Resend
+from styx_worker.txn import Resend, RootTxn
 from tests.service_fixtures import ClusterFactory
 from tests.test_bench import SlowWork
 from tests.test_oracle import APP, submit_random_mix
@@ -92,7 +104,7 @@ def test_a_slow_epoch_shrinks_the_batch_in_proportion_at_most_by_half() -> None:
     a.finished(1, now=0.125)  # 125 ms for a 100 ms target
     assert a.size == 800
     a.taken(2, now=1.0, batch=800)
-    a.finished(2, now=2.0)  # ten times too long: at most halved
+    a.finished(2, now=1.5)  # four times too long: at most halved
     assert a.size == 400
     assert a.decide(room=1000, rescheduled=0, pending=5000, now=0.0).admit == 400
 
@@ -134,7 +146,7 @@ def test_the_batch_never_shrinks_below_the_floor_and_unknown_epochs_are_ignored(
     a = Admission(1000, epoch_ms=100, queue_ms=200)
     for epoch in range(20):
         a.taken(epoch, now=epoch * 10.0, batch=a.size)
-        a.finished(epoch, now=epoch * 10.0 + 5)
+        a.finished(epoch, now=epoch * 10.0 + 0.4)
     assert a.size == MIN_EPOCH_SIZE
     a.finished(99, now=1000.0)  # a replayed epoch: nothing was taken live
     assert a.size == MIN_EPOCH_SIZE
@@ -249,12 +261,21 @@ class _Clock:
         return self.t
 
 
-def test_the_gate_catches_up_from_the_first_batch_of_each_generation() -> None:
-    log = _log(*((i % 2, f"r{i}") for i in range(40)))
+def _gate(
+    log: MemoryLog, replies: ReplyOut | None = None
+) -> tuple[MemoryIngress, _Clock, BatchFormer, AdmissionGate]:
+    """An ingress over ``log`` and the gate of a worker that takes batches of 4 and keeps 8 buffered
+    (epochs of 100 ms, 200 ms queued)."""
     ingress = MemoryIngress(log, INGRESS)
     ingress.assign([0, 1])
     clock = _Clock()
-    gate = AdmissionGate(Admission(4, epoch_ms=100, queue_ms=200), clock)  # batches of 4, 8 buffered
+    batch = BatchFormer("w1", 4, replies or ReplyOut(Outbox(), 100, _never), _never)
+    return ingress, clock, batch, AdmissionGate(Admission(4, epoch_ms=100, queue_ms=200), clock, batch)
+
+
+def test_the_gate_catches_up_from_the_first_batch_of_each_generation() -> None:
+    log = _log(*((i % 2, f"r{i}") for i in range(40)))
+    ingress, clock, _, gate = _gate(log)
     gate.arrived()
     taken = gate.take(Take(1, 3, 4, 1), ingress)  # generation 3's first batch: 36 more wait
     assert (len(taken.records), taken.admitted) == (4, 4)
@@ -271,13 +292,141 @@ def test_the_gate_catches_up_from_the_first_batch_of_each_generation() -> None:
     assert ingress.pending() == 4
 
 
+def _running(epochs: int = 5) -> Admission:
+    """A policy that ran ``epochs`` full 100 ms epochs back to back (batches of 100, 200 ms buffered),
+    the last ending at 0.1 * ``epochs``."""
+    a = Admission(100, epoch_ms=100, queue_ms=200)
+    for e in range(epochs):
+        a.taken(e, now=e * 0.1, batch=100)
+        a.finished(e, now=(e + 1) * 0.1)
+    assert (a.size, a.catching_up) == (100, False) and a.took_ms == pytest.approx(100)
+    return a
+
+
+def test_an_epoch_that_ran_through_a_stall_starts_a_catch_up_and_is_not_measured() -> None:
+    a = _running()
+    a.taken(5, now=0.5, batch=100)
+    a.arrived(0.5)
+    end = 0.5 + STALL_PACES * 0.1 + 3.0  # a broker that read its log back from S3
+    a.finished(5, now=end)
+    assert a.size == 100 and a.took_ms == pytest.approx(100), "the stall says nothing of the batch or pace"
+    assert a.catching_up and a.catchup_until == pytest.approx(end + CATCHUP_FACTOR * (end - 0.5))
+    assert a.decide(room=100, rescheduled=0, pending=1000, now=end).refuse == 0, "its backlog is admitted"
+
+
+def test_no_epoch_end_for_many_paces_is_a_stall_and_the_epochs_in_it_are_not_measured() -> None:
+    a = _running()
+    a.taken(5, now=0.5, batch=100)  # it hangs, and the next one is taken meanwhile
+    a.decide(room=100, rescheduled=0, pending=150, now=0.5)  # 50 wait from 0.5
+    late = 0.5 + STALL_PACES * 0.1
+    assert not a.stalled(late - 0.01) and a.stalled(late)
+    a.catch_up(late)
+    assert a.decide(room=100, rescheduled=0, pending=1000, now=late).refuse == 0
+    a.taken(6, now=late, batch=100)
+    a.finished(5, now=late + 0.05)  # taken before the stall ended: not measured
+    a.finished(6, now=late + 0.09)  # 90 ms: measured
+    assert a.took_ms == pytest.approx(95) and a.size == 100, "only epoch 6 was measured"
+    assert not a.stalled(late + 0.09 + STALL_PACES * 0.1), "catching up"
+
+
+def test_an_idle_worker_is_not_stalled() -> None:
+    a = _running()  # the last epoch ended at 0.5; nothing ran or waited since
+    assert not a.stalled(100.0)
+    a.arrived(100.0)  # records came after an hour: they waited no time
+    assert not a.stalled(100.0)
+    assert not Admission(100, epoch_ms=100, queue_ms=0).stalled(100.0), "nothing refused: no catch-up"
+
+
+def test_the_gate_catches_up_after_a_stall_within_a_generation() -> None:
+    log = _log(*((0, f"r{i}") for i in range(4)))
+    ingress, clock, _, gate = _gate(log)
+    gate.arrived()
+    gate.take(Take(1, 3, 4, 1), ingress)  # the generation's first batch: a catch-up of 4 paces
+    clock.t = 0.1
+    gate.closed(1)
+    clock.t = 0.5
+    gate.take(Take(2, 3, 4, 1), ingress)  # past the catch-up; epoch 2 hangs, and 40 arrive
+    assert not gate.policy.catching_up
+    for i in range(40):
+        log.append(INGRESS, i % 2, _request(f"s{i}"))
+    gate.arrived()
+    clock.t = 0.1 + STALL_PACES * 0.1  # no epoch ended since 0.1
+    taken = gate.take(Take(3, 3, 4, 1), ingress)
+    assert (len(taken.records), taken.admitted) == (4, 4), "a stall: nothing refused (the cap is 8)"
+    assert gate.policy.catching_up and ingress.pending() == 36
+
+
+@pytest.mark.parametrize("written_over_ms", [0, 3900])
+def test_records_the_broker_delivered_late_are_a_stall_a_burst_sent_at_once_is_not(
+    written_over_ms: int,
+) -> None:
+    """40 records come at once into a buffer the last batch had emptied: written over 3.9 s (held by
+    the broker), they are a stall's backlog and admitted; written at once (a burst), the cap holds."""
+    log = _log((0, "r0"))
+    ingress, clock, _, gate = _gate(log)
+    gate.gen = 1  # past a generation's first batch
+    gate.arrived()
+    gate.take(Take(1, 1, 4, 1), ingress)  # took everything: kept up
+    clock.t = 0.1
+    gate.closed(1)
+    for i in range(40):
+        log.append(INGRESS, i % 2, _request(f"s{i}", ts_ms=1000 + written_over_ms * i // 39))
+    gate.arrived()
+    clock.t = 0.2
+    taken = gate.take(Take(2, 1, 4, 1), ingress)
+    refused = len(taken.records) - taken.admitted
+    assert taken.admitted == 4 and refused == (0 if written_over_ms else 40 - 4 - 8), refused
+    assert gate.policy.catching_up == bool(written_over_ms)
+
+
+def test_the_gate_counts_new_requests_only_resent_copies_ride_along() -> None:
+    """A buffer full of copies of answered and running requests: the batch takes records until it holds
+    its size of new ones, and the copies do not count against the backlog cap."""
+    copies = [(0, "done") for _ in range(20)] + [(0, "old") for _ in range(5)]
+    log = _log(
+        *copies[:10], *((0, f"n{i}") for i in range(6)), *copies[10:], *((0, f"m{i}") for i in range(6))
+    )
+    replies = ReplyOut(Outbox(), 100, _never)
+    replies.answered.record(0, Reply("done", 7, 0, 0, "committed", msgspec.Raw(encode_value(1)), None, None))
+    ingress, _, batch, gate = _gate(log, replies)
+    batch.rescheduled = [RootTxn(9, IngressRecord(1, 0, _request("old"), 0))]  # waits for its epoch
+    gate.gen = 1
+    taken = gate.take(Take(1, 1, 4, 1), ingress)  # 37 records, 12 new: 4 run, 8 stay, none refused
+    assert taken.admitted == 4 and taken.depth_max == 2
+    assert [r.request.request_id for r in taken.records] == ["done"] * 10 + ["n0", "n1", "n2", "n3"]
+    (roots, resends, _), entry = batch.form(1, 1, 1, taken.records, admitted=taken.admitted)
+    assert [r.request.request_id for r in roots] == ["n0", "n1", "n2", "n3"]
+    assert not any(isinstance(e, Refused) for e in entry.entries) and len(resends) == 10
+    assert ingress.pending() == 23
+    taken = gate.take(Take(2, 1, 4, 1), ingress)
+    assert (taken.admitted, len(taken.records), ingress.pending()) == (4, 2 + 15 + 2, 4), "m2..m5 wait"
+    (roots, _, _), entry = batch.form(2, 1, 1, taken.records, admitted=taken.admitted)
+    assert [r.request.request_id for r in roots] == ["n4", "n5", "m0", "m1"]
+    assert not any(isinstance(e, Refused) for e in entry.entries)
+
+
+def test_past_the_cap_in_new_requests_the_new_ones_beyond_are_refused_not_the_copies() -> None:
+    log = _log(*((0, f"n{i}") for i in range(20)), *((0, "done") for _ in range(10)))
+    replies = ReplyOut(Outbox(), 100, _never)
+    replies.answered.record(0, Reply("done", 7, 0, 0, "committed", msgspec.Raw(encode_value(1)), None, None))
+    ingress, _, batch, gate = _gate(log, replies)
+    gate.gen = 1
+    taken = gate.take(Take(1, 1, 4, 1), ingress)  # 30 records, 20 new: 4 run, 8 stay, 8 refused
+    assert (taken.admitted, len(taken.records)) == (4, 12)
+    (roots, _, _), entry = batch.form(1, 1, 1, taken.records, admitted=taken.admitted)
+    assert len(roots) == 4 and [e.request_id for e in entry.entries if isinstance(e, Refused)] == [
+        f"n{i}" for i in range(4, 12)
+    ]
+    assert ingress.pending() == 8 + 10
+
+
 # ---- the batch: Refused entries, replies, replay (pure) ---------------------------------------------
 
 INGRESS = "in"
 
 
-def _request(rid: str, ts_ms: int = 5) -> Request:
-    return Request(rid, "acct", "deposit", "k", msgspec.Raw(encode_value([1])), ts_ms)
+def _request(rid: str, ts_ms: int = 5, key: str = "k") -> Request:
+    return Request(rid, "acct", "deposit", key, msgspec.Raw(encode_value([1])), ts_ms)
 
 
 def _never(*what: object) -> None:
@@ -353,6 +502,47 @@ def test_a_resend_of_an_admitted_request_is_not_refused() -> None:
     assert [r for _, r, _ in resends] == [done]
     assert not any(isinstance(e, Refused) for e in entry.entries)
     assert isinstance(entry.entries[0], Run)
+
+
+def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted() -> None:
+    """Refused: a new call of the function whose rescheduled calls queue past the bound behind its
+    root entity; admitted: those of other entities, and another function of the hot one (it does not
+    collide the same way: TPC-C's Payments beside a district's queued NewOrders)."""
+    live = _Former(_log((0, "h1"), (0, "c1"), (1, "h2"), (1, "c2")))
+    other = Request("h3", "acct", "balance", "hot", msgspec.Raw(encode_value([])), 5)
+    hot = [RootTxn(t, IngressRecord(0, 100 + t, _request(f"old{t}", key="hot"), 0)) for t in (1, 2, 3, 4)]
+    live.batch.rescheduled = [*hot, RootTxn(5, IngressRecord(1, 105, _request("cool", key="c"), 0))]
+    live.batch.room()  # old1 and cool run; old2..old4 wait behind "hot": 3 deep
+    records = [
+        IngressRecord(0, 0, _request("h1", key="hot"), 0),
+        IngressRecord(0, 1, _request("c1", key="c"), 0),
+        IngressRecord(1, 0, _request("h2", key="hot"), 0),
+        IngressRecord(1, 1, _request("c2", key="other"), 0),
+        IngressRecord(1, 2, other, 0),
+    ]
+    (roots, resends, _), entry = live.batch.form(0, 0, 1, records, depth_max=2)
+    assert [r.request.request_id for r in roots] == ["old1", "cool", "c1", "c2", "h3"]
+    assert [e.request_id for e in entry.entries if isinstance(e, Refused)] == ["h1", "h2"]
+    assert sorted(_refusals(resends)) == ["h1", "h2"]
+
+    again = _Former(_log())
+    again.batch.rescheduled = list(hot)
+    again.batch.room()
+    (roots, _, _), entry = again.batch.form(0, 0, 1, records, depth_max=3)
+    assert len(roots) == 6 and not any(isinstance(e, Refused) for e in entry.entries), "3 deep: within 3"
+
+
+def test_the_depth_bound_is_the_queue_bound_in_epochs_and_off_while_catching_up() -> None:
+    a = Admission(100, epoch_ms=100, queue_ms=200)
+    assert a.depth_max == 2, "nothing measured yet: epochs of epoch_ms"
+    a.took_ms = 150.0
+    assert a.depth_max == 2, "ceil(200 / 150)"
+    a.took_ms = 10.0
+    assert a.depth_max == 20, "short epochs (a light load): as many as run in 200 ms"
+    a.resumed(10.0)
+    assert a.depth_max == -1, "a stall's backlog is worked through"
+    assert Admission(100, epoch_ms=100, queue_ms=0).depth_max == -1
+    assert Admission(100, epoch_ms=0, queue_ms=200).depth_max == -1
 
 
 # ---- the simulation: overload with crashes ---------------------------------------------------------

@@ -6,7 +6,8 @@
 * ``styx bench <workload>`` runs each workload at small scale against a real cluster (Tansu + worker
   processes), writes its results file and plots, and the workload's ``check()`` passes.
 * A broken app (a transfer that forgets the deposit) makes ``check()`` fail.
-* The overload benchmark's ladder climbs past its listed top until a rate is not sustained.
+* The overload benchmark's ladder climbs past its listed top while the admitted work keeps up and the
+  served throughput grows; a refusal alone does not stop it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from styx_benchmarks.driver import (
     record_all,
     run_open_loop,
 )
-from styx_benchmarks.overload import MAX_EXTRA_STEPS, climb
+from styx_benchmarks.overload import MAX_EXTRA_STEPS, climb, climbs_on
 from styx_benchmarks.workload import Op, Options, Progress, State, Workload
 from styx_benchmarks.workloads import make_workload, workload_names
 from styx_benchmarks.ycsbt import YcsbT
@@ -761,3 +762,9 @@ def test_the_overload_ladder_climbs_past_its_top_by_its_last_step() -> None:
     assert rates[:6] == [2000, 4000, 8000, 11000, 14000, 17000]
     assert len(rates) == 4 + MAX_EXTRA_STEPS
     assert list(climb([150]))[:3] == [150, 300, 450]
+
+
+def test_the_overload_ladder_judges_a_step_by_what_it_served_not_by_its_refusals() -> None:
+    assert climbs_on(served=4968, kept=True, best=3989), "refusals, but more served: on"
+    assert not climbs_on(served=7700, kept=True, best=7794), "no more served: the knee"
+    assert not climbs_on(served=9000, kept=False, best=7794), "admitted p99 past the limit, or a loss"

@@ -4,6 +4,8 @@ Tansu (Kafka protocol) + SeaweedFS (snapshots) + coordinator and worker processe
 killed with SIGKILL at random times and restarted (as a supervisor would); the cluster rolls back to
 the last complete snapshot and replays the logged epochs. At the end: no request lost, none executed
 twice (on the egress log itself), money conserved, balances equal the serial replay in commit order.
+Admission control is on as deployed: a request it refuses (a hot account's queue past the bound)
+is answered `refused`, runs nothing, and the serial replay takes it so.
 
 Two clusters: the default one (Tansu in memory), and durable mode (Tansu keeping its log in S3, as
 ``styx up --durable``) with clients that resend a request id when its reply is late, Zipfian keys and
@@ -30,7 +32,7 @@ from styx_benchmarks.bank import account
 from styx_benchmarks.bank import app as bank_app
 from styx_benchmarks.keys import KeyChooser
 from styx_client import StyxClient
-from styx_py.core.errors import RequestTimeout, StyxError
+from styx_py.core.errors import Overloaded, RequestTimeout, StyxError
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value, reply_decoder
 from styx_py.io.kafka_logs import read_to_end
@@ -81,10 +83,9 @@ def durable_stack(durable_kafka: DurableKafkaFactory, s3: SeaweedS3, tmp_path: P
     """A cluster on a Tansu that keeps its log in S3 (what ``styx up --durable`` runs, reply routing
     off included: with every reply of the one client on one partition, Tansu on S3 starves its reader
     and this test resends 6x as often and does not finish; docs/operations.md "Durable mode")."""
-    # Nothing refused (admission_queue_ms 0): its clients resend every unanswered request each 1.5 s,
-    # and those copies count in a worker's buffer like new requests, so after a recovery on Tansu-on-S3
-    # a wave of them can put new requests past the admission bound; this test is about exactly-once.
-    settings = {"snapshot_interval_s": "0.5", "reply_routing": "false", "admission_queue_ms": "0"}
+    # Admission on, as deployed: its clients resend every unanswered request each 1.5 s, and those
+    # copies do not count against the bound (docs/operations.md#overload).
+    settings = {"snapshot_interval_s": "0.5", "reply_routing": "false"}
     app = "styx_benchmarks.bank:app"
     with start_cluster(tmp_path, durable_kafka(), s3=s3, app=app, settings=settings) as stack:
         yield stack
@@ -117,25 +118,38 @@ async def run_chaos(stack: LocalStack, chaos: Chaos, read_egress_log: Callable[[
     keys = KeyChooser(ACCOUNTS, chaos.zipf, seed=9)
     requests = chaos.requests
     replies: dict[str, Reply] = {}
-    resent = 0
-    # Room for every request sent while a recovery (or several) holds replies back.
-    async with await StyxClient.connect(stack.coordinator, timeout_s=180, max_pending=100_000) as client:
+    resent = refused = 0
+    # Room for every request sent while a recovery (or several) holds replies back; every request is
+    # sent (none shed by the client's window), and one the cluster refuses is answered `refused`.
+    connecting = StyxClient.connect(
+        stack.coordinator, timeout_s=180, max_pending=100_000, shed_when_refused=False
+    )
+    async with await connecting as client:
 
         async def submit(key: str, function: str, *args: object) -> None:
-            nonlocal resent
+            nonlocal refused
             rid = uuid.uuid4().hex
             requests[rid] = Request(rid, "account", function, key, msgspec.Raw(encode_value(list(args))))
+            try:
+                replies[rid] = await submit_once(rid, key, function, *args)
+            except Overloaded as exc:
+                # Admission control refused it (a hot account's queue, a backlog past the bound):
+                # nothing ran, and the serial replay below takes it as such.
+                assert isinstance(exc.reply, Reply), f"{rid} shed by the client"
+                replies[rid] = exc.reply
+                refused += 1
+
+        async def submit_once(rid: str, key: str, function: str, *args: object) -> Reply:
+            nonlocal resent
             if chaos.resend_after_s is None:
-                replies[rid] = await client.submit("account", key, function, *args, request_id=rid)
-                return
+                return await client.submit("account", key, function, *args, request_id=rid)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 300
             while True:
                 try:
-                    replies[rid] = await client.submit(
+                    return await client.submit(
                         "account", key, function, *args, request_id=rid, timeout_s=chaos.resend_after_s
                     )
-                    return
                 except RequestTimeout:
                     assert loop.time() < deadline, f"no reply to {rid} in 300 s of resending"
                     resent += 1  # the same id again, as a client whose request timed out would
@@ -242,8 +256,8 @@ async def run_chaos(stack: LocalStack, chaos: Chaos, read_egress_log: Callable[[
         )
 
     print(
-        f"{len(requests)} requests ({resent} resends), generations {generations} -> {final_generation}, "
-        f"{spaced} spaced kills, {during_recovery} during a recovery"
+        f"{len(requests)} requests ({resent} resends, {refused} refused), generations {generations} -> "
+        f"{final_generation}, {spaced} spaced kills, {during_recovery} during a recovery"
     )
     # The generation counts every recovery over the cluster's life (it survives coordinator restarts):
     # every kill of a running cluster started at least one recovery of its own.

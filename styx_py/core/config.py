@@ -84,10 +84,13 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     admission_queue_ms: Annotated[
         float,
         Setting(
-            "requests buffered on a worker beyond what it admits in this long (admission_queue_ms / "
-            "admission_epoch_ms batches) are refused at once: answered `refused`, which the SDK raises as "
-            "Overloaded and the gateway answers with 429 (not the backlog of a stall: after a recovery "
-            "or a partition move it is worked through first); 0: never refuse",
+            "new requests buffered on a worker beyond what it admits in this long (admission_queue_ms / "
+            "admission_epoch_ms batches; resent copies do not count), and those whose root entity has "
+            "more rescheduled calls of their function waiting than this long's worth of epochs, are "
+            "refused at once: "
+            "answered `refused`, which the SDK raises as Overloaded and the gateway answers with 429 (not "
+            "the backlog of a stall: after a recovery, a partition move or 8 epochs' durations without an "
+            "epoch end it is worked through first); 0: never refuse",
             "ms",
             ge=0,
         ),

@@ -23,7 +23,7 @@ simulated time, deterministically, and a test never sleeps.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -62,6 +62,10 @@ class Ingress(Protocol):
         ...
 
     def pending(self) -> int: ...
+
+    def buffered(self) -> Iterator[IngressRecord]:
+        """The records :meth:`take` would return next, without taking them (any order)."""
+        ...
 
     def positions(self) -> dict[int, Cursor]:
         """Per assigned partition, the next offset to take in each segment read."""

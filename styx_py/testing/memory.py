@@ -12,7 +12,7 @@ import asyncio
 import builtins
 import random
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from styx_py.core.changelog import ChangeRecord, Position
@@ -323,6 +323,13 @@ class MemoryIngress:
 
     def pending(self) -> int:
         return sum(len(self._part(s, p)) - pos for (s, p), pos in self._pos.items())
+
+    def buffered(self) -> Iterator[IngressRecord]:
+        for (s, p), pos in self._pos.items():
+            for offset in range(pos, len(self._part(s, p))):
+                rec = self._record(s, p, offset)
+                if rec is not None:
+                    yield rec
 
     def positions(self) -> dict[int, Cursor]:
         out: dict[int, Cursor] = {p: {} for p in self.partitions}

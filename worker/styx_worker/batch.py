@@ -7,9 +7,11 @@ sequencer log's entry kinds (:mod:`styx_py.core.wire.logs`):
 * ``Run`` — a new transaction, given the next Mencius tid by the sequencer;
 * ``Answered`` — a request id resent after its reply: the reply is given again, nothing runs;
 * ``Waiting`` — a request id resent while its first copy still runs: answered with that copy's reply;
-* ``Refused`` — a new request beyond what the worker admits (:mod:`styx_worker.admission`): answered
-  ``refused`` with the batch's resends (after the entry is durable), recorded in the reply table like
-  any reply (a resent copy gets the same answer), nothing runs.
+* ``Refused`` — a new request beyond what the worker admits (:mod:`styx_worker.admission`: past the
+  batch's count of new requests, or a call of a function with more rescheduled calls of it waiting
+  behind the same root entity than the bound): answered ``refused`` with the batch's resends
+  (after the entry is durable), recorded in the reply table like any reply (a resent copy gets the
+  same answer), nothing runs.
 
 The batch's composition is written to the sequencer log before any of its replies can leave, so a
 replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.replayed`).
@@ -17,7 +19,8 @@ replayed epoch re-forms exactly the same batch from the log (:meth:`BatchFormer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 
 from styx_py.core.wire import (
     NIL,
@@ -64,6 +67,13 @@ def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[Ro
             roots.add(entity)
             run.append(root)
     return run, wait
+
+
+def _queue(request: Request) -> tuple[str, str | int, str]:
+    """The queue of rescheduled transactions a request joins if it collides: its root entity and
+    function (TPC-C: a district's NewOrders queue on ``D_NEXT_O_ID``, its Payments commit in the
+    fallback and do not queue)."""
+    return request.operator, request.key, request.function
 
 
 def refusal(epoch: int, request: Request) -> Reply:
@@ -124,6 +134,24 @@ class BatchFormer:
         self.next_run, self.rescheduled = take_rescheduled(self.rescheduled)
         return max(0, self.epoch_size_max - len(self.next_run))
 
+    def in_flight(self) -> set[str]:
+        """The request ids the next live batch runs or waits for already: its rescheduled
+        transactions, those still waiting, and the requests whose copies wait for their reply."""
+        running = {r.request.request_id for r in self.next_run} | set(self.replies.waiting)
+        running.update(r.request.request_id for r in self.rescheduled)
+        return running
+
+    def count_new(self, records: Iterable[IngressRecord], running: set[str]) -> int:
+        """How many of ``records`` are new requests, as :meth:`form` classifies them (``Run``) after
+        the ids in ``running``, which it extends: not answered, not running, not an earlier copy."""
+        answered, new = self.replies.answered, 0
+        for rec in records:
+            rid = rec.request.request_id
+            if rid not in running and answered.get(rec.partition, rid) is None:
+                running.add(rid)
+                new += 1
+        return new
+
     def refuse(self, rec: IngressRecord, epoch: int, resends: list[Resend]) -> Refused:
         """Refuse ``rec`` in ``epoch``: its reply is recorded and goes out with the resends."""
         request = rec.request
@@ -140,26 +168,31 @@ class BatchFormer:
         records: list[IngressRecord],
         written: tuple[int, list[Written]] = (-1, []),
         admitted: int = -1,
+        depth_max: int = -1,
     ) -> tuple[Formed, SeqLogEntry]:
         """The live batch of ``epoch`` (run by graph ``version``) from the rescheduled transactions
         :meth:`room` chose and ``records``: its roots, the resent ids it answers and the copies that
         wait for a running one, and its sequencer-log entry, which carries ``written``: the digests
         of the epoch this worker finished before (:mod:`styx_worker.digests`). Of ``records``, the
-        new requests after the first ``admitted`` (-1: none) are refused."""
+        new requests after the first ``admitted`` (-1: none) are refused, and so are those whose
+        root entity has more than ``depth_max`` (-1: no bound) rescheduled transactions waiting."""
         lc_start = self.sequencer.lc
+        running = self.in_flight()
         resched, self.next_run = self.next_run, []
-        # In flight: this batch's rescheduled transactions, those still waiting, and resent copies.
-        running = {r.request.request_id for r in resched} | set(self.replies.waiting)
-        running.update(r.request.request_id for r in self.rescheduled)
+        # The (root entity, function) pairs with more than depth_max rescheduled transactions waiting
+        # after this batch: a new call of that function there would collide the same way and queue.
+        depths = Counter(_queue(r.request) for r in self.rescheduled)
+        hot = {queue for queue, n in depths.items() if 0 <= depth_max < n}
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
         waiting: list[IngressRecord] = []
         answered: list[BatchEntry] = []
         admitted = len(records) if admitted < 0 else admitted
-        for i, rec in enumerate(records):
+        for rec in records:
             kind = self.classify(rec, running, resends, epoch)
-            if kind is Run and i >= admitted:
-                running.discard(rec.request.request_id)
+            request = rec.request
+            if kind is Run and (len(fresh) >= admitted or _queue(request) in hot):
+                running.discard(request.request_id)
                 answered.append(self.refuse(rec, epoch, resends))
             elif kind is Run:
                 fresh.append(rec)

@@ -79,11 +79,14 @@ class LogAcked(msgspec.Struct):
 
 class Taken(msgspec.Struct):
     """The ingress records a :class:`Take` or :class:`Fetch` asked for. Of a ``Take``'s, the first
-    ``admitted`` run and the rest are refused (styx_worker.admission); -1: every one runs."""
+    ``admitted`` new requests run and the rest are refused (styx_worker.admission); -1: every one
+    runs. So is a new request whose root entity has more than ``depth_max`` rescheduled transactions
+    waiting (-1: no bound)."""
 
     request: Take | Fetch
     records: list[IngressRecord]
     admitted: int = -1
+    depth_max: int = -1
 
     @property
     def epoch(self) -> int:

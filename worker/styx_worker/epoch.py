@@ -131,7 +131,7 @@ class EpochMachine(InvocationFlow):
         if isinstance(ev.request, Take):
             # The entry carries the digests of the epoch finished before (styx_worker.digests).
             (roots, es.resends, copies), entry = self.batch.form(
-                es.epoch, es.gen, ev.request.version, ev.records, self.written, ev.admitted
+                es.epoch, es.gen, ev.request.version, ev.records, self.written, ev.admitted, ev.depth_max
             )
             es.tally.refused = sum(isinstance(e, Refused) for e in entry.entries)
             self.written = (-1, [])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -223,6 +223,10 @@ class KafkaIngress:
 
     def pending(self) -> int:
         return self.sources.count
+
+    def buffered(self) -> Iterator[IngressRecord]:
+        for buf in self.sources.buffers.values():
+            yield from buf
 
     def lag(self) -> dict[int, int]:
         """Per assigned partition whose high watermark a fetch has reported: records on Kafka not yet

@@ -87,7 +87,7 @@ class Worker:
         self.outgoing = Outgoing(self.membership, ports.clock, ports.egress, self.feed, on_fenced)
         self.runner = InvocationRunner(self.step, self.step, self.spawn)
         policy = Admission(config.epoch_size_max, config.admission_epoch_ms, config.admission_queue_ms)
-        self.admission = AdmissionGate(policy, ports.clock)
+        self.admission = AdmissionGate(policy, ports.clock, self.core.batch)
         self.metrics = WorkerMetrics(self)  # read at scrape time; nothing per transaction
         self.reconfig = Reconfiguration(
             self.core,
