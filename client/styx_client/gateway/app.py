@@ -79,10 +79,12 @@ from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import Depends, FastAPI, Header, Path, Query
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from styx_client.gateway.apidoc import API_DESCRIPTION, add_doc_routes
 from styx_client.gateway.cluster import ClusterLink
@@ -92,6 +94,7 @@ from styx_client.gateway.effects_view import add_effects_routes
 from styx_client.gateway.history import ClusterHistory
 from styx_client.gateway.invocations import Invocations
 from styx_client.gateway.jobs import Jobs
+from styx_client.gateway.lean import serve_lean
 from styx_client.gateway.listing import add_listing_routes
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import (
@@ -112,7 +115,7 @@ from styx_client.gateway.recent import RecentInvocations
 from styx_client.gateway.strict_json import StrictJsonRoute
 from styx_py.core.limits import MAX_KEY_CHARS, MAX_NAME_CHARS
 
-__all__ = ["Served", "build_app"]
+__all__ = ["Served", "build_app", "direct_routes"]
 
 _V1_ERRORS = (401, 429)  # from the guard, on every /v1 route
 
@@ -154,6 +157,12 @@ def build_app(gateway: Served) -> FastAPI:
     _add_admin_routes(app, gateway, bearer)
     _add_probe_routes(app, gateway)
     return app
+
+
+def direct_routes(app: FastAPI) -> dict[tuple[str, str], ASGIApp]:
+    """(method, path) → ASGI app of the routes :mod:`.lean` serves, for the guard to call directly."""
+    route = next(r for r in app.router.routes if isinstance(r, APIRoute) and r.name == "post_invocation")
+    return {("POST", route.path): route.app}
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -232,6 +241,11 @@ def _add_invocation_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) ->
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
         return respond(await invocations.invoke(body, idempotency_key, wait, timeout_s), metrics)
+
+    # The route as declared above is its OpenAPI schema and the answer to what the lean path leaves to
+    # FastAPI (errors, uncommon query strings); the lean path serves the rest (:mod:`.lean`).
+    route = next(r for r in app.router.routes if isinstance(r, APIRoute) and r.name == "post_invocation")
+    route.app = serve_lean(route.app, invocations.invoke, metrics)
 
     @app.get(
         "/v1/invocations/{request_id}",

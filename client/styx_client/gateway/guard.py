@@ -14,6 +14,7 @@ error that does not say what was wrong.
 
 import hmac
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,7 +25,7 @@ from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.outcomes import Outcome, failure, respond
 from styx_client.gateway.replies import ReplyCache
 
-__all__ = ["Guard", "Guarded"]
+__all__ = ["Guard", "Guarded", "replay_body"]
 
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -44,8 +45,13 @@ class Guarded(Protocol):
 class Guard:
     """In-flight bound, bearer token, pending bound and body size in front of ``app``; see the module."""
 
-    def __init__(self, app: ASGIApp, gateway: Guarded) -> None:
+    def __init__(
+        self, app: ASGIApp, gateway: Guarded, direct: Mapping[tuple[str, str], ASGIApp] | None = None
+    ) -> None:
         self.app = app
+        # (method, path) → the ASGI app of a route served without FastAPI's middleware and router
+        # (:mod:`.lean`); FastAPI still declares it (OpenAPI) and answers everything else.
+        self.direct = dict(direct or {})
         self.gateway = gateway
         self.in_flight = 0
         token = gateway.config.token
@@ -98,8 +104,8 @@ class Guard:
                 if isinstance(body, Outcome):
                     await self._send(body, scope, receive, send)
                     return
-                receive = _replay(body, receive)
-            await self.app(scope, receive, send)
+                receive = replay_body(body, receive)
+            await self.direct.get((scope["method"], path), self.app)(scope, receive, send)
         finally:
             if not probe:
                 self.in_flight -= 1
@@ -211,7 +217,7 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Outc
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that yields the buffered body once, then defers to the real one (disconnects)."""
     pending = True
 
