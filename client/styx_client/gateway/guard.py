@@ -71,7 +71,7 @@ class Guard:
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 response_started = True
-                metrics.latency.labels(_route(scope)).observe(time.perf_counter() - started)
+                metrics.request_latency(_route(scope)).observe(time.perf_counter() - started)
             await send(message)
 
         metrics.in_flight.inc()
@@ -80,8 +80,8 @@ class Guard:
         finally:
             metrics.in_flight.dec()
             if not response_started:
-                metrics.latency.labels(_route(scope)).observe(time.perf_counter() - started)
-            metrics.requests.labels(scope["method"], _route(scope), str(status)).inc()
+                metrics.request_latency(_route(scope)).observe(time.perf_counter() - started)
+            metrics.request_count(scope["method"], _route(scope), status).inc()
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
@@ -194,12 +194,11 @@ def _route(scope: Scope) -> str:
 
 async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Outcome | None:
     """The whole body (bounded), a 413 answer, or None when the client disconnected."""
-    too_large = failure(413, "body_too_large", f"request body larger than {limit} bytes")
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
                 if int(value) > limit:
-                    return too_large
+                    return _too_large(limit)
             except ValueError:
                 return failure(400, "malformed_request", "invalid Content-Length")
     chunks: list[bytes] = []
@@ -211,10 +210,14 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Outc
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            return too_large
+            return _too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _too_large(limit: int) -> Outcome:
+    return failure(413, "body_too_large", f"request body larger than {limit} bytes")
 
 
 def replay_body(body: bytes, receive: Receive) -> Receive:
