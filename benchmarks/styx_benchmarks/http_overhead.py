@@ -219,12 +219,14 @@ async def measure(
             await paced(via_http, rate, 1.0, seed=0)
             results: dict[str, list[float]] = {"sdk": [], "http": [], "gateway": []}
             gateway_cpu = {"sdk": 0.0, "http": 0.0}  # the gateway process's CPU seconds in each phase
+            own_cpu = {"sdk": 0.0, "http": 0.0}  # this process's (the load generator's)
             for seed, (name, send) in enumerate(
                 [("sdk", via_sdk), ("http", via_http), ("http", via_http), ("sdk", via_sdk)], start=1
             ):
-                cpu_before = cpu_seconds(gateway_pid)
+                cpu_before, own_before = cpu_seconds(gateway_pid), time.process_time()
                 latencies, costs = await paced(send, rate, seconds / 2, seed)
                 gateway_cpu[name] += cpu_seconds(gateway_pid) - cpu_before
+                own_cpu[name] += time.process_time() - own_before
                 results[name] += latencies
                 results["gateway"] += costs
             await raw.close()
@@ -251,6 +253,10 @@ async def measure(
             f"{gateway_cpu['sdk']:.2f} s (idle) over the SDK phases: "
             f"{per_request * 1e6:.0f} µs per HTTP request"
         )
+    print(
+        f"load generator CPU per request: {own_cpu['sdk'] / max(1, len(results['sdk'])) * 1e6:.0f} µs "
+        f"(SDK), {own_cpu['http'] / max(1, len(results['http'])) * 1e6:.0f} µs (HTTP)"
+    )
     total = int(sum(balances))
     print(f"money conserved: {total} == {loaded}: {'yes' if total == loaded else 'NO'}")
     return total == loaded

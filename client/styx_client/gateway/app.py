@@ -79,7 +79,6 @@ from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import Depends, FastAPI, Header, Path, Query
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
@@ -159,10 +158,12 @@ def build_app(gateway: Served) -> FastAPI:
     return app
 
 
-def direct_routes(app: FastAPI) -> dict[tuple[str, str], ASGIApp]:
-    """(method, path) → ASGI app of the routes :mod:`.lean` serves, for the guard to call directly."""
-    route = next(r for r in app.router.routes if isinstance(r, APIRoute) and r.name == "post_invocation")
-    return {("POST", route.path): route.app}
+def direct_routes(app: FastAPI, gateway: Served) -> dict[tuple[str, str], ASGIApp]:
+    """(method, path) → the ASGI app the guard calls for it instead of ``app`` (:mod:`.lean`).
+
+    ``POST /v1/invocations`` as declared in ``app`` is its OpenAPI schema and the answer to what the
+    lean path leaves to FastAPI (errors, uncommon query strings), through the whole app."""
+    return {("POST", "/v1/invocations"): serve_lean(app, gateway.invocations.invoke, gateway.metrics)}
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -241,11 +242,6 @@ def _add_invocation_routes(app: FastAPI, gateway: Served, bearer: HTTPBearer) ->
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
         return respond(await invocations.invoke(body, idempotency_key, wait, timeout_s), metrics)
-
-    # The route as declared above is its OpenAPI schema and the answer to what the lean path leaves to
-    # FastAPI (errors, uncommon query strings); the lean path serves the rest (:mod:`.lean`).
-    route = next(r for r in app.router.routes if isinstance(r, APIRoute) and r.name == "post_invocation")
-    route.app = serve_lean(route.app, invocations.invoke, metrics)
 
     @app.get(
         "/v1/invocations/{request_id}",

@@ -2,12 +2,13 @@
 outcome's bytes go straight to ``send``.
 
 FastAPI still declares the route (its OpenAPI schema comes from the declared signature and
-:class:`~styx_client.gateway.models.InvocationRequest`), but :func:`serve_lean` replaces the route's
-ASGI app: per request there is no dependency injection, no pydantic model and no Response object.
+:class:`~styx_client.gateway.models.InvocationRequest`), but the guard calls :func:`serve_lean`'s app
+for it instead of FastAPI's: per request there is no middleware, routing, dependency injection,
+pydantic model or Response object.
 Profiled with a backend that answers at once, FastAPI's request handling (dependency solving, parameter
 validation, the body model) took ~70 % of the gateway's CPU per invocation.
 
-Every request the lean path is not sure about goes to FastAPI's handler unchanged, with the buffered
+Every request the lean path is not sure about goes to the FastAPI app unchanged, with the buffered
 body: a body msgspec refuses (not JSON, ``NaN``, nested too deep, outside the schema), a request id
 outside ``[A-Za-z0-9._:~@+=-]``, or any query string other than ``wait=true|false``. So every error
 body (400 ``malformed_json``, 422 ``invalid_request`` with pydantic's ``errors``) is the one FastAPI
@@ -54,7 +55,8 @@ _JSON = (b"content-type", b"application/json")
 
 
 def serve_lean(slow: ASGIApp, invoke: _Invoke, metrics: GatewayMetrics) -> ASGIApp:
-    """The route's ASGI app: the lean path for a body and query it is sure about, else ``slow``."""
+    """The route's ASGI app: the lean path for a body and query it is sure about, else ``slow``
+    (the FastAPI app)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()  # the guard has buffered the whole body into this one message

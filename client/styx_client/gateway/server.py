@@ -76,7 +76,7 @@ class Gateway:
         )
         self.metrics.track(lambda: len(self.jobs), lambda: len(self.replies))
         self.app = build_app(self)
-        self.asgi: ASGIApp = Guard(self.app, self, direct_routes(self.app))
+        self.asgi: ASGIApp = Guard(self.app, self, direct_routes(self.app, self))
         self.port: int | None = None
         self._server: _Server | None = None
         self._stop_requested = False
