@@ -9,26 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Collection, Mapping
-from typing import Any
+from collections.abc import AsyncIterator
 
 import httpx
 import msgspec
 import pydantic
 import pytest
 
+from styx_benchmarks.gateway_cpu import InstantBackend, instant_gateway
 from styx_client.gateway import Gateway, GatewayConfig
 from styx_client.gateway.lean import InvocationBody, _decode
 from styx_client.gateway.models import InvocationRequest
-from styx_py.core.wire import Key, Reply, encode_value
 
 pytestmark = [pytest.mark.timeout(60)]
-
-STATUS = {
-    "state": "running",
-    "graph": "bank",
-    "operators": [{"name": "account", "partitions": 4, "functions": ["deposit", "transfer"]}],
-}
 
 BODIES = [
     b'{"operator": "account", "key": "alice", "function": "deposit", "args": [1]}',
@@ -75,47 +68,10 @@ def test_the_lean_path_takes_the_common_bodies() -> None:
         InvocationRequest.model_validate_json(BODIES[5])  # and the first one it leaves is refused
 
 
-class InstantBackend:
-    """Commits every request at once, echoing its arguments as the result."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    async def submit(
-        self,
-        operator: str,
-        key: Key,
-        function: str,
-        *args: Any,
-        request_id: str | None = None,
-        timeout_s: float | None = None,
-    ) -> Reply:
-        assert request_id is not None
-        self.sent.append(request_id)
-        result = msgspec.Raw(encode_value(list(args)))
-        return Reply(request_id, 1, 2, 0, "committed", result, None, None)  # type: ignore[arg-type]
-
-    async def close(self) -> None:
-        return None
-
-    def set_deployment(
-        self, operators: Mapping[str, int], functions: Mapping[str, Collection[str]] | None = None
-    ) -> None:
-        return None
-
-
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[httpx.AsyncClient, InstantBackend]]:
     backend = InstantBackend()
-
-    async def status() -> Mapping[str, Any]:
-        return STATUS
-
-    async def factory(status: Mapping[str, Any], config: GatewayConfig) -> InstantBackend:
-        return backend
-
-    gateway = Gateway(GatewayConfig("127.0.0.1:1", port=0), status_source=status, backend_factory=factory)
-    await gateway.link._poll(0)
+    gateway = await instant_gateway(backend)
     async with asyncio.TaskGroup() as tg:
         gateway.jobs.group = tg
         transport = httpx.ASGITransport(app=gateway.asgi)
