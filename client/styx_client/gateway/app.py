@@ -2,7 +2,8 @@
 
 The data path of one HTTP invocation::
 
-    HTTP ──> guard (in-flight bound → bearer token → body size) ──> route (validation)
+    HTTP ──> guard (in-flight bound → bearer token → body size) ──> route (validation; POST
+         /v1/invocations: the lean path of :mod:`.lean`, FastAPI for what it leaves)
          ──> idempotency table: cached final reply | join the in-flight job | start a job
          ──> the gateway's one StyxClient (one producer, ONE egress consumer for every waiter)
          ──> Kafka ──> cluster ──> reply ──> JSON body, cached under the request id
