@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from styx_client.gateway import Gateway, GatewayConfig
+from styx_client.gateway.guard import replay_body
 from styx_py.core.wire import Key, Reply, encode_value
 
 __all__ = ["STATUS", "InstantBackend", "instant_gateway"]
@@ -96,19 +97,14 @@ async def _post(gateway: Gateway, body: bytes, headers: list[tuple[bytes, bytes]
         "client": ("127.0.0.1", 1),
     }
     sent: list[Any] = []
-    unread = True
 
-    async def receive() -> Any:
-        nonlocal unread
-        if unread:
-            unread = False
-            return {"type": "http.request", "body": body, "more_body": False}
+    async def connected() -> Any:
         await asyncio.Event().wait()  # no disconnect while the request runs
 
     async def send(message: Any) -> None:
         sent.append(message)
 
-    await gateway.asgi(scope, receive, send)
+    await gateway.asgi(scope, replay_body(body, connected), send)
     status: int = sent[0]["status"]
     return status
 
