@@ -10,7 +10,10 @@ SDK so that drift (the broker slows as its log grows) hits both paths alike. Lat
 from each request's scheduled send time, so a stalled client cannot hide queueing. The HTTP client
 is httpx with keep-alive connections; its own cost is part of the HTTP numbers, as it would be for
 ``gateway`` is the HTTP round trip minus the submit → reply time the gateway reports in its
-``Server-Timing`` header: the cost of HTTP, FastAPI and the gateway itself.
+``Server-Timing`` header: the cost of HTTP, FastAPI and the gateway itself. With a stack it starts,
+it also prints the gateway process's CPU per HTTP request (from ``/proc``: its CPU over the HTTP
+phases minus its idle CPU over the SDK phases, divided by the HTTP requests) and this process's own
+CPU per request on each path (the load generator's).
 
 The HTTP client is a minimal keep-alive HTTP/1.1 client (below) by default. ``--client httpx`` uses
 httpx instead, whose connection pool costs about 3.5 ms of CPU per request here (profiled: httpcore's

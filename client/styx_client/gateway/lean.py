@@ -4,8 +4,7 @@ outcome's bytes go straight to ``send``.
 FastAPI still declares the route (its OpenAPI schema comes from the declared signature and
 :class:`~styx_client.gateway.models.InvocationRequest`), but the guard calls :func:`serve_lean`'s app
 for it instead of FastAPI's: per request there is no middleware, routing, dependency injection,
-pydantic model or Response object.
-Profiled with a backend that answers at once, FastAPI's request handling (dependency solving, parameter
+pydantic model or Response object. Profiled with a backend that answers at once, FastAPI's request handling (dependency solving, parameter
 validation, the body model) took ~70 % of the gateway's CPU per invocation.
 
 Every request the lean path is not sure about goes to the FastAPI app unchanged, with the buffered
@@ -36,8 +35,8 @@ class InvocationBody(msgspec.Struct, forbid_unknown_fields=True):
     """The body of ``POST /v1/invocations`` (the same fields and limits as ``InvocationRequest``)."""
 
     operator: _Name
-    key: Annotated[str, msgspec.Meta(max_length=MAX_KEY_CHARS)] | int  # int range: _decode (msgspec's
-    # bounds stop at int64, the key's at uint64)
+    # An int key's range (up to 2**64 - 1) is checked by _decode: msgspec's bounds stop at int64.
+    key: Annotated[str, msgspec.Meta(max_length=MAX_KEY_CHARS)] | int
     function: _Name
     args: list[Any] = []
     request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)] | None = None
