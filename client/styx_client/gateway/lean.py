@@ -4,8 +4,9 @@ outcome's bytes go straight to ``send``.
 FastAPI still declares the route (its OpenAPI schema comes from the declared signature and
 :class:`~styx_client.gateway.models.InvocationRequest`), but the guard calls :func:`serve_lean`'s app
 for it instead of FastAPI's: per request there is no middleware, routing, dependency injection,
-pydantic model or Response object. Profiled with a backend that answers at once, FastAPI's request handling (dependency solving, parameter
-validation, the body model) took ~70 % of the gateway's CPU per invocation.
+pydantic model or Response object. Profiled with a backend that answers at once, FastAPI's request
+handling (dependency solving, parameter validation, the body model) took ~70 % of the gateway's CPU
+per invocation.
 
 Every request the lean path is not sure about goes to the FastAPI app unchanged, with the buffered
 body: a body msgspec refuses (not JSON, ``NaN``, nested too deep, outside the schema), a request id
