@@ -10,7 +10,10 @@ SDK so that drift (the broker slows as its log grows) hits both paths alike. Lat
 from each request's scheduled send time, so a stalled client cannot hide queueing. The HTTP client
 is httpx with keep-alive connections; its own cost is part of the HTTP numbers, as it would be for
 ``gateway`` is the HTTP round trip minus the submit → reply time the gateway reports in its
-``Server-Timing`` header: the cost of HTTP, FastAPI and the gateway itself.
+``Server-Timing`` header: the cost of HTTP, FastAPI and the gateway itself. With a stack it starts,
+it also prints the gateway process's CPU per HTTP request (from ``/proc``: its CPU over the HTTP
+phases minus its idle CPU over the SDK phases, divided by the HTTP requests) and this process's own
+CPU per request on each path (the load generator's).
 
 The HTTP client is a minimal keep-alive HTTP/1.1 client (below) by default. ``--client httpx`` uses
 httpx instead, whose connection pool costs about 3.5 ms of CPU per request here (profiled: httpcore's
@@ -34,6 +37,7 @@ from pathlib import Path
 
 import httpx
 
+from styx_benchmarks.cpu import cpu_seconds
 from styx_benchmarks.demo import percentile
 from styx_client import StyxClient
 from styx_py.stack.local import LocalStack
@@ -174,7 +178,14 @@ def summary(name: str, values: list[float]) -> str:
     )
 
 
-async def measure(coordinator: str, gateway_url: str, rate: float, seconds: float, client_kind: str) -> bool:
+async def measure(
+    coordinator: str,
+    gateway_url: str,
+    rate: float,
+    seconds: float,
+    client_kind: str,
+    gateway_pid: int | None = None,
+) -> bool:
     async with await StyxClient.connect(coordinator) as client:
         await asyncio.gather(
             *(client.submit("account", f"acct{i}", "deposit", INITIAL) for i in range(ACCOUNTS))
@@ -210,10 +221,15 @@ async def measure(coordinator: str, gateway_url: str, rate: float, seconds: floa
             await paced(via_sdk, rate, 1.0, seed=0)
             await paced(via_http, rate, 1.0, seed=0)
             results: dict[str, list[float]] = {"sdk": [], "http": [], "gateway": []}
+            gateway_cpu = {"sdk": 0.0, "http": 0.0}  # the gateway process's CPU seconds in each phase
+            own_cpu = {"sdk": 0.0, "http": 0.0}  # this process's (the load generator's)
             for seed, (name, send) in enumerate(
                 [("sdk", via_sdk), ("http", via_http), ("http", via_http), ("sdk", via_sdk)], start=1
             ):
+                cpu_before, own_before = cpu_seconds(gateway_pid), time.process_time()
                 latencies, costs = await paced(send, rate, seconds / 2, seed)
+                gateway_cpu[name] += cpu_seconds(gateway_pid) - cpu_before
+                own_cpu[name] += time.process_time() - own_before
                 results[name] += latencies
                 results["gateway"] += costs
             await raw.close()
@@ -231,6 +247,18 @@ async def measure(coordinator: str, gateway_url: str, rate: float, seconds: floa
     print(
         f"HTTP overhead: p50 {(percentile(via, 0.5) - percentile(sdk, 0.5)) * 1e3:+.2f} ms, "
         f"p99 {(percentile(via, 0.99) - percentile(sdk, 0.99)) * 1e3:+.2f} ms"
+    )
+    if gateway_pid is not None:
+        # While the SDK runs the gateway only polls the coordinator: that idle cost is not per request.
+        per_request = (gateway_cpu["http"] - gateway_cpu["sdk"]) / max(1, len(results["http"]))
+        print(
+            f"gateway process CPU: {gateway_cpu['http']:.2f} s over the HTTP phases, "
+            f"{gateway_cpu['sdk']:.2f} s (idle) over the SDK phases: "
+            f"{per_request * 1e6:.0f} µs per HTTP request"
+        )
+    print(
+        f"load generator CPU per request: {own_cpu['sdk'] / max(1, len(results['sdk'])) * 1e6:.0f} µs "
+        f"(SDK), {own_cpu['http'] / max(1, len(results['http'])) * 1e6:.0f} µs (HTTP)"
     )
     total = int(sum(balances))
     print(f"money conserved: {total} == {loaded}: {'yes' if total == loaded else 'NO'}")
@@ -266,7 +294,14 @@ def main() -> int:
         with LocalStack(data_dir, workers=2, gateway=True, env={"STYX_LOG_LEVEL": "WARNING"}) as stack:
             stack.deploy("styx_benchmarks.bank:app")
             ok = asyncio.run(
-                measure(stack.coordinator, stack.gateway_url, args.rate, args.seconds, args.client)
+                measure(
+                    stack.coordinator,
+                    stack.gateway_url,
+                    args.rate,
+                    args.seconds,
+                    args.client,
+                    stack.pids().get("gateway"),
+                )
             )
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

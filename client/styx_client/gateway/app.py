@@ -2,7 +2,8 @@
 
 The data path of one HTTP invocation::
 
-    HTTP ──> guard (in-flight bound → bearer token → body size) ──> route (validation)
+    HTTP ──> guard (in-flight bound → bearer token → body size) ──> route (validation; POST
+         /v1/invocations: the lean path of :mod:`.lean`, FastAPI for what it leaves)
          ──> idempotency table: cached final reply | join the in-flight job | start a job
          ──> the gateway's one StyxClient (one producer, ONE egress consumer for every waiter)
          ──> Kafka ──> cluster ──> reply ──> JSON body, cached under the request id
@@ -85,6 +86,7 @@ from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from styx_client.gateway.apidoc import API_DESCRIPTION, add_doc_routes
 from styx_client.gateway.cluster import ClusterLink
@@ -94,6 +96,7 @@ from styx_client.gateway.effects_view import add_effects_routes
 from styx_client.gateway.history import ClusterHistory
 from styx_client.gateway.invocations import Invocations
 from styx_client.gateway.jobs import Jobs
+from styx_client.gateway.lean import serve_lean
 from styx_client.gateway.listing import add_listing_routes
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import (
@@ -116,7 +119,7 @@ from styx_client.gateway.strict_json import StrictJsonRoute
 from styx_py.core.limits import MAX_KEY_CHARS, MAX_NAME_CHARS
 from styx_py.io.stateread import ReadSource
 
-__all__ = ["Served", "build_app"]
+__all__ = ["Served", "build_app", "direct_routes"]
 
 _V1_ERRORS = (401, 429)  # from the guard, on every /v1 route
 
@@ -160,6 +163,14 @@ def build_app(gateway: Served) -> FastAPI:
     add_state_routes(app, gateway, bearer)
     _add_probe_routes(app, gateway)
     return app
+
+
+def direct_routes(app: FastAPI, gateway: Served) -> dict[tuple[str, str], ASGIApp]:
+    """(method, path) → the ASGI app the guard calls for it instead of ``app`` (:mod:`.lean`).
+
+    ``POST /v1/invocations`` as declared in ``app`` is its OpenAPI schema and the answer to what the
+    lean path leaves to FastAPI (errors, uncommon query strings), through the whole app."""
+    return {("POST", "/v1/invocations"): serve_lean(app, gateway.invocations.invoke, gateway.metrics)}
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -14,6 +14,7 @@ error that does not say what was wrong.
 
 import hmac
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,7 +25,7 @@ from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.outcomes import Outcome, failure, respond
 from styx_client.gateway.replies import ReplyCache
 
-__all__ = ["Guard", "Guarded"]
+__all__ = ["Guard", "Guarded", "replay_body"]
 
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -44,8 +45,13 @@ class Guarded(Protocol):
 class Guard:
     """In-flight bound, bearer token, pending bound and body size in front of ``app``; see the module."""
 
-    def __init__(self, app: ASGIApp, gateway: Guarded) -> None:
+    def __init__(
+        self, app: ASGIApp, gateway: Guarded, direct: Mapping[tuple[str, str], ASGIApp] | None = None
+    ) -> None:
         self.app = app
+        # (method, path) → the ASGI app of a route served without FastAPI's middleware and router
+        # (:mod:`.lean`); FastAPI still declares it (OpenAPI) and answers everything else.
+        self.direct = dict(direct or {})
         self.gateway = gateway
         self.in_flight = 0
         token = gateway.config.token
@@ -65,7 +71,7 @@ class Guard:
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 response_started = True
-                metrics.latency.labels(_route(scope)).observe(time.perf_counter() - started)
+                metrics.request_latency(_route(scope)).observe(time.perf_counter() - started)
             await send(message)
 
         metrics.in_flight.inc()
@@ -74,8 +80,8 @@ class Guard:
         finally:
             metrics.in_flight.dec()
             if not response_started:
-                metrics.latency.labels(_route(scope)).observe(time.perf_counter() - started)
-            metrics.requests.labels(scope["method"], _route(scope), str(status)).inc()
+                metrics.request_latency(_route(scope)).observe(time.perf_counter() - started)
+            metrics.request_count(scope["method"], _route(scope), status).inc()
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
@@ -98,8 +104,8 @@ class Guard:
                 if isinstance(body, Outcome):
                     await self._send(body, scope, receive, send)
                     return
-                receive = _replay(body, receive)
-            await self.app(scope, receive, send)
+                receive = replay_body(body, receive)
+            await self.direct.get((scope["method"], path), self.app)(scope, receive, send)
         finally:
             if not probe:
                 self.in_flight -= 1
@@ -188,12 +194,11 @@ def _route(scope: Scope) -> str:
 
 async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Outcome | None:
     """The whole body (bounded), a 413 answer, or None when the client disconnected."""
-    too_large = failure(413, "body_too_large", f"request body larger than {limit} bytes")
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
                 if int(value) > limit:
-                    return too_large
+                    return _too_large(limit)
             except ValueError:
                 return failure(400, "malformed_request", "invalid Content-Length")
     chunks: list[bytes] = []
@@ -205,13 +210,17 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Outc
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            return too_large
+            return _too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def _too_large(limit: int) -> Outcome:
+    return failure(413, "body_too_large", f"request body larger than {limit} bytes")
+
+
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that yields the buffered body once, then defers to the real one (disconnects)."""
     pending = True
 

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -29,7 +29,6 @@ from styx_client.gateway.models import (
     ID_RE,
     MAX_ID_CHARS,
     InvocationAccepted,
-    InvocationRequest,
     StateView,
 )
 from styx_client.gateway.outcomes import Outcome, failure, ok, reply_outcome, retry_after
@@ -39,7 +38,23 @@ from styx_py.core.errors import BadRequest
 from styx_py.core.requests import encode_request
 from styx_py.core.wire import Key
 
-__all__ = ["Invocations"]
+__all__ = ["InvocationCall", "Invocations"]
+
+
+class InvocationCall(Protocol):
+    """A validated ``POST /v1/invocations`` body: the pydantic ``InvocationRequest`` of FastAPI's
+    handler or the msgspec ``InvocationBody`` of the lean one (:mod:`.lean`)."""
+
+    @property
+    def operator(self) -> str: ...
+    @property
+    def key(self) -> Key: ...
+    @property
+    def function(self) -> str: ...
+    @property
+    def args(self) -> list[Any]: ...
+    @property
+    def request_id(self) -> str | None: ...
 
 
 class Invocations:
@@ -63,7 +78,7 @@ class Invocations:
         self._new_rid = RequestIds()  # for requests without a client-chosen id
 
     async def invoke(
-        self, body: InvocationRequest, idempotency_key: str | None, wait: bool, timeout_s: float | None
+        self, body: InvocationCall, idempotency_key: str | None, wait: bool, timeout_s: float | None
     ) -> Outcome:
         """``POST /v1/invocations``: the reply, 202 (``wait`` false) or why there is none."""
         rid, problem = _request_id(idempotency_key, body.request_id)
@@ -93,7 +108,7 @@ class Invocations:
         self.stats.idempotent_hits += 1
         return cached.outcome if wait else _accepted(rid)
 
-    def _join(self, rid: str, fingerprint: bytes, body: InvocationRequest) -> Job | Outcome:
+    def _join(self, rid: str, fingerprint: bytes, body: InvocationCall) -> Job | Outcome:
         """The pending job for ``rid`` (422 for a reused id), else a new one."""
         job = self.jobs.get(rid)
         if job is None:
@@ -103,7 +118,7 @@ class Invocations:
         self.stats.joined_in_flight += 1
         return job
 
-    def _start(self, rid: str, fingerprint: bytes | None, body: InvocationRequest) -> Job | Outcome:
+    def _start(self, rid: str, fingerprint: bytes | None, body: InvocationCall) -> Job | Outcome:
         call: JobCall = (body.operator, body.key, body.function, body.args)
         return self._admit(rid, fingerprint, call, cache=True, request_id=rid)
 

@@ -109,20 +109,23 @@ def reply_outcome(reply: Reply, latency_ms: float | None = None, retry_after_s: 
         return failure(
             502, "bad_reply", f"unknown reply status {reply.status!r}", request_id=reply.request_id
         )
-    body = InvocationReply(
-        request_id=reply.request_id,
-        status=reply.status,  # type: ignore[arg-type]  # checked just above
-        result=result,
-        error=reply.error,
-        error_type=reply.error_type,
-        tid=reply.tid,
-        epoch=reply.epoch,
-        phase=reply.phase,
-    )
-    rid, message = reply.request_id, reply.error or "transaction did not commit"
+    # InvocationReply's fields in its order: the bytes its model_dump() would give, without the model
+    # on the hot path (a committed reply), ~10 % of the gateway's CPU per invocation when profiled.
+    fields = {
+        "request_id": reply.request_id,
+        "status": reply.status,
+        "result": result,
+        "error": reply.error,
+        "error_type": reply.error_type,
+        "tid": reply.tid,
+        "epoch": reply.epoch,
+        "phase": int(reply.phase),
+    }
     timing: Headers = () if latency_ms is None else (("Server-Timing", f"cluster;dur={latency_ms:.3f}"),)
     if reply.status == "committed":
-        return ok(body, headers=timing)
+        return Outcome(200, json_bytes(fields), None, timing)
+    body = InvocationReply(**fields)
+    rid, message = reply.request_id, reply.error or "transaction did not commit"
     if reply.status == "aborted":
         return failure(409, "aborted", message, request_id=rid, reply=body, headers=timing)
     if reply.status == "refused":

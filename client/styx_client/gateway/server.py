@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from styx_client.gateway.app import build_app
+from styx_client.gateway.app import build_app, direct_routes
 from styx_client.gateway.cluster import (
     Backend,
     BackendFactory,
@@ -79,7 +79,7 @@ class Gateway:
         )
         self.metrics.track(lambda: len(self.jobs), lambda: len(self.replies))
         self.app = build_app(self)
-        self.asgi: ASGIApp = Guard(self.app, self)
+        self.asgi: ASGIApp = Guard(self.app, self, direct_routes(self.app, self))
         self.port: int | None = None
         self._server: _Server | None = None
         self._stop_requested = False
