@@ -26,6 +26,7 @@ from styx_py.core.partitioning import Key, key_bytes, partition_of
 __all__ = [
     "SCAN_FUNCTION",
     "SCAN_OP",
+    "OrderKey",
     "ScanRange",
     "merge",
     "operator_entries",

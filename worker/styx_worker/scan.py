@@ -3,7 +3,8 @@
 ``ctx.scan`` (:mod:`styx_py.core.scan`) calls every partition of the operator; each call is an
 invocation of the system operator ``styx.scan`` whose key names the partition, routed to the worker
 that owns it. That invocation (:func:`run_scan`) answers from the state its transaction sees here (the
-committed state as of its phase, overlaid with its own buffered writes) and, in the optimistic run, puts
+committed state as of its phase, overlaid with its own buffered writes), walking the partition's keys
+in key order from the range's low bound (:func:`partition_rows`), and, in the optimistic run, puts
 the range it read into its transaction's read set (``Reservations.ranges``); the lock-free commit
 (:func:`styx_worker.conflicts.find_conflicts`) then treats a lower tid's write of any key in the range,
 an insert or a delete too, as a conflict.
@@ -23,14 +24,16 @@ from collections.abc import Callable, Iterable, Mapping
 import msgspec
 
 from styx_py.core.partitioning import Key, partition_of
-from styx_py.core.scan import SCAN_OP, ScanRange, scan_key, scan_partition, select
+from styx_py.core.scan import SCAN_OP, ScanRange, scan_key, scan_partition
 from styx_py.core.wire import Invoke, Phase, Status, decode_value, encode_value
 from styx_worker.ackshare import from_wire
 from styx_worker.conflicts import EntityKey
 from styx_worker.effects import Invoked
+from styx_worker.keyindex import from_low, lower, past_end
+from styx_worker.state import StateStore, Writes
 from styx_worker.txn import CachedInvocation, TxnView
 
-__all__ = ["guard_of", "run_scan", "scan_races"]
+__all__ = ["guard_of", "partition_rows", "run_scan", "scan_races"]
 
 Guard = Callable[[EntityKey], EntityKey | None]
 
@@ -42,10 +45,7 @@ def run_scan(view: TxnView, inv: Invoke, cached: CachedInvocation | None) -> Inv
     partition = scan_partition(inv.key)
     n = view.graph.operators[op].partitions
     rng = ScanRange(op, low, low_open, high, high_open, prefix, partition, n)
-    mine = _of_partition(op, partition, n)
-    entries: dict[Key, bytes | None] = {k: v for (o, k), v in view.store.data.items() if mine(o, k)}
-    entries.update((k, v) for (o, k), v in view.buffer(inv.phase, inv.tid).items() if mine(o, k))
-    live, read = select(rng, rows, entries.items())
+    live, read = partition_rows(view.store, view.buffer(inv.phase, inv.tid), rng, rows)
     if inv.phase == Phase.OPTIMISTIC:
         view.record_range(inv.tid, read)
     value = msgspec.Raw(encode_value([[k, msgspec.Raw(v)] for k, v in live]))
@@ -53,11 +53,32 @@ def run_scan(view: TxnView, inv: Invoke, cached: CachedInvocation | None) -> Inv
     return Invoked(inv, Status.OK, "", value, own, [], [])
 
 
-def _of_partition(op: str, partition: int, n: int) -> Callable[[str, Key], bool]:
-    def mine(o: str, k: Key) -> bool:
-        return o == op and partition_of(k, n) == partition
+def partition_rows(
+    store: StateStore, buffer: Writes, rng: ScanRange, rows: int
+) -> tuple[list[tuple[Key, bytes]], ScanRange]:
+    """What :func:`styx_py.core.scan.select` answers for ``rng`` (one partition) over the committed
+    ``store`` overlaid with the transaction's ``buffer`` (None: deleted), from the store's key index
+    (:mod:`styx_worker.keyindex`): a bisection to the low bound and a walk over the keys up to one past
+    the ``rows``-th live entry or the range's end, with the buffer's new keys merged in.
 
-    return mine
+    Measured (``python -m styx_benchmarks.geo_cost``, benchmarks/results/deathstar-geo.md): a pass
+    over every entity of the worker per partition scan cost 87-118 µs with ~450 entities."""
+    op, partition, n, data = rng.operator, rng.partition, rng.partitions, store.data
+    own = {k: v for (o, k), v in buffer.items() if o == op and partition_of(k, n) == partition}
+    keys = store.index.keys(op, partition, n, data)
+    lo, low_open = lower(rng)
+    past = past_end(rng)
+    live: list[tuple[Key, bytes]] = []
+    for k in from_low(keys, [k for k in own if (op, k) not in data], lo, low_open):
+        if past(k):
+            break
+        v = own[k] if k in own else data[(op, k)]
+        if v is None:
+            continue
+        if len(live) == rows:  # cut short: the range read ends at the last row answered
+            return live, msgspec.structs.replace(rng, high=live[-1][0], high_open=False)
+        live.append((k, v))
+    return live, rng
 
 
 def guard_of(partitions: Mapping[str, int]) -> Guard:

@@ -51,20 +51,23 @@ class StateStore:
 
     def apply(self, writes: Writes, epoch: int = -1) -> None:
         """Commit ``writes`` of ``epoch`` (-1: outside any epoch, kept by no window)."""
-        data, delta, index = self.data, self.delta, self.index.by_op
+        data, delta, indexed = self.data, self.delta, self.index.by_op
         if self.window is not None and epoch >= 0:
             self.window.record(epoch, writes, data)
+        changed: list[EntityKey] = []  # keys of indexed operators added or removed
         for key, value in writes.items():
             if value is None:
-                if data.pop(key, None) is not None and index:
-                    index.pop(key[0], None)  # a key removed: its operator's order is rebuilt when read
+                if data.pop(key, None) is not None and key[0] in indexed:
+                    changed.append(key)
             else:
-                if index and key not in data:
-                    index.pop(key[0], None)  # a key added
+                if key[0] in indexed and key not in data:
+                    changed.append(key)
                 data[key] = value
             delta[key] = value
             if key[0] in SYSTEM_OPERATORS:
                 self.pending.write(key, value)
+        if changed:
+            self.index.update(changed, data)
         if self.watched:
             self._touch(writes)
 

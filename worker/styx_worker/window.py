@@ -21,9 +21,6 @@ versions kept since the epoch.
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Protocol
 
@@ -31,10 +28,9 @@ import msgspec
 
 from styx_py.core.limits import MAX_READ_BYTES
 from styx_py.core.partitioning import Key, partition_of
-from styx_py.core.scan import order
 from styx_py.core.wire import PartRows, ReadAt, ReadRows
 from styx_worker.conflicts import EntityKey
-from styx_worker.keyindex import KeyIndex
+from styx_worker.keyindex import KeyIndex, from_low, lower, past_end
 
 __all__ = ["VersionWindow", "read_at"]
 
@@ -147,24 +143,12 @@ def _partition_rows(
     """One partition's live entries in the range as of the epoch: its keys now from the first one in
     range on, with the values ``then`` holds for those changed since (and the keys deleted since)."""
     rng, op = msg.range, msg.range.operator
-    low, low_open, prefix = rng.low, rng.low_open, rng.prefix
-    if prefix is not None and (low is None or order(low) < (1, prefix)):
-        low, low_open = prefix, False  # a prefix's keys are one block, from the prefix itself on
-    start, lo = 0, None if low is None else order(low)
-    if lo is not None:
-        start = (bisect_right if low_open else bisect_left)(keys, lo, key=order)
+    lo, low_open = lower(rng)
     # Keys deleted since the epoch are not in ``keys``: merged in, from the low bound on.
-    gone = [k for k in then if (op, k) not in data]
-    if lo is not None:
-        gone = [k for k in gone if order(k) > lo or (not low_open and order(k) == lo)]
-    gone.sort(key=order)
-    stream = heapq.merge(keys[start:], gone, key=order) if gone else itertools.islice(keys, start, None)
-    hi = None if rng.high is None else order(rng.high)
+    past = past_end(rng)
     rows: list[tuple[Key, msgspec.Raw]] = []
-    for k in stream:  # every key from the low bound on, in key order, until one past the range
-        if prefix is not None and not (type(k) is str and k.startswith(prefix)):
-            break
-        if hi is not None and ((ok := order(k)) > hi or (rng.high_open and ok == hi)):
+    for k in from_low(keys, [k for k in then if (op, k) not in data], lo, low_open):
+        if past(k):  # every key from the low bound on, in key order, until one past the range
             break
         v = (then[k] if k in then else data[(op, k)]) if then else data[(op, k)]
         if v is None:
