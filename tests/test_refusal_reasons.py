@@ -131,3 +131,12 @@ def test_the_caller_and_the_gateway_are_told_which_bound_refused() -> None:
     assert (backlog["reason"], backlog["reply"]["reason"]) == ("backlog", "backlog")
     mine = overloaded("64 invocations pending", 1)
     assert mine.status == 429 and msgspec.json.decode(mine.body)["error"]["reason"] == "client"
+
+
+def test_the_benchmark_counts_entity_refusals_apart_from_backlog_ones() -> None:
+    from styx_benchmarks.driver import SdkSender
+
+    entity = SdkSender.outcome(_refused("e", Refusal.ENTITY), None)
+    backlog = SdkSender.outcome(_refused("b", Refusal.BACKLOG), None)
+    assert (entity.status, entity.cause) == ("refused", "Overloaded (entity)")
+    assert (backlog.status, backlog.cause) == ("refused", "Overloaded")
