@@ -81,7 +81,9 @@ class InvocationReply(BaseModel):
     epoch: int
     phase: int = Field(description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)")
     reason: Literal["backlog", "entity"] | None = Field(
-        default=None, description="status refused: which admission bound refused it (backlog or entity)"
+        default=None,
+        description="status refused: which admission bound refused it (backlog or entity); absent otherwise",
+        exclude_if=lambda v: v is None,
     )
 
 
@@ -178,6 +180,7 @@ class ErrorDetail(BaseModel):
     errors: list[ValidationIssue] | None = Field(default=None, description="what failed validation")
     reason: Literal["client", "backlog", "entity"] | None = Field(
         default=None,
+        exclude_if=lambda v: v is None,  # absent from the other errors' bodies
         description=(
             "429 overloaded: which bound refused it: client (this gateway's own limits: max_pending, "
             "HTTP requests in flight), backlog (the cluster is over its admission bound: back off) or entity "
