@@ -40,6 +40,7 @@ from styx_client.sdk.window import ALPHA, MIN_WINDOW, InFlightWindow
 from styx_py.core.errors import Overloaded
 from styx_py.core.wire import (
     IngressRecord,
+    Refusal,
     Refused,
     Reply,
     ReplyStatus,
@@ -468,7 +469,7 @@ async def test_refused_requests_are_logged_answered_once_and_replayed_identicall
     assert [r.request_id for _, r, _ in resends] == ["c", "d", "c"], "the copy of c gets c's reply"
     c = replies["c"]
     assert (c.status, c.error_type, c.tid, c.epoch, c.request_ts_ms) == ("refused", "Overloaded", 0, 3, 5)
-    assert c == refusal(3, _request("c")), "the reply depends on the epoch and the request alone"
+    assert c == refusal(3, _request("c"), Refusal.BACKLOG), "the epoch, the request and the reason alone"
     assert live.replies.answered.get(0, "c") == c, "recorded: a resent copy is answered the same"
     with pytest.raises(Overloaded) as raised:
         result_of(c)

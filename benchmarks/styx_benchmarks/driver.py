@@ -151,6 +151,7 @@ class SdkSender:
 
 
 SHED = Outcome("refused", "Overloaded (client)")
+ENTITY = Outcome("refused", "Overloaded (entity)")
 
 
 def _error_outcome(exc: BaseException) -> Outcome:
@@ -167,6 +168,8 @@ def _reply_outcome(reply: Any) -> Outcome:
         return COMMITTED
     if reply.status == "aborted":
         return Outcome("aborted", normalise_cause(reply.error))
+    if reply.status == "refused" and getattr(reply, "reason", "") == "entity":
+        return ENTITY  # behind its root entity's queue (a hot key), not the cluster's backlog
     return Outcome(reply.status, reply.error_type or normalise_cause(reply.error))
 
 

@@ -88,6 +88,8 @@ class ReplyFields(Protocol):
     def error(self) -> str | None: ...
     @property
     def error_type(self) -> str | None: ...
+    @property
+    def reason(self) -> str: ...
 
 
 class StyxError(Exception):
@@ -180,11 +182,16 @@ class RequestTimeout(StyxError):
 class Overloaded(StyxError):
     """Retry later: the client has too many requests in flight (``reply`` None, nothing was sent), or
     the cluster refused the request, over its admission bound (``reply``: its ``refused`` reply;
-    nothing ran, and the same request id is answered the same way again: retry with a new one)."""
+    nothing ran, and the same request id is answered the same way again: retry with a new one).
+
+    ``reason`` says which bound: ``client`` (this client's own in-flight bound), ``backlog`` (the
+    cluster as a whole is over its knee: back off) or ``entity`` (calls of this function queue behind
+    the request's root entity, named in the message: a hot key; the cluster admits the others)."""
 
     def __init__(self, message: str, reply: ReplyFields | None = None) -> None:
         super().__init__(message)
         self.reply = reply
+        self.reason = "client" if reply is None else reply.reason or "backlog"
 
 
 class Unavailable(StyxError):

@@ -9,7 +9,8 @@ sequencer log's entry kinds (:mod:`styx_py.core.wire.logs`):
 * ``Waiting`` — a request id resent while its first copy still runs: answered with that copy's reply;
 * ``Refused`` — a new request beyond what the worker admits (:mod:`styx_worker.admission`: past the
   batch's count of new requests, or a call of a function with more rescheduled calls of it waiting
-  behind the same root entity than the bound): answered ``refused`` with the batch's resends
+  behind the same root entity than the bound), its reason (``backlog`` or ``entity``) logged with
+  it: answered ``refused`` with the batch's resends
   (after the entry is durable), recorded in the reply table like any reply (a resent copy gets the
   same answer), nothing runs.
 
@@ -28,6 +29,7 @@ from styx_py.core.wire import (
     BatchEntry,
     IngressRecord,
     Phase,
+    Refusal,
     Refused,
     Reply,
     ReplyStatus,
@@ -76,10 +78,18 @@ def _queue(request: Request) -> tuple[str, str | int, str]:
     return request.operator, request.key, request.function
 
 
-def refusal(epoch: int, request: Request) -> Reply:
-    """The reply to a request ``epoch`` refused: the same wherever and whenever it is made (replay
-    compares it with the one on the egress log)."""
-    error = f"not admitted in epoch {epoch}: the cluster is over its admission bound; retry later"
+def refusal(epoch: int, request: Request, reason: str = "") -> Reply:
+    """The reply to a request ``epoch`` refused for ``reason`` (a :class:`Refusal`; empty: an entry
+    logged before refusals had reasons): the same wherever and whenever it is made (replay compares
+    it with the one on the egress log)."""
+    if reason == Refusal.ENTITY:
+        error = (
+            f"not admitted in epoch {epoch}: calls of {request.function} queue behind entity "
+            f"{request.operator}/{request.key!r} (a hot key; other entities are admitted); retry later"
+        )
+    else:
+        bound = "" if not reason else " (backlog)"
+        error = f"not admitted in epoch {epoch}: the cluster is over its admission bound{bound}; retry later"
     return Reply(
         request.request_id,
         0,
@@ -90,6 +100,7 @@ def refusal(epoch: int, request: Request) -> Reply:
         error,
         "Overloaded",
         request.ts_ms,
+        reason,
     )
 
 
@@ -152,13 +163,14 @@ class BatchFormer:
                 new += 1
         return new
 
-    def refuse(self, rec: IngressRecord, epoch: int, resends: list[Resend]) -> Refused:
-        """Refuse ``rec`` in ``epoch``: its reply is recorded and goes out with the resends."""
+    def refuse(self, rec: IngressRecord, epoch: int, resends: list[Resend], reason: str) -> Refused:
+        """Refuse ``rec`` in ``epoch`` for ``reason``: its reply is recorded and goes out with the
+        resends."""
         request = rec.request
-        reply = refusal(epoch, request)
+        reply = refusal(epoch, request, reason)
         self.replies.answered.record(rec.partition, reply)
         resends.append((self.replies.route(rec.partition, request, epoch), reply, request.reply_to))
-        return Refused(rec.partition, rec.offset, request.request_id)
+        return Refused(rec.partition, rec.offset, request.request_id, reason)
 
     def form(
         self,
@@ -193,7 +205,8 @@ class BatchFormer:
             request = rec.request
             if kind is Run and (len(fresh) >= admitted or _queue(request) in hot):
                 running.discard(request.request_id)
-                answered.append(self.refuse(rec, epoch, resends))
+                reason = Refusal.BACKLOG if len(fresh) >= admitted else Refusal.ENTITY
+                answered.append(self.refuse(rec, epoch, resends, reason))
             elif kind is Run:
                 fresh.append(rec)
             elif kind is Answered:
@@ -260,7 +273,7 @@ class BatchFormer:
             if root is None:
                 rec = by_position[e.partition, e.offset]
                 if isinstance(e, Refused):
-                    self.refuse(rec, epoch, resends)
+                    self.refuse(rec, epoch, resends, e.reason)  # as logged: the bounds read the clock
                     continue
                 if not isinstance(e, Run):
                     kind = self.classify(rec, running, resends, epoch)

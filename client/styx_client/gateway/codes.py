@@ -72,8 +72,10 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "overloaded",
         429,
-        "too many invocations or HTTP requests in flight, or the cluster refused the request (reply.status "
-        "refused: admission control, a new Idempotency-Key to retry); see Retry-After",
+        "too many invocations or HTTP requests in flight (error.reason client), or the cluster refused the "
+        "request (reply.status refused: admission control, a new Idempotency-Key to retry; error.reason "
+        "backlog: the cluster is over its bound, entity: calls queue behind this request's root entity, a "
+        "hot key); see Retry-After",
         True,
     ),
     ErrorCode("http_error", 400, "another HTTP-level error from the framework (its own status)"),

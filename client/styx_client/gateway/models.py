@@ -80,6 +80,11 @@ class InvocationReply(BaseModel):
     tid: int = Field(description="transaction id")
     epoch: int
     phase: int = Field(description="0 lock-free commit, 1 fallback; serial order is (epoch, phase, tid)")
+    reason: Literal["backlog", "entity"] | None = Field(
+        default=None,
+        description="status refused: which admission bound refused it (backlog or entity); absent otherwise",
+        exclude_if=lambda v: v is None,
+    )
 
 
 class InvocationAccepted(BaseModel):
@@ -173,6 +178,16 @@ class ErrorDetail(BaseModel):
     request_id: str | None = None
     reply: InvocationReply | None = Field(default=None, description="the transaction's reply (409/422)")
     errors: list[ValidationIssue] | None = Field(default=None, description="what failed validation")
+    reason: Literal["client", "backlog", "entity"] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # absent from the other errors' bodies
+        description=(
+            "429 overloaded: which bound refused it: client (this gateway's own limits: max_pending, "
+            "HTTP requests in flight), backlog (the cluster is over its admission bound: back off) or entity "
+            "(calls of the function queue behind the request's root entity, named in the message: a hot "
+            "key, other entities are admitted)"
+        ),
+    )
 
 
 class ErrorBody(BaseModel):

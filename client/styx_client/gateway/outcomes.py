@@ -80,9 +80,16 @@ def failure(
     reply: InvocationReply | None = None,
     errors: list[ValidationIssue] | None = None,
     headers: Headers = (),
+    reason: str | None = None,
 ) -> Outcome:
     detail = ErrorDetail(
-        status=status, code=code, message=message, request_id=request_id, reply=reply, errors=errors
+        status=status,
+        code=code,
+        message=message,
+        request_id=request_id,
+        reply=reply,
+        errors=errors,
+        reason=reason,  # type: ignore[arg-type]  # a Refusal, or "client"
     )
     return Outcome(status, json_bytes(ErrorBody(error=detail).model_dump()), code, headers)
 
@@ -92,7 +99,7 @@ def retry_after(seconds: int) -> Headers:
 
 
 def overloaded(message: str, retry_after_s: int) -> Outcome:
-    return failure(429, "overloaded", message, headers=retry_after(retry_after_s))
+    return failure(429, "overloaded", message, headers=retry_after(retry_after_s), reason="client")
 
 
 def reply_outcome(reply: Reply, latency_ms: float | None = None, retry_after_s: int = 1) -> Outcome:
@@ -100,7 +107,8 @@ def reply_outcome(reply: Reply, latency_ms: float | None = None, retry_after_s: 
 
     The body depends on ``reply`` alone (byte-identical on every replica, for every retry);
     ``latency_ms``, when this gateway measured one, goes in a ``Server-Timing`` header. A request the
-    cluster refused (not admitted: over its admission bound) is 429 ``overloaded`` with Retry-After."""
+    cluster refused (not admitted: over its admission bound) is 429 ``overloaded`` with Retry-After and
+    the bound that refused it (``reason``: backlog or entity)."""
     try:
         result = decode_value(reply.result)
     except UNDECODABLE as exc:
@@ -124,13 +132,16 @@ def reply_outcome(reply: Reply, latency_ms: float | None = None, retry_after_s: 
     timing: Headers = () if latency_ms is None else (("Server-Timing", f"cluster;dur={latency_ms:.3f}"),)
     if reply.status == "committed":
         return Outcome(200, json_bytes(fields), None, timing)
-    body = InvocationReply(**fields)
+    reason = (reply.reason or "backlog") if reply.status == "refused" else None
+    body = InvocationReply(**fields, reason=reason)
     rid, message = reply.request_id, reply.error or "transaction did not commit"
     if reply.status == "aborted":
         return failure(409, "aborted", message, request_id=rid, reply=body, headers=timing)
     if reply.status == "refused":
         headers = timing + retry_after(retry_after_s)
-        return failure(429, "overloaded", message, request_id=rid, reply=body, headers=headers)
+        return failure(
+            429, "overloaded", message, request_id=rid, reply=body, headers=headers, reason=body.reason
+        )
     if reply.error_type == "BadRequest":
         return failure(422, "bad_request", message, request_id=rid, reply=body, headers=timing)
     return failure(

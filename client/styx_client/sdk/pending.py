@@ -30,7 +30,7 @@ from styx_client.sdk.waiters import Deadlines, Done, Named, Waiter, timeout_erro
 from styx_client.sdk.window import InFlightWindow
 from styx_py.core.errors import BadRequest, Overloaded, StyxError
 from styx_py.core.limits import MIN_RECENT_REQUEST_IDS
-from styx_py.core.wire import Reply
+from styx_py.core.wire import Refusal, Reply
 
 __all__ = ["EGRESS", "PUSHED", "Pending", "PendingTable", "Recent"]
 
@@ -223,7 +223,10 @@ class PendingTable:
         self._answered.put(rid, path)
         if reply.status == "refused":
             stats.refused += 1
-            self.window.refused(entry.seq, len(self.entries), self.registered)
+            if reply.reason == Refusal.ENTITY:
+                stats.refused_entity += 1  # the caller's hot key: every other request is admitted
+            else:
+                self.window.refused(entry.seq, len(self.entries), self.registered)
         else:
             self.window.admitted()
         self._settle(entry, reply, None)

@@ -34,6 +34,9 @@ class ClientStats:
     """Requests written again to a newer ingress segment (the workers may have stopped reading theirs)."""
     refused: int = 0
     """Of ``replied``, replies ``refused``: the cluster did not admit the request (admission control)."""
+    refused_entity: int = 0
+    """Of ``refused``, those refused behind their root entity's queue (a hot key): they do not narrow
+    the in-flight window (:mod:`styx_client.sdk.window`), which only the cluster's backlog does."""
     shed: int = 0
     """Requests refused here, nothing sent, while the cluster refuses (:mod:`styx_client.sdk.window`)."""
     undecodable: int = 0

@@ -6,6 +6,12 @@ answered ``refused`` (styx_worker.admission), work that competes with the reques
 client narrows its own window when refusals come, and the requests over it are refused here, at
 once, with :class:`~styx_py.core.errors.Overloaded`, nothing sent: the cheapest refusal there is.
 
+Only refusals for the cluster's backlog (``Reply.reason`` ``backlog``, or none) narrow it. A request
+refused behind its root entity's queue (``entity``: a hot key, TPC-C's district) says nothing about
+the rest: the cluster admits every other entity's requests, and a steady trickle of such refusals
+would keep the whole client small; the caller gets :class:`Overloaded` with that reason and the
+entity, the window stays.
+
 Additive increase, multiplicative decrease, without a clock: a refusal of a request sent after the
 last decrease (its ``seq`` at or past :attr:`InFlightWindow.recover_seq`) sets the window to
 :data:`BETA` of the requests in flight then (at least :data:`MIN_WINDOW`); refusals of requests sent

@@ -31,6 +31,7 @@ from styx_py.core.wire.codes import (
     Msg,
     Outcome,
     Phase,
+    Refusal,
     ReplyStatus,
     Status,
 )
@@ -160,6 +161,7 @@ __all__ = [
     "ReadState",
     "Recover",
     "RecoverDone",
+    "Refusal",
     "Refused",
     "Register",
     "ReplayDiverged",

@@ -47,6 +47,13 @@ class ReplyStatus(StrEnum):
     REFUSED = "refused"  # not admitted: the worker was over its admission bound (Overloaded); nothing ran
 
 
+class Refusal(StrEnum):
+    """Why a request was refused (``Reply.reason``, the ``Refused`` log entry): which admission bound."""
+
+    BACKLOG = "backlog"  # the worker's buffer is over its backlog cap: the cluster is over its knee
+    ENTITY = "entity"  # rescheduled calls of its function queue behind its root entity: a hot key
+
+
 class Msg(msgspec.Struct, tag_field="t", array_like=True, omit_defaults=False):
     """Base of every message: tagged, so one decoder per channel tells them apart."""
 

@@ -52,6 +52,9 @@ class Reply(msgspec.Struct, array_like=True, gc=False):
     error: str | None
     error_type: str | None
     request_ts_ms: int = 0
+    # Status refused: which bound refused it (a ``Refusal``: ``backlog`` or ``entity``); empty
+    # otherwise, and in replies logged before refusals had reasons. Last, with a default, so those decode.
+    reason: str = ""
 
     @property
     def value(self) -> Any:
@@ -101,11 +104,16 @@ class Waiting(_Entry, tag="waiting"):
 
 class Refused(_Entry, tag="refused"):
     """A request the worker did not admit (over its admission bound, styx_worker.admission): answered
-    ``refused`` (the SDK raises ``Overloaded``), nothing runs; logged so that a replay refuses it again."""
+    ``refused`` (the SDK raises ``Overloaded``), nothing runs; logged so that a replay refuses it again,
+    with the same reply."""
 
     partition: int
     offset: int
     request_id: str
+    # Which bound refused it (a ``Refusal``), so that replay makes the same reply without recomputing
+    # it; empty in entries logged before refusals had reasons (their replies have none either). Last,
+    # with a default, so those decode.
+    reason: str = ""
 
 
 BatchEntry = Run | Answered | Waiting | Refused
