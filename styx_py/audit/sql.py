@@ -223,7 +223,7 @@ class _Catalog:
             return
         df = self._log_table(name) if name in LOG_TABLES else self._operator_table(name)
         if df is not None:  # None: not a table of ours (a CTE's name; Spark resolves or rejects it)
-            if name in ("requests", "replies"):  # read once even when aborts joins them too
+            if name in ("requests", "replies", "epochs"):  # read once however often the query names them
                 df = df.persist(StorageLevel.MEMORY_AND_DISK)
                 self._persisted.append(df)
             df.createOrReplaceTempView(name)
@@ -328,9 +328,8 @@ class _Catalog:
             assert manifest is not None
             snap = (
                 self.spark.read.format("styx_snapshots")
-                .options(**s3.as_options(), snapshot=str(manifest.epoch))
+                .options(**s3.as_options(), snapshot=str(manifest.epoch), max_object_epoch=str(plan.snapshot))
                 .load()
-                .where(F.col("object_epoch") <= plan.snapshot)
             )
             parts.append(
                 snap.select(
