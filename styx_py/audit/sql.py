@@ -287,7 +287,7 @@ class _Catalog:
             return None
         self.say(f"inferring the columns of {name} (operator {op!r}) from its values")
         lines = self.state().where(F.col("operator") == op).mapInArrow(entity_json, "line string")
-        typed = self.spark.read.json(lines.rdd.map(lambda r: r["line"]))
+        typed = self._read_json(lines)
         if "key" not in typed.columns:  # no entity of the operator at the epoch
             return self.spark.createDataFrame([], "key string, value string")
         value = typed.schema["value"].dataType if "value" in typed.columns else None
@@ -298,6 +298,17 @@ class _Catalog:
             ]
             return typed.select(*cols)
         return typed.select("key", "value") if value is not None else typed.select("key")
+
+    def _read_json(self, lines: DataFrame) -> DataFrame:
+        """``spark.read.json`` of a one-string-column DataFrame (Scala's ``json(Dataset[String])``, which
+        PySpark does not expose), ``lines`` cached: its Python tasks run once, not for the inference and
+        again for the read, and no rows go through a Python RDD."""
+        lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(lines)
+        jvm = self.spark._jvm
+        assert jvm is not None
+        strings = getattr(lines._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
+        return DataFrame(self.spark._jsparkSession.read().json(strings), self.spark)
 
     def state(self) -> DataFrame:
         """(operator, key, key_is_int, value): each entity as of the plan's epoch (msgpack values)."""
