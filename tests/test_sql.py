@@ -218,7 +218,8 @@ def test_errors_name_their_case(bank: BankRun, spark: Any, capsys: pytest.Captur
     assert between not in bank.chain
     with pytest.raises(ChangelogDisabled, match=r"no changelog topic given.*to turn the changelog on"):
         query("SELECT * FROM account", off, as_of_epoch=between, spark=spark)
-    gone = replace(src, changelog_topic=f"changelog-{uuid.uuid4().hex[:8]}")
+    # A missing topic is waited for up to min(timeout_s, TOPIC_WAIT_S), in case it was just created.
+    gone = replace(src, changelog_topic=f"changelog-{uuid.uuid4().hex[:8]}", timeout_s=5.0)
     with pytest.raises(ChangelogDisabled, match="does not exist"):
         query("SELECT * FROM account", gone, as_of_epoch=between, spark=spark)
     with pytest.raises(AsOfUnavailable, match="has not run yet"):
