@@ -2,9 +2,9 @@
 
 ``spark.read.format("styx_snapshots")`` yields one row per written entity of every snapshot object
 (a per-partition delta, or a compacted base) that makes up the chosen snapshot; one Spark input
-partition per object. Rows: see :data:`styx_py.audit.rows.SNAPSHOT_SCHEMA`. An entity's value *in the
-snapshot* is its row with the highest ``object_epoch`` (a null value: deleted); :func:`state_of`
-computes that.
+partition per up to ``objects_per_task`` objects (default 32), in the manifest's order. Rows: see
+:data:`styx_py.audit.rows.SNAPSHOT_SCHEMA`. An entity's value *in the snapshot* is its row with the
+highest ``object_epoch`` (a null value: deleted); :func:`state_of` computes that.
 
 Options: ``endpoint`` (host:port, required), ``access_key``, ``secret_key``, ``region``, ``secure``
 (default from the ``STYX_S3_*`` environment), ``bucket`` (default ``styx-snapshots``), ``snapshot``:
