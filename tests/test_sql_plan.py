@@ -91,3 +91,26 @@ def test_the_table_output() -> None:
 def test_the_json_output() -> None:
     rows = [{"n": decimal.Decimal("4000"), "x": decimal.Decimal("0.5"), "b": b"\x01", "s": {"k": [1]}}]
     assert json.dumps(rows_json(rows)) == '[{"n": 4000, "x": 0.5, "b": "01", "s": {"k": [1]}}]'
+
+
+def test_the_snapshot_source_groups_objects_into_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pyspark")
+    from styx_py.audit import snapshot_source
+    from styx_py.audit.options import S3Options
+
+    objs = [snapshot_source.SnapshotObject(40, delta_key(p, e), e) for p in (0, 1) for e in (10, 20, 30)]
+    monkeypatch.setattr(snapshot_source, "plan_objects", lambda *_: objs)
+    s3 = S3Options("localhost:1", "k", "s", "b", "us-east-1")
+
+    def tasks(**kw: int) -> list[list[str]]:
+        reader = snapshot_source.SnapshotReader(s3, "latest", **kw)
+        return [[o.name for o in p.objs] for p in reader.partitions()]  # type: ignore[attr-defined]
+
+    assert tasks() == [[o.name for o in objs]]  # six small objects: one task
+    assert tasks(objects_per_task=4) == [[o.name for o in objs[:4]], [o.name for o in objs[4:]]]
+    assert tasks(max_object_epoch=20, objects_per_task=2) == [  # an older snapshot's chain
+        [delta_key(0, 10), delta_key(0, 20)],
+        [delta_key(1, 10), delta_key(1, 20)],
+    ]
+    with pytest.raises(ValueError, match="objects_per_task"):
+        snapshot_source.SnapshotReader(s3, "latest", objects_per_task=0)

@@ -2,15 +2,17 @@
 
 ``spark.read.format("styx_snapshots")`` yields one row per written entity of every snapshot object
 (a per-partition delta, or a compacted base) that makes up the chosen snapshot; one Spark input
-partition per object. Rows: see :data:`styx_py.audit.rows.SNAPSHOT_SCHEMA`. An entity's value *in the
-snapshot* is its row with the highest ``object_epoch`` (a null value: deleted); :func:`state_of`
-computes that.
+partition per up to ``objects_per_task`` objects (default 32), in the manifest's order. Rows: see
+:data:`styx_py.audit.rows.SNAPSHOT_SCHEMA`. An entity's value *in the snapshot* is its row with the
+highest ``object_epoch`` (a null value: deleted); :func:`state_of` computes that.
 
 Options: ``endpoint`` (host:port, required), ``access_key``, ``secret_key``, ``region``, ``secure``
 (default from the ``STYX_S3_*`` environment), ``bucket`` (default ``styx-snapshots``), ``snapshot``:
 ``latest`` (default: the newest manifest), an epoch (that manifest; only the newest is retained by the
 cluster, older ones may be gone), or ``all`` (every object under ``snapshots/`` whether a manifest
-lists it or not, each as its own snapshot id: for forensics).
+lists it or not, each as its own snapshot id: for forensics); ``max_object_epoch``: only the objects
+of epochs <= it (the chain of an older snapshot, skipped at planning rather than read and filtered);
+``objects_per_task`` (see above).
 
 Object and manifest names come from :mod:`styx_py.core.blobs`; their contents are
 :class:`~styx_py.core.wire.PartitionSnapshot` and :class:`~styx_py.core.wire.Manifest` (msgpack).
@@ -106,10 +108,13 @@ def plan_objects(client: Minio, bucket: str, which: str) -> list[SnapshotObject]
     ]
 
 
+DEFAULT_OBJECTS_PER_TASK = 32
+
+
 class ObjectPartition(InputPartition):
-    def __init__(self, obj: SnapshotObject) -> None:
-        super().__init__(obj.name)
-        self.obj = obj
+    def __init__(self, objs: Sequence[SnapshotObject]) -> None:
+        super().__init__(objs[0].name)
+        self.objs = list(objs)
 
 
 class StyxSnapshotSource(DataSource):
@@ -123,26 +128,48 @@ class StyxSnapshotSource(DataSource):
         return spark_schema(SNAPSHOT_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SnapshotReader(S3Options.parse(self.options), self.options.get("snapshot", "latest"))
+        opts = self.options
+        upto = opts.get("max_object_epoch")
+        return SnapshotReader(
+            S3Options.parse(opts),
+            opts.get("snapshot", "latest"),
+            None if upto is None else int(upto),
+            int(opts.get("objects_per_task", DEFAULT_OBJECTS_PER_TASK)),
+        )
 
 
 class SnapshotReader(DataSourceReader):
-    def __init__(self, s3: S3Options, which: str) -> None:
+    def __init__(
+        self,
+        s3: S3Options,
+        which: str,
+        max_object_epoch: int | None = None,
+        objects_per_task: int = DEFAULT_OBJECTS_PER_TASK,
+    ) -> None:
         if which not in ("latest", "all") and not which.lstrip("-").isdigit():
             raise ValueError(f"option 'snapshot' must be 'latest', 'all' or an epoch, got {which!r}")
+        if objects_per_task < 1:
+            raise ValueError(f"option 'objects_per_task' must be 1 or more, got {objects_per_task}")
         self.s3 = s3
         self.which = which
+        self.max_object_epoch = max_object_epoch
+        self.objects_per_task = objects_per_task
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [ObjectPartition(o) for o in plan_objects(self.s3.client(), self.s3.bucket, self.which)]
+        objs = plan_objects(self.s3.client(), self.s3.bucket, self.which)
+        if self.max_object_epoch is not None:
+            objs = [o for o in objs if o.epoch <= self.max_object_epoch]
+        n = self.objects_per_task
+        return [ObjectPartition(objs[i : i + n]) for i in range(0, len(objs), n)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, ObjectPartition):
             return  # no objects: PySpark calls read() once with a plain InputPartition of its own
-        obj = partition.obj
-        data = get_object(self.s3.client(), self.s3.bucket, obj.name)
-        if data is None:
-            raise FileNotFoundError(
-                f"snapshot object {obj.name} listed in snapshot {obj.snapshot_id} is missing"
-            )
-        yield decode_snapshot_object(obj.snapshot_id, obj.name, obj.epoch, data)
+        client = self.s3.client()
+        for obj in partition.objs:
+            data = get_object(client, self.s3.bucket, obj.name)
+            if data is None:
+                raise FileNotFoundError(
+                    f"snapshot object {obj.name} listed in snapshot {obj.snapshot_id} is missing"
+                )
+            yield decode_snapshot_object(obj.snapshot_id, obj.name, obj.epoch, data)

@@ -223,7 +223,7 @@ class _Catalog:
             return
         df = self._log_table(name) if name in LOG_TABLES else self._operator_table(name)
         if df is not None:  # None: not a table of ours (a CTE's name; Spark resolves or rejects it)
-            if name in ("requests", "replies"):  # read once even when aborts joins them too
+            if name in ("requests", "replies", "epochs"):  # read once however often the query names them
                 df = df.persist(StorageLevel.MEMORY_AND_DISK)
                 self._persisted.append(df)
             df.createOrReplaceTempView(name)
@@ -287,7 +287,7 @@ class _Catalog:
             return None
         self.say(f"inferring the columns of {name} (operator {op!r}) from its values")
         lines = self.state().where(F.col("operator") == op).mapInArrow(entity_json, "line string")
-        typed = self.spark.read.json(lines.rdd.map(lambda r: r["line"]))
+        typed = self._read_json(lines)
         if "key" not in typed.columns:  # no entity of the operator at the epoch
             return self.spark.createDataFrame([], "key string, value string")
         value = typed.schema["value"].dataType if "value" in typed.columns else None
@@ -298,6 +298,17 @@ class _Catalog:
             ]
             return typed.select(*cols)
         return typed.select("key", "value") if value is not None else typed.select("key")
+
+    def _read_json(self, lines: DataFrame) -> DataFrame:
+        """``spark.read.json`` of a one-string-column DataFrame (Scala's ``json(Dataset[String])``, which
+        PySpark does not expose), ``lines`` cached: its Python tasks run once, not for the inference and
+        again for the read, and no rows go through a Python RDD."""
+        lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(lines)
+        jvm = self.spark._jvm
+        assert jvm is not None
+        strings = getattr(lines._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
+        return DataFrame(self.spark._jsparkSession.read().json(strings), self.spark)
 
     def state(self) -> DataFrame:
         """(operator, key, key_is_int, value): each entity as of the plan's epoch (msgpack values)."""
@@ -328,9 +339,8 @@ class _Catalog:
             assert manifest is not None
             snap = (
                 self.spark.read.format("styx_snapshots")
-                .options(**s3.as_options(), snapshot=str(manifest.epoch))
+                .options(**s3.as_options(), snapshot=str(manifest.epoch), max_object_epoch=str(plan.snapshot))
                 .load()
-                .where(F.col("object_epoch") <= plan.snapshot)
             )
             parts.append(
                 snap.select(
