@@ -133,7 +133,7 @@ def reply_outcome(reply: Reply, latency_ms: float | None = None, retry_after_s: 
     if reply.status == "committed":
         return Outcome(200, json_bytes(fields), None, timing)
     reason = (reply.reason or "backlog") if reply.status == "refused" else None
-    body = InvocationReply(**fields, reason=reason)
+    body = InvocationReply(**fields, reason=reason)  # type: ignore[arg-type]  # a Refusal
     rid, message = reply.request_id, reply.error or "transaction did not commit"
     if reply.status == "aborted":
         return failure(409, "aborted", message, request_id=rid, reply=body, headers=timing)
