@@ -63,10 +63,8 @@ def _stderr(line: str) -> None:
 def cmd_sql(
     args: argparse.Namespace, out: Callable[[str], None] = print, err: Callable[[str], None] = _stderr
 ) -> int:
-    from pyspark.sql import SparkSession
-
     from styx_py.audit.failures import check_s3, could_not_run
-    from styx_py.audit.job import RUN_FAILURES, spark_session
+    from styx_py.audit.job import RUN_FAILURES, session_running, spark_session
     from styx_py.audit.options import s3_from
     from styx_py.audit.sql import SqlSources, query
     from styx_py.core.security import KafkaSecurity
@@ -100,7 +98,7 @@ def cmd_sql(
     try:
         if sources.s3 is not None:
             check_s3(sources.s3)  # in a second, before the JVM's start
-        ours = SparkSession.getActiveSession() is None  # a caller's session is left running
+        ours = not session_running()  # a caller's session is left running
         log = Path(tempfile.gettempdir()) / "styx-sql-spark.log"
         say("starting Spark" + ("" if args.verbose else f" (its own log: {log})"))
         spark = spark_session(

@@ -21,7 +21,7 @@ import pytest
 
 from styx_benchmarks.bank import app as bank_app
 from styx_client import StyxClient
-from styx_py.core.errors import RequestTimeout, StyxError
+from styx_py.core.errors import RequestTimeout, StyxError, Unavailable
 from styx_py.core.logmarks import LogMark, marker_topic
 from styx_py.core.serial import reply_outcome, serial_replay
 from styx_py.core.wire import Reply, Request, StatusRequest, encode_value
@@ -57,7 +57,7 @@ class Run:
             self.replies[rid] = await client.submit(
                 "account", key, function, *args, request_id=rid, timeout_s=timeout_s
             )
-        except RequestTimeout:
+        except (RequestTimeout, Unavailable):  # no reply in time; not sent (the broker restarting)
             self.unanswered += 1
 
     async def load(self, client: StyxClient, stop: asyncio.Event, timeout_s: float) -> None:

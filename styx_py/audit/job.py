@@ -160,6 +160,15 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(saved)
 
 
+def session_running() -> bool:
+    """Whether this process runs a SparkContext already: a caller's, which a command run here uses and
+    leaves running. Not ``SparkSession.getActiveSession()``: that is per thread, so a session made in
+    another thread would look absent, be taken by ``getOrCreate()`` and stopped under its owner."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
 def spark_session(
     app_name: str = "styx-audit",
     driver_memory: str = "2g",
@@ -692,7 +701,7 @@ def run_from_args(
         log = cfg.out / "spark.log"
         where = cfg.master or SparkConf().get("spark.master", "local[2]")
         progress.stage(f"starting Spark ({where})" + ("" if cfg.verbose else f"; its own log: {log}"))
-        ours = SparkSession.getActiveSession() is None  # a caller's session is left running
+        ours = not session_running()  # a caller's session is left running
         spark = spark_session(
             driver_memory=cfg.driver_memory,
             log=log,
