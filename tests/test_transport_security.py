@@ -253,8 +253,8 @@ async def test_frames_of_the_wrong_channel_or_garbage_close_only_their_connectio
         assert coordinator.got[0][0] == "w2" and coordinator.task is not None and not coordinator.task.done()
         good.close()
         del good_reader
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "refused" in r.message]
-    assert warnings and all("127.0.0.1:" in r.message for r in warnings), "logged with the peer address"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "refused" in r.getMessage()]
+    assert warnings and all("127.0.0.1:" in r.getMessage() for r in warnings), "logged with the peer address"
 
 
 async def test_refusals_are_logged_at_most_once_a_second(caplog: pytest.LogCaptureFixture) -> None:
@@ -271,7 +271,7 @@ async def test_refusals_are_logged_at_most_once_a_second(caplog: pytest.LogCaptu
         writer.write(register())
         await closed_by_peer(reader)
         await until(lambda: coordinator.refused == {"unauthenticated": 11}, "counted")
-    lines = [r.message for r in caplog.records if "refused" in r.message]
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(lines) == 2 and "9 more refused" in lines[1]
 
 
