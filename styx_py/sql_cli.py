@@ -64,7 +64,7 @@ def cmd_sql(
     args: argparse.Namespace, out: Callable[[str], None] = print, err: Callable[[str], None] = _stderr
 ) -> int:
     from styx_py.audit.failures import check_s3, could_not_run
-    from styx_py.audit.job import RUN_FAILURES, session_running, spark_session
+    from styx_py.audit.job import RUN_FAILURES, command_session
     from styx_py.audit.options import s3_from
     from styx_py.audit.sql import SqlSources, query
     from styx_py.core.security import KafkaSecurity
@@ -98,19 +98,15 @@ def cmd_sql(
     try:
         if sources.s3 is not None:
             check_s3(sources.s3)  # in a second, before the JVM's start
-        ours = not session_running()  # a caller's session is left running
         log = Path(tempfile.gettempdir()) / "styx-sql-spark.log"
         say("starting Spark" + ("" if args.verbose else f" (its own log: {log})"))
-        spark = spark_session(
+        session = command_session(
             "styx-sql", driver_memory=args.driver_memory, log=log, verbose=args.verbose, master=args.master
         )
-        try:
+        with session as spark:
             result = query(
                 args.query, sources, as_of_epoch=args.as_of_epoch, spark=spark, max_rows=args.limit, echo=say
             )
-        finally:
-            if ours:
-                spark.stop()
     except StyxError:
         raise
     except RUN_FAILURES as exc:  # one line (exit code 2); anything else is a bug: its traceback

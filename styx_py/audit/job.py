@@ -160,13 +160,22 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def session_running() -> bool:
-    """Whether this process runs a SparkContext already: a caller's, which a command run here uses and
-    leaves running. Not ``SparkSession.getActiveSession()``: that is per thread, so a session made in
-    another thread would look absent, be taken by ``getOrCreate()`` and stopped under its owner."""
+@contextlib.contextmanager
+def command_session(*args: Any, **kwargs: Any) -> Iterator[SparkSession]:
+    """:func:`spark_session` for a command run in this process, stopped at the end only if the command
+    started it: a caller's running SparkContext is used and left running. Whether one runs is asked of
+    the process (``SparkContext._active_spark_context``), not of ``SparkSession.getActiveSession()``:
+    that is per thread, so a session made in another thread would look absent and be stopped under
+    its owner."""
     from pyspark import SparkContext
 
-    return SparkContext._active_spark_context is not None
+    ours = SparkContext._active_spark_context is None
+    spark = spark_session(*args, **kwargs)
+    try:
+        yield spark
+    finally:
+        if ours:
+            spark.stop()
 
 
 def spark_session(
@@ -701,21 +710,18 @@ def run_from_args(
         log = cfg.out / "spark.log"
         where = cfg.master or SparkConf().get("spark.master", "local[2]")
         progress.stage(f"starting Spark ({where})" + ("" if cfg.verbose else f"; its own log: {log}"))
-        ours = not session_running()  # a caller's session is left running
-        spark = spark_session(
+        with command_session(
             driver_memory=cfg.driver_memory,
             log=log,
             verbose=cfg.verbose,
             master=cfg.master,
             executor_memory=cfg.executor_memory,
-        )
-        try:
-            progress.watch(spark)
-            result = run_audit(spark, cfg, progress, planned)
-        finally:
-            progress.close()
-            if ours:
-                spark.stop()
+        ) as spark:
+            try:
+                progress.watch(spark)
+                result = run_audit(spark, cfg, progress, planned)
+            finally:
+                progress.close()
     except StyxError:
         raise
     except RUN_FAILURES as exc:  # one line (exit code 2); anything else is a bug: its traceback
