@@ -32,6 +32,7 @@ from styx_client.gateway.invocations import Invocations
 from styx_client.gateway.jobs import GatewayStats, Jobs
 from styx_client.gateway.lookups import ClusterReplies, LookupSource, coordinator_lookup
 from styx_client.gateway.metrics import GatewayMetrics
+from styx_client.gateway.onewrite import OneWriteProtocol
 from styx_client.gateway.recent import RecentInvocations
 from styx_client.gateway.replies import ReplyCache
 from styx_py.core.errors import StyxError
@@ -158,6 +159,7 @@ def _uvicorn_config(asgi: ASGIApp, config: GatewayConfig) -> uvicorn.Config:
     return uvicorn.Config(
         asgi,
         lifespan="off",  # the gateway's own task group is the lifecycle
+        http=OneWriteProtocol,  # httptools, a response's head and body in one write
         access_log=False,
         log_config=None,
         log_level="warning",
