@@ -58,8 +58,19 @@ async def test_anything_else_sends_the_held_head_first() -> None:
 
 
 @pytest.mark.parametrize("pipelined", [1, 3])
-async def test_a_served_response_arrives_whole(pipelined: int) -> None:
+async def test_a_served_response_arrives_whole(pipelined: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import uvicorn
+
+    # Every cycle uvicorn serves goes through the held head (the hook is a uvicorn internal: an
+    # upgrade that drops it fails here instead of silently writing twice again).
+    held: list[_HeldHead] = []
+    init = _HeldHead.__init__
+
+    def recording_init(self: _HeldHead, transport: asyncio.Transport) -> None:
+        init(self, transport)
+        held.append(self)
+
+    monkeypatch.setattr(_HeldHead, "__init__", recording_init)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         assert scope["type"] == "http"
@@ -83,6 +94,9 @@ async def test_a_served_response_arrives_whole(pipelined: int) -> None:
             assert head.startswith(b"HTTP/1.1 200 OK\r\n")
             assert await reader.readexactly(len(b"/r%d" % i)) == b"/r%d" % i
         writer.close()
+        assert len(held) == pipelined
+        # Each head left joined with its body: its lone-head flush was cancelled, never run.
+        assert all(h._flush is not None and h._flush.cancelled() for h in held)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             response = await http.get("/plain")
         assert (response.status_code, response.text) == (200, "/plain")
