@@ -9,8 +9,9 @@ is back under the cap or for at most ``CATCHUP_FACTOR`` times the stall (an over
 that); no epoch end here for ``STALL_PACES`` paces, or an epoch that ran that long, is such a stall
 too, and the epochs in it are not measured; an idle worker is not stalled. The gate counts new
 request ids only: resent copies ride along in a batch and do not count against the cap. A new
-request whose root entity has more rescheduled transactions waiting than the queue bound in epochs
-is refused, those of other entities are admitted; the same burst a running cluster refuses in part
+request that would join its root entity's queue of rescheduled transactions (those waiting, and
+those of its batch admitted into it before it) deeper than it runs within the queue bound is
+refused, those of other entities are admitted; the same burst a running cluster refuses in part
 is admitted whole after a recovery. A batch
 with refusals logs them as ``Refused`` entries and answers each with a ``refused`` reply recorded in
 the reply table; a resent
@@ -393,7 +394,7 @@ def test_the_gate_counts_new_requests_only_resent_copies_ride_along() -> None:
     batch.rescheduled = [RootTxn(9, IngressRecord(1, 0, _request("old"), 0))]  # waits for its epoch
     gate.gen = 1
     taken = gate.take(Take(1, 1, 4, 1), ingress)  # 37 records, 12 new: 4 run, 8 stay, none refused
-    assert taken.admitted == 4 and taken.depth_max == 2
+    assert taken.admitted == 4 and taken.depth_max == 1, "a request 1 deep runs 2 epochs later: 200 ms"
     assert [r.request.request_id for r in taken.records] == ["done"] * 10 + ["n0", "n1", "n2", "n3"]
     (roots, resends, _), entry = batch.form(1, 1, 1, taken.records, admitted=taken.admitted)
     assert [r.request.request_id for r in roots] == ["n0", "n1", "n2", "n3"]
@@ -530,16 +531,24 @@ def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted()
     again.batch.rescheduled = list(hot)
     again.batch.room()
     (roots, _, _), entry = again.batch.form(0, 0, 1, records, depth_max=3)
-    assert len(roots) == 6 and not any(isinstance(e, Refused) for e in entry.entries), "3 deep: within 3"
+    assert [r.request.request_id for r in roots] == ["old1", "h1", "c1", "c2", "h3"], "h1 joins 3 deep"
+    assert [e.request_id for e in entry.entries if isinstance(e, Refused)] == ["h2"], "4 deep behind h1"
+
+    cold = _Former(_log())  # no queue behind "c": calls of this batch there are admitted, however many
+    calls = [IngressRecord(0, i, _request(f"c{i}", key="c"), 0) for i in range(5)]
+    (roots, _, _), entry = cold.batch.form(0, 0, 1, calls, depth_max=0)
+    assert len(roots) == 5 and not any(isinstance(e, Refused) for e in entry.entries)
 
 
 def test_the_depth_bound_is_the_queue_bound_in_epochs_and_off_while_catching_up() -> None:
     a = Admission(100, epoch_ms=100, queue_ms=200)
-    assert a.depth_max == 2, "nothing measured yet: epochs of epoch_ms"
+    assert a.depth_max == 1, "nothing measured yet: epochs of epoch_ms; 1 deep runs 2 epochs later"
     a.took_ms = 150.0
-    assert a.depth_max == 2, "ceil(200 / 150)"
+    assert a.depth_max == 0, "one epoch of 150 ms fits in 200 ms: a request joins only an empty queue"
+    a.took_ms = 250.0
+    assert a.depth_max == 0, "never below 0 (-1 is no bound)"
     a.took_ms = 10.0
-    assert a.depth_max == 20, "short epochs (a light load): as many as run in 200 ms"
+    assert a.depth_max == 19, "short epochs (a light load): 19 deep runs 20 epochs (200 ms) later"
     a.resumed(10.0)
     assert a.depth_max == -1, "a stall's backlog is worked through"
     assert Admission(100, epoch_ms=100, queue_ms=0).depth_max == -1

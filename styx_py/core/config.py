@@ -85,8 +85,9 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
         float,
         Setting(
             "new requests buffered on a worker beyond what it admits in this long (admission_queue_ms / "
-            "admission_epoch_ms batches; resent copies do not count), and those whose root entity has "
-            "more rescheduled calls of their function waiting than this long's worth of epochs, are "
+            "admission_epoch_ms batches; resent copies do not count), and those that would not run "
+            "within this long behind the rescheduled calls of their function queued at their root "
+            "entity (one runs per epoch; the batch's calls admitted into the queue before count), are "
             "refused at once: "
             "answered `refused`, which the SDK raises as Overloaded and the gateway answers with 429 (not "
             "the backlog of a stall: after a recovery, a partition move or 8 epochs' durations without an "

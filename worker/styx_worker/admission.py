@@ -28,10 +28,14 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
   the buffer is counted by its new ids when it is over the cap in records.
 * **Hot entities.** One rescheduled transaction per root entity runs per epoch
   (:func:`styx_worker.batch.take_rescheduled`), so those of a hot entity queue behind it (TPC-C with
-  one warehouse: a district's NewOrders), invisible to the backlog cap. A new request whose root
-  entity (the entity its first call targets) already has more rescheduled calls of the same function
-  waiting than ``admission_queue_ms`` worth of epochs, at the duration they took here lately
-  (:attr:`Admission.depth_max`), is refused: it would collide the same way and queue behind them.
+  one warehouse: a district's NewOrders), invisible to the backlog cap. A new request that would
+  join the queue of rescheduled calls of its function behind its root entity (the entity its first
+  call targets) is refused when it would not run within ``admission_queue_ms`` at the duration
+  epochs took here lately (:attr:`Admission.depth_max`): it would collide the same way and queue
+  behind them, and joining ``n`` deep it runs ``n + 1`` epochs later. The calls of the batch
+  admitted into the queue before it count (a batch with 30 NewOrders of a district queues 29 of
+  them); a batch's calls of an entity with no queue are admitted (nothing says they collide). An
+  admitted request behind a hot entity so waits about ``admission_queue_ms`` plus its first epoch.
   The requests of the other entities, and of other functions there (TPC-C's Payments, which commit
   in the fallback), are admitted as usual.
 * **After a stall.** A recovery, a replaced worker or a partition move holds every epoch for a while
@@ -147,11 +151,13 @@ class Admission:
     @property
     def depth_max(self) -> int:
         """How many rescheduled transactions may wait behind one root entity before new requests for
-        it are refused: ``queue_ms`` worth of epochs at the duration they took here lately (one of
-        them runs per epoch); -1: none refused (off, unbounded, or catching up after a stall)."""
+        it are refused: one of them runs per epoch, so a request that joins a queue ``n`` deep runs
+        ``n + 1`` epochs later (after its own first one, as a request from the backlog waits for its
+        epoch); it is admitted while those fit in ``queue_ms`` at the duration epochs took here lately.
+        -1: none refused (off, unbounded, or catching up after a stall)."""
         if self.epoch_ms <= 0 or self.queue_ms <= 0 or self.catching_up:
             return -1
-        return math.ceil(self.queue_ms / self.measured_ms)
+        return max(0, math.floor(self.queue_ms / self.measured_ms) - 1)
 
     @property
     def measured_ms(self) -> float:

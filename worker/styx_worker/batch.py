@@ -8,9 +8,9 @@ sequencer log's entry kinds (:mod:`styx_py.core.wire.logs`):
 * ``Answered`` — a request id resent after its reply: the reply is given again, nothing runs;
 * ``Waiting`` — a request id resent while its first copy still runs: answered with that copy's reply;
 * ``Refused`` — a new request beyond what the worker admits (:mod:`styx_worker.admission`: past the
-  batch's count of new requests, or a call of a function with more rescheduled calls of it waiting
-  behind the same root entity than the bound), its reason (``backlog`` or ``entity``) logged with
-  it: answered ``refused`` with the batch's resends
+  batch's count of new requests, or a call of a function that would queue behind the rescheduled
+  calls of it at the same root entity deeper than the bound), its reason (``backlog`` or
+  ``entity``) logged with it: answered ``refused`` with the batch's resends
   (after the entry is durable), recorded in the reply table like any reply (a resent copy gets the
   same answer), nothing runs.
 
@@ -186,15 +186,18 @@ class BatchFormer:
         :meth:`room` chose and ``records``: its roots, the resent ids it answers and the copies that
         wait for a running one, and its sequencer-log entry, which carries ``written``: the digests
         of the epoch this worker finished before (:mod:`styx_worker.digests`). Of ``records``, the
-        new requests after the first ``admitted`` (-1: none) are refused, and so are those whose
-        root entity has more than ``depth_max`` (-1: no bound) rescheduled transactions waiting."""
+        new requests after the first ``admitted`` (-1: none) are refused, and so are those that
+        would join a queue of rescheduled transactions (their root entity and function) more than
+        ``depth_max`` (-1: no bound) deep: those waiting after this batch, and the requests of this
+        batch admitted into the queue before them (into one that exists: a batch's calls of an
+        entity with no queue are all admitted)."""
         lc_start = self.sequencer.lc
         running = self.in_flight()
         resched, self.next_run = self.next_run, []
-        # The (root entity, function) pairs with more than depth_max rescheduled transactions waiting
-        # after this batch: a new call of that function there would collide the same way and queue.
+        # How deep each (root entity, function) queue of rescheduled transactions is after this batch:
+        # a new call of that function there would collide the same way and queue behind them, and
+        # behind the calls of this batch admitted into the same queue before it.
         depths = Counter(_queue(r.request) for r in self.rescheduled)
-        hot = {queue for queue, n in depths.items() if 0 <= depth_max < n}
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
         waiting: list[IngressRecord] = []
@@ -203,12 +206,16 @@ class BatchFormer:
         for rec in records:
             kind = self.classify(rec, running, resends, epoch)
             request = rec.request
-            if kind is Run and (len(fresh) >= admitted or _queue(request) in hot):
-                running.discard(request.request_id)
-                reason = Refusal.BACKLOG if len(fresh) >= admitted else Refusal.ENTITY
-                answered.append(self.refuse(rec, epoch, resends, reason))
-            elif kind is Run:
-                fresh.append(rec)
+            if kind is Run:
+                queue = _queue(request)
+                if len(fresh) >= admitted or 0 <= depth_max < depths[queue]:
+                    running.discard(request.request_id)
+                    reason = Refusal.BACKLOG if len(fresh) >= admitted else Refusal.ENTITY
+                    answered.append(self.refuse(rec, epoch, resends, reason))
+                else:
+                    fresh.append(rec)
+                    if depths[queue]:  # a queue there already: this call joins it
+                        depths[queue] += 1
             elif kind is Answered:
                 answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
             else:

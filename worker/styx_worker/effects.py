@@ -80,8 +80,8 @@ class LogAcked(msgspec.Struct):
 class Taken(msgspec.Struct):
     """The ingress records a :class:`Take` or :class:`Fetch` asked for. Of a ``Take``'s, the first
     ``admitted`` new requests run and the rest are refused (styx_worker.admission); -1: every one
-    runs. So is a new request whose root entity has more than ``depth_max`` rescheduled transactions
-    waiting (-1: no bound)."""
+    runs. So is a new request that would join its root entity's queue of rescheduled transactions
+    more than ``depth_max`` deep (-1: no bound; :meth:`styx_worker.batch.BatchFormer.form`)."""
 
     request: Take | Fetch
     records: list[IngressRecord]
