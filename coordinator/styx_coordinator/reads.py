@@ -8,7 +8,8 @@ key order and answers the client with one page (:mod:`styx_py.core.wire.reads`).
 meanwhile: each worker answers from its live state and the versions it keeps
 (:mod:`styx_worker.window`).
 
-A page ends at ``limit`` rows, or earlier where a partition's answer was cut short (its row limit or its
+Each partition of a range is asked for a little more than its even share of the page (:func:`share`).
+A page ends at ``limit`` rows, or earlier where a partition's answer was cut short (its share or its
 byte budget): every row up to the page's last key is in it, from every partition, and ``next`` says
 where the next page starts. A worker that cannot answer (recovering, partitions moved, the epoch out of
 its window) makes the read refused with that worker's code; one that does not answer within
@@ -16,6 +17,8 @@ its window) makes the read refused with that worker's code; one that does not an
 """
 
 from __future__ import annotations
+
+import math
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +33,8 @@ from styx_py.core.ports import Clock
 from styx_py.core.scan import ScanRange, order, scan_range
 from styx_py.core.wire import AdminReply, PartRows, ReadAt, ReadRows, ReadState
 
-__all__ = ["StateReads", "merge_page"]
+__all__ = ["StateReads", "merge_page", "share"]
+
 
 
 @dataclass(slots=True)
@@ -91,8 +95,9 @@ class StateReads:
             owners.setdefault(c.placement[p], []).append(p)
         read_id, self.next_id = self.next_id, self.next_id + 1
         self.open[read_id] = _Read(src, epoch, rows, set(owners))
+        quota = share(rows, len(partitions))
         for node_id, owned in sorted(owners.items()):
-            c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, rows, owned))
+            c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, quota, owned))
         self.tasks.spawn(self._expire(read_id))
 
     def on_rows(self, msg: ReadRows) -> None:
@@ -118,6 +123,19 @@ class StateReads:
         if read is not None:
             missing = ", ".join(sorted(read.waiting))
             self._refuse(read.src, "unavailable", f"no answer from {missing} within {LOOKUP_TIMEOUT_S:g} s")
+
+
+def share(limit: int, partitions: int) -> int:
+    """The rows each of ``partitions`` is asked for, towards a page of ``limit``. Keys hash evenly over
+    the partitions, so a page's keys fall ``m = limit / partitions`` to a partition on average, with a
+    spread of about ``sqrt(m)``: asking each for ``m + 2 sqrt(m)`` fills most pages, where asking every
+    partition for ``limit`` would read and merge ``partitions`` times the page. A partition with more
+    than its share in the range cuts the page short at its last row (:func:`merge_page`): the page is
+    smaller, never wrong."""
+    if partitions <= 1:
+        return limit
+    m = limit / partitions
+    return min(limit, math.ceil(m + 2 * math.sqrt(m)) + 1)
 
 
 def merge_page(parts: list[PartRows], limit: int) -> tuple[list[tuple[Key, bytes]], Key | None]:
