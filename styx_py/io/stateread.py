@@ -28,7 +28,7 @@ from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.limits import MAX_SCAN_LIMIT
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState, decode_value
-from styx_py.io.admin import admin_request
+from styx_py.io.admin import AdminConnections
 
 __all__ = [
     "READ_RETRIES",
@@ -78,12 +78,9 @@ def from_cursor(cursor: str) -> tuple[int, Key]:
 
 
 def admin_reads(address: str, *, secret: str | None = None, timeout_s: float = 10.0) -> ReadSource:
-    """The default :data:`ReadSource`: the coordinator at ``address``."""
-
-    async def send(msg: ReadState) -> AdminReply:
-        return await admin_request(address, msg, timeout_s=timeout_s, secret=secret)
-
-    return send
+    """The default :data:`ReadSource`: the coordinator at ``address``, over kept connections (a scan's
+    pages share one; :class:`~styx_py.io.admin.AdminConnections`)."""
+    return AdminConnections(address, timeout_s=timeout_s, secret=secret)
 
 
 async def read_page(source: ReadSource, msg: ReadState) -> StatePage:
