@@ -126,15 +126,25 @@ async def scan(
     page_size: int = MAX_SCAN_LIMIT,
     as_of_epoch: int | None = None,
     cursor: str | None = None,
+    rows_per_s: float | None = None,
 ) -> AsyncIterator[StatePage]:
     """The pages of a scan of ``operator`` in key order, all as of one epoch (``as_of_epoch``, else
     the newest committed one when the first page is read), ``limit`` rows in all (None: every row).
-    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key."""
+    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key.
+
+    ``rows_per_s`` paces a background scan: the next page is asked for only once the rows so far fit
+    that rate, so the scan's work on the cluster's cores is spread over time instead of taken at once
+    (a scan beside latency-sensitive traffic; the epoch must stay within the workers' window,
+    ``state_window_epochs``, for the whole scan)."""
+    if rows_per_s is not None and not rows_per_s > 0:
+        raise ValueError(f"rows_per_s must be > 0, got {rows_per_s!r}")
     epoch = -1 if as_of_epoch is None else as_of_epoch
     if cursor is not None:
         epoch, after = from_cursor(cursor)
         start = None
     left = limit
+    loop = asyncio.get_running_loop()
+    started, read = loop.time(), 0
     while left is None or left > 0:
         size = page_size if left is None else min(page_size, left)
         msg = ReadState(operator, start, after, end, prefix, size, epoch)
@@ -146,3 +156,6 @@ async def scan(
         if page.next is None:
             return
         start, after = None, page.next
+        read += len(page.rows)
+        if rows_per_s is not None and (wait := started + read / rows_per_s - loop.time()) > 0:
+            await asyncio.sleep(wait)
