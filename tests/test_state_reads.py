@@ -18,8 +18,7 @@ import pytest
 from styx_coordinator.reads import merge_page, share
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.partitioning import Key, partition_of
-from styx_py.core.scan import order
-from styx_py.core.scan import ScanRange
+from styx_py.core.scan import ScanRange, order
 from styx_py.core.serial import Writes
 from styx_py.core.wire import PartRows, ReadAt, ReadState, Reply, decode_value, encode_value
 from styx_py.io import stateread
@@ -199,6 +198,27 @@ async def _scan(source: stateread.ReadSource, page_size: int, **kw: Any) -> tupl
             assert k not in rows, f"{k} on two pages"
             rows[k] = v
     return epoch, rows, pages
+
+
+async def test_a_paced_scan_asks_each_page_only_once_its_rows_so_far_fit_the_rate() -> None:
+    names = [f"acct{i}" for i in range(ACCOUNTS)]
+    async with SimCluster(BANK, workers=2, seed=3) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source, loop = sim_reads(c.network), asyncio.get_running_loop()
+        fast = await _scan(source, page_size=7)
+        times: list[tuple[float, int]] = []
+        t0 = loop.time()
+        async for page in stateread.scan(source, "account", page_size=7, rows_per_s=4.0):
+            times.append((loop.time() - t0, len(page.rows)))
+        # virtual time: the cluster answers at once, so every wait is the pacing's own
+        read = 0
+        for at, n in times:
+            assert at >= read / 4.0, f"a page asked at {at:.2f} s after {read} rows (4 rows/s)"
+            read += n
+        assert read == ACCOUNTS and len(times) == fast[2] > 2
+        with pytest.raises(ValueError, match="rows_per_s"):
+            await _scan(source, page_size=7, rows_per_s=0)
 
 
 @pytest.mark.parametrize("seed", [45, 46, 47])

@@ -5,7 +5,8 @@ admin request, gives one page as of one epoch (:mod:`styx_py.core.wire.reads`). 
 the pages of a scan: every page after the first asks at the first page's epoch, so the whole scan is one
 cut of the state across every partition however long it takes; a page's :attr:`StatePage.cursor`
 carries that epoch and the page's last key, for a client that resumes later (the gateway's
-``?cursor=``). Each page visits every partition of the operator; at most ``limit`` rows each.
+``?cursor=``). Each page visits every partition of the operator (each asked for about its share of
+the page, :func:`styx_coordinator.reads.share`); pages go over kept connections.
 
 Errors: :class:`~styx_py.core.errors.EpochOutOfWindow` for an epoch older than the workers keep (a
 cursor kept too long, an ``as_of_epoch`` too old, or one from before a recovery),
