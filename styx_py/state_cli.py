@@ -56,6 +56,12 @@ def add_state_commands(sub: Any, parse_key: Any) -> None:
     ls.add_argument(
         "--page-size", type=int, default=MAX_SCAN_LIMIT, help=f"rows per request (1..{MAX_SCAN_LIMIT})"
     )
+    ls.add_argument(
+        "--rows-per-s",
+        type=float,
+        default=None,
+        help="pace the listing to this many rows a second (a background scan beside live traffic)",
+    )
     for p in (get, ls):
         p.add_argument(
             "--coordinator",
@@ -99,6 +105,7 @@ def cmd_state(args: argparse.Namespace, parse_key: Any) -> int:
             page_size=args.page_size,
             as_of_epoch=args.as_of_epoch,
             cursor=args.cursor,
+            rows_per_s=args.rows_per_s,
         ):
             epoch, cursor, count = page.epoch, page.cursor, count + len(page.rows)
             for k, v in page.rows:

@@ -15,10 +15,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from styx_coordinator.reads import merge_page
+from styx_coordinator.reads import merge_page, share
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
-from styx_py.core.partitioning import Key
-from styx_py.core.scan import ScanRange
+from styx_py.core.partitioning import Key, partition_of
+from styx_py.core.scan import ScanRange, order
 from styx_py.core.serial import Writes
 from styx_py.core.wire import PartRows, ReadAt, ReadState, Reply, decode_value, encode_value
 from styx_py.io import stateread
@@ -126,6 +126,38 @@ def test_a_page_ends_where_every_partition_is_known() -> None:
     assert [k for k, _ in rows] == [1, "a"] and after is None, "int keys come before str keys"
 
 
+@pytest.mark.parametrize(("n", "limit"), [(4, 1000), (4, 100), (3, 7), (8, 160), (2, 40), (1, 20)])
+def test_pages_of_shares_hold_every_key_once_in_order_and_read_little_more_than_they_return(
+    n: int, limit: int
+) -> None:
+    """Each partition is asked for its share of a page (a little over limit/n): the pages still hold
+    every key once, in order, few more pages than full ones would take, and (for shares of 20 rows and
+    more) the partitions read at most 1.5x the rows the pages return."""
+    keys = sorted([f"user{i}" for i in range(2_000)] + list(range(300)), key=order)
+    parts: dict[int, list[Key]] = {p: [] for p in range(n)}
+    for k in keys:
+        parts[partition_of(k, n)].append(k)
+    quota = share(limit, n)
+    got: list[Key] = []
+    after: Key | None = None
+    pages = read = 0
+    while True:
+        answers = []
+        for p, ks in parts.items():
+            left = [k for k in ks if after is None or order(k) > order(after)]
+            answers.append(PartRows(p, [(k, msgspec.Raw(_v(0))) for k in left[:quota]], len(left) > quota))
+            read += len(answers[-1].rows)
+        rows, after = merge_page(answers, limit)
+        pages += 1
+        got += [k for k, _ in rows]
+        if after is None:
+            break
+    assert got == keys
+    assert pages <= 1.3 * len(keys) / limit + 1, f"{pages} pages of {limit} for {len(keys)} keys"
+    if limit / n >= 20:
+        assert read <= 1.5 * len(keys) + n * quota, f"{read} rows read for {len(keys)}"
+
+
 def test_a_cursor_carries_the_epoch_and_the_key() -> None:
     for epoch, key in ((0, "acct7"), (12345, -3), (7, "ü/ß")):
         assert stateread.from_cursor(stateread.to_cursor(epoch, key)) == (epoch, key)
@@ -166,6 +198,27 @@ async def _scan(source: stateread.ReadSource, page_size: int, **kw: Any) -> tupl
             assert k not in rows, f"{k} on two pages"
             rows[k] = v
     return epoch, rows, pages
+
+
+async def test_a_paced_scan_asks_each_page_only_once_its_rows_so_far_fit_the_rate() -> None:
+    names = [f"acct{i}" for i in range(ACCOUNTS)]
+    async with SimCluster(BANK, workers=2, seed=3) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source, loop = sim_reads(c.network), asyncio.get_running_loop()
+        fast = await _scan(source, page_size=7)
+        times: list[tuple[float, int]] = []
+        t0 = loop.time()
+        async for page in stateread.scan(source, "account", page_size=7, rows_per_s=4.0):
+            times.append((loop.time() - t0, len(page.rows)))
+        # virtual time: the cluster answers at once, so every wait is the pacing's own
+        read = 0
+        for at, n in times:
+            assert at >= read / 4.0, f"a page asked at {at:.2f} s after {read} rows (4 rows/s)"
+            read += n
+        assert read == ACCOUNTS and len(times) == fast[2] > 2
+        with pytest.raises(ValueError, match="rows_per_s"):
+            await _scan(source, page_size=7, rows_per_s=0)
 
 
 @pytest.mark.parametrize("seed", [45, 46, 47])

@@ -13,6 +13,11 @@ checks that each scan that holds every account sums to the conserved total (and 
 that, once every account was loaded, held fewer: ``scans_short``). Runs alternate ``alone`` and the
 ``scans`` variants, so machine noise falls on all.
 
+``--scan-rows-per-s R`` adds a variant whose scans are paced to ``R`` rows a second (``client.scan``'s
+``rows_per_s``: a background scan spread over time). ``--burn-ms C`` adds a control variant: the side
+process spends ``C`` ms of CPU every ``--scan-every`` seconds without touching the cluster, so a
+scan's effect can be set against that of its CPU alone.
+
 Every run records the machine's load averages before and after it (``/proc/loadavg``): the numbers
 are of whatever else the machine runs meanwhile. Results go to ``benchmarks/results/scan-load-<time>.json``
 (``--note`` is kept in it); docs/benchmarks.md#consistent-scans cites the measured file.
@@ -44,14 +49,31 @@ KEYS = 10_000  # the accounts latency_path.measure opens (YCSB-T's default)
 RESULTS = Path(__file__).resolve().parent.parent / "results"  # benchmarks/results
 
 
-async def scan_forever(coordinator: str, page_size: int, out: Path, every_s: float = 0.0) -> None:
-    """Scan every account until killed, a scan starting every ``every_s`` seconds (0: back to back);
-    one JSON line per scan: its epoch, rows, sum, pages and duration."""
+def burn_forever(cpu_ms: float, out: Path, every_s: float) -> None:
+    """The control: spend ``cpu_ms`` of CPU in a loop, once every ``every_s`` seconds, until killed
+    (one JSON line per burst); none of it touches the cluster."""
+    with out.open("a") as f:
+        while True:
+            t0 = time.perf_counter()
+            end = time.process_time() + cpu_ms / 1000
+            while time.process_time() < end:
+                pass
+            ms = round((time.perf_counter() - t0) * 1000, 1)
+            f.write(json.dumps({"burn_ms": cpu_ms, "ms": ms}) + "\n")
+            f.flush()
+            time.sleep(max(0.0, every_s - (time.perf_counter() - t0)))
+
+
+async def scan_forever(
+    coordinator: str, page_size: int, out: Path, every_s: float = 0.0, rows_per_s: float | None = None
+) -> None:
+    """Scan every account until killed, a scan starting every ``every_s`` seconds (0: back to back),
+    paced to ``rows_per_s`` if given; one JSON line per scan: its epoch, rows, sum, pages and duration."""
     source = stateread.admin_reads(coordinator, secret=cluster_secret(coordinator), timeout_s=30)
     with out.open("a") as f:
         while True:
             t0, rows, total, pages, epoch = time.perf_counter(), 0, 0, 0, -1
-            async for page in stateread.scan(source, "account", page_size=page_size):
+            async for page in stateread.scan(source, "account", page_size=page_size, rows_per_s=rows_per_s):
                 epoch, pages = page.epoch, pages + 1
                 rows += len(page.rows)
                 total += sum(v for _, v in page.rows)
@@ -80,8 +102,17 @@ def scans_of(path: Path) -> dict[str, Any]:
     }
 
 
-def run_once(rate: float, seconds: float, every_s: float | None, page_size: int) -> dict[str, Any]:
-    """One run: alone (``every_s`` None) or with a scan every ``every_s`` seconds (0: back to back)."""
+def run_once(
+    rate: float,
+    seconds: float,
+    every_s: float | None,
+    page_size: int,
+    burn_ms: float = 0.0,
+    rows_per_s: float | None = None,
+) -> dict[str, Any]:
+    """One run: alone (``every_s`` None) or with a scan every ``every_s`` seconds (0: back to back),
+    paced to ``rows_per_s`` if given, or with ``burn_ms`` of CPU spent every ``every_s`` seconds
+    instead of a scan (the control)."""
     load_before = [round(x, 2) for x in os.getloadavg()]
     data_dir = Path(tempfile.mkdtemp(prefix="styx-scanload-"))
     scanner: subprocess.Popen[bytes] | None = None
@@ -92,6 +123,8 @@ def run_once(rate: float, seconds: float, every_s: float | None, page_size: int)
             if every_s is not None:
                 cmd = [sys.executable, "-m", "styx_benchmarks.scan_load", "--scanner", stack.coordinator]
                 cmd += ["--page-size", str(page_size), "--scan-log", str(log), "--scan-every", str(every_s)]
+                cmd += ["--burn-ms", str(burn_ms)] if burn_ms else []
+                cmd += ["--scan-rows-per-s", str(rows_per_s)] if rows_per_s else []
                 scanner = subprocess.Popen(cmd)
             try:
                 with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -102,8 +135,15 @@ def run_once(rate: float, seconds: float, every_s: float | None, page_size: int)
                     scanner.wait(timeout=30)
         load = {"loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
         variant = "alone" if every_s is None else f"scans every {every_s:g} s"
+        if burn_ms:
+            variant = f"{burn_ms:g} ms of CPU every {every_s:g} s"
+        elif rows_per_s:
+            variant += f" at {rows_per_s:g} rows/s"
         result = {"variant": variant, "scan_every_s": every_s, "answered": out["answered"]} | load
         result |= {"sent": int(rate * seconds), "latency_ms": out["ms"]["total"], "epochs": out["epochs"]}
+        if burn_ms:
+            bursts = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            return result | {"burn_ms": burn_ms, "bursts": len(bursts)}
         return result | (scans_of(log) if every_s is not None else {})
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -117,6 +157,20 @@ def main() -> int:
     parser.add_argument("--page-size", type=int, default=1000, help="rows per page of a scan")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--note", default="", help="kept in the results file (e.g. what else ran)")
+    parser.add_argument(
+        "--burn-ms",
+        type=float,
+        default=0.0,
+        help="adds a control variant: this much CPU spent every --scan-every seconds (the first value) "
+        "by a process that does not touch the cluster, in place of a scan",
+    )
+    parser.add_argument(
+        "--scan-rows-per-s",
+        type=float,
+        default=0.0,
+        help="adds a variant: scans every --scan-every seconds (the first value) paced to this many "
+        "rows a second (client.scan's rows_per_s)",
+    )
     parser.add_argument("--scanner", metavar="COORDINATOR", help=argparse.SUPPRESS)  # the scanning process
     parser.add_argument("--scan-log", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -126,14 +180,27 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.scanner:
-        asyncio.run(scan_forever(args.scanner, args.page_size, args.scan_log, float(args.scan_every)))
+        if args.burn_ms:
+            burn_forever(args.burn_ms, args.scan_log, float(args.scan_every))
+        else:
+            pace = args.scan_rows_per_s or None
+            asyncio.run(
+                scan_forever(args.scanner, args.page_size, args.scan_log, float(args.scan_every), pace)
+            )
         return 0
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     runs: list[dict[str, Any]] = []
-    variants: list[float | None] = [None, *(float(x) for x in args.scan_every.split(","))]
+    every = [float(x) for x in args.scan_every.split(",")]
+    variants: list[tuple[float | None, float, float | None]] = [(None, 0.0, None)]
+    variants += [(e, 0.0, None) for e in every]
+    if args.scan_rows_per_s:
+        variants.append((every[0], 0.0, args.scan_rows_per_s))
+    if args.burn_ms:
+        variants.append((every[0], args.burn_ms, None))
     for n in range(args.rounds):
-        for every_s in variants:
-            one = {"round": n + 1} | run_once(args.rate, args.seconds, every_s, args.page_size)
+        for every_s, burn_ms, pace in variants:
+            run = run_once(args.rate, args.seconds, every_s, args.page_size, burn_ms, pace)
+            one = {"round": n + 1} | run
             runs.append(one)
             lat = one["latency_ms"]
             extra = (

@@ -8,7 +8,8 @@ key order and answers the client with one page (:mod:`styx_py.core.wire.reads`).
 meanwhile: each worker answers from its live state and the versions it keeps
 (:mod:`styx_worker.window`).
 
-A page ends at ``limit`` rows, or earlier where a partition's answer was cut short (its row limit or its
+Each partition of a range is asked for a little more than its even share of the page (:func:`share`).
+A page ends at ``limit`` rows, or earlier where a partition's answer was cut short (its share or its
 byte budget): every row up to the page's last key is in it, from every partition, and ``next`` says
 where the next page starts. A worker that cannot answer (recovering, partitions moved, the epoch out of
 its window) makes the read refused with that worker's code; one that does not answer within
@@ -17,6 +18,10 @@ its window) makes the read refused with that worker's code; one that does not an
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +35,7 @@ from styx_py.core.ports import Clock
 from styx_py.core.scan import ScanRange, order, scan_range
 from styx_py.core.wire import AdminReply, PartRows, ReadAt, ReadRows, ReadState
 
-__all__ = ["StateReads", "merge_page"]
+__all__ = ["StateReads", "merge_page", "share"]
 
 
 @dataclass(slots=True)
@@ -91,8 +96,9 @@ class StateReads:
             owners.setdefault(c.placement[p], []).append(p)
         read_id, self.next_id = self.next_id, self.next_id + 1
         self.open[read_id] = _Read(src, epoch, rows, set(owners))
+        quota = share(rows, len(partitions))
         for node_id, owned in sorted(owners.items()):
-            c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, rows, owned))
+            c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, quota, owned))
         self.tasks.spawn(self._expire(read_id))
 
     def on_rows(self, msg: ReadRows) -> None:
@@ -120,15 +126,41 @@ class StateReads:
             self._refuse(read.src, "unavailable", f"no answer from {missing} within {LOOKUP_TIMEOUT_S:g} s")
 
 
+def share(limit: int, partitions: int) -> int:
+    """The rows each of ``partitions`` is asked for, towards a page of ``limit``. Keys hash evenly over
+    the partitions, so a page's keys fall ``m = limit / partitions`` to a partition on average, with a
+    spread of about ``sqrt(m)``: asking each for ``m + 2 sqrt(m)`` fills most pages, where asking every
+    partition for ``limit`` would read and merge ``partitions`` times the page. A partition with more
+    than its share in the range cuts the page short at its last row (:func:`merge_page`): the page is
+    smaller, never wrong."""
+    if partitions <= 1:
+        return limit
+    m = limit / partitions
+    return min(limit, math.ceil(m + 2 * math.sqrt(m)) + 1)
+
+
 def merge_page(parts: list[PartRows], limit: int) -> tuple[list[tuple[Key, bytes]], Key | None]:
     """The partitions' answers as one page in key order (values as msgpack bytes) and the key the next
     page starts after (None: nothing follows). A partition cut short covers only up to its last row, so
-    the page stops there: past it, that partition's rows are not known."""
-    cuts = [order(p.rows[-1][0]) for p in parts if p.more and p.rows]
-    cover = min(cuts) if cuts else None
-    rows = sorted(((k, bytes(v)) for p in parts for k, v in p.rows), key=lambda kv: order(kv[0]))
-    if cover is not None:
-        rows = [kv for kv in rows if order(kv[0]) <= cover]
-    more = cover is not None or len(rows) > limit
-    rows = rows[:limit]
-    return rows, (rows[-1][0] if more and rows else None)
+    the page stops there: past it, that partition's rows are not known.
+
+    Each answer is in key order, ints before strs: one whose first and last keys are of one type holds
+    only that type, so where every answer's ends share one, the rows sort as they are (no sort key
+    computed per row)."""
+    runs = [p.rows for p in parts if p.rows]
+    one_type = len({type(r[0][0]) for r in runs} | {type(r[-1][0]) for r in runs}) <= 1
+    by: Callable[[tuple[Key, Any]], Any] = _first if one_type else _order
+    # Keys are distinct (each is in one partition), so rows compare by their keys alone.
+    rows = sorted(itertools.chain.from_iterable(runs), key=None if one_type else by)
+    cuts = [by(p.rows[-1]) for p in parts if p.more and p.rows]
+    end = len(rows) if not cuts else bisect.bisect_right(rows, min(cuts), key=by)
+    more = bool(cuts) or end > limit
+    page = [(k, bytes(v)) for k, v in rows[: min(end, limit)]]
+    return page, (page[-1][0] if more and page else None)
+
+
+_first = operator.itemgetter(0)
+
+
+def _order(row: tuple[Key, Any]) -> Any:
+    return order(row[0])

@@ -5,7 +5,8 @@ admin request, gives one page as of one epoch (:mod:`styx_py.core.wire.reads`). 
 the pages of a scan: every page after the first asks at the first page's epoch, so the whole scan is one
 cut of the state across every partition however long it takes; a page's :attr:`StatePage.cursor`
 carries that epoch and the page's last key, for a client that resumes later (the gateway's
-``?cursor=``). Each page visits every partition of the operator; at most ``limit`` rows each.
+``?cursor=``). Each page visits every partition of the operator (each asked for about its share of
+the page, :func:`styx_coordinator.reads.share`); pages go over kept connections.
 
 Errors: :class:`~styx_py.core.errors.EpochOutOfWindow` for an epoch older than the workers keep (a
 cursor kept too long, an ``as_of_epoch`` too old, or one from before a recovery),
@@ -28,7 +29,7 @@ from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.limits import MAX_SCAN_LIMIT
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState, decode_value
-from styx_py.io.admin import admin_request
+from styx_py.io.admin import AdminConnections
 
 __all__ = [
     "READ_RETRIES",
@@ -78,12 +79,9 @@ def from_cursor(cursor: str) -> tuple[int, Key]:
 
 
 def admin_reads(address: str, *, secret: str | None = None, timeout_s: float = 10.0) -> ReadSource:
-    """The default :data:`ReadSource`: the coordinator at ``address``."""
-
-    async def send(msg: ReadState) -> AdminReply:
-        return await admin_request(address, msg, timeout_s=timeout_s, secret=secret)
-
-    return send
+    """The default :data:`ReadSource`: the coordinator at ``address``, over kept connections (a scan's
+    pages share one; :class:`~styx_py.io.admin.AdminConnections`)."""
+    return AdminConnections(address, timeout_s=timeout_s, secret=secret)
 
 
 async def read_page(source: ReadSource, msg: ReadState) -> StatePage:
@@ -129,15 +127,25 @@ async def scan(
     page_size: int = MAX_SCAN_LIMIT,
     as_of_epoch: int | None = None,
     cursor: str | None = None,
+    rows_per_s: float | None = None,
 ) -> AsyncIterator[StatePage]:
     """The pages of a scan of ``operator`` in key order, all as of one epoch (``as_of_epoch``, else
     the newest committed one when the first page is read), ``limit`` rows in all (None: every row).
-    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key."""
+    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key.
+
+    ``rows_per_s`` paces a background scan: the next page is asked for only once the rows so far fit
+    that rate, so the scan's work on the cluster's cores is spread over time instead of taken at once
+    (a scan beside latency-sensitive traffic; the epoch must stay within the workers' window,
+    ``state_window_epochs``, for the whole scan)."""
+    if rows_per_s is not None and not rows_per_s > 0:
+        raise ValueError(f"rows_per_s must be > 0, got {rows_per_s!r}")
     epoch = -1 if as_of_epoch is None else as_of_epoch
     if cursor is not None:
         epoch, after = from_cursor(cursor)
         start = None
     left = limit
+    loop = asyncio.get_running_loop()
+    started, read = loop.time(), 0
     while left is None or left > 0:
         size = page_size if left is None else min(page_size, left)
         msg = ReadState(operator, start, after, end, prefix, size, epoch)
@@ -149,3 +157,6 @@ async def scan(
         if page.next is None:
             return
         start, after = None, page.next
+        read += len(page.rows)
+        if rows_per_s is not None and (wait := started + read / rows_per_s - loop.time()) > 0:
+            await asyncio.sleep(wait)

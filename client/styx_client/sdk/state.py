@@ -40,7 +40,8 @@ class ClientState:
 
     def scan_pages(self, operator: str, **bounds: Any) -> AsyncIterator[StatePage]:
         """The pages of a scan, all as of one epoch: :func:`styx_py.io.stateread.scan` and its keywords
-        (``prefix``, ``start``, ``after``, ``end``, ``limit``, ``page_size``, ``as_of_epoch``, ``cursor``)."""
+        (``prefix``, ``start``, ``after``, ``end``, ``limit``, ``page_size``, ``as_of_epoch``, ``cursor``,
+        ``rows_per_s``)."""
         return stateread.scan(self._reads(), operator, **bounds)
 
     async def scan(
@@ -53,14 +54,16 @@ class ClientState:
         end: Key | None = None,
         limit: int | None = None,
         as_of_epoch: int | None = None,
+        rows_per_s: float | None = None,
     ) -> tuple[int, list[tuple[Key, Any]]]:
         """Every committed entity of ``operator`` in key order (ints before strs) with ``prefix`` (str
         keys), from ``start`` (inclusive) or ``after`` (exclusive) to ``end`` (exclusive), at most
-        ``limit``: ``(epoch, [(key, value), …])``, all as of that one epoch across every partition."""
+        ``limit``: ``(epoch, [(key, value), …])``, all as of that one epoch across every partition.
+        ``rows_per_s`` paces it (a background scan: :func:`styx_py.io.stateread.scan`)."""
         epoch = -1
         rows: list[tuple[Key, Any]] = []
         bounds = {"prefix": prefix, "start": start, "after": after, "end": end, "limit": limit}
-        async for page in self.scan_pages(operator, as_of_epoch=as_of_epoch, **bounds):
+        async for page in self.scan_pages(operator, as_of_epoch=as_of_epoch, rows_per_s=rows_per_s, **bounds):
             epoch = page.epoch
             rows.extend(page.rows)
         return epoch, rows
