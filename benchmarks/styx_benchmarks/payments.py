@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import threading
 import time
@@ -192,28 +191,34 @@ class Client:
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._head = f"HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
         self.idle: list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]] = []  # (idle since, …)
 
     async def post(self, function: str, body: Any, headers: dict[str, str]) -> Any:
-        data = json.dumps(body).encode()
-        head = f"POST /{function} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+        data = _encode(body)
+        head = f"POST /{function} {self._head}"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         request = (head + f"Content-Length: {len(data)}\r\n\r\n").encode() + data
         reader, writer = await self._connection()
         try:
             writer.write(request)
-            status_line = await reader.readline()
+            try:  # the status line and headers in one read of the buffer, not a readline each
+                lines = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+            except asyncio.IncompleteReadError:  # closed before an answer (an idle one the server ended)
+                lines = [b""]
             length, close = 0, False
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                if name.lower() == "content-length":
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                name = name.lower()
+                if name == b"content-length":
                     length = int(value)
-                elif name.lower() == "connection" and value.strip().lower() == "close":
+                elif name == b"connection" and value.strip().lower() == b"close":
                     close = True
             payload = await reader.readexactly(length)
         except BaseException:
             writer.close()
             raise
+        status_line = lines[0]
         if close or not status_line:
             writer.close()
         else:
@@ -221,7 +226,7 @@ class Client:
         status = int(status_line.split()[1]) if status_line else 0
         if status != 200:
             raise RuntimeError(f"payment service answered {status}: {payload[:200]!r}")
-        return json.loads(payload)
+        return msgspec.json.decode(payload)
 
     async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         now = time.monotonic()
