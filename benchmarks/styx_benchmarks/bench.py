@@ -361,7 +361,7 @@ def _cmd_bench(args: argparse.Namespace, runs: list[tuple[RunResult, Path]], cut
                                 stack.coordinator,
                                 stack.gateway_url or None,
                                 runs,
-                                stack.pids(),
+                                {**stack.pids(), **workload.service_pids()},
                                 cut,
                             )
                         )

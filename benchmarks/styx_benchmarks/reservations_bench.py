@@ -60,6 +60,7 @@ class Reservations(YcsbT):
         if not 0 <= self.hold_share <= 1:
             raise ValueError(f"hold_share must be in [0, 1], got {self.hold_share}")
         self.seats = 0  # holds drawn so far: each takes the next seat
+        self.service_pid: int | None = None  # the payment service's process while services() runs
 
     @contextlib.contextmanager
     def services(self) -> Iterator[dict[str, str]]:
@@ -81,10 +82,15 @@ class Reservations(YcsbT):
                         raise RuntimeError("the payment service did not start") from None
                     time.sleep(0.1)
             self.url = url
+            self.service_pid = service.pid
             yield {reservations.PAYMENTS_URL_ENV: url}
         finally:
+            self.service_pid = None
             service.terminate()
             service.wait(10)
+
+    def service_pids(self) -> dict[str, int]:
+        return {} if self.service_pid is None else {"payments": self.service_pid}
 
     def next_op(self, rng: random.Random) -> Op:
         if rng.random() >= self.hold_share:

@@ -100,6 +100,11 @@ class Workload(ABC):
         is: their settings, added to the cluster's environment (none by default)."""
         return contextlib.nullcontext({})
 
+    def service_pids(self) -> dict[str, int]:
+        """Process id of each service :meth:`services` runs now, by name, so a benchmark charges each its
+        CPU time beside the cluster's (none by default)."""
+        return {}
+
 
 async def submit_checks(
     client: StyxClient, calls: Iterable[tuple[str, Key, str, tuple[Any, ...]]], concurrency: int
