@@ -29,6 +29,17 @@ EXIT_MISSING = 3
 EXIT_OUT_OF_WINDOW = 4
 
 
+def rows_per_second(text: str) -> float:
+    """``--rows-per-s``: a rate above 0 (argparse names the option and exits 2 otherwise)."""
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = 0.0
+    if not 0 < rate < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of rows a second above 0, got {text!r}")
+    return rate
+
+
 def add_state_commands(sub: Any, parse_key: Any) -> None:
     """``styx state get|list`` on the CLI's subparsers; ``parse_key`` reads a key argument (JSON number:
     an int key, otherwise a string)."""
@@ -58,7 +69,7 @@ def add_state_commands(sub: Any, parse_key: Any) -> None:
     )
     ls.add_argument(
         "--rows-per-s",
-        type=float,
+        type=rows_per_second,
         default=None,
         help="pace the listing to this many rows a second (a background scan beside live traffic)",
     )

@@ -66,6 +66,13 @@ def test_call_arguments_are_json_or_bare_words_and_a_typo_is_an_error(tmp_path: 
     assert out.stderr.startswith("styx: error: argument '1O' is not valid JSON"), out.stderr
 
 
+@pytest.mark.parametrize("rate", ["0", "-5", "nan", "fast"])
+def test_a_listing_pace_that_is_not_a_positive_rate_is_one_line(tmp_path: Path, rate: str) -> None:
+    out = styx("state", "list", "account", "--rows-per-s", rate, "--coordinator", "127.0.0.1:1", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "argument --rows-per-s: expected a number of rows a second above 0" in out.stderr, out.stderr
+
+
 def test_an_address_without_a_port_is_one_line(tmp_path: Path) -> None:
     for address in ("127.0.0.1", "localhost:http", "::1:6000", "127.0.0.1:70000", "127.0.0.1:0"):
         out = styx("status", "--coordinator", address, cwd=tmp_path)
