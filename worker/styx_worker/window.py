@@ -145,24 +145,16 @@ def _partition_rows(
     rng, op = msg.range, msg.range.operator
     lo, low_open = lower(rng)
     # Keys deleted since the epoch are not in ``keys``: merged in, from the low bound on.
-    past = past_end(rng) if rng.prefix is not None or rng.high is not None else None
+    past = past_end(rng)
     rows: list[tuple[Key, msgspec.Raw]] = []
-    append, limit, left, raw = rows.append, msg.rows, budget[0], msgspec.Raw
     for k in from_low(keys, [k for k in then if (op, k) not in data], lo, low_open):
-        if past is not None and past(k):  # every key from the low bound on, in order, to one past the range
+        if past(k):  # every key from the low bound on, in key order, until one past the range
             break
-        v = then.get(k, _LIVE) if then else _LIVE
-        if v is _LIVE:
-            v = data[(op, k)]
-        elif v is None:
+        v = (then[k] if k in then else data[(op, k)]) if then else data[(op, k)]
+        if v is None:
             continue
-        if len(rows) == limit or (rows and len(v) > left):
-            budget[0] = left
+        if len(rows) == msg.rows or (rows and len(v) > budget[0]):
             return PartRows(partition, rows, True)
-        left -= len(v)
-        append((k, raw(v)))
-    budget[0] = left
+        budget[0] -= len(v)
+        rows.append((k, msgspec.Raw(v)))
     return PartRows(partition, rows, False)
-
-
-_LIVE = b""  # not changed since the epoch: the live value is the one (no encoded value is empty)
