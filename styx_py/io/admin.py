@@ -96,25 +96,20 @@ class AdminConnections:
 
     async def __call__(self, msg: Message) -> AdminReply:
         async with asyncio.timeout(self.timeout_s):
-            while (conn := self._take()) is not None:
+            while True:
+                conn = self._take()
+                kept = conn is not None
+                if conn is None:
+                    conn = await _open(self.address, self.secret, self.tls, None)
                 try:
                     reply = await conn.exchange(msg)
-                except ConnectionError:
-                    await conn.close()  # closed while idle: send it on a new connection
-                    continue
-                except BaseException:
+                except BaseException as exc:
                     await conn.close()
+                    if kept and isinstance(exc, ConnectionError):
+                        continue  # closed while idle: send it again, on the next one or a new one
                     raise
                 self._give_back(conn)
                 return reply
-            conn = await _open(self.address, self.secret, self.tls, None)
-            try:
-                reply = await conn.exchange(msg)
-            except BaseException:
-                await conn.close()
-                raise
-            self._give_back(conn)
-            return reply
 
     def _take(self) -> _Connection | None:
         loop = asyncio.get_running_loop()
