@@ -62,7 +62,7 @@ async def test_a_served_response_arrives_whole(pipelined: int, monkeypatch: pyte
     import uvicorn
 
     # Every cycle uvicorn serves goes through the held head (the hook is a uvicorn internal: an
-    # upgrade that drops it fails here instead of silently writing twice again).
+    # upgrade that drops it fails here instead of silently writing twice).
     held: list[_HeldHead] = []
     init = _HeldHead.__init__
 
