@@ -52,6 +52,14 @@ async def test_scans_during_transfers_sum_to_the_total_over_the_sdk_http_and_cli
     names = [f"acct{i}" for i in range(ACCOUNTS)]
     async with await StyxClient.connect(stack.coordinator) as client:
         await client.call("account", "loader", "open_accounts", names, INITIAL)
+        # A scan reads the newest epoch every worker finished, which can trail a reply given early:
+        # wait (with a deadline) until that epoch holds the accounts, then every scan must.
+        async with asyncio.timeout(60):
+            while True:
+                _, rows = await client.scan("account", prefix="acct")
+                if len(rows) == ACCOUNTS:
+                    break
+                await asyncio.sleep(0.05)
         stop = asyncio.Event()
         load = asyncio.ensure_future(_transfers(client, names, stop, rate=200))
         epochs: list[int] = []
