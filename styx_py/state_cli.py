@@ -80,6 +80,13 @@ def add_state_commands(sub: Any, parse_key: Any) -> None:
             help="HOST:PORT (default: $STYX_COORDINATOR or the cluster from 'styx up')",
         )
         p.add_argument("--as-of-epoch", type=int, default=None, metavar="E", help="read epoch E")
+        p.add_argument(
+            "--min-epoch",
+            type=int,
+            default=-1,
+            metavar="E",
+            help="without --as-of-epoch: read no epoch older than E (a reply's epoch: see its writes)",
+        )
         p.add_argument("--json", action="store_true", help="print one JSON document")
         p.set_defaults(fn=lambda args: cmd_state(args, parse_key))
 
@@ -96,7 +103,7 @@ def cmd_state(args: argparse.Namespace, parse_key: Any) -> int:
 
     async def get() -> int:
         epoch, found, value = await stateread.read_value(
-            source, args.operator, key_of(args.key), args.as_of_epoch
+            source, args.operator, key_of(args.key), args.as_of_epoch, args.min_epoch
         )
         out = {"operator": args.operator, "key": key_of(args.key), "epoch": epoch, "found": found}
         print(json.dumps({**out, "value": value}, default=repr))
@@ -117,6 +124,7 @@ def cmd_state(args: argparse.Namespace, parse_key: Any) -> int:
             as_of_epoch=args.as_of_epoch,
             cursor=args.cursor,
             rows_per_s=args.rows_per_s,
+            min_epoch=args.min_epoch,
         ):
             epoch, cursor, count = page.epoch, page.cursor, count + len(page.rows)
             for k, v in page.rows:

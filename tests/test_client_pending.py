@@ -185,3 +185,16 @@ def test_failed_transactions_name_the_users_exception_and_carry_the_reply() -> N
     odd = Reply("rid", 12, 3, 1, ReplyStatus.FAILED, NIL, "no type prefix here", "UserError")
     assert TransactionFailed("failed", odd).exception_type is None
     assert TransactionFailed("local").request_id is None
+
+
+def test_the_newest_epoch_is_that_of_the_newest_reply_handed_to_a_caller() -> None:
+    core, clock = ClientCore(100, "egress", rest=False, push_requests=False), Clock()
+    told: Told = []
+    assert core.table.newest_epoch == -1
+    for rid, epoch in (("a", 5), ("b", 9), ("c", 7)):
+        _listen(core, clock, rid, 10.0, told)
+        assert core.table.resolve(Reply(rid, 1, epoch, 0, "committed", NIL, None, None, 0))
+    assert core.table.newest_epoch == 9  # a later reply of an older epoch does not lower it
+    assert not core.table.resolve(Reply("stranger", 1, 50, 0, "committed", NIL, None, None, 0))
+    assert core.table.newest_epoch == 9  # another client's reply says nothing of this one's writes
+    assert len(told) == 3

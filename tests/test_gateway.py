@@ -24,6 +24,7 @@ import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -63,6 +64,7 @@ from styx_py.core.wire import (
     FindReplies,
     FoundReplies,
     Key,
+    ReadState,
     Reply,
     ReplyLookup,
     encode_value,
@@ -1336,3 +1338,24 @@ def test_docs_screenshot_shows_a_rendered_swagger_ui(tmp_path: Path) -> None:
     assert len(colours) > 200, len(colours)
     green = sum(n for n, (r, g, b) in colours if g > 150 and r < 120 and b < 150)  # the POST badge
     assert green > 1000, green
+
+
+async def test_state_reads_name_min_epoch_and_the_newest_reply_the_gateway_received() -> None:
+    """``?min_epoch=`` and the gateway's SDK client's newest reply epoch both reach the coordinator as
+    the read's ``min_epoch`` (whichever is newer); an ``as_of_epoch`` read is of that epoch."""
+    asked: list[ReadState] = []
+
+    async def source(msg: ReadState) -> AdminReply:
+        asked.append(msg)
+        return AdminReply(True, "", {"epoch": max(msg.epoch, msg.min_epoch), "rows": [], "next": None})
+
+    gateway = Gateway(GatewayConfig("127.0.0.1:1", port=0), state_reads=source)
+    transport = httpx.ASGITransport(app=gateway.asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as http:
+        assert (await http.get("/v1/state/account")).status_code == 200
+        assert (await http.get("/v1/state/account?min_epoch=17")).json()["epoch"] == 17
+        gateway.link.backend = SimpleNamespace(newest_epoch=30)  # type: ignore[assignment]
+        assert (await http.get("/v1/state/account/acct1/stored?min_epoch=5")).json()["epoch"] == 30
+        assert (await http.get("/v1/state/account?min_epoch=40")).json()["epoch"] == 40
+        assert (await http.get("/v1/state/account?min_epoch=-2")).status_code == 422
+    assert [m.min_epoch for m in asked] == [-1, 17, 30, 40]

@@ -20,7 +20,7 @@ from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.scan import ScanRange, order
 from styx_py.core.serial import Writes
-from styx_py.core.wire import PartRows, ReadAt, ReadState, Reply, decode_value, encode_value
+from styx_py.core.wire import AdminReply, PartRows, ReadAt, ReadState, Reply, decode_value, encode_value
 from styx_py.io import stateread
 from styx_py.testing.cluster import SimCluster, serial_replay
 from styx_py.testing.reads import sim_reads
@@ -377,3 +377,61 @@ async def test_scans_under_worker_crashes_are_right_or_refused_never_wrong(seed:
     for epoch, rows in scans:
         assert rows == serial[epoch], f"seed {seed}: the scan at epoch {epoch} differs from the serial state"
     assert len(scans) > 20, f"seed {seed}: only {len(scans)} scans answered ({refused} refused)"
+
+
+async def test_a_read_naming_a_replys_epoch_sees_that_transactions_writes() -> None:
+    """Replies leave before their epoch is over: a read of the newest finished epoch right after one
+    can miss its writes. Naming the reply's epoch as ``min_epoch`` makes the coordinator wait for it."""
+    names = [f"acct{i}" for i in range(4)]
+    async with SimCluster(BANK, workers=2, seed=11) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        source = sim_reads(c.network)
+        balances = dict.fromkeys(names, INITIAL)
+        ahead = 0  # replies that arrived before every worker had finished their epoch
+        for i in range(40):
+            src, dst = names[i % 4], names[(i + 1) % 4]
+            rid = c.submit("account", "transfer", src, dst, 7)
+            await c.wait_for_replies(len(c.replies) + 1)
+            reply = next(r for r in c.replies if r.request_id == rid)
+            assert reply.committed, reply
+            balances[src] -= 7
+            balances[dst] += 7
+            ahead += reply.epoch > c.coordinator.epochs.epoch - 1
+            for key in (src, dst):
+                got = await stateread.read_value(source, "account", key, min_epoch=reply.epoch)
+                epoch, found, value = got
+                assert found and epoch >= reply.epoch
+                assert value == balances[key], f"a read at epoch {epoch} missed transfer {i} ({reply.epoch})"
+        assert ahead > 0, "no reply came before its epoch finished: the wait was never needed"
+        assert not c.coordinator.reads.parked
+
+
+async def test_sdk_reads_name_the_newest_reply_epoch_and_an_epoch_that_never_finishes_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from styx_client.sdk import StyxClient
+
+    asked: list[ReadState] = []
+
+    async def source(msg: ReadState) -> Any:
+        asked.append(msg)
+        return AdminReply(True, "", {"epoch": max(msg.epoch, msg.min_epoch, 0), "rows": [], "next": None})
+
+    monkeypatch.setattr(stateread, "admin_reads", lambda *a, **kw: source)
+    client = StyxClient("127.0.0.1:1", {"account": 4}, coordinator="127.0.0.1:2")
+    client._core.table.newest_epoch = 42
+    assert client.newest_epoch == 42
+    await client.scan("account", prefix="acct")
+    await client.read("account", "acct1")
+    await client.scan("account", as_of_epoch=3)
+    assert [(m.epoch, m.min_epoch) for m in asked] == [(-1, 42), (-1, 42), (3, 42)]
+
+    names = [f"acct{i}" for i in range(4)]
+    async with SimCluster(BANK, workers=2, seed=12) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        latest = c.coordinator.epochs.epoch - 1
+        with pytest.raises(Unavailable, match=f"epoch {latest + 1000} has not finished"):
+            await stateread.read_value(sim_reads(c.network), "account", names[0], min_epoch=latest + 1000)
+        assert not c.coordinator.reads.parked

@@ -51,15 +51,11 @@ async def test_scans_during_transfers_sum_to_the_total_over_the_sdk_http_and_cli
 ) -> None:
     names = [f"acct{i}" for i in range(ACCOUNTS)]
     async with await StyxClient.connect(stack.coordinator) as client:
-        await client.call("account", "loader", "open_accounts", names, INITIAL)
-        # A scan reads the newest epoch every worker finished, which can trail a reply given early:
-        # wait (with a deadline) until that epoch holds the accounts, then every scan must.
-        async with asyncio.timeout(60):
-            while True:
-                _, rows = await client.scan("account", prefix="acct")
-                if len(rows) == ACCOUNTS:
-                    break
-                await asyncio.sleep(0.05)
+        opened = await client.submit("account", "loader", "open_accounts", names, INITIAL)
+        assert opened.committed and client.newest_epoch == opened.epoch
+        # The reply can leave before its epoch is over; a scan right after it still sees its writes.
+        epoch, rows = await client.scan("account", prefix="acct")
+        assert epoch >= opened.epoch and len(rows) == ACCOUNTS, (epoch, opened.epoch, len(rows))
         stop = asyncio.Event()
         load = asyncio.ensure_future(_transfers(client, names, stop, rate=200))
         epochs: list[int] = []
@@ -98,8 +94,10 @@ async def test_scans_during_transfers_sum_to_the_total_over_the_sdk_http_and_cli
         assert sent > 0 and epochs[-1] > epochs[0], "the scans should see transfers commit"
         # Quiet now: styx state list sums to the total; get names an epoch too.
         at = ["--coordinator", stack.coordinator]
-        assert await asyncio.to_thread(styx_main, ["state", "list", "account", "--json", *at]) == 0
+        newest = ["--min-epoch", str(client.newest_epoch)]
+        assert await asyncio.to_thread(styx_main, ["state", "list", "account", "--json", *newest, *at]) == 0
         listed = json.loads(capsys.readouterr().out)
+        assert listed["epoch"] >= client.newest_epoch
         assert listed["rows"] == ACCOUNTS and sum(i["value"] for i in listed["items"]) == ACCOUNTS * INITIAL
         assert await asyncio.to_thread(styx_main, ["state", "get", "account", "nobody", *at]) == 3
         capsys.readouterr()

@@ -90,6 +90,7 @@ class EpochLoop:
         self.before_start: Callable[[int], Awaitable[None]] | None = None
         self.barrier_at = 0.0  # when the last barrier was asked for
         self.parked_at = 0.0  # when its epoch ended (no epoch runs until a recovery restarts the loop)
+        self.on_finished: Callable[[int], None] | None = None  # called with each epoch every worker finished
 
     def request_barrier(self) -> asyncio.Future[int]:
         """Stop once the epoch running is over (see ``barrier``); resolved with its number."""
@@ -186,6 +187,8 @@ class EpochLoop:
             done, started = await self._epoch(started, early)
             self.epoch = e + 1
             finished = e
+            if self.on_finished is not None:
+                self.on_finished(e)
             if e == replay_until and on_replayed is not None:
                 on_replayed()
             # A barrier asked for during a replay (whose epochs cleared ``work``) still waits for an epoch.

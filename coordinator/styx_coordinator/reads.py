@@ -14,6 +14,12 @@ byte budget): every row up to the page's last key is in it, from every partition
 where the next page starts. A worker that cannot answer (recovering, partitions moved, the epoch out of
 its window) makes the read refused with that worker's code; one that does not answer within
 ``LOOKUP_TIMEOUT_S`` makes it ``unavailable``. At most ``MAX_OPEN_LOOKUPS`` reads are open at once.
+
+Replies leave before their epoch is over (early commit replies), so a client that read a reply of epoch
+``E`` can ask before every worker finished ``E``. Its read names ``min_epoch`` ``E``: the read waits,
+for at most ``LOOKUP_TIMEOUT_S``, until the newest finished epoch is at least ``E`` (:meth:`StateReads.
+finished`, called by the epoch loop), and then reads that one, so it sees the writes of the reply's
+transaction (read-your-writes); past the wait it is ``unavailable`` (a recovery runs: the client retries).
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class StateReads:
         self.latest = latest  # the newest epoch every worker finished
         self.open: dict[int, _Read] = {}
         self.next_id = 0
+        # Reads waiting for the newest finished epoch to reach their min_epoch, by their id.
+        self.parked: dict[int, tuple[str, ReadState]] = {}
 
     def _refuse(self, src: str, code: str, error: str, **extra: Any) -> None:
         self.cluster.transport.send(src, AdminReply(False, error, {"code": code, **extra}))
@@ -81,6 +89,9 @@ class StateReads:
             return
         latest = self.latest()
         epoch = latest if msg.epoch == -1 else msg.epoch
+        if msg.epoch == -1 and msg.min_epoch > latest:
+            self._park(src, msg)
+            return
         if c.state != "running" or len(c.placement) < n:
             self._refuse(src, "unavailable", f"the cluster is {c.state}: retry", latest=latest)
             return
@@ -88,8 +99,8 @@ class StateReads:
             error = f"epoch {epoch} is not committed (the newest committed epoch is {latest})"
             self._refuse(src, "not-committed" if epoch > latest else "bad-request", error, latest=latest)
             return
-        if len(self.open) >= MAX_OPEN_LOOKUPS:
-            self._refuse(src, "unavailable", f"{len(self.open)} reads in flight; retry")
+        if len(self.open) + len(self.parked) >= MAX_OPEN_LOOKUPS:
+            self._refuse(src, "unavailable", f"{len(self.open) + len(self.parked)} reads in flight; retry")
             return
         owners: dict[str, list[int]] = {}
         for p in partitions:
@@ -100,6 +111,30 @@ class StateReads:
         for node_id, owned in sorted(owners.items()):
             c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, quota, owned))
         self.tasks.spawn(self._expire(read_id))
+
+    def _park(self, src: str, msg: ReadState) -> None:
+        if len(self.open) + len(self.parked) >= MAX_OPEN_LOOKUPS:
+            self._refuse(src, "unavailable", f"{len(self.open) + len(self.parked)} reads in flight; retry")
+            return
+        read_id, self.next_id = self.next_id, self.next_id + 1
+        self.parked[read_id] = (src, msg)
+        self.tasks.spawn(self._expire_parked(read_id))
+
+    def finished(self, epoch: int) -> None:
+        """Every worker finished ``epoch``: start the parked reads it satisfies."""
+        ready = [i for i, (_, msg) in self.parked.items() if msg.min_epoch <= epoch]
+        for read_id in ready:
+            src, msg = self.parked.pop(read_id)
+            self.start(src, msg)
+
+    async def _expire_parked(self, read_id: int) -> None:
+        await self.clock.sleep(LOOKUP_TIMEOUT_S)
+        parked = self.parked.pop(read_id, None)
+        if parked is not None:
+            src, msg = parked
+            latest = self.latest()
+            error = f"epoch {msg.min_epoch} has not finished within {LOOKUP_TIMEOUT_S:g} s (newest: {latest})"
+            self._refuse(src, "unavailable", error, latest=latest)
 
     def on_rows(self, msg: ReadRows) -> None:
         read = self.open.get(msg.read)

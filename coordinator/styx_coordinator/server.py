@@ -118,6 +118,7 @@ class Coordinator:
         self.reshaper = Reshaper(cluster, self.recovery, self.epochs, self.tasks, self.clock)
         self.lookups = ReplyLookups(cluster, self.clock, self.tasks)
         self.reads = StateReads(cluster, self.clock, self.tasks, lambda: self.epochs.epoch - 1)
+        self.epochs.on_finished = self.reads.finished
         self.deployer = Deployer(
             cluster,
             self.clock,

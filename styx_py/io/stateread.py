@@ -104,12 +104,12 @@ async def read_page(source: ReadSource, msg: ReadState) -> StatePage:
 
 
 async def read_value(
-    source: ReadSource, operator: str, key: Key, as_of_epoch: int | None = None
+    source: ReadSource, operator: str, key: Key, as_of_epoch: int | None = None, min_epoch: int = -1
 ) -> tuple[int, bool, Any]:
-    """One entity's stored value as of an epoch (None: the newest committed one): ``(epoch, found,
-    value)``; ``found`` False when it does not exist then (value None)."""
+    """One entity's stored value as of an epoch (None: the newest committed one, and at least
+    ``min_epoch``): ``(epoch, found, value)``; ``found`` False when it does not exist then (value None)."""
     epoch = -1 if as_of_epoch is None else as_of_epoch
-    page = await read_page(source, ReadState(operator, limit=1, epoch=epoch, key=key))
+    page = await read_page(source, ReadState(operator, limit=1, epoch=epoch, key=key, min_epoch=min_epoch))
     if page.rows:
         return page.epoch, True, page.rows[0][1]
     return page.epoch, False, None
@@ -128,9 +128,11 @@ async def scan(
     as_of_epoch: int | None = None,
     cursor: str | None = None,
     rows_per_s: float | None = None,
+    min_epoch: int = -1,
 ) -> AsyncIterator[StatePage]:
     """The pages of a scan of ``operator`` in key order, all as of one epoch (``as_of_epoch``, else
-    the newest committed one when the first page is read), ``limit`` rows in all (None: every row).
+    the newest committed one when the first page is read, once that is at least ``min_epoch``: the
+    epoch of a reply whose writes the scan must see), ``limit`` rows in all (None: every row).
     ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key.
 
     ``rows_per_s`` paces a background scan: the next page is asked for only once the rows so far fit
@@ -148,7 +150,7 @@ async def scan(
     started, read = loop.time(), 0
     while left is None or left > 0:
         size = page_size if left is None else min(page_size, left)
-        msg = ReadState(operator, start, after, end, prefix, size, epoch)
+        msg = ReadState(operator, start, after, end, prefix, size, epoch, min_epoch=min_epoch)
         page = await read_page(source, msg)
         epoch = page.epoch
         if left is not None:

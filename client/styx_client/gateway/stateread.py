@@ -7,6 +7,12 @@ pausing the epochs. A page's ``cursor`` carries its epoch and last key: the next
 reads the same epoch, so the pages of one scan are one consistent cut. An epoch older than the workers
 keep (``state_window_epochs``, or one from before their last recovery) is 410 ``epoch_out_of_window``,
 never a newer state; ``styx sql --as-of-epoch`` reads those.
+
+Without ``as_of_epoch`` (or a cursor), a read is of the newest committed epoch, and of none older than
+``min_epoch`` or than the newest reply the gateway's SDK client has received: an invocation's reply
+leaves before its epoch is over, and a read after it waits for that epoch, so it sees the invocation's
+writes (read-your-writes, here across every caller of this gateway; pass the reply's ``epoch`` as
+``min_epoch`` to another gateway).
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route signatures at run time.
@@ -17,6 +23,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from styx_client.gateway.cluster import ClusterLink
 from styx_client.gateway.metrics import GatewayMetrics
 from styx_client.gateway.models import ErrorBody
 from styx_client.gateway.outcomes import Outcome, failure, ok, parse_key, respond, retry_after
@@ -55,11 +62,25 @@ class StoredValue(BaseModel):
 class StateReading(Protocol):
     metrics: GatewayMetrics
     state_reads: ReadSource
+    link: ClusterLink
+
+
+def _min_epoch(gateway: StateReading, asked: int | None) -> int:
+    """The epoch a read of the newest one must not be older than: ``asked`` or the newest reply the
+    gateway's SDK client received (:attr:`styx_client.sdk.StyxClient.newest_epoch`), whichever is newer."""
+    seen = getattr(gateway.link.backend, "newest_epoch", -1)
+    return max(-1 if asked is None else asked, seen if isinstance(seen, int) else -1)
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorBody} for s in (401, 404, 409, 410, 422, 429, 503)
 }
+
+
+_MIN_EPOCH = (
+    "without as_of_epoch: read no epoch older than this one (an invocation reply's epoch: the read "
+    "then sees its writes; it waits, briefly, for that epoch to finish)"
+)
 
 
 def add_state_routes(app: FastAPI, gateway: StateReading, bearer: HTTPBearer) -> None:
@@ -73,7 +94,8 @@ def add_state_routes(app: FastAPI, gateway: StateReading, bearer: HTTPBearer) ->
         operation_id="scanState",
         description=(
             "A consistent read outside transactions: every partition's entries as of one committed "
-            "epoch (the newest, or `as_of_epoch` within the workers' in-memory window). Every page "
+            "epoch (the newest, at least `min_epoch` and the newest reply the gateway has received, or "
+            "`as_of_epoch` within the workers' in-memory window). Every page "
             "asks every partition for up to `limit` rows; the `cursor` of a page carries its epoch, so "
             "the pages of one scan are one cut. Bounds: `prefix` (str keys), `start` (inclusive) or "
             "`after` (exclusive), `end` (exclusive), read as `key_type`."
@@ -90,6 +112,7 @@ def add_state_routes(app: FastAPI, gateway: StateReading, bearer: HTTPBearer) ->
         limit: Annotated[int, Query(ge=1, le=MAX_SCAN_LIMIT)] = 100,
         as_of_epoch: Annotated[int | None, Query(ge=-1, le=MAX_EPOCH)] = None,
         cursor: Annotated[str | None, Query(max_length=4 * MAX_KEY_CHARS)] = None,
+        min_epoch: Annotated[int | None, Query(ge=-1, le=MAX_EPOCH, description=_MIN_EPOCH)] = None,
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
         bounds: list[Key | None] = []
@@ -105,7 +128,8 @@ def add_state_routes(app: FastAPI, gateway: StateReading, bearer: HTTPBearer) ->
             except ValueError as exc:
                 return respond(failure(422, "invalid_request", str(exc)), metrics)
             bounds[0] = None
-        msg = ReadState(operator, bounds[0], bounds[1], bounds[2], prefix, limit, epoch)
+        least = _min_epoch(gateway, min_epoch)
+        msg = ReadState(operator, bounds[0], bounds[1], bounds[2], prefix, limit, epoch, min_epoch=least)
         outcome = await _read(gateway.state_reads, msg)
         if isinstance(outcome, StatePage):
             items = [StateEntry(key=k, value=v) for k, v in outcome.rows]
@@ -131,13 +155,15 @@ def add_state_routes(app: FastAPI, gateway: StateReading, bearer: HTTPBearer) ->
         key: Annotated[str, Path(min_length=1, max_length=MAX_KEY_CHARS)],
         key_type: Annotated[KeyType, Query(description="how to read the key")] = "str",
         as_of_epoch: Annotated[int | None, Query(ge=-1, le=MAX_EPOCH)] = None,
+        min_epoch: Annotated[int | None, Query(ge=-1, le=MAX_EPOCH, description=_MIN_EPOCH)] = None,
         _auth: Annotated[Any, Depends(bearer)] = None,
     ) -> Response:
         entity = parse_key(key, key_type)
         if isinstance(entity, Outcome):
             return respond(entity, metrics)
         epoch = -1 if as_of_epoch is None else as_of_epoch
-        outcome = await _read(gateway.state_reads, ReadState(operator, limit=1, epoch=epoch, key=entity))
+        msg = ReadState(operator, limit=1, epoch=epoch, key=entity, min_epoch=_min_epoch(gateway, min_epoch))
+        outcome = await _read(gateway.state_reads, msg)
         if isinstance(outcome, StatePage):
             found = bool(outcome.rows)
             value = outcome.rows[0][1] if found else None

@@ -82,6 +82,9 @@ class PendingTable:
         # In the order they were registered (a dict keeps it): the first is the oldest in flight.
         self.entries: dict[str, Pending] = {}
         self.registered = 0  # entries registered so far (each one's Pending.seq is the count before it)
+        # The newest epoch of a reply handed to a caller: this client's reads of committed state read
+        # that epoch or a newer one, so they see what the replies it got said (styx_client.sdk.state).
+        self.newest_epoch = -1
         # Ids answered recently: a later reply with one of them is a duplicate, not a stranger. Bounded,
         # because redeliveries arrive close to the original and the table must not grow forever.
         # The value: the paths (EGRESS | PUSHED) its reply came by so far.
@@ -218,6 +221,8 @@ class PendingTable:
             return False
         stats = self.stats
         stats.replied += 1
+        if reply.epoch > self.newest_epoch:
+            self.newest_epoch = reply.epoch
         if path == PUSHED:
             stats.pushed += 1
         self._answered.put(rid, path)

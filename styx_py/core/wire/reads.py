@@ -32,7 +32,8 @@ class ReadState(Msg, tag="read-state"):
     """Admin → coordinator: the committed entries of ``operator`` in a range, as of one epoch.
 
     ``key`` set: that entity alone (its partition is the only one asked). ``epoch`` -1: the newest
-    epoch every worker finished."""
+    epoch every worker finished, once that is at least ``min_epoch`` (the epoch of a reply the client
+    has seen: its read then sees that transaction's writes)."""
 
     operator: str
     start: Key | None = None
@@ -42,6 +43,7 @@ class ReadState(Msg, tag="read-state"):
     limit: int = 100
     epoch: int = -1
     key: Key | None = None
+    min_epoch: int = -1
 
 
 class ReadAt(Msg, tag="read-at"):
