@@ -61,7 +61,7 @@ from styx_worker.admission import (
     Admission,
     AdmissionGate,
 )
-from styx_worker.batch import BatchFormer, refusal
+from styx_worker.batch import HOT_BATCHES, BatchFormer, refusal
 from styx_worker.effects import Outbox, Take
 from styx_worker.replies import ReplyOut
 from styx_worker.txn import Resend, RootTxn
@@ -538,6 +538,36 @@ def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted()
     calls = [IngressRecord(0, i, _request(f"c{i}", key="c"), 0) for i in range(5)]
     (roots, _, _), entry = cold.batch.form(0, 0, 1, calls, depth_max=0)
     assert len(roots) == 5 and not any(isinstance(e, Refused) for e in entry.entries)
+
+
+def test_a_queue_that_was_hot_lately_bounds_a_batch_of_calls_into_it_until_it_cools() -> None:
+    """A queue empty at this moment that had rescheduled transactions in the last ``HOT_BATCHES``
+    live batches counts its batch-mates as a queue that exists (a slow epoch's batch of a district's
+    NewOrders): with the bound 0 the first call is admitted, the others refused; one with no queue
+    in that time admits them all."""
+    live = _Former(_log())
+    live.batch.rescheduled = [RootTxn(1, IngressRecord(0, 100, _request("old", key="hot"), 0))]
+    live.batch.room()  # old runs: the queue behind "hot" is there this batch
+    live.batch.form(0, 0, 1, [], depth_max=0)
+    calls = [IngressRecord(0, i, _request(f"h{i}", key="hot"), 0) for i in range(5)]
+    cool = [IngressRecord(1, i, _request(f"c{i}", key="c"), 0) for i in range(3)]
+    live.batch.room()  # nothing rescheduled now: "hot" committed its queue
+    (roots, resends, _), entry = live.batch.form(1, 0, 1, calls + cool, depth_max=0)
+    assert [r.request.request_id for r in roots] == ["h0", "c0", "c1", "c2"]
+    assert sorted(_refusals(resends)) == ["h1", "h2", "h3", "h4"]
+    assert {e.reason for e in entry.entries if isinstance(e, Refused)} == {Refusal.ENTITY}
+
+    for epoch in range(2, HOT_BATCHES - 1):
+        live.batch.room()
+        live.batch.form(epoch, 0, 1, [], depth_max=0)
+    again = [IngressRecord(0, 10 + i, _request(f"a{i}", key="hot"), 0) for i in range(3)]
+    live.batch.room()  # the last batch of the HOT_BATCHES since the queue was there
+    (roots, _, _), _ = live.batch.form(HOT_BATCHES - 1, 0, 1, again, depth_max=1)
+    assert [r.request.request_id for r in roots] == ["a0", "a1"], "still hot: a1 joins 1 deep behind a0"
+    later = [IngressRecord(0, 20 + i, _request(f"b{i}", key="hot"), 0) for i in range(3)]
+    live.batch.room()
+    (roots, _, _), entry = live.batch.form(HOT_BATCHES, 0, 1, later, depth_max=0)
+    assert len(roots) == 3 and not any(isinstance(e, Refused) for e in entry.entries), "cooled down"
 
 
 def test_the_depth_bound_is_the_queue_bound_in_epochs_and_off_while_catching_up() -> None:
