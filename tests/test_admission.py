@@ -543,8 +543,9 @@ def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted()
 def test_a_queue_that_was_hot_lately_bounds_a_batch_of_calls_into_it_until_it_cools() -> None:
     """A queue empty at this moment that had rescheduled transactions in the last ``HOT_BATCHES``
     live batches counts its batch-mates as a queue that exists (a slow epoch's batch of a district's
-    NewOrders): with the bound 0 the first call is admitted, the others refused; one with no queue
-    in that time admits them all."""
+    NewOrders): the first call runs first and the others join the queue behind it, so with the
+    bound 0 the first two are admitted (the second runs one epoch later), the others refused; one
+    with no queue in that time admits them all."""
     live = _Former(_log())
     live.batch.rescheduled = [RootTxn(1, IngressRecord(0, 100, _request("old", key="hot"), 0))]
     live.batch.room()  # old runs: the queue behind "hot" is there this batch
@@ -553,8 +554,8 @@ def test_a_queue_that_was_hot_lately_bounds_a_batch_of_calls_into_it_until_it_co
     cool = [IngressRecord(1, i, _request(f"c{i}", key="c"), 0) for i in range(3)]
     live.batch.room()  # nothing rescheduled now: "hot" committed its queue
     (roots, resends, _), entry = live.batch.form(1, 0, 1, calls + cool, depth_max=0)
-    assert [r.request.request_id for r in roots] == ["h0", "c0", "c1", "c2"]
-    assert sorted(_refusals(resends)) == ["h1", "h2", "h3", "h4"]
+    assert [r.request.request_id for r in roots] == ["h0", "h1", "c0", "c1", "c2"]
+    assert sorted(_refusals(resends)) == ["h2", "h3", "h4"]
     assert {e.reason for e in entry.entries if isinstance(e, Refused)} == {Refusal.ENTITY}
 
     for epoch in range(2, HOT_BATCHES - 1):
@@ -562,8 +563,8 @@ def test_a_queue_that_was_hot_lately_bounds_a_batch_of_calls_into_it_until_it_co
         live.batch.form(epoch, 0, 1, [], depth_max=0)
     again = [IngressRecord(0, 10 + i, _request(f"a{i}", key="hot"), 0) for i in range(3)]
     live.batch.room()  # the last batch of the HOT_BATCHES since the queue was there
-    (roots, _, _), _ = live.batch.form(HOT_BATCHES - 1, 0, 1, again, depth_max=1)
-    assert [r.request.request_id for r in roots] == ["a0", "a1"], "still hot: a1 joins 1 deep behind a0"
+    (roots, _, _), _ = live.batch.form(HOT_BATCHES - 1, 0, 1, again, depth_max=0)
+    assert [r.request.request_id for r in roots] == ["a0", "a1"], "still hot: a2 would be 1 deep"
     later = [IngressRecord(0, 20 + i, _request(f"b{i}", key="hot"), 0) for i in range(3)]
     live.batch.room()
     (roots, _, _), entry = live.batch.form(HOT_BATCHES, 0, 1, later, depth_max=0)

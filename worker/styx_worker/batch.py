@@ -199,16 +199,20 @@ class BatchFormer:
         new requests after the first ``admitted`` (-1: none) are refused, and so are those that
         would join a queue of rescheduled transactions (their root entity and function) more than
         ``depth_max`` (-1: no bound) deep: those waiting after this batch, and the requests of this
-        batch admitted into the queue before them (into one that exists, or had some in the last
-        :data:`HOT_BATCHES` live batches: a batch's calls of an entity that has not been hot are all
-        admitted)."""
+        batch admitted into the queue before them (into one that exists: whose head runs in this
+        batch or that has some waiting, or that had some in the last :data:`HOT_BATCHES` live
+        batches, where the first call of the batch runs first; a batch's calls of an entity that has
+        not been hot are all admitted)."""
         lc_start = self.sequencer.lc
         running = self.in_flight()
         resched, self.next_run = self.next_run, []
         # How deep each (root entity, function) queue of rescheduled transactions is after this batch:
         # a new call of that function there would collide the same way and queue behind them, and
         # behind the calls of this batch admitted into the same queue before it.
+        # A queue whose head runs in this batch, or whose first call of this batch runs (when it is
+        # empty but was hot lately): the calls after it join the queue.
         depths = Counter(_queue(r.request) for r in self.rescheduled)
+        heads = {_queue(r.request) for r in resched}
         hot, cold = self.hot_queues(resched), self.formed - HOT_BATCHES
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
@@ -226,8 +230,10 @@ class BatchFormer:
                     answered.append(self.refuse(rec, epoch, resends, reason))
                 else:
                     fresh.append(rec)
-                    if depths[queue] or hot.get(queue, cold) > cold:  # a queue there, or lately: it joins
+                    if depths[queue] or queue in heads:  # a queue there: this call joins it
                         depths[queue] += 1
+                    elif hot.get(queue, cold) > cold:  # empty but hot lately: the next calls join it
+                        heads.add(queue)
             elif kind is Answered:
                 answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
             else:
