@@ -199,21 +199,21 @@ class BatchFormer:
         new requests after the first ``admitted`` (-1: none) are refused, and so are those that
         would join a queue of rescheduled transactions (their root entity and function) more than
         ``depth_max`` (-1: no bound) deep: those waiting after this batch, and the requests of this
-        batch admitted into the queue before them (into one that exists: whose head runs in this
-        batch or that has some waiting, or that had some in the last :data:`HOT_BATCHES` live
-        batches, where the first call of the batch runs first; a batch's calls of an entity that has
-        not been hot are all admitted)."""
+        batch admitted into the queue before them (into one that has some waiting, or had some in
+        the last :data:`HOT_BATCHES` live batches: then behind its head, the rescheduled one that
+        runs in this batch or else the batch's first call there; a batch's calls of an entity whose
+        calls have not queued lately are all admitted)."""
         lc_start = self.sequencer.lc
         running = self.in_flight()
         resched, self.next_run = self.next_run, []
         # How deep each (root entity, function) queue of rescheduled transactions is after this batch:
         # a new call of that function there would collide the same way and queue behind them, and
         # behind the calls of this batch admitted into the same queue before it.
-        # A queue whose head runs in this batch, or whose first call of this batch runs (when it is
-        # empty but was hot lately): the calls after it join the queue.
+        # A queue with none waiting that had some lately: the calls of this batch behind its head (the
+        # rescheduled one that runs now, or else its first call of this batch) join it.
         depths = Counter(_queue(r.request) for r in self.rescheduled)
         heads = {_queue(r.request) for r in resched}
-        hot, cold = self.hot_queues(resched), self.formed - HOT_BATCHES
+        hot, cold = self.hot_queues(), self.formed - HOT_BATCHES
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
         waiting: list[IngressRecord] = []
@@ -230,10 +230,13 @@ class BatchFormer:
                     answered.append(self.refuse(rec, epoch, resends, reason))
                 else:
                     fresh.append(rec)
-                    if depths[queue] or queue in heads:  # a queue there: this call joins it
+                    if depths[queue]:  # a queue there: this call joins it
                         depths[queue] += 1
-                    elif hot.get(queue, cold) > cold:  # empty but hot lately: the next calls join it
-                        heads.add(queue)
+                    elif hot.get(queue, cold) > cold:  # none waiting but a queue lately: behind its head
+                        if queue in heads:
+                            depths[queue] += 1
+                        else:
+                            heads.add(queue)  # this call runs first, the next ones join behind it
             elif kind is Answered:
                 answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
             else:
@@ -262,17 +265,17 @@ class BatchFormer:
         )
         return (roots, resends, waiting), entry
 
-    def hot_queues(self, resched: list[RootTxn]) -> dict[Queue, int]:
-        """Count a live batch formed now, with the rescheduled transactions ``resched`` it runs: the
-        queues that have rescheduled transactions now or had some in the last :data:`HOT_BATCHES`
-        live batches. A queue empty at this moment is hot all the same: its calls collide as before,
-        and a slow epoch's batch (what arrived during one of 300-600 ms: TPC-C's NewOrders of a
-        district, dozens of them) would otherwise admit every call into it, which then queue behind
-        one another one epoch each, long past the bound."""
+    def hot_queues(self) -> dict[Queue, int]:
+        """Count a live batch formed now: the queues that have rescheduled transactions waiting (behind
+        the one that runs) now or had some in the last :data:`HOT_BATCHES` live batches. A queue
+        with none waiting at this moment is hot all the same: its calls collide as before, and a slow
+        epoch's batch (what arrived during one of 300-600 ms: TPC-C's NewOrders of a district,
+        dozens of them) would otherwise admit every call into it, which then queue behind one
+        another one epoch each, long past the bound. A queue whose rescheduled calls never wait is
+        not hot (TPC-C's Payments: one is rescheduled now and then, the others commit in the
+        fallback)."""
         self.formed += 1
         hot = self.hot
-        for r in resched:
-            hot[_queue(r.request)] = self.formed
         for r in self.rescheduled:
             hot[_queue(r.request)] = self.formed
         if len(hot) > HOT_BATCHES and self.formed % HOT_BATCHES == 0:  # forget the cold ones now and then
