@@ -545,8 +545,8 @@ def test_a_queue_that_was_hot_lately_bounds_a_batch_of_calls_into_it_until_it_co
     ``HOT_BATCHES`` live batches counts its batch-mates as a queue that exists (a slow epoch's batch
     of a district's NewOrders): they join behind its head (the rescheduled one that runs, or else
     the batch's first call there), so with the bound 0 one more is admitted, the others refused.
-    One whose rescheduled calls never waited (a Payment rescheduled now and then), or with none in
-    that time, admits them all."""
+    One whose rescheduled calls never waited behind one of their own (a Payment rescheduled now and
+    then, behind a NewOrder of its district), or with none in that time, admits them all."""
     live = _Former(_log())
     old = [RootTxn(t, IngressRecord(0, 100 + t, _request(f"old{t}", key="hot"), 0)) for t in (1, 2)]
     live.batch.rescheduled = list(old)
@@ -579,6 +579,18 @@ def test_a_queue_that_was_hot_lately_bounds_a_batch_of_calls_into_it_until_it_co
     pays = [IngressRecord(0, i, _request(f"p{i}", key="pay"), 0) for i in range(3)]
     (roots, _, _), entry = once.batch.form(0, 0, 1, pays, depth_max=0)
     assert len(roots) == 4 and not any(isinstance(e, Refused) for e in entry.entries)
+    behind = _Former(_log())  # a call waiting behind another function's head of its root entity
+    other = Request("n1", "acct", "balance", "pay", msgspec.Raw(encode_value([])), 5)
+    behind.batch.rescheduled = [
+        RootTxn(1, IngressRecord(0, 100, other, 0)),
+        RootTxn(2, IngressRecord(0, 101, _request("p", key="pay"), 0)),
+    ]
+    behind.batch.room()
+    behind.batch.form(0, 0, 1, [], depth_max=0)
+    behind.batch.rescheduled = []
+    behind.batch.room()
+    (roots, _, _), entry = behind.batch.form(1, 0, 1, pays, depth_max=0)
+    assert len(roots) == 3 and not any(isinstance(e, Refused) for e in entry.entries)
 
 
 def test_the_depth_bound_is_the_queue_bound_in_epochs_and_off_while_catching_up() -> None:

@@ -213,7 +213,7 @@ class BatchFormer:
         # rescheduled one that runs now, or else its first call of this batch) join it.
         depths = Counter(_queue(r.request) for r in self.rescheduled)
         heads = {_queue(r.request) for r in resched}
-        hot, cold = self.hot_queues(), self.formed - HOT_BATCHES
+        hot, cold = self.hot_queues(resched), self.formed - HOT_BATCHES
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
         waiting: list[IngressRecord] = []
@@ -265,19 +265,22 @@ class BatchFormer:
         )
         return (roots, resends, waiting), entry
 
-    def hot_queues(self) -> dict[Queue, int]:
-        """Count a live batch formed now: the queues that have rescheduled transactions waiting (behind
-        the one that runs) now or had some in the last :data:`HOT_BATCHES` live batches. A queue
-        with none waiting at this moment is hot all the same: its calls collide as before, and a slow
-        epoch's batch (what arrived during one of 300-600 ms: TPC-C's NewOrders of a district,
-        dozens of them) would otherwise admit every call into it, which then queue behind one
-        another one epoch each, long past the bound. A queue whose rescheduled calls never wait is
-        not hot (TPC-C's Payments: one is rescheduled now and then, the others commit in the
-        fallback)."""
+    def hot_queues(self, resched: list[RootTxn]) -> dict[Queue, int]:
+        """Count a live batch formed now, which runs ``resched``: the queues that have rescheduled
+        transactions waiting behind one of their own (the one that runs) now or had some in the
+        last :data:`HOT_BATCHES` live batches. A queue with none waiting at this moment is hot all
+        the same: its calls collide as before, and a slow epoch's batch (what arrived during one of
+        300-600 ms: TPC-C's NewOrders of a district, dozens of them) would otherwise admit every
+        call into it, which then queue behind one another one epoch each, long past the bound. A
+        queue whose rescheduled calls never wait behind one of their own is not hot (TPC-C's
+        Payments: one is rescheduled now and then, the others commit in the fallback; it may wait
+        behind a rescheduled NewOrder of its district, as one per root entity runs)."""
         self.formed += 1
         hot = self.hot
-        for r in self.rescheduled:
-            hot[_queue(r.request)] = self.formed
+        queued = Counter(_queue(r.request) for r in (*resched, *self.rescheduled))
+        for queue, n in queued.items():
+            if n > 1:  # its calls wait behind one another (not one behind another function's head)
+                hot[queue] = self.formed
         if len(hot) > HOT_BATCHES and self.formed % HOT_BATCHES == 0:  # forget the cold ones now and then
             cold = self.formed - HOT_BATCHES
             self.hot = hot = {q: at for q, at in hot.items() if at > cold}
