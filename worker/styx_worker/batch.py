@@ -71,8 +71,8 @@ def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[Ro
     return run, wait
 
 
-HOT_BATCHES = 64  # a queue of rescheduled transactions that had some in the last this many live
-# batches counts as there for the next batch's calls (:meth:`BatchFormer.form`)
+HOT_BATCHES = 64  # a queue whose rescheduled calls waited behind one of their own in the last this
+# many live batches counts as there for the next batch's calls (:meth:`BatchFormer.hot_queues`)
 
 Queue = tuple[str, str | int, str]  # a root entity and function (:func:`_queue`)
 
@@ -147,7 +147,7 @@ class BatchFormer:
         # New transactions sequenced live per ingress partition since start (heartbeats carry it).
         self.sequenced: dict[int, int] = {}
         self.formed = 0  # live batches formed since start
-        self.hot: dict[Queue, int] = {}  # queue -> the last live batch formed while it had some
+        self.hot: dict[Queue, int] = {}  # queue -> the last live batch formed while some of it waited
 
     def room(self) -> int:
         """How many ingress records the next live batch takes, after the rescheduled transactions it
