@@ -61,7 +61,7 @@ from styx_worker.admission import (
     Admission,
     AdmissionGate,
 )
-from styx_worker.batch import BatchFormer, refusal
+from styx_worker.batch import HOT_BATCHES, BatchFormer, refusal
 from styx_worker.effects import Outbox, Take
 from styx_worker.replies import ReplyOut
 from styx_worker.txn import Resend, RootTxn
@@ -538,6 +538,59 @@ def test_a_new_request_behind_a_hot_root_entity_is_refused_the_others_admitted()
     calls = [IngressRecord(0, i, _request(f"c{i}", key="c"), 0) for i in range(5)]
     (roots, _, _), entry = cold.batch.form(0, 0, 1, calls, depth_max=0)
     assert len(roots) == 5 and not any(isinstance(e, Refused) for e in entry.entries)
+
+
+def test_a_queue_that_was_hot_lately_bounds_a_batch_of_calls_into_it_until_it_cools() -> None:
+    """A queue with none waiting now that had rescheduled transactions waiting in the last
+    ``HOT_BATCHES`` live batches counts its batch-mates as a queue that exists (a slow epoch's batch
+    of a district's NewOrders): they join behind its head (the rescheduled one that runs, or else
+    the batch's first call there), so with the bound 0 one more is admitted, the others refused.
+    One whose rescheduled calls never waited behind one of their own (a Payment rescheduled now and
+    then, behind a NewOrder of its district), or with none in that time, admits them all."""
+    live = _Former(_log())
+    old = [RootTxn(t, IngressRecord(0, 100 + t, _request(f"old{t}", key="hot"), 0)) for t in (1, 2)]
+    live.batch.rescheduled = list(old)
+    live.batch.room()  # old1 runs, old2 waits behind it: a queue
+    live.batch.form(0, 0, 1, [], depth_max=0)
+    live.batch.rescheduled = [old[1]]
+    calls = [IngressRecord(0, i, _request(f"h{i}", key="hot"), 0) for i in range(5)]
+    cool = [IngressRecord(1, i, _request(f"c{i}", key="c"), 0) for i in range(3)]
+    live.batch.room()  # old2 runs, none waits
+    (roots, resends, _), entry = live.batch.form(1, 0, 1, calls + cool, depth_max=0)
+    assert [r.request.request_id for r in roots] == ["old2", "h0", "c0", "c1", "c2"], "h0 runs after old2"
+    assert sorted(_refusals(resends)) == ["h1", "h2", "h3", "h4"]
+    assert {e.reason for e in entry.entries if isinstance(e, Refused)} == {Refusal.ENTITY}
+
+    for epoch in range(2, HOT_BATCHES - 1):
+        live.batch.room()
+        live.batch.form(epoch, 0, 1, [], depth_max=0)
+    again = [IngressRecord(0, 10 + i, _request(f"a{i}", key="hot"), 0) for i in range(3)]
+    live.batch.room()  # the last of the HOT_BATCHES batches since some waited; none rescheduled now
+    (roots, _, _), _ = live.batch.form(HOT_BATCHES - 1, 0, 1, again, depth_max=0)
+    assert [r.request.request_id for r in roots] == ["a0", "a1"], "a0 runs first, a2 would be 1 deep"
+    later = [IngressRecord(0, 20 + i, _request(f"b{i}", key="hot"), 0) for i in range(3)]
+    live.batch.room()
+    (roots, _, _), entry = live.batch.form(HOT_BATCHES, 0, 1, later, depth_max=0)
+    assert len(roots) == 3 and not any(isinstance(e, Refused) for e in entry.entries), "cooled down"
+
+    once = _Former(_log())  # rescheduled now and then, never one waiting: not a queue
+    once.batch.rescheduled = [RootTxn(1, IngressRecord(0, 100, _request("p", key="pay"), 0))]
+    once.batch.room()
+    pays = [IngressRecord(0, i, _request(f"p{i}", key="pay"), 0) for i in range(3)]
+    (roots, _, _), entry = once.batch.form(0, 0, 1, pays, depth_max=0)
+    assert len(roots) == 4 and not any(isinstance(e, Refused) for e in entry.entries)
+    behind = _Former(_log())  # a call waiting behind another function's head of its root entity
+    other = Request("n1", "acct", "balance", "pay", msgspec.Raw(encode_value([])), 5)
+    behind.batch.rescheduled = [
+        RootTxn(1, IngressRecord(0, 100, other, 0)),
+        RootTxn(2, IngressRecord(0, 101, _request("p", key="pay"), 0)),
+    ]
+    behind.batch.room()
+    behind.batch.form(0, 0, 1, [], depth_max=0)
+    behind.batch.rescheduled = []
+    behind.batch.room()
+    (roots, _, _), entry = behind.batch.form(1, 0, 1, pays, depth_max=0)
+    assert len(roots) == 3 and not any(isinstance(e, Refused) for e in entry.entries)
 
 
 def test_the_depth_bound_is_the_queue_bound_in_epochs_and_off_while_catching_up() -> None:

@@ -2,6 +2,7 @@
 
     python -m styx_benchmarks.overload                       # YCSB-T and TPC-C W=1, ~15 minutes
     python -m styx_benchmarks.overload --workloads ycsbt --duration 10
+    python -m styx_benchmarks.overload --workloads tpcc --tpcc-factors 2 --repeat 5   # 2x, 5 runs
 
 For each workload it first finds the sustainable rate *on this machine, in this run* (the machine may
 be shared): runs at rising rates (``--ycsbt-ladder``, ``--tpcc-ladder``, then on by the ladder's last
@@ -11,7 +12,8 @@ served, not by its first refusal (a shared machine's slow moment refuses some at
 next may serve more). The best sustained rate is the highest served rate of the steps whose admitted
 work kept up. Then it offers
 multiples of it (YCSB-T 1, 1.5 and 2 times; TPC-C 1 and 2 times; ``--ycsbt-factors``,
-``--tpcc-factors``). Every run is ``styx bench`` on a fresh local
+``--tpcc-factors``; ``--repeat`` runs at each, and ``--ycsbt-best`` / ``--tpcc-best`` skip a
+ladder for a rate measured before). Every run is ``styx bench`` on a fresh local
 cluster with the default admission settings (``STYX_ADMISSION_*``, docs/operations.md#overload).
 
 It writes each run's ``styx bench`` file and ``overload-<time>.json`` (every row, the ladder, the
@@ -134,7 +136,11 @@ def sweep(
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     sustained: list[float] = []
-    for rate in climb(ladder):
+    given: float | None = getattr(ns, f"{workload}_best")
+    if given is not None:
+        sustained.append(given)  # measured before (its ladder skipped)
+        ladder = []
+    for rate in climb(ladder) if ladder else ():
         result, path = run(workload, rate, ns)
         rows.append(row(workload, "ladder", result, path, None))
         kept, best = kept_up(result), max(sustained, default=0.0)
@@ -148,8 +154,9 @@ def sweep(
     best = round(max(sustained), 1)
     print(f"{workload}: best sustained rate here: {best:g}/s", flush=True)
     for f in factors:
-        result, path = run(workload, round(best * f), ns)
-        rows.append(row(workload, f"{f:g}x", result, path, best))
+        for _ in range(ns.repeat):
+            result, path = run(workload, round(best * f), ns)
+            rows.append(row(workload, f"{f:g}x", result, path, best))
     return rows
 
 
@@ -184,6 +191,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tpcc-ladder", default="150,300,450,600,800")
     p.add_argument("--ycsbt-factors", default="1,1.5,2")
     p.add_argument("--tpcc-factors", default="1,2")
+    for w in ("ycsbt", "tpcc"):
+        p.add_argument(
+            f"--{w}-best",
+            type=float,
+            default=None,
+            help=f"{w}'s best sustained rate /s, measured before: skip its ladder",
+        )
+    p.add_argument("--repeat", type=int, default=1, help="runs at each factor (1)")
     p.add_argument("--duration", type=float, default=12.0, help="measured seconds per run (12)")
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--timeout", type=float, default=30.0, help="per-request reply timeout in s (30)")
@@ -205,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     after = uptime()
     print(f"uptime after: {after}", flush=True)
     summary = {
+        "argv": list(sys.argv[1:] if argv is None else argv),
         "started": started,
         "uptime_before": before,
         "uptime_after": after,

@@ -34,7 +34,11 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
   epochs took here lately (:attr:`Admission.depth_max`): it would collide the same way and queue
   behind them, and joining ``n`` deep it runs ``n + 1`` epochs later. The calls of the batch
   admitted into the queue before it count (a batch with 30 NewOrders of a district queues 29 of
-  them); a batch's calls of an entity with no queue are admitted (nothing says they collide). An
+  them), also when none waits in the queue at that moment but some waited behind one of their own
+  in the last :data:`styx_worker.batch.HOT_BATCHES` live batches: then behind its head (the
+  rescheduled one that runs, or else the batch's first call there), as a slow epoch's batch of what
+  arrived meanwhile holds dozens of a district's NewOrders, which collide as before; a batch's calls
+  of an entity without such a queue are admitted (nothing says they collide). An
   admitted request behind a hot entity so waits about ``admission_queue_ms`` plus its first epoch.
   The requests of the other entities, and of other functions there (TPC-C's Payments, which commit
   in the fallback), are admitted as usual.

@@ -71,7 +71,13 @@ def take_rescheduled(rescheduled: list[RootTxn]) -> tuple[list[RootTxn], list[Ro
     return run, wait
 
 
-def _queue(request: Request) -> tuple[str, str | int, str]:
+HOT_BATCHES = 64  # a queue whose rescheduled calls waited behind one of their own in the last this
+# many live batches counts as there for the next batch's calls (:meth:`BatchFormer.hot_queues`)
+
+Queue = tuple[str, str | int, str]  # a root entity and function (:func:`_queue`)
+
+
+def _queue(request: Request) -> Queue:
     """The queue of rescheduled transactions a request joins if it collides: its root entity and
     function (TPC-C: a district's NewOrders queue on ``D_NEXT_O_ID``, its Payments commit in the
     fallback and do not queue)."""
@@ -113,6 +119,8 @@ class BatchFormer:
 
     __slots__ = (
         "epoch_size_max",
+        "formed",
+        "hot",
         "next_run",
         "node_id",
         "nodes",
@@ -138,6 +146,8 @@ class BatchFormer:
         self.replay: dict[int, SeqLogEntry] = {}  # epoch -> logged composition of this worker's batch
         # New transactions sequenced live per ingress partition since start (heartbeats carry it).
         self.sequenced: dict[int, int] = {}
+        self.formed = 0  # live batches formed since start
+        self.hot: dict[Queue, int] = {}  # queue -> the last live batch formed while some of it waited
 
     def room(self) -> int:
         """How many ingress records the next live batch takes, after the rescheduled transactions it
@@ -189,15 +199,21 @@ class BatchFormer:
         new requests after the first ``admitted`` (-1: none) are refused, and so are those that
         would join a queue of rescheduled transactions (their root entity and function) more than
         ``depth_max`` (-1: no bound) deep: those waiting after this batch, and the requests of this
-        batch admitted into the queue before them (into one that exists: a batch's calls of an
-        entity with no queue are all admitted)."""
+        batch admitted into the queue before them (into one that has some waiting, or had some in
+        the last :data:`HOT_BATCHES` live batches: then behind its head, the rescheduled one that
+        runs in this batch or else the batch's first call there; a batch's calls of an entity whose
+        calls have not queued lately are all admitted)."""
         lc_start = self.sequencer.lc
         running = self.in_flight()
         resched, self.next_run = self.next_run, []
         # How deep each (root entity, function) queue of rescheduled transactions is after this batch:
         # a new call of that function there would collide the same way and queue behind them, and
         # behind the calls of this batch admitted into the same queue before it.
+        # A queue with none waiting that had some lately: the calls of this batch behind its head (the
+        # rescheduled one that runs now, or else its first call of this batch) join it.
         depths = Counter(_queue(r.request) for r in self.rescheduled)
+        heads = {_queue(r.request) for r in resched}
+        hot, cold = self.hot_queues(resched), self.formed - HOT_BATCHES
         fresh: list[IngressRecord] = []
         resends: list[Resend] = []
         waiting: list[IngressRecord] = []
@@ -214,8 +230,13 @@ class BatchFormer:
                     answered.append(self.refuse(rec, epoch, resends, reason))
                 else:
                     fresh.append(rec)
-                    if depths[queue]:  # a queue there already: this call joins it
+                    if depths[queue]:  # a queue there: this call joins it
                         depths[queue] += 1
+                    elif hot.get(queue, cold) > cold:  # none waiting but a queue lately: behind its head
+                        if queue in heads:
+                            depths[queue] += 1
+                        else:
+                            heads.add(queue)  # this call runs first, the next ones join behind it
             elif kind is Answered:
                 answered.append(Answered(rec.partition, rec.offset, rec.request.request_id))
             else:
@@ -243,6 +264,27 @@ class BatchFormer:
             *written,
         )
         return (roots, resends, waiting), entry
+
+    def hot_queues(self, resched: list[RootTxn]) -> dict[Queue, int]:
+        """Count a live batch formed now, which runs ``resched``: the queues that have rescheduled
+        transactions waiting behind one of their own (the one that runs) now or had some in the
+        last :data:`HOT_BATCHES` live batches. A queue with none waiting at this moment is hot all
+        the same: its calls collide as before, and a slow epoch's batch (what arrived during one of
+        300-600 ms: TPC-C's NewOrders of a district, dozens of them) would otherwise admit every
+        call into it, which then queue behind one another one epoch each, long past the bound. A
+        queue whose rescheduled calls never wait behind one of their own is not hot (TPC-C's
+        Payments: one is rescheduled now and then, the others commit in the fallback; it may wait
+        behind a rescheduled NewOrder of its district, as one per root entity runs)."""
+        self.formed += 1
+        hot = self.hot
+        queued = Counter(_queue(r.request) for r in (*resched, *self.rescheduled))
+        for queue, n in queued.items():
+            if n > 1:  # its calls wait behind one another (not one behind another function's head)
+                hot[queue] = self.formed
+        if len(hot) > HOT_BATCHES and self.formed % HOT_BATCHES == 0:  # forget the cold ones now and then
+            cold = self.formed - HOT_BATCHES
+            self.hot = hot = {q: at for q, at in hot.items() if at > cold}
+        return hot
 
     def logged_version(self, epoch: int) -> int | None:
         """The graph version a logged epoch to replay ran with (None: no entry of it here)."""
