@@ -1,9 +1,10 @@
 """Kafka egress: replies (early commit), the sequencer log and the changelog, through one producer.
 
 ``send`` never blocks the epoch loop: records are queued per partition and a drain task hands each
-partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce is not
-swallowed: it ends the drain task and with it the worker (a worker that cannot reply must not go on
-committing).
+partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce of a
+reply, a log entry or a changelog record is not swallowed: it ends the drain task and with it the
+worker (a worker that cannot reply must not go on committing). A failed produce of one of the worker's
+own requests (``submit``) fails that submit only: its maker writes it again from state.
 
 Replies ride with the next sequencer-log entry. An aiokafka producer keeps one produce request in
 flight per broker, so an epoch's log entry (which its Vote waits for) must not queue behind a request
@@ -193,7 +194,9 @@ class KafkaSink:
             # their topics stay in the producer's metadata.
             requests = segment_topic(self.config.ingress_topic, self.ingress_segment)
             keep = {previous, self.topic, self.config.seqlog_topic, self.changelog, requests}
-            self.lanes.retire(keep - {""})  # no changelog topic: none to keep (aiokafka refuses "")
+            # No changelog topic: none to keep (aiokafka refuses ""). The request lanes' older ingress
+            # segments stay while a request to one is on its way.
+            self.lanes.retire(keep - {""}, self.request_lanes, self.log_lanes)
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -288,16 +291,22 @@ class KafkaSink:
 
     # RequestSink
     def submit(self, partition: int, request: Request) -> asyncio.Future[None]:
-        """Write ``request`` to ingress ``partition`` of the newest segment; done once acknowledged."""
+        """Write ``request`` to ingress ``partition`` of the newest segment; done once acknowledged, or
+        failed with a :class:`~styx_py.core.errors.BackendError`. Unlike a reply or a log entry, a failed
+        request does not end the worker: the worker's own requests are made again from its state
+        (:mod:`styx_worker.outbox`)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         segment, key = self.ingress_segment, request.request_id.encode()
         stamp = 0
 
         def resolve(offset: int, exc: BaseException | None) -> None:
             if exc is not None:
-                self._fail(exc)
+                if not isinstance(exc, PRODUCE_FAILURES):
+                    self._fail(exc)  # a bug in a send task (BatchLanes.run raises it too)
                 if not done.done():
-                    done.set_exception(exc)
+                    failed = BackendError(f"request {request.request_id} not written: {exc!r}")
+                    failed.__cause__ = exc
+                    done.set_exception(failed)
                 return
             if self.on_request_stored is not None:
                 self.on_request_stored(PushedRequest(segment, partition, offset, stamp, key, value))
