@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from styx_benchmarks import reservations
-from styx_py.core.effectids import owner_of
 from styx_py.stack.local import LocalStack
 from styx_py.stack.screenshot import find_browser
 from styx_py.stack.services import TansuBroker
@@ -28,7 +27,7 @@ from tests.test_gateway import TOKEN, GatewayThread, client_for, config, invocat
 pytestmark = [pytest.mark.timeout(180), pytest.mark.services]
 
 SEAT = "s1"
-OWNER = owner_of("seat", SEAT)
+OWNER = reservations.app.owner_of("seat", SEAT)
 
 
 @pytest.fixture(scope="module")
