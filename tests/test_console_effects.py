@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from styx_benchmarks import reservations
+from styx_py.core.effectids import owner_of
 from styx_py.stack.local import LocalStack
 from styx_py.stack.screenshot import find_browser
 from styx_py.stack.services import TansuBroker
@@ -27,7 +28,7 @@ from tests.test_gateway import TOKEN, GatewayThread, client_for, config, invocat
 pytestmark = [pytest.mark.timeout(180), pytest.mark.services]
 
 SEAT = "s1"
-OWNER = reservations.app.owner_of("seat", SEAT)
+OWNER = owner_of("seat", SEAT)
 
 
 @pytest.fixture(scope="module")

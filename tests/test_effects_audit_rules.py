@@ -11,7 +11,7 @@ import msgspec
 
 from styx_py.audit.effects_rules import TALLY, EffectsCheck
 from styx_py.audit.rules import ERROR, INFO, WARNING, Finding
-from styx_py.core.effectids import OUTBOX, TIMERS
+from styx_py.core.effectids import OUTBOX, TIMERS, owner_of
 from styx_py.core.wire import encode_value
 
 OWNER = "seat/1"
@@ -225,13 +225,6 @@ def _replayed(rows: list[dict[str, Any]]) -> list[Finding]:
     return [Finding(f["check"], f["subject"], f["message"], f["severity"]) for f in out]
 
 
-def _owner(seat: str) -> str:
-    """The owner key of a seat's intents and timers in the reservation app."""
-    from styx_benchmarks.reservations import app
-
-    return app.owner_of("seat", seat)
-
-
 async def _held(rid: str, seat: str, ttl_s: float) -> tuple[str, str, int]:
     """The charge's call id, the timer id and its due time of a hold, as the replay records them."""
     from styx_py.audit.tasks import graphs_of
@@ -244,7 +237,7 @@ async def _held(rid: str, seat: str, ttl_s: float) -> tuple[str, str, int]:
     request = Request(rid, "seat", "hold", seat, msgspec.Raw(encode_value(["ann", 5, ttl_s])), T0)
     outcome = await apply_serially(graph, state, request, 1, {})
     assert outcome[0] == "committed", outcome
-    owner = _owner(seat)
+    owner = owner_of("seat", seat)
     ((timer, (due, *_)),) = decode_value(state[TIMERS, owner]).items()
     return outcome[1], timer, due
 
@@ -262,20 +255,22 @@ def _log(tampered: bool) -> list[dict[str, Any]]:
     rows = [
         _row("h0", "seat", "hold", "s0", ["ann", 5, 30.0], T0, 0, 1, charge0),
         _row("h1", "seat", "hold", "s1", ["ann", 5, 0.5], T0, 0, 2, charge1),
-        _row("c0", OUTBOX, "complete", _owner("s0"), [charge0, True, ok, ""], T0 + 50, 1, 3, True),
+        _row("c0", OUTBOX, "complete", owner_of("seat", "s0"), [charge0, True, ok, ""], T0 + 50, 1, 3, True),
         _row(
             "c0b",
             OUTBOX,
             "complete",
-            _owner("s0"),
+            owner_of("seat", "s0"),
             [charge0, False, None, "lost"],
             T0 + 60,
             1,
             4,
             tampered,
         ),
-        _row("f1", TIMERS, "fire", _owner("s1"), [timer1], fire_at, 2, 5, "fired"),
-        _row("c1", OUTBOX, "complete", _owner("s1"), [charge1, True, ok, ""], due1 + 10, 3, 6, True),
+        _row("f1", TIMERS, "fire", owner_of("seat", "s1"), [timer1], fire_at, 2, 5, "fired"),
+        _row(
+            "c1", OUTBOX, "complete", owner_of("seat", "s1"), [charge1, True, ok, ""], due1 + 10, 3, 6, True
+        ),
     ]
     return rows
 

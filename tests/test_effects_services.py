@@ -20,7 +20,7 @@ from styx_benchmarks import reservations
 from styx_benchmarks.payments import Knobs, serve_in_thread
 from styx_client import StyxClient
 from styx_py.cli import format_status
-from styx_py.core.effectids import OUTBOX, TIMERS
+from styx_py.core.effectids import OUTBOX, TIMERS, owner_of
 from styx_py.core.wire import StatusRequest
 from styx_py.stack.local import LocalStack, admin
 from styx_py.stack.services import SeaweedS3
@@ -50,9 +50,7 @@ def stack(local_cluster: ClusterFactory, s3: SeaweedS3, payments_url: str) -> Lo
 async def _pending(client: StyxClient) -> int:
     """Intents and timers still pending for any seat."""
     calls = [
-        client.call(op, reservations.app.owner_of("seat", f"s{i}"), "pending")
-        for op in (OUTBOX, TIMERS)
-        for i in range(SEATS)
+        client.call(op, owner_of("seat", f"s{i}"), "pending") for op in (OUTBOX, TIMERS) for i in range(SEATS)
     ]
     return sum(len(p or {}) for p in await asyncio.gather(*calls))
 

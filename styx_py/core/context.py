@@ -86,12 +86,6 @@ class Context(ABC):
     def next_call_place(self) -> tuple[str, list[int]]:
         """The request id of this transaction and the call-tree path the next call made here gets."""
 
-    def owner_key(self) -> str:
-        """The system operators' key this entity's intents and timers live under
-        (:func:`~styx_py.core.effectids.owner_of`); a runtime that knows the graph's partitions places it
-        on the entity's own partition."""
-        return owner_of(self.operator, self.key)
-
     def partition_pending(self) -> int:
         """Of a system operator's entity (styx.outbox, styx.timers): the entries its partition had
         pending at the start of this transaction's epoch (styx_py.core.pendingcount); 0 elsewhere."""
@@ -122,7 +116,7 @@ class Context(ABC):
             extra = list(then[3]) if len(then) == 4 else []
             target = [operator_name(then[0]), then[1], then[2], extra]
         place = call_key(request_id, path)  # tells this intent from a later one under the same key
-        owner = self.owner_key()
+        owner = owner_of(self.operator, self.key)
         self.call_async(OUTBOX, "record", owner, key, service, function, list(args), target, place)
         return key
 
@@ -134,7 +128,7 @@ class Context(ABC):
         if not isinstance(delay_s, (int, float)) or delay_s < 0:
             raise ValueError(f"delay_s must be a number >= 0, got {delay_s!r}")
         request_id, path = self.next_call_place()
-        owner = self.owner_key()
+        owner = owner_of(self.operator, self.key)
         tid = timer_id(owner, request_id, path)
         due_ms = int(self.now() * 1000 + delay_s * 1000)
         self.call_async(

@@ -7,37 +7,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from styx_py.core.partitioning import Key, partition_of
+from styx_py.core.partitioning import Key
 
 OUTBOX = "styx.outbox"
 TIMERS = "styx.timers"
 SYSTEM_OPERATORS = (OUTBOX, TIMERS)
 
 
-# Suffixes tried at most to place an owner key on its entity's partition: with P partitions one in P
-# fits, so 4 096 fail to fit with probability (1 - 1/P)^4096, below 1e-27 for P <= 64 (an assertion).
-MAX_OWNER_SUFFIXES = 4096
-
-
-def owner_of(operator: str, key: Key, partitions: int | None = None, system_partitions: int = 0) -> str:
-    """The system operators' key for the entity ``(operator, key)`` (a str and an int key differ).
-
-    Given ``partitions``, the partitions of ``operator``, and ``system_partitions``, those of the system
-    operators (the graph's largest count, :func:`styx_py.core.effects.effect_operators`): the first of
-    ``operator/key``, ``operator/key#1``, ``operator/key#2``… that lives on the entity's own partition
-    (partition ``i`` of every operator is on one worker), so a transaction that asks for a call or a
-    timer, and the completion that runs its continuation, stay on the entity's partition instead of
-    adding one. Without them: ``operator/key``."""
-    base = f"{operator}/{key!r}"
-    if partitions is None:
-        return base
-    want = partition_of(key, partitions)
-    candidate = base
-    for i in range(1, MAX_OWNER_SUFFIXES + 1):
-        if partition_of(candidate, system_partitions) == want:
-            return candidate
-        candidate = f"{base}#{i}"
-    raise AssertionError(f"no owner key of {base} on partition {want} of {system_partitions}")
+def owner_of(operator: str, key: Key) -> str:
+    """The system operators' key for the entity ``(operator, key)`` (a str and an int key differ)."""
+    return f"{operator}/{key!r}"
 
 
 def call_key(request_id: str, path: Sequence[int]) -> str:

@@ -9,11 +9,10 @@ from typing import Any
 
 import msgspec
 
-from styx_py.core.effectids import OUTBOX, SYSTEM_OPERATORS, owner_of
+from styx_py.core.effectids import SYSTEM_OPERATORS
 from styx_py.core.effects import MAX_PENDING_PER_PARTITION, effect_operators
 from styx_py.core.errors import GraphError
 from styx_py.core.operator import Operator, UserFunction
-from styx_py.core.partitioning import Key
 from styx_py.core.scan import SCAN_OP
 
 
@@ -132,15 +131,6 @@ class Graph:
     def function(self, operator: str, function: str) -> UserFunction | None:
         op = self.operators.get(operator)
         return None if op is None else op.functions.get(function)
-
-    def owner_of(self, operator: str, key: Key) -> str:
-        """The system operators' key of entity ``(operator, key)`` in this graph: where its intents and
-        timers live (:func:`~styx_py.core.effectids.owner_of`, on the entity's own partition), the key
-        to read them with (``styx.outbox.pending``, ``styx.timers.pending``)."""
-        system = self.operators.get(OUTBOX)
-        if system is None:
-            raise GraphError(f"graph {self.name!r} has no external calls or timers")
-        return owner_of(operator, key, self.operators[operator].partitions, system.partitions)
 
     def specs(self) -> list[OperatorSpec]:
         return [

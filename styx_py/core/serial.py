@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from styx_py.core.context import Context, invocation_rng
-from styx_py.core.effectids import OUTBOX, owner_of
+from styx_py.core.effectids import OUTBOX
 from styx_py.core.errors import Abort
 from styx_py.core.graph import Graph
 from styx_py.core.operator import Operator, bind_error, operator_name
@@ -99,13 +99,6 @@ class _SerialContext(Context):
 
     def next_call_place(self) -> tuple[str, list[int]]:
         return self.run.request_id, [*self.path, self.children]
-
-    def owner_key(self) -> str:
-        ops = self.run.graph.operators
-        outbox = ops.get(OUTBOX)
-        if outbox is None:  # a graph without effects: its call to the outbox fails as an unknown target
-            return owner_of(self.operator, self.key)
-        return owner_of(self.operator, self.key, ops[self.operator].partitions, outbox.partitions)
 
     def partition_pending(self) -> int:
         n = self.run.graph.operators[self.operator].partitions

@@ -29,7 +29,6 @@ from typing import Any, Protocol
 import msgspec
 
 from styx_py.core.context import Context, invocation_rng
-from styx_py.core.effectids import OUTBOX, owner_of
 from styx_py.core.errors import Abort
 from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
@@ -241,13 +240,6 @@ class RuntimeContext(Context):
 
     def next_call_place(self) -> tuple[str, list[int]]:
         return self._inv.request_id, [*self._inv.path, len(self._calls)]
-
-    def owner_key(self) -> str:
-        ops = self._view.graph.operators
-        outbox = ops.get(OUTBOX)
-        if outbox is None:  # a graph without effects: its call to the outbox fails as an unknown target
-            return owner_of(self.operator, self.key)
-        return owner_of(self.operator, self.key, ops[self.operator].partitions, outbox.partitions)
 
     def partition_pending(self) -> int:
         op = self._view.graph.operators[self.operator]

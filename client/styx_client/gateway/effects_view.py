@@ -3,7 +3,7 @@
 
 They are the state of the system operators ``styx.outbox`` (intents not completed yet) and
 ``styx.timers`` (timers not fired or cancelled), keyed by the calling entity (its owner key,
-:func:`~styx_py.core.effectids.owner_of`, e.g. ``seat/'s1'#2``); each is read with the operator's
+:func:`~styx_py.core.effectids.owner_of`, e.g. ``seat/'s1'``); each is read with the operator's
 read-only ``pending`` function, as one transaction each (:meth:`Invocations.state`), so what it shows
 is serializable with every other transaction. Which entities have some pending: each worker's row of
 ``GET /v1/cluster`` names them (``pending_owners``, the first 20 per worker) with its counts.
@@ -92,12 +92,7 @@ async def _pending(
         entity = parse_key(key, key_type)
         if isinstance(entity, Outcome):
             return entity
-        partitions = invocations.link.info.operators  # the deployed graph's, by operator
-        n, system_n = partitions.get(operator), partitions.get(OUTBOX)
-        if n is None or system_n is None:
-            owner = owner_of(operator, entity)
-        else:
-            owner = owner_of(operator, entity, n, system_n)
+        owner = owner_of(operator, entity)
     timeout_s = invocations.config.timing.reply_timeout_s
     read: dict[str, Any] = {}
     for system in (OUTBOX, TIMERS):
