@@ -161,6 +161,30 @@ async def test_retiring_old_topics_keeps_every_lane_that_still_has_records() -> 
         assert out.calls["n"] == [(0, None)]
 
 
+async def test_retiring_keeps_the_topics_that_other_lanes_on_the_producer_still_use() -> None:
+    """Lanes that share a producer share its metadata: a topic a request lane still sends to stays in
+    it while the reply lanes move on (a batch whose topic left the metadata finds no leader and, after
+    the producer's request timeout, fails with NotLeaderForPartitionError)."""
+    out = Outcomes()
+    producer = FakeProducer()
+    old, new = ("ingress.1", 0), ("ingress.2", 0)
+    async with draining(producer) as replies:
+        requests = BatchLanes(producer)
+        async with asyncio.TaskGroup() as tg:
+            drain = tg.create_task(requests.run())
+            add(requests, out, old, "r")
+            await settle()
+            replies.retire({"egress.1", new[0]}, requests)
+            assert producer.client.topics == ["egress.1", "ingress.1", "ingress.2"]  # r is in flight
+            producer.ack(producer.in_flight(old)[0])
+            await settle()
+            assert out.calls["r"] == [(0, None)]
+            replies.retire({"egress.1", new[0]}, requests)
+            assert producer.client.topics == ["egress.1", "ingress.2"]
+            assert requests.added == {} and requests.done == {}
+            drain.cancel()
+
+
 async def test_one_batch_in_flight_per_lane_within_the_size_limit() -> None:
     out = Outcomes()
     async with draining(FakeProducer(max_bytes=10)) as lanes:

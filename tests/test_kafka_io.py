@@ -14,7 +14,8 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from styx_py.core.config import Config, load_config
 from styx_py.core.limits import REPLY_WAIT_FOR_LOG_ENTRY_S
-from styx_py.core.wire import NIL, Reply, Request, SeqLogEntry, encode_value, request_encoder
+from styx_py.core.segments import segment_topic
+from styx_py.core.wire import NIL, PushedRequest, Reply, Request, SeqLogEntry, encode_value, request_encoder
 from styx_py.io.fetching import FetchWait
 from styx_py.io.kafka_logs import KafkaLogReader, read_to_end, sent_epoch
 from styx_py.stack.services import TansuBroker, create_topics
@@ -247,6 +248,52 @@ async def test_replies_ride_with_the_next_sequencer_log_entry(
         assert sink.queued == 2 and sink.lanes.pending() == 2 and sink.hold_timer is None
         await asyncio.wait_for(sink.flush(), 30)
         assert produced[2:] == [{config.egress_topic}] and sink.offsets()[1] == 3
+        assert not drain.done(), drain
+    finally:
+        drain.cancel()
+        await sink.stop()
+
+
+async def test_the_workers_own_requests_ride_with_the_next_sequencer_log_entry(
+    kafka: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completion or a timer firing (submit) is held like a pushed reply: it goes in the produce
+    request of the next log entry, is told stored with its offset and stamp, and without an entry goes
+    on its own after REPLY_WAIT_FOR_LOG_ENTRY_S."""
+    suffix = uuid.uuid4().hex[:8]
+    overrides = {
+        "egress_topic": f"out-{suffix}",
+        "seqlog_topic": f"seq-{suffix}",
+        "ingress_topic": f"in-{suffix}",
+    }
+    config = load_config(overrides, env={})
+    ingress = segment_topic(config.ingress_topic, 0)
+    await create_topics(kafka.bootstrap, {config.egress_topic: 1, config.seqlog_topic: 1, ingress: 2})
+    sink = KafkaSink(kafka.bootstrap, config)
+    await sink.start()
+    drain = asyncio.create_task(sink.run())
+    produced: list[set[str]] = []
+    send = sink.producer.client.send
+
+    async def recording_send(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(request).__name__ == "ProduceRequest":
+            produced.append({topic for topic, _ in request._topics})
+        return await send(node_id, request, *args, **kwargs)
+
+    monkeypatch.setattr(sink.producer.client, "send", recording_send)
+    stored: list[PushedRequest] = []
+    sink.on_request_stored = stored.append
+    raw = msgspec.Raw(encode_value([]))
+    try:
+        submitted = sink.submit(1, Request("own-1", "styx.outbox", "complete", "k", raw, 5))
+        assert sink.queued == 1 and not produced, "held"
+        await asyncio.wait_for(sink.append(SeqLogEntry(4, "w1", 0, [], 1, 0)), 30)
+        await asyncio.wait_for(submitted, 30)
+        assert produced == [{ingress, config.seqlog_topic}], "one request for both"
+        assert [(p.partition, p.offset, p.key) for p in stored] == [(1, 0, b"own-1")]
+        alone = sink.submit(0, Request("own-2", "styx.timers", "fire", "k", raw, 6))
+        await asyncio.wait_for(alone, 30)  # no entry follows: after REPLY_WAIT_FOR_LOG_ENTRY_S
+        assert produced[1:] == [{ingress}] and stored[-1].offset == 0 and stored[-1].partition == 0
         assert not drain.done(), drain
     finally:
         drain.cancel()

@@ -111,22 +111,33 @@ class BatchLanes:
             done.set_result(None)
         return done
 
-    def retire(self, keep: set[str]) -> None:
+    def retire(self, keep: set[str], *shared: BatchLanes) -> None:
         """Keep only the lanes of ``keep`` (and any lane with records queued, in flight or waited for),
         and narrow the producer's metadata to their topics. aiokafka refreshes the metadata of every
         topic a producer ever wrote to, and with log segments (:mod:`styx_py.core.segments`) a producer
-        moves to a new topic at every rotation."""
+        moves to a new topic at every rotation. ``shared``: the other lanes on the same producer, retired
+        alike: the metadata is the producer's, so a topic any of them still uses stays in it (a batch
+        whose topic left the metadata finds no leader, waits, and fails after ``request_timeout_ms``
+        with aiokafka's ``NotLeaderForPartitionError``)."""
+        used = self._forget_unused(keep)
+        for lanes in shared:
+            assert lanes.producer is self.producer, "lanes retired together share one producer"
+            used |= lanes._forget_unused(keep)
+        self.producer.client.set_topics(sorted(keep | used))
+
+    def _forget_unused(self, keep: set[str]) -> set[str]:
+        """Forget the settled lanes of topics not in ``keep``; the topics not in it still in use."""
         waited = {lane for targets, _ in self.flushes for lane in targets}
-        busy: set[str] = set()
+        used: set[str] = set()
         for lane in [lane for lane in self.added if lane[0] not in keep]:
             settled = self.done.get(lane, 0) >= self.added[lane]
             if self.lanes.get(lane) or lane in self.busy or lane in waited or not settled:
-                busy.add(lane[0])
+                used.add(lane[0])
                 continue
             del self.added[lane]
             self.done.pop(lane, None)
             self.lanes.pop(lane, None)
-        self.producer.client.set_topics(sorted(keep | busy))
+        return used
 
     def pending(self) -> int:
         return sum(len(q) for q in self.lanes.values())

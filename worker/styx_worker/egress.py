@@ -1,9 +1,10 @@
 """Kafka egress: replies (early commit), the sequencer log and the changelog, through one producer.
 
 ``send`` never blocks the epoch loop: records are queued per partition and a drain task hands each
-partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce is not
-swallowed: it ends the drain task and with it the worker (a worker that cannot reply must not go on
-committing).
+partition's queue to the producer as one batch (:mod:`styx_py.io.batching`). A failed produce of a
+reply, a log entry or a changelog record is not swallowed: it ends the drain task and with it the
+worker (a worker that cannot reply must not go on committing). A failed produce of one of the worker's
+own requests (``submit``) fails that submit only: its maker writes it again from state.
 
 Replies ride with the next sequencer-log entry. An aiokafka producer keeps one produce request in
 flight per broker, so an epoch's log entry (which its Vote waits for) must not queue behind a request
@@ -15,6 +16,9 @@ request; or until ``flush``, a segment change, or
 reads the log for it. So a worker makes one produce request per epoch: on Tansu each one costs
 the broker and the worker a few hundred µs of CPU (benchmarks/results/paced-fetch.md). Changelog
 records (``changes``, :mod:`styx_worker.changelog`) are held the same way, and ``flush`` covers them.
+So are the worker's own requests (``submit``: the outcomes of external calls, timer firings): each
+produce request costs the worker and the broker CPU, and one a second per external call was a
+measurable share of what a call cost the workers (benchmarks/results/effects.md).
 
 The producer is not idempotent (Tansu has no idempotent producer), and it does not send a batch again
 when the broker may have stored it without answering (:mod:`styx_py.io.indoubt`): each lane reads its
@@ -91,6 +95,8 @@ class KafkaSink:
         self.held: list[tuple[int, bytes, bytes, OnDone, Headers, int]] = []
         # Changelog records held likewise (partition, key, value, stamp): they ride with the next entry.
         self.held_changes: list[tuple[int, bytes, bytes, int]] = []
+        # The worker's own requests held likewise (topic, partition, key, value, on acknowledged, stamp).
+        self.held_requests: list[tuple[str, int, bytes, bytes, OnDone, int]] = []
         self.changelog = config.changelog_topic
         self.changelog_records = 0  # queued since the start (the metrics)
         self.hold_timer: asyncio.TimerHandle | None = None
@@ -118,7 +124,8 @@ class KafkaSink:
     @property
     def queued(self) -> int:
         """Records waiting for their batch to be sent (held replies and changelog records included)."""
-        return len(self.held) + len(self.held_changes) + self.lanes.pending() + self.log_lanes.pending()
+        held = len(self.held) + len(self.held_changes) + len(self.held_requests)
+        return held + self.lanes.pending() + self.log_lanes.pending() + self.request_lanes.pending()
 
     async def start(self) -> None:
         await self.producer.start()
@@ -129,7 +136,8 @@ class KafkaSink:
         reply it pushed there."""
         self.release()
         try:
-            queued = asyncio.gather(self.lanes.send_queued(), self.log_lanes.send_queued())
+            lanes = (self.lanes, self.log_lanes, self.request_lanes)
+            queued = asyncio.gather(*(one.send_queued() for one in lanes))
             await asyncio.wait_for(queued, EGRESS_STOP_FLUSH_S)
         except (TimeoutError, *PRODUCE_FAILURES):  # the producer closes all the same
             log.warning("worker egress: closing without every queued record acknowledged", exc_info=True)
@@ -149,6 +157,9 @@ class KafkaSink:
         changes, self.held_changes = self.held_changes, []
         for partition, key, value, stamp in changes:
             self.lanes.add(self.changelog, partition, key, value, self._on_change_sent(partition), [], stamp)
+        requests, self.held_requests = self.held_requests, []
+        for topic, partition, key, value, stored, stamp in requests:
+            self.request_lanes.add(topic, partition, key, value, stored, None, stamp)
 
     async def run(self) -> None:
         """Drain the lanes; a failed produce ends this task and with it the worker."""
@@ -193,7 +204,9 @@ class KafkaSink:
             # their topics stay in the producer's metadata.
             requests = segment_topic(self.config.ingress_topic, self.ingress_segment)
             keep = {previous, self.topic, self.config.seqlog_topic, self.changelog, requests}
-            self.lanes.retire(keep - {""})  # no changelog topic: none to keep (aiokafka refuses "")
+            # No changelog topic: none to keep (aiokafka refuses ""). The request lanes' older ingress
+            # segments stay while a request to one is on its way.
+            self.lanes.retire(keep - {""}, self.request_lanes, self.log_lanes)
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -288,16 +301,23 @@ class KafkaSink:
 
     # RequestSink
     def submit(self, partition: int, request: Request) -> asyncio.Future[None]:
-        """Write ``request`` to ingress ``partition`` of the newest segment; done once acknowledged."""
+        """Write ``request`` to ingress ``partition`` of the newest segment, held like a pushed reply for
+        the next sequencer-log entry's produce request; done once acknowledged, or failed with a
+        :class:`~styx_py.core.errors.BackendError`. Unlike a reply or a log entry, a failed request does
+        not end the worker: the worker's own requests are made again from its state
+        (:mod:`styx_worker.outbox`)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         segment, key = self.ingress_segment, request.request_id.encode()
-        stamp = 0
+        stamp = self.request_lanes.clock_ns() // 1_000_000  # as a client stamps what it hands over
 
         def resolve(offset: int, exc: BaseException | None) -> None:
             if exc is not None:
-                self._fail(exc)
+                if not isinstance(exc, PRODUCE_FAILURES):
+                    self._fail(exc)  # a bug in a send task (BatchLanes.run raises it too)
                 if not done.done():
-                    done.set_exception(exc)
+                    failed = BackendError(f"request {request.request_id} not written: {exc!r}")
+                    failed.__cause__ = exc
+                    done.set_exception(failed)
                 return
             if self.on_request_stored is not None:
                 self.on_request_stored(PushedRequest(segment, partition, offset, stamp, key, value))
@@ -306,7 +326,9 @@ class KafkaSink:
 
         topic = segment_topic(self.config.ingress_topic, segment)
         value = self.encoder.encode(request)
-        stamp = self.request_lanes.add(topic, partition, key, value, resolve)
+        self.held_requests.append((topic, partition, key, value, resolve, stamp))
+        if self.hold_timer is None:
+            self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
         return done
 
 

@@ -252,6 +252,17 @@ class _Collector(Collector):
             pushed.add_metric(["late"], self.ingress.counts.pushed_late)
             pushed.add_metric(["mismatched"], self.ingress.counts.push_mismatches)
             yield pushed
+            yield CounterMetricFamily(
+                "styx_worker_ingress_unpushed",
+                "ingress records the fetch brought first, while requests were pushed, whose push did not "
+                "come in time (styx_worker.pace): such records put the configured fetch wait back",
+                value=self.ingress.pace.unpushed,
+            )
+            yield CounterMetricFamily(
+                "styx_worker_ingress_paced_polls",
+                "ingress polls followed by a pause: the fetch only confirmed pushed records (worker.pace)",
+                value=self.ingress.counts.paced,
+            )
             yield GaugeMetricFamily(
                 "styx_worker_ingress_fetch_wait_ms",
                 "the ingress consumer's fetch wait now: longer while idle, while requests come pushed, or "

@@ -15,6 +15,14 @@ request ``styx.outbox.complete`` (its id derived from the outcome: a repeat is a
 table). A timer whose due time the runner's wall clock has passed is fired by the request
 ``styx.timers.fire``, stamped with that clock; the transaction decides on its sequenced time, and one
 that finds it early leaves the timer, which is fired again later.
+
+Writing one of these requests can fail (the broker refused or is gone: the sink's ``OSError``). That
+never ends the worker: what the runner writes is made again from the state. A write is tried
+:data:`~styx_py.core.limits.EXTERNAL_ATTEMPTS` times with the calls' capped backoff; a completion still
+not written is forgotten, and its intent, still pending in the state, is called again under the same
+idempotency key (the service answers from its ledger, so the same outcome gives the same completion
+request id, de-duplicated if the first was stored after all); a timer's firing not written is fired
+again :data:`~styx_py.core.limits.TIMER_REFIRE_S` later, as one found early is.
 """
 
 from __future__ import annotations
@@ -93,6 +101,8 @@ class EffectCounters(msgspec.Struct):
     completions_sent: int = 0
     timers_fired: int = 0  # fire requests sent (a timer found early is fired again)
     continuations_failed: int = 0  # completions whose continuation failed (then settled without it)
+    writes_failed: int = 0  # attempts to write a completion or a firing that the sink failed
+    completions_redriven: int = 0  # completions not written after every attempt: their intents called again
 
 
 class EffectRunner:
@@ -224,9 +234,11 @@ class EffectRunner:
                 int(self.wall() * 1000),
             )
             self.completing[request.request_id] = request
-            await self.sink.submit(partition_of(owner[1], graph.operators[OUTBOX].partitions), request)
-            self.counters.completions_sent += 1
-            self.sent.setdefault(owner, {})[call_id] = place
+            if await self._write(partition_of(owner[1], graph.operators[OUTBOX].partitions), request):
+                self.counters.completions_sent += 1
+                self.sent.setdefault(owner, {})[call_id] = place
+            else:
+                self._redrive(request)
         except asyncio.CancelledError:  # a recovery cancelled it: called again, from the state
             self.deferred.add(owner)
             raise
@@ -284,7 +296,7 @@ class EffectRunner:
             self.completing[request.request_id] = request
             self.refusals[request.request_id] = refusals + 1
             pause = min(EXTERNAL_BACKOFF_S * 2**refusals, EXTERNAL_BACKOFF_MAX_S)
-            self.spawn(self._submit(partition, request, pause))
+            self.spawn(self._complete(partition, request, pause))
             return
         if len(decode_value(request.args)) > 4:
             return  # a settling completion failed: nothing runs in it that could (left to a recovery)
@@ -292,7 +304,7 @@ class EffectRunner:
         log.info("%s: the continuation of %s failed: %s", self.node_id, request.request_id, reply.error)
         settle = settle_request(request, reply.error or str(reply.status))
         self.completing[settle.request_id] = settle  # written again if refused
-        self.spawn(self._submit(partition, settle))
+        self.spawn(self._complete(partition, settle))
 
     # ---- timers ------------------------------------------------------------------------------------
     def _fire_due(self) -> None:
@@ -317,11 +329,56 @@ class EffectRunner:
             )
             partition = partition_of(owner[1], graph.operators[TIMERS].partitions)
             self.counters.timers_fired += 1
-            self.spawn(self._submit(partition, request))
+            self.spawn(self._fire(partition, request))
             # Still there later (found early, or its request still on the way): fire it again then.
             heapq.heappush(self._due, (max(when, now_ms) + int(TIMER_REFIRE_S * 1000), timer, owner))
 
-    async def _submit(self, partition: int, request: Request, after_s: float = 0.0) -> None:
+    # ---- writing the runner's requests -----------------------------------------------------------------
+    async def _complete(self, partition: int, completion: Request, after_s: float = 0.0) -> None:
+        """Write ``completion`` again (refused, or a settling one), after ``after_s``."""
         if after_s:
             await self.clock.sleep(after_s)
-        await self.sink.submit(partition, request)
+        if not await self._write(partition, completion):
+            self._redrive(completion)
+
+    async def _fire(self, partition: int, firing: Request) -> None:
+        await self._write(partition, firing)  # not written: the timer is fired again later (_fire_due)
+
+    async def _write(self, partition: int, request: Request) -> bool:
+        """Write ``request`` to ingress ``partition``, in at most :data:`EXTERNAL_ATTEMPTS` attempts with
+        capped exponential backoff (module docstring); whether it was written."""
+        backoff = EXTERNAL_BACKOFF_S
+        for attempt in range(EXTERNAL_ATTEMPTS):
+            if attempt:
+                await self.clock.sleep(backoff)
+                backoff = min(2 * backoff, EXTERNAL_BACKOFF_MAX_S)
+            try:
+                await self.sink.submit(partition, request)
+                return True
+            except OSError as exc:  # the broker refused or is gone (BackendError): an operating error
+                self.counters.writes_failed += 1
+                log.warning(
+                    "%s: writing %s failed (attempt %d of %d): %s",
+                    self.node_id,
+                    request.request_id,
+                    attempt + 1,
+                    EXTERNAL_ATTEMPTS,
+                    exc,
+                )
+        return False
+
+    def _redrive(self, completion: Request) -> None:
+        """``completion`` could not be written: forget that it was, so that the next scan calls its
+        intent, still pending in the state, again under the same idempotency key."""
+        self.counters.completions_redriven += 1
+        self.completing.pop(completion.request_id, None)
+        self.refusals.pop(completion.request_id, None)
+        owner: EntityKey = (OUTBOX, completion.key)
+        call_id = decode_value(completion.args)[0]
+        sent = self.sent.get(owner)
+        if sent is not None:
+            sent.pop(call_id, None)
+            if not sent:
+                del self.sent[owner]
+        self.deferred.add(owner)
+        self._wake.set()
