@@ -12,7 +12,6 @@ import asyncio
 import random
 from typing import Any
 
-import msgspec
 import pytest
 
 from styx_coordinator.reads import merge_page, share
@@ -41,7 +40,7 @@ def _read(epoch: int, partitions: list[int], n: int = 2, rows: int = 100, **boun
 
 
 def _rows(answer: Any) -> dict[Key, Any]:
-    return {k: decode_value(bytes(v)) for part in answer.parts for k, v in part.rows}
+    return {k: decode_value(bytes(v)) for part in answer.parts for k, v in part.rows()}
 
 
 def test_a_read_as_of_an_epoch_sees_neither_later_epochs_nor_the_one_in_progress() -> None:
@@ -109,13 +108,13 @@ def test_one_partitions_answer_is_bounded_by_its_rows_and_ordered_by_key() -> No
     store.apply({("acct", k): _v(i) for i, k in enumerate(["k3", "k1", 7, "k2", "j"])}, 0)
     store.apply({("other", "k0"): _v(0)}, 0)
     answer = read_at(_read(0, [0, 1], n=1, rows=2, prefix="k"), "w1", store, window, 0, lambda p: True)
-    (part,) = [p for p in answer.parts if p.rows]
-    assert [k for k, _ in part.rows] == ["k1", "k2"] and part.more
+    (part,) = [p for p in answer.parts if p.keys]
+    assert part.keys == ["k1", "k2"] and part.more
 
 
 def test_a_page_ends_where_every_partition_is_known() -> None:
     def part(p: int, keys: list[Key], more: bool) -> PartRows:
-        return PartRows(p, [(k, msgspec.Raw(_v(k))) for k in keys], more)
+        return PartRows.of(p, keys, [_v(k) for k in keys], more)
 
     # Partition 1 was cut at "c": past it its rows are unknown, so the page stops at "c".
     rows, after = merge_page([part(0, ["a", "d", "e"], False), part(1, ["b", "c"], True)], 10)
@@ -145,8 +144,8 @@ def test_pages_of_shares_hold_every_key_once_in_order_and_read_little_more_than_
         answers = []
         for p, ks in parts.items():
             left = [k for k in ks if after is None or order(k) > order(after)]
-            answers.append(PartRows(p, [(k, msgspec.Raw(_v(0))) for k in left[:quota]], len(left) > quota))
-            read += len(answers[-1].rows)
+            answers.append(PartRows.of(p, left[:quota], [_v(0)] * len(left[:quota]), len(left) > quota))
+            read += len(answers[-1].keys)
         rows, after = merge_page(answers, limit)
         pages += 1
         got += [k for k, _ in rows]

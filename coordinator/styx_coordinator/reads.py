@@ -19,12 +19,12 @@ its window) makes the read refused with that worker's code; one that does not an
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.tasks import Tasks
@@ -115,7 +115,7 @@ class StateReads:
         if not read.waiting:
             self.open.pop(msg.read)
             rows, after = merge_page(list(read.parts.values()), read.limit)
-            body = {"epoch": read.epoch, "rows": [[k, v] for k, v in rows], "next": after}
+            body = {"epoch": read.epoch, "rows": rows, "next": after}  # values inline, as stored
             self.cluster.transport.send(read.src, AdminReply(True, "", body))
 
     async def _expire(self, read_id: int) -> None:
@@ -139,27 +139,30 @@ def share(limit: int, partitions: int) -> int:
     return min(limit, math.ceil(m + 2 * math.sqrt(m)) + 1)
 
 
-def merge_page(parts: list[PartRows], limit: int) -> tuple[list[tuple[Key, bytes]], Key | None]:
-    """The partitions' answers as one page in key order (values as msgpack bytes) and the key the next
-    page starts after (None: nothing follows). A partition cut short covers only up to its last row, so
-    the page stops there: past it, that partition's rows are not known.
+def merge_page(parts: list[PartRows], limit: int) -> tuple[list[tuple[Key, msgspec.Raw]], Key | None]:
+    """The partitions' answers as one page in key order (each value a view of its stored msgpack) and
+    the key the next page starts after (None: nothing follows). A partition cut short covers only up
+    to its last row, so the page stops there: past it, that partition's rows are not known.
 
     Each answer is in key order, ints before strs: one whose first and last keys are of one type holds
-    only that type, so where every answer's ends share one, the rows sort as they are (no sort key
-    computed per row)."""
-    runs = [p.rows for p in parts if p.rows]
-    one_type = len({type(r[0][0]) for r in runs} | {type(r[-1][0]) for r in runs}) <= 1
-    by: Callable[[tuple[Key, Any]], Any] = _first if one_type else _order
+    only that type, so where every answer's ends share one, keys compare as they are (no sort key
+    computed per row). Each answer is cut at the page's end by bisection before the rows are built."""
+    runs = [p for p in parts if p.keys]
+    one_type = len({type(p.keys[0]) for p in runs} | {type(p.keys[-1]) for p in runs}) <= 1
+    by: Callable[[Key], Any] | None = None if one_type else order
+    cuts = [p.keys[-1] if one_type else order(p.keys[-1]) for p in runs if p.more]
+    cut = min(cuts) if cuts else None
+    rows: list[tuple[Key, msgspec.Raw]] = []
+    for p in runs:
+        part = p.rows()
+        if cut is not None:
+            part = part[: bisect.bisect_right(p.keys, cut, key=by)]
+        rows += part
     # Keys are distinct (each is in one partition), so rows compare by their keys alone.
-    rows = sorted(itertools.chain.from_iterable(runs), key=None if one_type else by)
-    cuts = [by(p.rows[-1]) for p in parts if p.more and p.rows]
-    end = len(rows) if not cuts else bisect.bisect_right(rows, min(cuts), key=by)
-    more = bool(cuts) or end > limit
-    page = [(k, bytes(v)) for k, v in rows[: min(end, limit)]]
+    rows.sort(key=None if one_type else _order)
+    more = cut is not None or len(rows) > limit
+    page = rows[:limit]
     return page, (page[-1][0] if more and page else None)
-
-
-_first = operator.itemgetter(0)
 
 
 def _order(row: tuple[Key, Any]) -> Any:

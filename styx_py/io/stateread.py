@@ -28,7 +28,7 @@ import msgspec
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.limits import MAX_SCAN_LIMIT
 from styx_py.core.partitioning import Key
-from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState, decode_value
+from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState
 from styx_py.io.admin import AdminConnections
 
 __all__ = [
@@ -90,7 +90,7 @@ async def read_page(source: ReadSource, msg: ReadState) -> StatePage:
         reply = await source(msg)
         if reply.ok:
             body = reply.body
-            rows = [(k, decode_value(v)) for k, v in body["rows"]]
+            rows: list[tuple[Key, Any]] = list(map(tuple, body["rows"]))  # values decoded with the reply
             return StatePage(int(body["epoch"]), rows, body["next"])
         code = str(reply.body.get("code", ""))
         if code != "unavailable":
