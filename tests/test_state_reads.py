@@ -40,7 +40,8 @@ def _read(epoch: int, partitions: list[int], n: int = 2, rows: int = 100, **boun
 
 
 def _rows(answer: Any) -> dict[Key, Any]:
-    return {k: decode_value(bytes(v)) for part in answer.parts for k, v in part.rows()}
+    parts = answer.parts
+    return {k: decode_value(v) for p in parts for k, v in zip(p.keys, p.values_list(), strict=True)}
 
 
 def test_a_read_as_of_an_epoch_sees_neither_later_epochs_nor_the_one_in_progress() -> None:
@@ -117,12 +118,16 @@ def test_a_page_ends_where_every_partition_is_known() -> None:
         return PartRows.of(p, keys, [_v(k) for k in keys], more)
 
     # Partition 1 was cut at "c": past it its rows are unknown, so the page stops at "c".
-    rows, after = merge_page([part(0, ["a", "d", "e"], False), part(1, ["b", "c"], True)], 10)
-    assert [k for k, _ in rows] == ["a", "b", "c"] and after == "c"
-    rows, after = merge_page([part(0, ["a", "d"], False), part(1, ["b"], False)], 2)
-    assert [k for k, _ in rows] == ["a", "b"] and after == "b"
-    rows, after = merge_page([part(0, [1, "a"], False), part(1, [], False)], 5)
-    assert [k for k, _ in rows] == [1, "a"] and after is None, "int keys come before str keys"
+    keys, values, after = merge_page([part(0, ["a", "d", "e"], False), part(1, ["b", "c"], True)], 10)
+    assert keys == ["a", "b", "c"] and after == "c"
+    assert [decode_value(v) for v in values] == keys, "each value stays with its key"
+    keys, _, after = merge_page([part(0, ["a", "d"], False), part(1, ["b"], False)], 2)
+    assert keys == ["a", "b"] and after == "b"
+    keys, _, after = merge_page([part(0, [1, "a"], False), part(1, [], False)], 5)
+    assert keys == [1, "a"] and after is None, "int keys come before str keys"
+    keys, values, after = merge_page([part(0, [2, "b"], False), part(1, [1, "a", "c"], True)], 5)
+    assert keys == [1, 2, "a", "b", "c"] and after == "c"
+    assert [decode_value(v) for v in values] == keys
 
 
 @pytest.mark.parametrize(("n", "limit"), [(4, 1000), (4, 100), (3, 7), (8, 160), (2, 40), (1, 20)])
@@ -146,9 +151,9 @@ def test_pages_of_shares_hold_every_key_once_in_order_and_read_little_more_than_
             left = [k for k in ks if after is None or order(k) > order(after)]
             answers.append(PartRows.of(p, left[:quota], [_v(0)] * len(left[:quota]), len(left) > quota))
             read += len(answers[-1].keys)
-        rows, after = merge_page(answers, limit)
+        page, _, after = merge_page(answers, limit)
         pages += 1
-        got += [k for k, _ in rows]
+        got += page
         if after is None:
             break
     assert got == keys

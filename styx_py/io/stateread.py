@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
-from styx_py.core.limits import MAX_SCAN_LIMIT
+from styx_py.core.limits import MAX_READ_PAGE
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState
 from styx_py.io.admin import AdminConnections
@@ -90,7 +90,7 @@ async def read_page(source: ReadSource, msg: ReadState) -> StatePage:
         reply = await source(msg)
         if reply.ok:
             body = reply.body
-            rows: list[tuple[Key, Any]] = list(map(tuple, body["rows"]))  # values decoded with the reply
+            rows = list(zip(body["keys"], body["values"], strict=True))  # values decoded with the reply
             return StatePage(int(body["epoch"]), rows, body["next"])
         code = str(reply.body.get("code", ""))
         if code != "unavailable":
@@ -124,7 +124,7 @@ async def scan(
     after: Key | None = None,
     end: Key | None = None,
     limit: int | None = None,
-    page_size: int = MAX_SCAN_LIMIT,
+    page_size: int = MAX_READ_PAGE,
     as_of_epoch: int | None = None,
     cursor: str | None = None,
     rows_per_s: float | None = None,

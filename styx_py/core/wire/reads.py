@@ -4,10 +4,12 @@ A client (the SDK, the gateway, ``styx state``) sends :class:`ReadState` to the 
 the coordinator picks the epoch (the newest one every worker finished, or the one asked for), asks the
 owner of each partition it covers (:class:`ReadAt`), each answers from its memory as of that epoch
 (:class:`ReadRows`, see :mod:`styx_worker.window`), and the coordinator merges them into one page: an
-:class:`~styx_py.core.wire.admin.AdminReply` whose body is ``{"epoch": E, "rows": [[key, value], …],
-"next": key | None}``, each value the entity's stored msgpack inline (the client's one decode of the
-reply decodes them all; ``next``: the last key of the page when more may follow; the next page asks
-``after`` it at the same epoch). A refused read's body names its ``code`` (:data:`READ_CODES`).
+:class:`~styx_py.core.wire.admin.AdminReply` whose body is ``{"epoch": E, "keys": [key, …], "values":
+[value, …], "next": key | None}``: the page's keys in key order and their values one to one, each the
+entity's stored msgpack inline (the client's one decode of the reply decodes them all, and two lists
+leave its garbage collector nothing per row to visit); ``next``: the last key of the page when more may
+follow, the next page asks ``after`` it at the same epoch. A refused read's body names its ``code``
+(:data:`READ_CODES`).
 """
 
 from __future__ import annotations
@@ -74,9 +76,11 @@ class PartRows(msgspec.Struct, array_like=True, frozen=True):
         assert len(keys) == len(values), (len(keys), len(values))
         return cls(partition, keys, msgspec.Raw(array_header(len(values)) + b"".join(values)), more)
 
-    def rows(self) -> list[tuple[Key, msgspec.Raw]]:
-        """The entries as ``(key, value)``, each value a view of its stored bytes."""
-        return list(zip(self.keys, _raw_values.decode(self.values), strict=True))
+    def values_list(self) -> list[msgspec.Raw]:
+        """The values one to one with :attr:`keys`, each a view of its stored bytes."""
+        values = _raw_values.decode(self.values)
+        assert len(values) == len(self.keys), (len(values), len(self.keys))
+        return values
 
 
 def array_header(n: int) -> bytes:
