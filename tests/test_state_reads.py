@@ -229,6 +229,11 @@ async def test_a_paced_scan_asks_each_page_only_once_its_rows_so_far_fit_the_rat
 async def test_scans_while_transfers_run_sum_to_the_total_and_equal_the_serial_state_at_their_epoch(
     seed: int,
 ) -> None:
+    await scans_while_transfers_run(seed)
+
+
+async def scans_while_transfers_run(seed: int) -> None:
+    """50 scans by pages of 3-40 rows while transfers commit (also ``python -m tests.sweep reads``)."""
     rng = random.Random(seed)
     names = [f"acct{i}" for i in range(ACCOUNTS)]
     async with SimCluster(BANK, workers=3, seed=seed, epoch_size_max=20) as c:
@@ -347,6 +352,11 @@ async def test_scans_under_worker_crashes_are_right_or_refused_never_wrong(seed:
     """Workers crash (and restore from snapshots) while scans page: a scan either sums to the total
     and equals the serial state at its epoch, or is refused by name (its epoch fell out of a restarted
     window, or the cluster was recovering past the retries); it never returns another state."""
+    await scans_under_worker_crashes(seed)
+
+
+async def scans_under_worker_crashes(seed: int) -> None:
+    """The scenario of the test above, one seed (also ``python -m tests.sweep read-crashes``)."""
     rng = random.Random(seed)
     names = [f"acct{i}" for i in range(24)]
     async with SimCluster(
