@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import styx_worker.window
 from styx_coordinator.reads import merge_page, share
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.partitioning import Key, partition_of
@@ -111,6 +112,74 @@ def test_one_partitions_answer_is_bounded_by_its_rows_and_ordered_by_key() -> No
     answer = read_at(_read(0, [0, 1], n=1, rows=2, prefix="k"), "w1", store, window, 0, lambda p: True)
     (part,) = [p for p in answer.parts if p.keys]
     assert part.keys == ["k1", "k2"] and part.more
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_answers_and_pages_equal_the_state_at_their_epoch_by_a_model(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random inserts, updates and deletes over epochs (int and str keys, two prefixes), then reads at
+    random epochs with random bounds, row counts and byte budgets: each partition's answer is the
+    first rows of the model's state at that epoch in the range, in key order, cut at the budget
+    (always one row), ``more`` exactly when a row was left out; the merged pages of a whole scan hold
+    the model's rows in order, each once."""
+    rnd = random.Random(seed)
+    n, epochs = rnd.choice([1, 2, 4]), 12
+    window = VersionWindow(epochs)
+    store = StateStore(window=window)
+    keys: list[Key] = [*range(30), *(f"a{i}" for i in range(40)), *(f"b{i}" for i in range(40))]
+    model: dict[Key, bytes] = {}
+    states: list[dict[Key, bytes]] = []
+    for e in range(epochs):
+        writes: dict[tuple[str, Key], bytes | None] = {}
+        for k in rnd.sample(keys, rnd.randint(0, 40)):
+            writes[("acct", k)] = None if rnd.random() < 0.3 else _v("x" * rnd.randint(0, 30))
+        if e == 3:
+            store.index.keys("acct", 0, n, store.data)  # built from here on: kept in place by commits
+        store.apply(writes, e)
+        for (_, k), v in writes.items():
+            if v is None:
+                model.pop(k, None)
+            else:
+                model[k] = v
+        states.append(dict(model))
+    for _ in range(30):
+        e = rnd.randrange(epochs)
+        low = rnd.choice([None, rnd.choice(keys)])
+        high = rnd.choice([None, rnd.choice(keys)])
+        prefix = rnd.choice([None, None, "a", "b", "a1"])
+        rng = ScanRange("acct", low, rnd.random() < 0.5, high, True, prefix, -1, n)
+        rows, budget = rnd.choice([1, 3, 10, 200]), rnd.choice([10_000_000, 60, 5])
+        want = sorted((k for k in states[e] if rng.holds(k)), key=order)
+        msg = ReadAt(1, 0, e, rng, rows, list(range(n)))
+        monkeypatch.setattr(styx_worker.window, "MAX_READ_BYTES", budget)
+        answer = read_at(msg, "w1", store, window, epochs - 1, lambda p: True)
+        left = budget
+        for part in answer.parts:
+            mine = [k for k in want if partition_of(k, n) == part.partition]
+            got = [k for k in mine if k in part.keys]
+            assert part.keys == mine[: len(part.keys)] == got, (seed, e, rng)
+            sizes = [len(states[e][k]) for k in part.keys]
+            assert [bytes(v) for v in part.values_list()] == [states[e][k] for k in part.keys]
+            assert len(part.keys) <= rows and (len(part.keys) >= 1 or not mine)
+            if len(part.keys) < min(rows, len(mine)):  # cut by the budget: the next row did not fit
+                assert sum(sizes) + len(states[e][mine[len(part.keys)]]) > max(left, 0) or not part.keys
+            assert part.more == (len(part.keys) < len(mine)), (seed, e, rng, rows)
+            left -= sum(sizes)
+        monkeypatch.setattr(styx_worker.window, "MAX_READ_BYTES", 10_000_000)
+        scan_rng = ScanRange("acct", low, rng.low_open, high, True, prefix, -1, n)
+        got_all: list[Key] = []
+        after: Key | None = None
+        for _ in range(len(want) + 2):
+            r = scan_rng if after is None else ScanRange("acct", after, True, high, True, prefix, -1, n)
+            ask = ReadAt(1, 0, e, r, share(rows, n), list(range(n)))
+            page = read_at(ask, "w1", store, window, epochs - 1, lambda p: True)
+            page_keys, values, after = merge_page(page.parts, rows)
+            assert [bytes(v) for v in values] == [states[e][k] for k in page_keys]
+            got_all += page_keys
+            if after is None:
+                break
+        assert got_all == want, (seed, e, rng, rows)
 
 
 def test_a_page_ends_where_every_partition_is_known() -> None:
