@@ -145,8 +145,9 @@ def _partition_rows(
     """One partition's live entries in the range as of the epoch: its keys now from the first one in
     range on, with the values ``then`` holds for those changed since (and the keys deleted since).
 
-    Built from slices, bisections and maps rather than a step per key (a page's rows cost about a
-    tenth of what a loop over them did): the keys from the low bound on, as many as ``rows`` + 1 rows
+    Built from slices, bisections and maps rather than a Python step per key (``python -m
+    styx_benchmarks.scan_cpu --pure --profile``: 95 µs for an answer of 283 rows where a loop over
+    them took 1.26 ms, both under cProfile): the keys from the low bound on, as many as ``rows`` + 1 rows
     can take (each key inserted since the epoch is no row then), the keys deleted since merged in, cut
     where the range ends (a walk in key order leaves the range once, so the first key past it is found
     by bisection), their values, then ``rows`` of them or fewer where the byte budget ends."""
