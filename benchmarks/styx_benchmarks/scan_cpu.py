@@ -39,7 +39,7 @@ from styx_benchmarks.workload import Options
 from styx_benchmarks.workloads import make_workload
 from styx_benchmarks.ycsbt import INITIAL, key_name
 from styx_client import StyxClient
-from styx_py.core.limits import MAX_READ_PAGE
+from styx_py.core.limits import READ_PAGE
 from styx_py.core.wire import ReadState
 from styx_py.io import stateread
 from styx_py.stack.local import LocalStack, cluster_secret
@@ -217,7 +217,7 @@ class _Tasks:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--scans", type=int, default=50)
-    parser.add_argument("--page-size", type=int, default=MAX_READ_PAGE, help="rows per page of a scan")
+    parser.add_argument("--page-size", type=int, default=READ_PAGE, help="rows per page of a scan")
     parser.add_argument("--pure", action="store_true", help="no cluster: the pages' work in this process")
     parser.add_argument("--profile", action="store_true", help="print this process's cProfile")
     parser.add_argument("--out", type=Path, default=RESULTS)

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
-from styx_py.core.limits import MAX_READ_PAGE
+from styx_py.core.limits import READ_PAGE
 from styx_py.core.partitioning import Key
 from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState
 from styx_py.io.admin import AdminConnections
@@ -124,14 +124,16 @@ async def scan(
     after: Key | None = None,
     end: Key | None = None,
     limit: int | None = None,
-    page_size: int = MAX_READ_PAGE,
+    page_size: int = READ_PAGE,
     as_of_epoch: int | None = None,
     cursor: str | None = None,
     rows_per_s: float | None = None,
 ) -> AsyncIterator[StatePage]:
     """The pages of a scan of ``operator`` in key order, all as of one epoch (``as_of_epoch``, else
     the newest committed one when the first page is read), ``limit`` rows in all (None: every row).
-    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key.
+    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key. ``page_size``
+    rows a page (1..:data:`~styx_py.core.limits.MAX_READ_PAGE`): larger pages cost the cluster less
+    CPU a row, and hold its event loops longer each (:data:`~styx_py.core.limits.READ_PAGE`).
 
     ``rows_per_s`` paces a background scan: the next page is asked for only once the rows so far fit
     that rate, so the scan's work on the cluster's cores is spread over time instead of taken at once
