@@ -218,9 +218,9 @@ MAX_LOOKUP_REPLY_BYTES = 4 * 1024 * 1024
 # state list``'s ``page_size``, default READ_PAGE; the gateway's pages stay within MAX_SCAN_LIMIT).
 # Each page is a round trip through every process of the path (socket writes and wake-ups) on top of
 # its rows: a scan of 10 000 entities costs less CPU in pages of 5 000 than of 1 000, but each page
-# then holds the coordinator's and each worker's event loop for milliseconds at once, and transactions
-# running beside the scan waited more (benchmarks/results/scan-cpu.md, docs/benchmarks.md#consistent-scans):
-# large pages suit a scan with nothing latency-sensitive beside it.
+# then holds the coordinator's and each worker's event loop for a millisecond or more at once, and
+# transactions running beside the scan waited no less (benchmarks/results/scan-cpu.md,
+# docs/benchmarks.md#consistent-scans): large pages suit a scan with nothing latency-sensitive beside it.
 MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_READ_PAGE = 5000
 READ_PAGE = MAX_SCAN_LIMIT
