@@ -21,7 +21,7 @@ from typing import Any
 
 from styx_py.core.addresses import host_port_option
 from styx_py.core.errors import StateReadRefused
-from styx_py.core.limits import MAX_SCAN_LIMIT
+from styx_py.core.limits import MAX_READ_PAGE, READ_PAGE
 
 __all__ = ["EXIT_MISSING", "EXIT_OUT_OF_WINDOW", "add_state_commands"]
 
@@ -65,7 +65,11 @@ def add_state_commands(sub: Any, parse_key: Any) -> None:
     ls.add_argument("--end", help="up to this key (exclusive)")
     ls.add_argument("--limit", type=int, default=None, help="at most this many entities (default: all)")
     ls.add_argument(
-        "--page-size", type=int, default=MAX_SCAN_LIMIT, help=f"rows per request (1..{MAX_SCAN_LIMIT})"
+        "--page-size",
+        type=int,
+        default=READ_PAGE,
+        help=f"rows per request (1..{MAX_READ_PAGE}; larger pages cost less CPU, and hold the cluster's "
+        "event loops longer per page)",
     )
     ls.add_argument(
         "--rows-per-s",

@@ -4,9 +4,12 @@
     python -m tests.sweep reshapes 0 300    # joins, drains, losses and crashes under load
     python -m tests.sweep effects 0 500     # external calls and timers under crashes, drops, duplicates
     python -m tests.sweep scans 0 500       # range reads against inserts and deletes, crashes, reshapes
+    python -m tests.sweep reads 0 300       # consistent scans outside transactions while transfers run
+    python -m tests.sweep read-crashes 0 300  # the same while workers crash and restore
 
 Each seed runs the same scenario as the suite's tests (tests/test_recovery.py ``run_with_crashes``,
-tests/test_reshape.py ``run_with_reshapes``, tests/test_scan_sim.py ``scan_seed``), checked against
+tests/test_reshape.py ``run_with_reshapes``, tests/test_scan_sim.py ``scan_seed``,
+tests/test_state_reads.py's scans while transfers run and under worker crashes), checked against
 the serial execution; a failing seed is printed with the exception and can be replayed alone
 (``python -m tests.sweep crashes 123 124``). Exit status 1 if any seed failed.
 """
@@ -24,6 +27,7 @@ from tests.test_effects import run_effects
 from tests.test_recovery import run_with_crashes
 from tests.test_reshape import run_with_reshapes
 from tests.test_scan_sim import scan_seed
+from tests.test_state_reads import scans_under_worker_crashes, scans_while_transfers_run
 
 
 async def crashes(seed: int) -> None:
@@ -59,7 +63,22 @@ async def scans(seed: int) -> None:
     await scan_seed(seed)
 
 
-SCENARIOS = {"crashes": crashes, "effects": effects, "reshapes": reshapes, "scans": scans}
+async def reads(seed: int) -> None:
+    await scans_while_transfers_run(seed)
+
+
+async def read_crashes(seed: int) -> None:
+    await scans_under_worker_crashes(seed)
+
+
+SCENARIOS = {
+    "crashes": crashes,
+    "effects": effects,
+    "reshapes": reshapes,
+    "scans": scans,
+    "reads": reads,
+    "read-crashes": read_crashes,
+}
 
 
 def main() -> int:

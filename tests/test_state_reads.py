@@ -12,9 +12,9 @@ import asyncio
 import random
 from typing import Any
 
-import msgspec
 import pytest
 
+import styx_worker.window
 from styx_coordinator.reads import merge_page, share
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
 from styx_py.core.partitioning import Key, partition_of
@@ -41,7 +41,8 @@ def _read(epoch: int, partitions: list[int], n: int = 2, rows: int = 100, **boun
 
 
 def _rows(answer: Any) -> dict[Key, Any]:
-    return {k: decode_value(bytes(v)) for part in answer.parts for k, v in part.rows}
+    parts = answer.parts
+    return {k: decode_value(v) for p in parts for k, v in zip(p.keys, p.values_list(), strict=True)}
 
 
 def test_a_read_as_of_an_epoch_sees_neither_later_epochs_nor_the_one_in_progress() -> None:
@@ -109,21 +110,93 @@ def test_one_partitions_answer_is_bounded_by_its_rows_and_ordered_by_key() -> No
     store.apply({("acct", k): _v(i) for i, k in enumerate(["k3", "k1", 7, "k2", "j"])}, 0)
     store.apply({("other", "k0"): _v(0)}, 0)
     answer = read_at(_read(0, [0, 1], n=1, rows=2, prefix="k"), "w1", store, window, 0, lambda p: True)
-    (part,) = [p for p in answer.parts if p.rows]
-    assert [k for k, _ in part.rows] == ["k1", "k2"] and part.more
+    (part,) = [p for p in answer.parts if p.keys]
+    assert part.keys == ["k1", "k2"] and part.more
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_answers_and_pages_equal_the_state_at_their_epoch_by_a_model(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random inserts, updates and deletes over epochs (int and str keys, two prefixes), then reads at
+    random epochs with random bounds, row counts and byte budgets: each partition's answer is the
+    first rows of the model's state at that epoch in the range, in key order, cut at the budget
+    (always one row), ``more`` exactly when a row was left out; the merged pages of a whole scan hold
+    the model's rows in order, each once."""
+    rnd = random.Random(seed)
+    n, epochs = rnd.choice([1, 2, 4]), 12
+    window = VersionWindow(epochs)
+    store = StateStore(window=window)
+    keys: list[Key] = [*range(30), *(f"a{i}" for i in range(40)), *(f"b{i}" for i in range(40))]
+    model: dict[Key, bytes] = {}
+    states: list[dict[Key, bytes]] = []
+    for e in range(epochs):
+        writes: dict[tuple[str, Key], bytes | None] = {}
+        for k in rnd.sample(keys, rnd.randint(0, 40)):
+            writes[("acct", k)] = None if rnd.random() < 0.3 else _v("x" * rnd.randint(0, 30))
+        if e == 3:
+            store.index.keys("acct", 0, n, store.data)  # built from here on: kept in place by commits
+        store.apply(writes, e)
+        for (_, k), v in writes.items():
+            if v is None:
+                model.pop(k, None)
+            else:
+                model[k] = v
+        states.append(dict(model))
+    for _ in range(30):
+        e = rnd.randrange(epochs)
+        low = rnd.choice([None, rnd.choice(keys)])
+        high = rnd.choice([None, rnd.choice(keys)])
+        prefix = rnd.choice([None, None, "a", "b", "a1"])
+        rng = ScanRange("acct", low, rnd.random() < 0.5, high, True, prefix, -1, n)
+        rows, budget = rnd.choice([1, 3, 10, 200]), rnd.choice([10_000_000, 60, 5])
+        want = sorted((k for k in states[e] if rng.holds(k)), key=order)
+        msg = ReadAt(1, 0, e, rng, rows, list(range(n)))
+        monkeypatch.setattr(styx_worker.window, "MAX_READ_BYTES", budget)
+        answer = read_at(msg, "w1", store, window, epochs - 1, lambda p: True)
+        left = budget
+        for part in answer.parts:
+            mine = [k for k in want if partition_of(k, n) == part.partition]
+            got = [k for k in mine if k in part.keys]
+            assert part.keys == mine[: len(part.keys)] == got, (seed, e, rng)
+            sizes = [len(states[e][k]) for k in part.keys]
+            assert [bytes(v) for v in part.values_list()] == [states[e][k] for k in part.keys]
+            assert len(part.keys) <= rows and (len(part.keys) >= 1 or not mine)
+            if len(part.keys) < min(rows, len(mine)):  # cut by the budget: the next row did not fit
+                assert sum(sizes) + len(states[e][mine[len(part.keys)]]) > max(left, 0) or not part.keys
+            assert part.more == (len(part.keys) < len(mine)), (seed, e, rng, rows)
+            left -= sum(sizes)
+        monkeypatch.setattr(styx_worker.window, "MAX_READ_BYTES", 10_000_000)
+        scan_rng = ScanRange("acct", low, rng.low_open, high, True, prefix, -1, n)
+        got_all: list[Key] = []
+        after: Key | None = None
+        for _ in range(len(want) + 2):
+            r = scan_rng if after is None else ScanRange("acct", after, True, high, True, prefix, -1, n)
+            ask = ReadAt(1, 0, e, r, share(rows, n), list(range(n)))
+            page = read_at(ask, "w1", store, window, epochs - 1, lambda p: True)
+            page_keys, values, after = merge_page(page.parts, rows)
+            assert [bytes(v) for v in values] == [states[e][k] for k in page_keys]
+            got_all += page_keys
+            if after is None:
+                break
+        assert got_all == want, (seed, e, rng, rows)
 
 
 def test_a_page_ends_where_every_partition_is_known() -> None:
     def part(p: int, keys: list[Key], more: bool) -> PartRows:
-        return PartRows(p, [(k, msgspec.Raw(_v(k))) for k in keys], more)
+        return PartRows.of(p, keys, [_v(k) for k in keys], more)
 
     # Partition 1 was cut at "c": past it its rows are unknown, so the page stops at "c".
-    rows, after = merge_page([part(0, ["a", "d", "e"], False), part(1, ["b", "c"], True)], 10)
-    assert [k for k, _ in rows] == ["a", "b", "c"] and after == "c"
-    rows, after = merge_page([part(0, ["a", "d"], False), part(1, ["b"], False)], 2)
-    assert [k for k, _ in rows] == ["a", "b"] and after == "b"
-    rows, after = merge_page([part(0, [1, "a"], False), part(1, [], False)], 5)
-    assert [k for k, _ in rows] == [1, "a"] and after is None, "int keys come before str keys"
+    keys, values, after = merge_page([part(0, ["a", "d", "e"], False), part(1, ["b", "c"], True)], 10)
+    assert keys == ["a", "b", "c"] and after == "c"
+    assert [decode_value(v) for v in values] == keys, "each value stays with its key"
+    keys, _, after = merge_page([part(0, ["a", "d"], False), part(1, ["b"], False)], 2)
+    assert keys == ["a", "b"] and after == "b"
+    keys, _, after = merge_page([part(0, [1, "a"], False), part(1, [], False)], 5)
+    assert keys == [1, "a"] and after is None, "int keys come before str keys"
+    keys, values, after = merge_page([part(0, [2, "b"], False), part(1, [1, "a", "c"], True)], 5)
+    assert keys == [1, 2, "a", "b", "c"] and after == "c"
+    assert [decode_value(v) for v in values] == keys
 
 
 @pytest.mark.parametrize(("n", "limit"), [(4, 1000), (4, 100), (3, 7), (8, 160), (2, 40), (1, 20)])
@@ -145,11 +218,11 @@ def test_pages_of_shares_hold_every_key_once_in_order_and_read_little_more_than_
         answers = []
         for p, ks in parts.items():
             left = [k for k in ks if after is None or order(k) > order(after)]
-            answers.append(PartRows(p, [(k, msgspec.Raw(_v(0))) for k in left[:quota]], len(left) > quota))
-            read += len(answers[-1].rows)
-        rows, after = merge_page(answers, limit)
+            answers.append(PartRows.of(p, left[:quota], [_v(0)] * len(left[:quota]), len(left) > quota))
+            read += len(answers[-1].keys)
+        page, _, after = merge_page(answers, limit)
         pages += 1
-        got += [k for k, _ in rows]
+        got += page
         if after is None:
             break
     assert got == keys
@@ -225,6 +298,11 @@ async def test_a_paced_scan_asks_each_page_only_once_its_rows_so_far_fit_the_rat
 async def test_scans_while_transfers_run_sum_to_the_total_and_equal_the_serial_state_at_their_epoch(
     seed: int,
 ) -> None:
+    await scans_while_transfers_run(seed)
+
+
+async def scans_while_transfers_run(seed: int) -> None:
+    """50 scans by pages of 3-40 rows while transfers commit (also ``python -m tests.sweep reads``)."""
     rng = random.Random(seed)
     names = [f"acct{i}" for i in range(ACCOUNTS)]
     async with SimCluster(BANK, workers=3, seed=seed, epoch_size_max=20) as c:
@@ -343,6 +421,11 @@ async def test_scans_under_worker_crashes_are_right_or_refused_never_wrong(seed:
     """Workers crash (and restore from snapshots) while scans page: a scan either sums to the total
     and equals the serial state at its epoch, or is refused by name (its epoch fell out of a restarted
     window, or the cluster was recovering past the retries); it never returns another state."""
+    await scans_under_worker_crashes(seed)
+
+
+async def scans_under_worker_crashes(seed: int) -> None:
+    """The scenario of the test above, one seed (also ``python -m tests.sweep read-crashes``)."""
     rng = random.Random(seed)
     names = [f"acct{i}" for i in range(24)]
     async with SimCluster(

@@ -153,7 +153,7 @@ ALL_MESSAGES = [
     wire.ReadState("acct", prefix="eu:", limit=10, epoch=7),
     wire.ReadState("acct", key=5),
     wire.ReadAt(3, 2, 7, ScanRange("acct", "a", True, None, True, "eu:", -1, 4), 10, [0, 2]),
-    wire.ReadRows(3, "w1", [wire.PartRows(0, [("a", RAW), (4, RAW)], True)]),
+    wire.ReadRows(3, "w1", [wire.PartRows.of(0, ["a", 4], [bytes(RAW), bytes(RAW)], True)]),
     wire.ReadRows(3, "w2", [], "out-of-window", "epoch 7 is older", 9),
     AdminReply(False, "nope", {"a": [1, 2], "b": {"c": None}}),
     wire.SubscribeReplies(),

@@ -8,7 +8,8 @@ open-loop through the SDK for ``--seconds`` (:func:`styx_benchmarks.latency_path
 accounts). In a ``scans`` run a separate process (this module with ``--scanner``) meanwhile scans
 every account, a scan starting every ``--scan-every`` seconds (each value a variant; 0: back to
 back), as ``styx state list account`` does (:func:`styx_py.io.stateread.scan`, pages of
-``--page-size`` rows, each page visiting all 4 partitions, every page at the scan's first epoch), and
+``--page-size`` rows, by default ``READ_PAGE``, each page visiting all 4 partitions, every page at
+the scan's first epoch), and
 checks that each scan that holds every account sums to the conserved total (and counts the scans
 that, once every account was loaded, held fewer: ``scans_short``). Runs alternate ``alone`` and the
 ``scans`` variants, so machine noise falls on all.
@@ -42,6 +43,7 @@ import uvloop
 
 from styx_benchmarks.latency_path import measure, percentiles
 from styx_benchmarks.ycsbt import INITIAL
+from styx_py.core.limits import READ_PAGE
 from styx_py.io import stateread
 from styx_py.stack.local import LocalStack, cluster_secret
 
@@ -154,7 +156,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each variant, alternating")
-    parser.add_argument("--page-size", type=int, default=1000, help="rows per page of a scan")
+    parser.add_argument("--page-size", type=int, default=READ_PAGE, help="rows per page of a scan")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--note", default="", help="kept in the results file (e.g. what else ran)")
     parser.add_argument(

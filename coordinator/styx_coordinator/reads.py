@@ -25,17 +25,16 @@ transaction (read-your-writes); past the wait it is ``unavailable`` (a recovery 
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from styx_coordinator.cluster import Cluster
 from styx_coordinator.tasks import Tasks
-from styx_py.core.errors import ScanLimitExceeded
-from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS
+from styx_py.core.limits import LOOKUP_TIMEOUT_S, MAX_OPEN_LOOKUPS, MAX_READ_PAGE
 from styx_py.core.partitioning import Key, partition_of
 from styx_py.core.ports import Clock
 from styx_py.core.scan import ScanRange, order, scan_range
@@ -75,16 +74,19 @@ class StateReads:
             self._refuse(src, "unknown-operator", f"no operator {msg.operator!r} is deployed")
             return
         n = spec.partitions
+        if not 1 <= msg.limit <= MAX_READ_PAGE:
+            self._refuse(src, "bad-request", f"a read's limit must be in 1..{MAX_READ_PAGE}, got {msg.limit}")
+            return
         try:
             if msg.key is not None:
                 rng, rows = scan_range(msg.operator, start=msg.key, end=msg.key, limit=1)
                 rng = ScanRange(msg.operator, msg.key, False, msg.key, False, None, -1, n)
                 partitions = [partition_of(msg.key, n)]
             else:
-                rng, rows = scan_range(msg.operator, msg.start, msg.end, msg.prefix, msg.limit, msg.after)
+                rng, _ = scan_range(msg.operator, msg.start, msg.end, msg.prefix, None, msg.after)
                 rng = ScanRange(rng.operator, rng.low, rng.low_open, rng.high, True, rng.prefix, -1, n)
-                partitions = list(range(n))
-        except (TypeError, ScanLimitExceeded) as exc:
+                rows, partitions = msg.limit, list(range(n))
+        except TypeError as exc:
             self._refuse(src, "bad-request", str(exc))
             return
         latest = self.latest()
@@ -149,8 +151,8 @@ class StateReads:
             read.parts[part.partition] = part
         if not read.waiting:
             self.open.pop(msg.read)
-            rows, after = merge_page(list(read.parts.values()), read.limit)
-            body = {"epoch": read.epoch, "rows": [[k, v] for k, v in rows], "next": after}
+            keys, values, after = merge_page(list(read.parts.values()), read.limit)
+            body = {"epoch": read.epoch, "keys": keys, "values": values, "next": after}
             self.cluster.transport.send(read.src, AdminReply(True, "", body))
 
     async def _expire(self, read_id: int) -> None:
@@ -174,28 +176,34 @@ def share(limit: int, partitions: int) -> int:
     return min(limit, math.ceil(m + 2 * math.sqrt(m)) + 1)
 
 
-def merge_page(parts: list[PartRows], limit: int) -> tuple[list[tuple[Key, bytes]], Key | None]:
-    """The partitions' answers as one page in key order (values as msgpack bytes) and the key the next
-    page starts after (None: nothing follows). A partition cut short covers only up to its last row, so
-    the page stops there: past it, that partition's rows are not known.
+def merge_page(parts: list[PartRows], limit: int) -> tuple[list[Key], list[msgspec.Raw], Key | None]:
+    """The partitions' answers as one page in key order, as its keys and their values (each a view of
+    its stored msgpack), and the key the next page starts after (None: nothing follows). A partition
+    cut short covers only up to its last row, so the page stops there: past it, that partition's rows
+    are not known.
 
     Each answer is in key order, ints before strs: one whose first and last keys are of one type holds
-    only that type, so where every answer's ends share one, the rows sort as they are (no sort key
-    computed per row)."""
-    runs = [p.rows for p in parts if p.rows]
-    one_type = len({type(r[0][0]) for r in runs} | {type(r[-1][0]) for r in runs}) <= 1
-    by: Callable[[tuple[Key, Any]], Any] = _first if one_type else _order
-    # Keys are distinct (each is in one partition), so rows compare by their keys alone.
-    rows = sorted(itertools.chain.from_iterable(runs), key=None if one_type else by)
-    cuts = [by(p.rows[-1]) for p in parts if p.more and p.rows]
-    end = len(rows) if not cuts else bisect.bisect_right(rows, min(cuts), key=by)
-    more = bool(cuts) or end > limit
-    page = [(k, bytes(v)) for k, v in rows[: min(end, limit)]]
-    return page, (page[-1][0] if more and page else None)
-
-
-_first = operator.itemgetter(0)
-
-
-def _order(row: tuple[Key, Any]) -> Any:
-    return order(row[0])
+    only that type, so where every answer's ends share one, keys compare as they are (no sort key
+    computed per row). Each answer is cut at the page's end by bisection, and the page is put in key
+    order by sorting row numbers by key: no object per row (on a small machine the garbage
+    collector's passes over a tuple per row cost more than the sort)."""
+    runs = [p for p in parts if p.keys]
+    one_type = len({type(p.keys[0]) for p in runs} | {type(p.keys[-1]) for p in runs}) <= 1
+    by: Callable[[Key], Any] | None = None if one_type else order
+    cuts = [p.keys[-1] if one_type else order(p.keys[-1]) for p in runs if p.more]
+    cut = min(cuts) if cuts else None
+    keys: list[Key] = []
+    values: list[msgspec.Raw] = []
+    for p in runs:
+        n = len(p.keys) if cut is None else bisect.bisect_right(p.keys, cut, key=by)
+        keys += p.keys[:n]
+        values += p.values_list()[:n]
+    more = cut is not None or len(keys) > limit
+    if len(runs) > 1:
+        # Keys are distinct (each is in one partition): the order of the row numbers is the page's.
+        rank = keys.__getitem__ if one_type else (lambda i: order(keys[i]))
+        perm = sorted(range(len(keys)), key=rank)[:limit]
+        keys, values = list(map(keys.__getitem__, perm)), list(map(values.__getitem__, perm))
+    else:
+        keys, values = keys[:limit], values[:limit]
+    return keys, values, (keys[-1] if more and keys else None)

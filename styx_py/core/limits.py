@@ -214,8 +214,16 @@ MAX_RECENT_LOOKUP = 500  # the most recent transactions one cluster-wide listing
 MAX_LOOKUP_REPLY_BYTES = 4 * 1024 * 1024
 # A consistent read of committed state (styx_worker.window, styx_coordinator.reads): entry bytes one
 # worker puts in one answer (a partition whose rows pass it is cut short: the page ends at the last key
-# every partition covered). A page holds at most MAX_SCAN_LIMIT rows, as ``ctx.scan`` does.
+# every partition covered), and rows in one page of such a read (its ``limit``: the SDK's and ``styx
+# state list``'s ``page_size``, default READ_PAGE; the gateway's pages stay within MAX_SCAN_LIMIT).
+# Each page is a round trip through every process of the path (socket writes and wake-ups) on top of
+# its rows: a scan of 10 000 entities costs less CPU in pages of 5 000 than of 1 000, but each page
+# then holds the coordinator's and each worker's event loop for a millisecond or more at once, and
+# transactions running beside the scan waited no less (benchmarks/results/scan-cpu.md,
+# docs/benchmarks.md#consistent-scans): large pages suit a scan with nothing latency-sensitive beside it.
 MAX_READ_BYTES = 4 * 1024 * 1024
+MAX_READ_PAGE = 5000
+READ_PAGE = MAX_SCAN_LIMIT
 
 # ---- Kafka producers and consumers (styx_py.io.batching, .fetching, .kafka_logs) ------------------------
 # Largest batch a lane builds (also the producer's max_batch_size; records larger than this still go,

@@ -26,9 +26,9 @@ from typing import Any
 import msgspec
 
 from styx_py.core.errors import EpochOutOfWindow, StateReadRefused, Unavailable
-from styx_py.core.limits import MAX_SCAN_LIMIT
+from styx_py.core.limits import READ_PAGE
 from styx_py.core.partitioning import Key
-from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState, decode_value
+from styx_py.core.wire import UNDECODABLE, AdminReply, ReadState
 from styx_py.io.admin import AdminConnections
 
 __all__ = [
@@ -90,7 +90,7 @@ async def read_page(source: ReadSource, msg: ReadState) -> StatePage:
         reply = await source(msg)
         if reply.ok:
             body = reply.body
-            rows = [(k, decode_value(v)) for k, v in body["rows"]]
+            rows = list(zip(body["keys"], body["values"], strict=True))  # values decoded with the reply
             return StatePage(int(body["epoch"]), rows, body["next"])
         code = str(reply.body.get("code", ""))
         if code != "unavailable":
@@ -124,7 +124,7 @@ async def scan(
     after: Key | None = None,
     end: Key | None = None,
     limit: int | None = None,
-    page_size: int = MAX_SCAN_LIMIT,
+    page_size: int = READ_PAGE,
     as_of_epoch: int | None = None,
     cursor: str | None = None,
     rows_per_s: float | None = None,
@@ -133,7 +133,9 @@ async def scan(
     """The pages of a scan of ``operator`` in key order, all as of one epoch (``as_of_epoch``, else
     the newest committed one when the first page is read, once that is at least ``min_epoch``: the
     epoch of a reply whose writes the scan must see), ``limit`` rows in all (None: every row).
-    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key.
+    ``cursor`` (a page's :attr:`StatePage.cursor`) resumes a scan at its epoch and key. ``page_size``
+    rows a page (1..:data:`~styx_py.core.limits.MAX_READ_PAGE`): larger pages cost the cluster less
+    CPU a row, and hold its event loops longer each (:data:`~styx_py.core.limits.READ_PAGE`).
 
     ``rows_per_s`` paces a background scan: the next page is asked for only once the rows so far fit
     that rate, so the scan's work on the cluster's cores is spread over time instead of taken at once

@@ -4,9 +4,12 @@ A client (the SDK, the gateway, ``styx state``) sends :class:`ReadState` to the 
 the coordinator picks the epoch (the newest one every worker finished, or the one asked for), asks the
 owner of each partition it covers (:class:`ReadAt`), each answers from its memory as of that epoch
 (:class:`ReadRows`, see :mod:`styx_worker.window`), and the coordinator merges them into one page: an
-:class:`~styx_py.core.wire.admin.AdminReply` whose body is ``{"epoch": E, "rows": [[key, msgpack value],
-…], "next": key | None}`` (``next``: the last key of the page when more may follow; the next page asks
-``after`` it at the same epoch). A refused read's body names its ``code`` (:data:`READ_CODES`).
+:class:`~styx_py.core.wire.admin.AdminReply` whose body is ``{"epoch": E, "keys": [key, …], "values":
+[value, …], "next": key | None}``: the page's keys in key order and their values one to one, each the
+entity's stored msgpack inline (the client's one decode of the reply decodes them all, and two lists
+leave its garbage collector nothing per row to visit); ``next``: the last key of the page when more may
+follow, the next page asks ``after`` it at the same epoch. A refused read's body names its ``code``
+(:data:`READ_CODES`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import msgspec
 from styx_py.core.scan import ScanRange
 from styx_py.core.wire.codes import Key, Msg
 
-__all__ = ["READ_CODES", "PartRows", "ReadAt", "ReadRows", "ReadState"]
+__all__ = ["READ_CODES", "PartRows", "ReadAt", "ReadRows", "ReadState", "array_header"]
 
 READ_CODES = {
     "out-of-window": "the epoch is older than the workers keep in memory (or than their last restart)",
@@ -59,12 +62,39 @@ class ReadAt(Msg, tag="read-at"):
 
 
 class PartRows(msgspec.Struct, array_like=True, frozen=True):
-    """One partition's answer: its live entries in the range as of the epoch, in key order; ``more``:
-    it had more than it sent (the rows end at the last key it read)."""
+    """One partition's answer: its live entries in the range as of the epoch, in key order, as
+    ``keys`` and ``values`` (a msgpack array of their stored values, the stored bytes as they are:
+    :meth:`of` joins them, so a worker builds no object per row); ``more``: it had more than it sent
+    (the rows end at its last key)."""
 
     partition: int
-    rows: list[tuple[Key, msgspec.Raw]]
+    keys: list[Key]
+    values: msgspec.Raw
     more: bool
+
+    @classmethod
+    def of(cls, partition: int, keys: list[Key], values: list[bytes], more: bool) -> PartRows:
+        """``keys`` with their stored ``values`` (msgpack each), one to one."""
+        assert len(keys) == len(values), (len(keys), len(values))
+        return cls(partition, keys, msgspec.Raw(array_header(len(values)) + b"".join(values)), more)
+
+    def values_list(self) -> list[msgspec.Raw]:
+        """The values one to one with :attr:`keys`, each a view of its stored bytes."""
+        values = _raw_values.decode(self.values)
+        assert len(values) == len(self.keys), (len(values), len(self.keys))
+        return values
+
+
+def array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` items (the items' encodings follow it)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+_raw_values = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
 
 class ReadRows(Msg, tag="read-rows"):
