@@ -1347,7 +1347,9 @@ async def test_state_reads_name_min_epoch_and_the_newest_reply_the_gateway_recei
 
     async def source(msg: ReadState) -> AdminReply:
         asked.append(msg)
-        return AdminReply(True, "", {"epoch": max(msg.epoch, msg.min_epoch), "rows": [], "next": None})
+        return AdminReply(
+            True, "", {"epoch": max(msg.epoch, msg.min_epoch), "keys": [], "values": [], "next": None}
+        )
 
     gateway = Gateway(GatewayConfig("127.0.0.1:1", port=0), state_reads=source)
     transport = httpx.ASGITransport(app=gateway.asgi)

@@ -499,7 +499,9 @@ async def test_sdk_reads_name_the_newest_reply_epoch_and_an_epoch_that_never_fin
 
     async def source(msg: ReadState) -> Any:
         asked.append(msg)
-        return AdminReply(True, "", {"epoch": max(msg.epoch, msg.min_epoch, 0), "rows": [], "next": None})
+        return AdminReply(
+            True, "", {"epoch": max(msg.epoch, msg.min_epoch, 0), "keys": [], "values": [], "next": None}
+        )
 
     monkeypatch.setattr(stateread, "admin_reads", lambda *a, **kw: source)
     client = StyxClient("127.0.0.1:1", {"account": 4}, coordinator="127.0.0.1:2")
