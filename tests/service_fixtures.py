@@ -147,3 +147,17 @@ def local_cluster(kafka: TansuBroker, tmp_path: Path) -> Iterator[ClusterFactory
             return clusters.enter_context(start_cluster(tmp_path / f"cluster-{next(numbers)}", kafka, **kw))
 
         yield make
+
+
+def record_produces(sink: Any, monkeypatch: Any) -> list[set[str]]:
+    """The topics of each produce request ``sink``'s producer sends from now on, in order."""
+    produced: list[set[str]] = []
+    send = sink.producer.client.send
+
+    async def recording_send(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(request).__name__ == "ProduceRequest":
+            produced.append({topic for topic, _ in request._topics})
+        return await send(node_id, request, *args, **kwargs)
+
+    monkeypatch.setattr(sink.producer.client, "send", recording_send)
+    return produced

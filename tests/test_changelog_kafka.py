@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
 
 import msgspec
 import pytest
@@ -18,6 +17,7 @@ from styx_py.core.wire import Phase, SeqLogEntry, encode_value
 from styx_py.io.kafka_logs import KafkaLogReader, read_to_end
 from styx_py.stack.services import TansuBroker, create_topics
 from styx_worker.egress import KafkaSink
+from tests.service_fixtures import record_produces
 
 pytestmark = pytest.mark.services
 
@@ -44,15 +44,7 @@ async def test_changelog_records_ride_with_the_log_entry_and_the_reader_finds_ea
     sink = KafkaSink(kafka.bootstrap, config)
     await sink.start()
     drain = asyncio.create_task(sink.run())
-    produced: list[set[str]] = []  # the topics of each produce request, in order
-    send = sink.producer.client.send
-
-    async def recording_send(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
-        if type(request).__name__ == "ProduceRequest":
-            produced.append({topic for topic, _ in request._topics})
-        return await send(node_id, request, *args, **kwargs)
-
-    monkeypatch.setattr(sink.producer.client, "send", recording_send)
+    produced = record_produces(sink, monkeypatch)  # the topics of each produce request, in order
     first = [_record("a", 5, 11, 0), _record("b", 5, 11, 1), _record("c", 5, 14, 2)]
     later = [_record("z", 6, 20, 0)]
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import Any
 
 import msgspec
 import pytest
@@ -21,7 +20,7 @@ from styx_py.io.kafka_logs import KafkaLogReader, read_to_end, sent_epoch
 from styx_py.stack.services import TansuBroker, create_topics
 from styx_worker.egress import KafkaSink
 from styx_worker.ingress import KafkaIngress
-from tests.service_fixtures import DurableKafkaFactory
+from tests.service_fixtures import DurableKafkaFactory, record_produces
 
 pytestmark = pytest.mark.services
 
@@ -215,15 +214,7 @@ async def test_replies_ride_with_the_next_sequencer_log_entry(
     request; with no entry coming (an idle cluster) they go on their own after
     REPLY_WAIT_FOR_LOG_ENTRY_S."""
     config, sink, drain = await _started_sink(kafka, 2)
-    produced: list[set[str]] = []  # the topics of each produce request, in order
-    send = sink.producer.client.send
-
-    async def recording_send(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
-        if type(request).__name__ == "ProduceRequest":
-            produced.append({topic for topic, _ in request._topics})
-        return await send(node_id, request, *args, **kwargs)
-
-    monkeypatch.setattr(sink.producer.client, "send", recording_send)
+    produced = record_produces(sink, monkeypatch)  # the topics of each produce request, in order
     try:
         sink.send(0, Reply("r1", 7, 3, 0, "committed", NIL, None, None), 3, pushed=True)
         sink.send(1, Reply("r2", 8, 3, 1, "committed", NIL, None, None), 3, pushed=True)
@@ -272,15 +263,7 @@ async def test_the_workers_own_requests_ride_with_the_next_sequencer_log_entry(
     sink = KafkaSink(kafka.bootstrap, config)
     await sink.start()
     drain = asyncio.create_task(sink.run())
-    produced: list[set[str]] = []
-    send = sink.producer.client.send
-
-    async def recording_send(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
-        if type(request).__name__ == "ProduceRequest":
-            produced.append({topic for topic, _ in request._topics})
-        return await send(node_id, request, *args, **kwargs)
-
-    monkeypatch.setattr(sink.producer.client, "send", recording_send)
+    produced = record_produces(sink, monkeypatch)  # the topics of each produce request, in order
     stored: list[PushedRequest] = []
     sink.on_request_stored = stored.append
     raw = msgspec.Raw(encode_value([]))
