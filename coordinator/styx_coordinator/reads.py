@@ -101,8 +101,7 @@ class StateReads:
             error = f"epoch {epoch} is not committed (the newest committed epoch is {latest})"
             self._refuse(src, "not-committed" if epoch > latest else "bad-request", error, latest=latest)
             return
-        if len(self.open) + len(self.parked) >= MAX_OPEN_LOOKUPS:
-            self._refuse(src, "unavailable", f"{len(self.open) + len(self.parked)} reads in flight; retry")
+        if self._full(src):
             return
         owners: dict[str, list[int]] = {}
         for p in partitions:
@@ -114,9 +113,15 @@ class StateReads:
             c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, quota, owned))
         self.tasks.spawn(self._expire(read_id))
 
+    def _full(self, src: str) -> bool:
+        """At most ``MAX_OPEN_LOOKUPS`` reads open or parked: refuse one more (True)."""
+        n = len(self.open) + len(self.parked)
+        if n >= MAX_OPEN_LOOKUPS:
+            self._refuse(src, "unavailable", f"{n} reads in flight; retry")
+        return n >= MAX_OPEN_LOOKUPS
+
     def _park(self, src: str, msg: ReadState) -> None:
-        if len(self.open) + len(self.parked) >= MAX_OPEN_LOOKUPS:
-            self._refuse(src, "unavailable", f"{len(self.open) + len(self.parked)} reads in flight; retry")
+        if self._full(src):
             return
         read_id, self.next_id = self.next_id, self.next_id + 1
         self.parked[read_id] = (src, msg)
@@ -124,6 +129,8 @@ class StateReads:
 
     def finished(self, epoch: int) -> None:
         """Every worker finished ``epoch``: start the parked reads it satisfies."""
+        if not self.parked:
+            return
         ready = [i for i, (_, msg) in self.parked.items() if msg.min_epoch <= epoch]
         for read_id in ready:
             src, msg = self.parked.pop(read_id)
