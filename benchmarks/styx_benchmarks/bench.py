@@ -474,6 +474,8 @@ async def bench(
                 requests_pushed = client.requests_pushed
                 batching = client.batching
                 loop_before = loop_ms()
+                totals_before = await engine_totals(coordinator)
+                started = time.monotonic()
                 result = await run_open_loop(
                     workload,
                     sender,
@@ -486,6 +488,10 @@ async def bench(
                     processes=processes,
                     interrupted=keep_cut,
                 )
+                totals_after = await engine_totals(coordinator)
+                result.engine = engine_delta(totals_before, totals_after, time.monotonic() - started)
+                if result.engine:
+                    say(f"  {engine_line(result.engine)}", flush=True)
                 loop_after = loop_ms()
                 result.machine_loop_ms = {"before": loop_before, "after": loop_after}
                 say(f"  {machine_line(loop_before, loop_after)} (styx_benchmarks.cpu loop_ms)", flush=True)
@@ -539,6 +545,48 @@ async def _check(workload: Workload, coordinator: str) -> list[str]:
 
     async with await StyxClient.connect(coordinator, shed_when_refused=False) as client:
         return await workload.check(client)
+
+
+async def engine_totals(coordinator: str) -> dict[str, int] | None:
+    """The coordinator's totals (``styx status``: epochs, committed, rescheduled, fallback, refused),
+    or None when it does not answer them (the run goes on without)."""
+    from styx_py.core.wire import StatusRequest
+    from styx_py.stack.local import admin
+
+    try:
+        body = await admin(coordinator, StatusRequest(), timeout_s=5.0)
+    except StyxError:
+        return None
+    totals = body.get("totals")
+    return dict(totals) if isinstance(totals, dict) and "epochs" in totals else None
+
+
+def engine_delta(
+    before: dict[str, int] | None, after: dict[str, int] | None, seconds: float
+) -> dict[str, float] | None:
+    """What the epochs did between two :func:`engine_totals`: epochs and their rate, transactions
+    (committed and aborted) per epoch, and fallback runs per such transaction (a transaction
+    rescheduled to a later epoch runs in the fallback of each epoch it tries, so this can pass 1)."""
+    if before is None or after is None:
+        return None
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    epochs, decided = d.get("epochs", 0), d.get("committed", 0) + d.get("aborted", 0)
+    return {
+        "epochs": epochs,
+        "epochs_per_s": round(epochs / max(seconds, 1e-9), 1),
+        "txns_per_epoch": round(decided / epochs, 1) if epochs else 0.0,
+        "fallback_per_txn": round(d.get("fallback", 0) / decided, 4) if decided else 0.0,
+        "rescheduled": d.get("rescheduled", 0),
+        "refused": d.get("refused", 0),
+    }
+
+
+def engine_line(engine: dict[str, float]) -> str:
+    return (
+        f"epochs: {engine['epochs']:g} ({engine['epochs_per_s']:g}/s), {engine['txns_per_epoch']:g} "
+        f"transactions each, {engine['fallback_per_txn']:g} fallback runs per transaction, "
+        f"{engine['rescheduled']:g} rescheduled, {engine['refused']:g} refused by the workers"
+    )
 
 
 async def _read_log_latency(

@@ -386,6 +386,10 @@ class RunResult:
     batches_lingered_share: float | None = None
     # How fast the machine ran Python just before and just after the run (benchmarks.cpu.loop_ms).
     machine_loop_ms: dict[str, float] | None = None  # {"before": ms, "after": ms}
+    # What the cluster's epochs did over the run (warm-up included), from the coordinator's totals
+    # before and after it (bench.engine_totals): epochs, per second, transactions per epoch, and
+    # fallback runs per transaction.
+    engine: dict[str, float] | None = None
     # A run cut short (Ctrl-C, SIGTERM): the seconds of its measured window that had passed; the
     # window, its seconds and the counts are then those of that span (run_open_loop's ``interrupted``).
     interrupted_after_s: float | None = None
@@ -501,6 +505,7 @@ class RunResult:
             **({} if (per := self.requests_per_batch) is None else {"requests_per_batch": per}),
             **({} if (share := self.batches_lingered_share) is None else {"batches_lingered_share": share}),
             **({} if (loop := self.machine_loop_ms) is None else {"machine_loop_ms": loop}),
+            **({} if (engine := self.engine) is None else {"engine": engine}),
             "statuses": dict(self.statuses),
             "causes": dict(self.causes.most_common(20)),
             "latency_ms": self.percentiles_ms(),  # of the admitted requests

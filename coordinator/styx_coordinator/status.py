@@ -49,6 +49,7 @@ class Throughput:
             "refused": 0,
             "rescheduled": 0,
             "fallback": 0,
+            "epochs": 0,
         }
         # second -> [epochs, committed, aborted, rejected, refused]
         self.buckets: dict[int, list[int]] = {}
@@ -67,6 +68,7 @@ class Throughput:
         self.totals["rejected"] += rejected
         self.totals["rescheduled"] += sum(d.rescheduled for d in done)
         self.totals["fallback"] += fallback
+        self.totals["epochs"] += 1
         second = int(now)
         bucket = self.buckets.get(second)
         if bucket is None:

@@ -80,7 +80,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             "ms",
             ge=0,
         ),
-    ] = 250.0
+    ] = 100.0
     admission_queue_ms: Annotated[
         float,
         Setting(
