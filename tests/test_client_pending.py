@@ -198,3 +198,34 @@ def test_the_newest_epoch_is_that_of_the_newest_reply_handed_to_a_caller() -> No
     assert not core.table.resolve(Reply("stranger", 1, 50, 0, "committed", NIL, None, None, 0))
     assert core.table.newest_epoch == 9  # another client's reply says nothing of this one's writes
     assert len(told) == 3
+
+
+def test_the_lean_path_sheds_before_it_makes_an_id_or_a_record() -> None:
+    """While the window refuses, :class:`Prepared` raises ``Overloaded`` before it takes a request id
+    or encodes the arguments (the cheapest refusal: a load generator past the knee sheds thousands a
+    second); a bad key is still named first."""
+    import types
+
+    from styx_client.sdk.prepared import Prepared
+    from styx_client.sdk.requests import Targets
+    from styx_py.core.errors import Overloaded
+
+    core = ClientCore(100, "egress", rest=False, push_requests=False)
+    core.table.window.limit = 0.0  # the cluster refused: the window is shut
+    shell = types.SimpleNamespace(
+        core=core, transport=types.SimpleNamespace(wall_ms=lambda: 0), reply_partition=0, loop=None
+    )
+    ids: list[str] = []
+
+    def new_rid() -> str:
+        ids.append(f"r{len(ids)}")
+        return ids[-1]
+
+    targets = Targets({"acct": 4}, {"acct": {"pay"}})
+    lean = Prepared(lambda: shell, "reply", "acct", "pay", 4, 5.0, new_rid, targets)  # type: ignore[arg-type]
+    for args in ((1,), (object(),)):  # an argument that cannot be encoded is not even looked at
+        with pytest.raises(Overloaded, match="in-flight window 0"):
+            lean.send("k", args, lambda reply, error: None)
+    assert core.stats.shed == 2 and ids == [] and core.table.registered == 0
+    with pytest.raises(BadRequest):
+        lean.send(1.5, (1,), lambda reply, error: None)  # type: ignore[arg-type]

@@ -64,9 +64,11 @@ class Prepared:
         """Send ``operator.function(key, *args)`` now; its request id.
 
         Raises :class:`BadRequest`, :class:`Overloaded` or :class:`StyxError` here, nothing sent,
-        exactly as :meth:`StyxClient.submit`. Otherwise ``done(reply, None)`` or ``done(None, error)``
-        is called exactly once: a :class:`RequestTimeout` after ``timeout_s``, :class:`Unavailable`
-        when the record could not be delivered, :class:`StyxError` when the client closes first.
+        exactly as :meth:`StyxClient.submit`, except that a request the window sheds is refused before
+        its arguments are encoded (and checked), and takes no request id. Otherwise
+        ``done(reply, None)`` or ``done(None, error)`` is called exactly once: a
+        :class:`RequestTimeout` after ``timeout_s``, :class:`Unavailable` when the record could not be
+        delivered, :class:`StyxError` when the client closes first.
         ``done`` runs inside the client's reader or deadline task, so it must be quick and must not raise.
         """
         shell = self._started()
@@ -75,8 +77,11 @@ class Prepared:
             partition = partition_of(key, self._partitions)
         else:  # the message of a bad key, as on the normal path
             partition = self._targets.partition(operator, key, function)
-        rid = self._new_rid()
         core = shell.core
+        table = core.table
+        if len(table.entries) >= table.window.limit:
+            table.check_room()  # shed before an id and the record are made: the cheapest refusal
+        rid = self._new_rid()
         record = lean_request(
             rid,
             operator,
