@@ -764,6 +764,44 @@ def test_the_overload_ladder_climbs_past_its_top_by_its_last_step() -> None:
     assert list(climb([150]))[:3] == [150, 300, 450]
 
 
+def test_the_best_sustained_rate_is_the_median_of_the_best_step_run_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ladder's highest step is one noisy run: it is run ``--best-repeat`` more times and the
+    multiples are of the median of what those runs served (the reruns that kept up)."""
+    from types import SimpleNamespace
+
+    from styx_benchmarks import overload
+
+    served = {1000: [1000.0], 2000: [1900.0, 1500.0, 1600.0], 3000: [1800.0]}
+    offered: list[float] = []
+
+    def fake_run(workload: str, rate: float, ns: object) -> tuple[object, Path]:
+        offered.append(rate)
+        left = served.get(int(rate))
+        return SimpleNamespace(served=left.pop(0) if left else rate * 0.9), Path(f"{rate:g}.json")
+
+    def fake_row(
+        workload: str, kind: str, result: object, path: Path, best: float | None
+    ) -> dict[str, object]:
+        return {"kind": kind, "offered": float(path.stem), "best": best}
+
+    monkeypatch.setattr(overload, "run", fake_run)
+    monkeypatch.setattr(overload, "row", fake_row)
+    monkeypatch.setattr(overload, "kept_up", lambda result: result.served != 1500.0)  # one rerun did not
+    ns = SimpleNamespace(ycsbt_best=None, best_repeat=2, repeat=1)
+    rows = overload.sweep("ycsbt", [1000, 2000, 3000], [1, 2], ns)  # type: ignore[arg-type]
+    # 1000, 2000 (1 900 served), 3000 (1 800: no more, the knee), 2000 twice more, then the multiples
+    # of median(1 900, 1 600) = 1 750.
+    assert offered == [1000, 2000, 3000, 2000, 2000, 1750, 3500]
+    assert [r["kind"] for r in rows] == ["ladder"] * 3 + ["best again"] * 2 + ["1x", "2x"]
+    assert rows[-1]["best"] == 1750.0
+    offered.clear()
+    ns = SimpleNamespace(ycsbt_best=1200.0, best_repeat=2, repeat=1)  # measured before: no ladder, no reruns
+    overload.sweep("ycsbt", [1000], [1], ns)  # type: ignore[arg-type]
+    assert offered == [1200]
+
+
 def test_the_overload_ladder_judges_a_step_by_what_it_served_not_by_its_refusals() -> None:
     assert climbs_on(served=4968, kept=True, best=3989), "refusals, but more served: on"
     assert not climbs_on(served=7700, kept=True, best=7794), "no more served: the knee"

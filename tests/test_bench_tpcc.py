@@ -68,7 +68,9 @@ def test_full_scale_cardinalities() -> None:
     assert rows == {
         "item": 100_000,
         "warehouse": 10,
+        "warehouse_ytd": 10,
         "district": 100,
+        "district_ytd": 100,
         "stock": 1_000_000,
         "customer": 300_000,
         "customer_name": 100_000,
@@ -100,8 +102,8 @@ def new_order_by_hand(state: StateMap, w: int, d: int, c: int, amounts: list[int
 
 def payment_by_hand(state: StateMap, w: int, d: int, c: tuple[int, int, int], amount: int) -> None:
     """What a committed Payment writes: W_YTD, D_YTD, the customer, a history row."""
-    state[("warehouse", str(w))]["ytd"] += amount
-    state[("district", f"{w}:{d}")]["ytd"] += amount
+    state[("warehouse_ytd", str(w))]["ytd"] += amount
+    state[("district_ytd", f"{w}:{d}")]["ytd"] += amount
     key = "{}:{}:{}".format(*c)
     customer = state[("customer", key)]
     customer["balance"] -= amount
@@ -138,8 +140,8 @@ def test_hand_applied_transactions_stay_consistent(run_state: StateMap) -> None:
 
 
 def test_warehouse_ytd_not_updated(run_state: StateMap) -> None:
-    run_state[("warehouse", "1")]["ytd"] -= 1234  # a Payment that forgot W_YTD
-    d_ytd = sum(run_state[("district", f"1:{d}")]["ytd"] for d in range(1, DISTRICTS + 1))
+    run_state[("warehouse_ytd", "1")]["ytd"] -= 1234  # a Payment that forgot W_YTD
+    d_ytd = sum(run_state[("district_ytd", f"1:{d}")]["ytd"] for d in range(1, DISTRICTS + 1))
     w_ytd = d_ytd - 1234
     assert tpcc(2).check_state(run_state) == [
         f"condition 1: warehouse 1: W_YTD = {w_ytd} but its districts' D_YTD sum to {d_ytd} "
@@ -150,7 +152,7 @@ def test_warehouse_ytd_not_updated(run_state: StateMap) -> None:
 
 
 def test_district_ytd_not_updated(run_state: StateMap) -> None:
-    run_state[("district", "2:10")]["ytd"] -= 99  # a Payment that forgot D_YTD
+    run_state[("district_ytd", "2:10")]["ytd"] -= 99  # a Payment that forgot D_YTD
     errors = tpcc(2).check_state(run_state)
     assert len(errors) == 2
     assert errors[0].startswith("condition 1: warehouse 2: W_YTD = ")
@@ -250,13 +252,19 @@ def test_delivered_amounts_count_in_the_balance() -> None:
 def test_missing_rows_are_named() -> None:
     state = population(2)
     del state[("warehouse", "2")]
+    del state[("warehouse_ytd", "2")]
     del state[("district", "1:7")]
+    del state[("district_ytd", "1:8")]
     del state[("customer", "1:3:2")]
     errors = tpcc(2).check_state(state)
     assert "missing: warehouse 2 is missing" in errors
+    assert "missing: warehouse_ytd 2 (W_YTD) is missing" in errors
     assert "missing: district 1:7 is missing" in errors
+    assert "missing: district_ytd 1:8 is missing" in errors
     assert "missing: customer 1:3:2 is missing" in errors
-    # Without district 1:7 warehouse 1's districts sum to less; without the customer its history is stray.
+    # Without district_ytd 1:8 warehouse 1's districts sum to less; without the customer its history
+    # is stray.
+    assert any(e.startswith("condition 1: warehouse 1:") for e in errors)
     assert any(e.startswith("condition 1: warehouse 1:") for e in errors)
 
 
@@ -295,7 +303,7 @@ def test_mix_shares_and_shapes() -> None:
     assert len(new_orders) + len(payments) == len(ops)
     assert 0.48 < len(new_orders) / len(ops) < 0.52
     for op in ops:
-        assert op.operator == "district"
+        assert op.operator == ("district" if op.label == "new_order" else "district_ytd")
         wh, d = map(int, str(op.key).split(":"))
         assert 1 <= wh <= 4 and 1 <= d <= DISTRICTS
     invalid = lines = remote_lines = 0

@@ -17,7 +17,7 @@ async def insert_nothing(ctx: Context, value: Any) -> None:
 
 
 async def pay_without_ytd(ctx: Context, amount: int) -> str:
-    """Returns W_NAME like the real ``warehouse.pay`` but leaves W_YTD as it was."""
+    """Returns W_NAME like the real ``warehouse_ytd.pay`` but leaves W_YTD as it was."""
     row = await ctx.get()
     if row is None:
         raise Abort(f"no warehouse {ctx.key}")
@@ -25,5 +25,5 @@ async def pay_without_ytd(ctx: Context, amount: int) -> str:
 
 
 app = build_app(
-    "tpcc-broken", {("new_order", "insert"): insert_nothing, ("warehouse", "pay"): pay_without_ytd}
+    "tpcc-broken", {("new_order", "insert"): insert_nothing, ("warehouse_ytd", "pay"): pay_without_ytd}
 )

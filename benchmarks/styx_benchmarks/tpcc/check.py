@@ -14,7 +14,8 @@ The spec's numbering; those that NewOrder and Payment can affect:
     C_YTD_PAYMENT = Σ H_AMOUNT and C_PAYMENT_CNT = the number of the customer's history rows.
 
 The check is a plain function of ``{(operator, key): value}``: it ignores the entities of other tables
-(a full snapshot holds them) and reads each row's identity from its key.
+(a full snapshot holds them) and reads each row's identity from its key. W_YTD and D_YTD are in the
+rows' Payment parts (``warehouse_ytd``, ``district_ytd``), D_NEXT_O_ID in the district's NewOrder part.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from styx_benchmarks.tpcc.population import Sizes
 from styx_benchmarks.tpcc.schema import (
     CUSTOMER,
     DISTRICT,
+    DISTRICT_YTD,
     DISTRICTS,
     HISTORY,
     NEW_ORDER,
     ORDER,
     WAREHOUSE,
+    WAREHOUSE_YTD,
     Row,
     key_ints,
 )
@@ -68,12 +71,23 @@ class _Tables:
 
     def __init__(self, state: State, report: _Report) -> None:
         self.warehouses: dict[int, Row] = {}
+        self.warehouse_ytd: dict[int, Row] = {}
         self.districts: dict[tuple[int, int], Row] = {}
+        self.district_ytd: dict[tuple[int, int], Row] = {}
         self.customers: dict[tuple[int, int, int], Row] = {}
         self.orders: defaultdict[tuple[int, int], dict[int, Row]] = defaultdict(dict)
         self.new_orders: defaultdict[tuple[int, int], set[int]] = defaultdict(set)
         self.history: list[Row] = []
-        arity = {WAREHOUSE: 1, DISTRICT: 2, CUSTOMER: 3, ORDER: 3, NEW_ORDER: 3, HISTORY: 4}
+        arity = {
+            WAREHOUSE: 1,
+            WAREHOUSE_YTD: 1,
+            DISTRICT: 2,
+            DISTRICT_YTD: 2,
+            CUSTOMER: 3,
+            ORDER: 3,
+            NEW_ORDER: 3,
+            HISTORY: 4,
+        }
         for (op, key), value in state.items():
             n = arity.get(op)
             if n is None or value is None:
@@ -87,8 +101,12 @@ class _Tables:
                 continue
             if op == WAREHOUSE:
                 self.warehouses[ids[0]] = value
+            elif op == WAREHOUSE_YTD:
+                self.warehouse_ytd[ids[0]] = value
             elif op == DISTRICT:
                 self.districts[(ids[0], ids[1])] = value
+            elif op == DISTRICT_YTD:
+                self.district_ytd[(ids[0], ids[1])] = value
             elif op == CUSTOMER:
                 self.customers[(ids[0], ids[1], ids[2])] = value
             elif op == ORDER:
@@ -129,11 +147,13 @@ def check_state(sizes: Sizes, state: State) -> list[str]:
 
 
 def _check_warehouse(report: _Report, t: _Tables, w: int, paid: int) -> None:
-    warehouse = t.warehouses.get(w)
-    if warehouse is None:
+    if w not in t.warehouses:
         report.add("missing", f"warehouse {w} is missing")
+    warehouse = t.warehouse_ytd.get(w)
+    if warehouse is None:
+        report.add("missing", f"warehouse_ytd {w} (W_YTD) is missing")
         return
-    d_ytd = sum(t.districts[(w, d)]["ytd"] for d in range(1, DISTRICTS + 1) if (w, d) in t.districts)
+    d_ytd = sum(t.district_ytd[(w, d)]["ytd"] for d in range(1, DISTRICTS + 1) if (w, d) in t.district_ytd)
     if warehouse["ytd"] != d_ytd:
         report.add(
             "condition 1",
@@ -149,9 +169,10 @@ def _check_warehouse(report: _Report, t: _Tables, w: int, paid: int) -> None:
 
 
 def _check_district(report: _Report, t: _Tables, w: int, d: int, paid: int) -> None:
-    district = t.districts.get((w, d))
-    if district is None:
-        report.add("missing", f"district {w}:{d} is missing")
+    district, payment_part = t.districts.get((w, d)), t.district_ytd.get((w, d))
+    if district is None or payment_part is None:
+        part = "district" if district is None else "district_ytd"
+        report.add("missing", f"{part} {w}:{d} is missing")
         return
     name = f"district {w}:{d}"
     orders = t.orders.get((w, d), {})
@@ -194,12 +215,12 @@ def _check_district(report: _Report, t: _Tables, w: int, d: int, paid: int) -> N
             "condition 5",
             f"{name}: {len(stray)} new-order rows have no order or a delivered one (NO_O_ID {_ids(stray)})",
         )
-    if district["ytd"] != paid:
+    if payment_part["ytd"] != paid:
         report.add(
             "condition 9",
-            f"{name}: D_YTD = {district['ytd']} but the sum of H_AMOUNT of the payments made there = "
+            f"{name}: D_YTD = {payment_part['ytd']} but the sum of H_AMOUNT of the payments made there = "
             f"{paid} "
-            f"(cents, difference {district['ytd'] - paid:+d})",
+            f"(cents, difference {payment_part['ytd'] - paid:+d})",
         )
 
 

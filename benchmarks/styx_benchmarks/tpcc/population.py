@@ -25,6 +25,7 @@ from styx_benchmarks.tpcc.schema import (
     CUSTOMER,
     CUSTOMER_NAME,
     DISTRICT,
+    DISTRICT_YTD,
     DISTRICTS,
     HISTORY,
     ITEM,
@@ -32,6 +33,7 @@ from styx_benchmarks.tpcc.schema import (
     ORDER,
     STOCK,
     WAREHOUSE,
+    WAREHOUSE_YTD,
 )
 
 CUSTOMERS = 3000  # per district
@@ -109,7 +111,9 @@ class Sizes:
         return {
             ITEM: self.items,
             WAREHOUSE: w,
+            WAREHOUSE_YTD: w,
             DISTRICT: dc,
+            DISTRICT_YTD: dc,
             STOCK: w * self.items,
             CUSTOMER: dc * self.customers,
             CUSTOMER_NAME: dc * self.names,
@@ -140,14 +144,24 @@ def generate(sizes: Sizes, seed: int) -> Iterator[tuple[str, str, Any]]:
 def _warehouse_rows(sizes: Sizes, w: int, g: _Gen) -> Iterator[tuple[str, str, Any]]:
     d_ytd = sizes.customers * INITIAL_PAYMENT
     warehouse = {"name": g.a(6, 10), "address": g.address(), "tax": g.num(0, 2000)}
-    yield WAREHOUSE, str(w), {**warehouse, "ytd": DISTRICTS * d_ytd}
+    yield WAREHOUSE, str(w), {"tax": warehouse["tax"]}
+    yield (
+        WAREHOUSE_YTD,
+        str(w),
+        {"name": warehouse["name"], "address": warehouse["address"], "ytd": DISTRICTS * d_ytd},
+    )
     for i in range(1, sizes.items + 1):
         stock = {"quantity": g.num(10, 100), "ytd": 0, "order_cnt": 0, "remote_cnt": 0}
         dist = g.pieces(DISTRICTS, 24)
         yield STOCK, f"{w}:{i}", {**stock, "dist": dist, "data": g.data(26, 50)}
     for d in range(1, DISTRICTS + 1):
         district = {"name": g.a(6, 10), "address": g.address(), "tax": g.num(0, 2000)}
-        yield DISTRICT, f"{w}:{d}", {**district, "ytd": d_ytd, "next_o_id": sizes.orders + 1}
+        yield DISTRICT, f"{w}:{d}", {"tax": district["tax"], "next_o_id": sizes.orders + 1}
+        yield (
+            DISTRICT_YTD,
+            f"{w}:{d}",
+            {"name": district["name"], "address": district["address"], "ytd": d_ytd},
+        )
         yield from _customer_rows(sizes, w, d, g)
         yield from _order_rows(sizes, w, d, g)
 

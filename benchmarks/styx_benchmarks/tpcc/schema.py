@@ -3,8 +3,10 @@
 Data model (one entity per row of the tables NewOrder and Payment touch; keys are ``str``)::
 
     operator        key               value
-    warehouse       "w"               {name, address, tax, ytd}
-    district        "w:d"             {name, address, tax, ytd, next_o_id}
+    warehouse       "w"               {tax}: NewOrder's columns of the warehouse row
+    warehouse_ytd   "w"               {name, address, ytd}: Payment's columns of it
+    district        "w:d"             {tax, next_o_id}: NewOrder's columns of the district row
+    district_ytd    "w:d"             {name, address, ytd}: Payment's columns of it
     customer        "w:d:c"           {first, middle, last, address, phone, since, credit, credit_lim,
                                        discount, balance, ytd_payment, payment_cnt, delivery_cnt, data}
     customer_name   "w:d:LAST"        [c_id, …] sorted by (C_FIRST, c_id): the last-name index
@@ -14,6 +16,13 @@ Data model (one entity per row of the tables NewOrder and Payment touch; keys ar
     order           "w:d:o"           {c_id, entry_d, carrier_id, ol_cnt, all_local,
                                        lines: [[i_id, supply_w, quantity, amount, dist_info], …]}
     new_order       "w:d:o"           o_id (the row's presence is what counts)
+
+The warehouse and district rows are split by column (vertical partitioning, which the TPC-C spec
+allows, clause 1.6): the columns NewOrder reads and writes (W_TAX; D_TAX, D_NEXT_O_ID) apart from those
+Payment does (name and address, W_YTD, D_YTD). No column is in both, and neither transaction touches
+the other's part, so a Payment and a NewOrder of one district never conflict on its row: NewOrders
+collide with NewOrders of their district (D_NEXT_O_ID), Payments with Payments of their warehouse
+(W_YTD).
 
 Order lines live inside their order (they are only ever written with it), which keeps the entity count
 at one per order instead of ten. History rows are keyed by the customer's payment count, so the rows of
@@ -31,7 +40,9 @@ Row = dict[str, Any]
 
 # Operator names: functions call each other by name, so every graph build_app makes can share them.
 WAREHOUSE = "warehouse"
+WAREHOUSE_YTD = "warehouse_ytd"
 DISTRICT = "district"
+DISTRICT_YTD = "district_ytd"
 CUSTOMER = "customer"
 CUSTOMER_NAME = "customer_name"
 HISTORY = "history"
@@ -43,7 +54,9 @@ NEW_ORDER = "new_order"
 # Partitions per operator: the big, evenly accessed tables get 8; the small or read-mostly ones 4.
 PARTITIONS: dict[str, int] = {
     WAREHOUSE: 4,
+    WAREHOUSE_YTD: 4,
     DISTRICT: 8,
+    DISTRICT_YTD: 8,
     CUSTOMER: 8,
     CUSTOMER_NAME: 4,
     HISTORY: 8,

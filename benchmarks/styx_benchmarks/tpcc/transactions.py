@@ -1,6 +1,8 @@
 """TPC-C NewOrder and Payment as styx-py functions, and the graph (:func:`build_app`, :data:`app`).
 
-Both transactions are rooted at the district entity ``w:d`` (:func:`new_order` and :func:`payment`):
+NewOrder is rooted at the district entity ``w:d`` (:func:`new_order`), Payment at the district's
+Payment columns, ``district_ytd`` ``w:d`` (:func:`payment`; the rows are split by column,
+:mod:`~styx_benchmarks.tpcc.schema`):
 
 * **NewOrder** takes ``D_NEXT_O_ID`` and increments it, then fans out in parallel (``asyncio.gather`` of
   ``ctx.call``) to the warehouse (W_TAX), the customer (discount, credit) and one ``stock.order_line``
@@ -8,15 +10,16 @@ Both transactions are rooted at the district entity ``w:d`` (:func:`new_order` a
   there, two calls deep, and rolls back the whole transaction — and updates the stock row. The root
   then inserts the order (with its lines) and the new-order row with ``call_async``. 1 % of NewOrders
   carry an unused item id; a line is supplied by a remote warehouse with probability 1 % (W > 1).
-* **Payment** adds the amount to D_YTD, then (in parallel) to W_YTD through ``warehouse.pay`` and, for
+* **Payment** adds the amount to D_YTD, then (in parallel) to W_YTD through ``warehouse_ytd.pay`` and, for
   60 % of payments, resolves the customer by last name through the ``customer_name`` index (the
   middle customer by C_FIRST, position ⌈n/2⌉, as the spec says); ``customer.pay`` updates balance,
   YTD payment, payment count (and C_DATA for bad credit) and inserts the history row. 15 % of payments
   are for a customer of a remote warehouse (W > 1).
 
-Contention is TPC-C's own: every Payment writes its warehouse row, which every NewOrder of that
-warehouse reads (W_TAX), and both write the district row. With W=1 most transactions of an epoch
-conflict and commit in the fallback phase; more warehouses spread them out.
+Contention is TPC-C's own: every NewOrder of a district writes its D_NEXT_O_ID, every Payment of a
+warehouse its W_YTD (and its district's D_YTD). With W=1 most transactions of an epoch conflict and
+commit in the fallback phase; more warehouses spread them out. A Payment and a NewOrder do not
+conflict on the warehouse or district row: each touches only its own columns.
 
 Every operator also has the loader's and the reader's functions (:data:`COMMON`): ``put``, ``get``,
 ``bulk_put`` and ``get_many``. The rows are described in :mod:`~styx_benchmarks.tpcc.schema`.
@@ -32,6 +35,7 @@ from styx_benchmarks.tpcc.schema import (
     CUSTOMER,
     CUSTOMER_NAME,
     DISTRICT,
+    DISTRICT_YTD,
     HISTORY,
     ITEM,
     NEW_ORDER,
@@ -39,6 +43,7 @@ from styx_benchmarks.tpcc.schema import (
     PARTITIONS,
     STOCK,
     WAREHOUSE,
+    WAREHOUSE_YTD,
     Row,
     key_ints,
 )
@@ -160,8 +165,8 @@ async def insert(ctx: Context, value: Any) -> None:
 
 
 async def payment(ctx: Context, c_w: int, c_d: int, c_id: int | None, c_last: str | None, amount: int) -> Row:
-    """TPC-C Payment of ``amount`` cents at district ``w:d`` by customer ``c_w:c_d:c_id`` (or, with
-    ``c_id=None``, the customer found by last name ``c_last``)."""
+    """TPC-C Payment of ``amount`` cents at district ``w:d`` (its Payment columns, ``district_ytd``) by
+    customer ``c_w:c_d:c_id`` (or, with ``c_id=None``, the customer found by last name ``c_last``)."""
     w, d = key_ints(ctx.key)
     district = await ctx.get()
     if district is None:
@@ -170,11 +175,11 @@ async def payment(ctx: Context, c_w: int, c_d: int, c_id: int | None, c_last: st
     await ctx.put(district)
     if c_id is None:
         w_name, c_id = await asyncio.gather(
-            ctx.call(WAREHOUSE, "pay", str(w), amount),
+            ctx.call(WAREHOUSE_YTD, "pay", str(w), amount),
             ctx.call(CUSTOMER_NAME, "middle", f"{c_w}:{c_d}:{c_last}"),
         )
     else:
-        w_name = await ctx.call(WAREHOUSE, "pay", str(w), amount)
+        w_name = await ctx.call(WAREHOUSE_YTD, "pay", str(w), amount)
     h_data = f"{w_name}    {district['name']}"
     balance = await ctx.call(CUSTOMER, "pay", f"{c_w}:{c_d}:{c_id}", w, d, amount, h_data)
     return {"c_id": c_id, "balance": balance}
@@ -226,8 +231,10 @@ async def customer_pay(ctx: Context, w: int, d: int, amount: int, h_data: str) -
 
 # Per operator: function name -> (function, read-only); every operator also has the COMMON ones.
 FUNCTIONS: dict[str, FunctionTable] = {
-    WAREHOUSE: {"tax": (warehouse_tax, True), "pay": (warehouse_pay, False)},
-    DISTRICT: {"new_order": (new_order, False), "payment": (payment, False)},
+    WAREHOUSE: {"tax": (warehouse_tax, True)},
+    WAREHOUSE_YTD: {"pay": (warehouse_pay, False)},
+    DISTRICT: {"new_order": (new_order, False)},
+    DISTRICT_YTD: {"payment": (payment, False)},
     CUSTOMER: {"for_order": (customer_for_order, True), "pay": (customer_pay, False)},
     CUSTOMER_NAME: {"middle": (customer_name_middle, True)},
     HISTORY: {"insert": (insert, False)},

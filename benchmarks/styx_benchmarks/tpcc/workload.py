@@ -30,7 +30,17 @@ from styx_benchmarks.tpcc.population import (
     last_name,
     nurand,
 )
-from styx_benchmarks.tpcc.schema import CUSTOMER, DISTRICT, DISTRICTS, HISTORY, NEW_ORDER, ORDER, WAREHOUSE
+from styx_benchmarks.tpcc.schema import (
+    CUSTOMER,
+    DISTRICT,
+    DISTRICT_YTD,
+    DISTRICTS,
+    HISTORY,
+    NEW_ORDER,
+    ORDER,
+    WAREHOUSE,
+    WAREHOUSE_YTD,
+)
 from styx_benchmarks.workload import Op, Options, Progress, State, Workload, submit_checks
 from styx_py.core.partitioning import Key
 
@@ -113,9 +123,9 @@ class Tpcc(Workload):
         amount = rng.randint(100, 500_000)
         if rng.random() < 0.6:
             last = last_name(nurand(rng, 255, 0, sizes.names - 1, C_LAST_RUN))
-            return Op("payment", DISTRICT, f"{w}:{d}", "payment", (c_w, c_d, None, last, amount))
+            return Op("payment", DISTRICT_YTD, f"{w}:{d}", "payment", (c_w, c_d, None, last, amount))
         c_id = nurand(rng, 1023, 1, sizes.customers, C_ID_RUN)
-        return Op("payment", DISTRICT, f"{w}:{d}", "payment", (c_w, c_d, c_id, None, amount))
+        return Op("payment", DISTRICT_YTD, f"{w}:{d}", "payment", (c_w, c_d, c_id, None, amount))
 
     def _new_order(self, rng: random.Random, w: int, d: int) -> Op:
         sizes = self.sizes
@@ -142,13 +152,14 @@ class Tpcc(Workload):
     # ---- check --------------------------------------------------------------------------------------
 
     async def read_state(self, client: StyxClient) -> State:
-        """Warehouses, districts and customers; then every order and new-order row up to D_NEXT_O_ID
-        (one past it, to see rows beyond) and every customer's history rows 1 … C_PAYMENT_CNT."""
+        """Warehouses and districts (both parts of each) and customers; then every order and new-order
+        row up to D_NEXT_O_ID (one past it, to see rows beyond) and every customer's history rows
+        1 … C_PAYMENT_CNT."""
         sizes = self.sizes
         state: dict[tuple[str, Key], Any] = {}
         districts = [(w, d) for w in range(1, sizes.warehouses + 1) for d in range(1, DISTRICTS + 1)]
-        first = [(WAREHOUSE, str(w)) for w in range(1, sizes.warehouses + 1)]
-        first += [(DISTRICT, f"{w}:{d}") for w, d in districts]
+        first = [(op, str(w)) for w in range(1, sizes.warehouses + 1) for op in (WAREHOUSE, WAREHOUSE_YTD)]
+        first += [(op, f"{w}:{d}") for w, d in districts for op in (DISTRICT, DISTRICT_YTD)]
         first += [(CUSTOMER, f"{w}:{d}:{c}") for w, d in districts for c in range(1, sizes.customers + 1)]
         await _read(client, first, state)
         second: list[tuple[str, str]] = []
