@@ -520,3 +520,32 @@ async def test_sdk_reads_name_the_newest_reply_epoch_and_an_epoch_that_never_fin
         with pytest.raises(Unavailable, match=f"epoch {latest + 1000} has not finished"):
             await stateread.read_value(sim_reads(c.network), "account", names[0], min_epoch=latest + 1000)
         assert not c.coordinator.reads.parked
+
+
+async def test_reads_that_time_out_share_one_timer_task() -> None:
+    """Every open or parked read times out after LOOKUP_TIMEOUT_S, each refused by name, and all of
+    them through one sweeping task: not a sleeping task per read (a busy scanner opens hundreds a
+    second)."""
+    names = [f"acct{i}" for i in range(4)]
+    async with SimCluster(BANK, workers=2, seed=13) as c:
+        c.submit("account", "open_accounts", "loader", names, INITIAL)
+        await c.wait()
+        reads = c.coordinator.reads
+        far = c.coordinator.epochs.epoch - 1 + 1000
+        waiting = [  # each its own admin client: one of them asks one read at a time
+            asyncio.ensure_future(
+                stateread.read_value(sim_reads(c.network, f"reader-{i}"), "account", name, min_epoch=far)
+            )
+            for i, name in enumerate(names * 5)
+        ]
+        for _ in range(10_000):  # virtual time: until every read is parked
+            if len(reads.parked) == len(waiting):
+                break
+            await asyncio.sleep(0.001)
+        assert len(reads.parked) == len(waiting) == len(reads.deadlines)
+        timers = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__.startswith("StateReads.")]
+        assert [t.get_coro().__qualname__ for t in timers] == ["StateReads._sweep"]
+        outcomes = await asyncio.gather(*waiting, return_exceptions=True)
+        assert all(isinstance(o, Unavailable) and f"epoch {far} has not finished" in str(o) for o in outcomes)
+        assert not reads.parked and not reads.deadlines and not reads.sweeping
+

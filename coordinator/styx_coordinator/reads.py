@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,10 @@ class StateReads:
         self.next_id = 0
         # Reads waiting for the newest finished epoch to reach their min_epoch, by their id.
         self.parked: dict[int, tuple[str, ReadState]] = {}
+        # When each open or parked read times out, in the order they came (one timeout for all, so
+        # also in time order), swept by one task while any is due: not a sleeping task per read.
+        self.deadlines: deque[tuple[float, int]] = deque()
+        self.sweeping = False
 
     def _refuse(self, src: str, code: str, error: str, **extra: Any) -> None:
         self.cluster.transport.send(src, AdminReply(False, error, {"code": code, **extra}))
@@ -111,7 +116,7 @@ class StateReads:
         quota = share(rows, len(partitions))
         for node_id, owned in sorted(owners.items()):
             c.transport.send(node_id, ReadAt(read_id, c.gen, epoch, rng, quota, owned))
-        self.tasks.spawn(self._expire(read_id))
+        self._time_out(read_id)
 
     def _full(self, src: str) -> bool:
         """At most ``MAX_OPEN_LOOKUPS`` reads open or parked: refuse one more (True)."""
@@ -125,7 +130,26 @@ class StateReads:
             return
         read_id, self.next_id = self.next_id, self.next_id + 1
         self.parked[read_id] = (src, msg)
-        self.tasks.spawn(self._expire_parked(read_id))
+        self._time_out(read_id)
+
+    def _time_out(self, read_id: int) -> None:
+        """Refuse read ``read_id`` in :data:`LOOKUP_TIMEOUT_S` if it is still open or parked then."""
+        self.deadlines.append((self.clock.now() + LOOKUP_TIMEOUT_S, read_id))
+        if not self.sweeping:
+            self.sweeping = True
+            self.tasks.spawn(self._sweep())
+
+    async def _sweep(self) -> None:
+        try:
+            while self.deadlines:
+                due, read_id = self.deadlines[0]
+                if (wait := due - self.clock.now()) > 0:
+                    await self.clock.sleep(wait)
+                    continue
+                self.deadlines.popleft()
+                self._expire(read_id)
+        finally:
+            self.sweeping = False
 
     def finished(self, epoch: int) -> None:
         """Every worker finished ``epoch``: start the parked reads it satisfies."""
@@ -136,14 +160,6 @@ class StateReads:
             src, msg = self.parked.pop(read_id)
             self.start(src, msg)
 
-    async def _expire_parked(self, read_id: int) -> None:
-        await self.clock.sleep(LOOKUP_TIMEOUT_S)
-        parked = self.parked.pop(read_id, None)
-        if parked is not None:
-            src, msg = parked
-            latest = self.latest()
-            error = f"epoch {msg.min_epoch} has not finished within {LOOKUP_TIMEOUT_S:g} s (newest: {latest})"
-            self._refuse(src, "unavailable", error, latest=latest)
 
     def on_rows(self, msg: ReadRows) -> None:
         read = self.open.get(msg.read)
@@ -162,12 +178,19 @@ class StateReads:
             body = {"epoch": read.epoch, "keys": keys, "values": values, "next": after}
             self.cluster.transport.send(read.src, AdminReply(True, "", body))
 
-    async def _expire(self, read_id: int) -> None:
-        await self.clock.sleep(LOOKUP_TIMEOUT_S)
+    def _expire(self, read_id: int) -> None:
+        """Read ``read_id``'s time is up: refuse it if it is still open (a worker did not answer) or
+        parked (its min_epoch did not finish)."""
         read = self.open.pop(read_id, None)
         if read is not None:
             missing = ", ".join(sorted(read.waiting))
             self._refuse(read.src, "unavailable", f"no answer from {missing} within {LOOKUP_TIMEOUT_S:g} s")
+        parked = self.parked.pop(read_id, None)
+        if parked is not None:
+            src, msg = parked
+            latest = self.latest()
+            error = f"epoch {msg.min_epoch} has not finished within {LOOKUP_TIMEOUT_S:g} s (newest: {latest})"
+            self._refuse(src, "unavailable", error, latest=latest)
 
 
 def share(limit: int, partitions: int) -> int:
