@@ -548,4 +548,3 @@ async def test_reads_that_time_out_share_one_timer_task() -> None:
         outcomes = await asyncio.gather(*waiting, return_exceptions=True)
         assert all(isinstance(o, Unavailable) and f"epoch {far} has not finished" in str(o) for o in outcomes)
         assert not reads.parked and not reads.deadlines and not reads.sweeping
-

@@ -160,7 +160,6 @@ class StateReads:
             src, msg = self.parked.pop(read_id)
             self.start(src, msg)
 
-
     def on_rows(self, msg: ReadRows) -> None:
         read = self.open.get(msg.read)
         if read is None or msg.node_id not in read.waiting:
