@@ -243,8 +243,8 @@ class KafkaSink:
         )
         if not pushed:
             self.release()
-        elif self.hold_timer is None:
-            self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
+        else:
+            self._release_later()
 
     # Changelog
     def changes(self, partition: int, records: list[ChangeRecord]) -> None:
@@ -256,6 +256,11 @@ class KafkaSink:
         held = self.held_changes
         for r in records:
             held.append((partition, entity_key(r.operator, r.key), encode_change(r), stamp))
+        self._release_later()
+
+    def _release_later(self) -> None:
+        """Send what is held by :data:`~styx_py.core.limits.REPLY_WAIT_FOR_LOG_ENTRY_S` at the latest,
+        if no sequencer-log entry takes it first."""
         if self.hold_timer is None:
             self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
 
@@ -327,8 +332,7 @@ class KafkaSink:
         topic = segment_topic(self.config.ingress_topic, segment)
         value = self.encoder.encode(request)
         self.held_requests.append((topic, partition, key, value, resolve, stamp))
-        if self.hold_timer is None:
-            self.hold_timer = asyncio.get_running_loop().call_later(REPLY_WAIT_FOR_LOG_ENTRY_S, self.release)
+        self._release_later()
         return done
 
 

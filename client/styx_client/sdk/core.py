@@ -110,7 +110,8 @@ class ClientCore:
         return table.register(rid, record, partition, self.segment), True
 
     def admit_new(self, rid: str, record: bytes, partition: int) -> Pending:
-        """:meth:`admit` of a generated id, for the lean path: two look-ups and a length."""
+        """:meth:`admit` of a generated id, for the lean path, once ``table.check_room()`` passed
+        (before the id and the record were made): two look-ups."""
         table = self.table
         table.check_new(rid, record)
         return table.register(rid, record, partition, self.segment)

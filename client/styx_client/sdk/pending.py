@@ -135,13 +135,10 @@ class PendingTable:
             )
 
     def check_new(self, rid: str, fingerprint: bytes) -> None:
-        """:meth:`check_reuse` then :meth:`check_room`, in one call for the lean path: a new id costs
-        two look-ups and a length."""
-        entries = self.entries
-        if rid in entries or rid in self._recent:  # a generated id a caller chose before
+        """:meth:`check_reuse` for a generated id, the lean path's: a new id costs two look-ups. Its
+        room was asked before the id and the record were made (:meth:`check_room`)."""
+        if rid in self.entries or rid in self._recent:  # a generated id a caller chose before
             self.check_reuse(rid, fingerprint)
-        if len(entries) >= self.window.limit:
-            self.check_room()
 
     def register(self, rid: str, fingerprint: bytes, partition: int, segment: int) -> Pending:
         """Register ``rid`` (not in flight: the checks passed) before it is produced, as its reply may

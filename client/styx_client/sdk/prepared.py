@@ -78,9 +78,7 @@ class Prepared:
         else:  # the message of a bad key, as on the normal path
             partition = self._targets.partition(operator, key, function)
         core = shell.core
-        table = core.table
-        if len(table.entries) >= table.window.limit:
-            table.check_room()  # shed before an id and the record are made: the cheapest refusal
+        core.table.check_room()  # shed before an id and the record are made: the cheapest refusal
         rid = self._new_rid()
         record = lean_request(
             rid,
