@@ -802,6 +802,55 @@ def test_the_best_sustained_rate_is_the_median_of_the_best_step_run_again(
     assert offered == [1200]
 
 
+def test_runs_repeated_at_a_multiple_are_judged_by_their_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The best sustained rate is a median of runs, so is what a multiple served: one slow run of three
+    does not miss the target, two do; a run over the p99 limit or a loss misses it whatever the median."""
+    from types import SimpleNamespace
+
+    from styx_benchmarks import overload
+
+    def judged(served: list[float], p99: float = 500.0, lost: int = 0) -> dict[str, object]:
+        left = list(served)
+
+        def fake_run(workload: str, rate: float, ns: object) -> tuple[object, Path]:
+            return SimpleNamespace(served=left.pop(0)), Path(f"run{len(left)}.json")
+
+        def fake_row(
+            workload: str, kind: str, result: Any, path: Path, best: float | None
+        ) -> dict[str, object]:
+            assert best is not None
+            return {
+                "workload": workload,
+                "kind": kind,
+                "offered": 2 * best,
+                "served_per_s": result.served,
+                "refused": 10,
+                "lost": lost,
+                "p50_ms": 100.0,
+                "p99_ms": p99,
+                "refused_p99_ms": 300.0,
+                "file": path.name,
+                "holds": result.served >= 0.9 * best,
+            }
+
+        monkeypatch.setattr(overload, "run", fake_run)
+        monkeypatch.setattr(overload, "row", fake_row)
+        ns = SimpleNamespace(ycsbt_best=1000.0, best_repeat=2, repeat=len(served))
+        rows = overload.sweep("ycsbt", [], [2], ns)  # type: ignore[arg-type]
+        assert [r["kind"] for r in rows] == ["2x"] * len(served) + [f"2x median of {len(served)}"]
+        assert all("holds" not in r and "run_holds" in r for r in rows[:-1])
+        return rows[-1]
+
+    one_slow = judged([950.0, 700.0, 1010.0])
+    assert one_slow["holds"] and one_slow["served_per_s"] == 950.0
+    assert one_slow["served_share_of_best"] == 0.95
+    assert one_slow["runs"] == ["run2.json", "run1.json", "run0.json"]
+    assert not judged([950.0, 700.0, 880.0])["holds"]
+    assert not judged([950.0, 960.0, 1010.0], p99=1200.0)["holds"]
+    assert not judged([950.0, 960.0, 1010.0], lost=1)["holds"]
+    assert overload.table([one_slow]).count("holds") == 1
+
+
 def test_the_overload_ladder_judges_a_step_by_what_it_served_not_by_its_refusals() -> None:
     assert climbs_on(served=4968, kept=True, best=3989), "refusals, but more served: on"
     assert not climbs_on(served=7700, kept=True, best=7794), "no more served: the knee"

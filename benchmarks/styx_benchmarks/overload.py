@@ -1,6 +1,6 @@
 """Past the knee: served throughput, latency of what is admitted, and refusals (admission control).
 
-    python -m styx_benchmarks.overload                       # YCSB-T and TPC-C W=1, ~15 minutes
+    python -m styx_benchmarks.overload                       # YCSB-T and TPC-C W=1, ~25 minutes
     python -m styx_benchmarks.overload --workloads ycsbt --duration 10
     python -m styx_benchmarks.overload --workloads tpcc --tpcc-factors 2 --repeat 5   # 2x, 5 runs
 
@@ -15,8 +15,9 @@ up, and the step itself) is the best sustained rate: the highest of several nois
 what the machine sustains (on the shared 2 cores, one rate served 10 000 in one sweep and 13 444/s in
 the next). Then it offers
 multiples of it (YCSB-T 1, 1.5 and 2 times; TPC-C 1 and 2 times; ``--ycsbt-factors``,
-``--tpcc-factors``; ``--repeat`` runs at each, and ``--ycsbt-best`` / ``--tpcc-best`` skip a
-ladder for a rate measured before). Every run is ``styx bench`` on a fresh local
+``--tpcc-factors``; ``--repeat`` runs at each (3), judged by the median of what they served, as the
+best is; ``--ycsbt-best`` / ``--tpcc-best`` skip a ladder for a rate measured before). Every run is
+``styx bench`` on a fresh local
 cluster with the default admission settings (``STYX_ADMISSION_*``, docs/operations.md#overload).
 
 It writes each run's ``styx bench`` file and ``overload-<time>.json`` (every row, the ladder, the
@@ -24,7 +25,8 @@ machine's ``uptime`` before and after) to ``--out`` (benchmarks/results/overload
 ``--report`` (benchmarks/results/overload.md): offered, served (admitted and answered per second),
 refused, lost (no reply, or an error), p50/p99 of the admitted requests and of the refusals. A row
 holds the target when served ≥ 90 % of the best sustained rate, admitted p99 < 1 s, nothing is lost
-and refusals are answered within 1 s (p99).
+and refusals are answered within 1 s (p99); with several runs at a multiple, the verdict is the median
+row's: its median served against the best, and every run's p99, losses and refusals.
 """
 
 from __future__ import annotations
@@ -168,10 +170,48 @@ def sweep(
     best = round(statistics.median(served), 1)
     print(f"{workload}: best sustained rate here: {best:g}/s (median of {sorted(served)})", flush=True)
     for f in factors:
+        runs = []
         for _ in range(ns.repeat):
             result, path = run(workload, round(best * f), ns)
-            rows.append(row(workload, f"{f:g}x", result, path, best))
+            runs.append(row(workload, f"{f:g}x", result, path, best))
+        rows += runs
+        if len(runs) > 1:
+            rows.append(median_row(runs, best))
     return rows
+
+
+def median_row(runs: list[dict[str, Any]], best: float) -> dict[str, Any]:
+    """The verdict on several runs at one multiple: the median served against the best sustained rate
+    (itself a median), every run's admitted p99 and refusals within the limit and nothing lost. Its
+    p99s are the worst run's, ``lost`` the sum. The runs keep their own share of the best; their
+    single-run verdicts move to ``run_holds``."""
+    for r in runs:
+        if "holds" in r:
+            r["run_holds"] = r.pop("holds")
+    served = statistics.median(r["served_per_s"] for r in runs)
+    refusal_p99s = [r["refused_p99_ms"] for r in runs if r["refused_p99_ms"] is not None]
+    first = runs[0]
+    return {
+        "workload": first["workload"],
+        "kind": f"{first['kind']} median of {len(runs)}",
+        "offered": first["offered"],
+        "served_per_s": served,
+        "refused": round(statistics.median(r["refused"] for r in runs)),
+        "lost": sum(r["lost"] for r in runs),
+        "p50_ms": statistics.median(r["p50_ms"] for r in runs),
+        "p99_ms": max(r["p99_ms"] for r in runs),
+        "refused_p99_ms": max(refusal_p99s, default=None),
+        "best_sustained_per_s": best,
+        "served_share_of_best": round(served / best, 3) if best else None,
+        "holds": served >= SERVED_SHARE * best
+        and all(
+            r["p99_ms"] < P99_LIMIT_MS
+            and r["lost"] == 0
+            and (r["refused_p99_ms"] is None or r["refused_p99_ms"] < P99_LIMIT_MS)
+            for r in runs
+        ),
+        "runs": [r["file"] for r in runs],
+    }
 
 
 def _ms(v: float | None) -> str:
@@ -212,7 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             default=None,
             help=f"{w}'s best sustained rate /s, measured before: skip its ladder",
         )
-    p.add_argument("--repeat", type=int, default=1, help="runs at each factor (1)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs at each factor; with more than one the median served is judged (3)",
+    )
     p.add_argument(
         "--best-repeat",
         type=int,
