@@ -101,13 +101,17 @@ def row(workload: str, kind: str, result: RunResult, path: Path, best: float | N
     if best is not None:
         out["best_sustained_per_s"] = best
         out["served_share_of_best"] = round(result.served / best, 3) if best else None
-        out["holds"] = (
-            result.served >= SERVED_SHARE * best
-            and p["p99"] < P99_LIMIT_MS
-            and lost == 0
-            and (not refused or refused["p99"] < P99_LIMIT_MS)
-        )
+        out["holds"] = result.served >= SERVED_SHARE * best and within_limits(out)
     return out
+
+
+def within_limits(r: dict[str, Any]) -> bool:
+    """A run's row (:func:`row`) is within the limits past the knee: admitted p99 and refusal p99 under
+    :data:`P99_LIMIT_MS`, nothing lost."""
+    refusal_p99 = r["refused_p99_ms"]
+    return (
+        r["p99_ms"] < P99_LIMIT_MS and r["lost"] == 0 and (refusal_p99 is None or refusal_p99 < P99_LIMIT_MS)
+    )
 
 
 def kept_up(result: RunResult) -> bool:
@@ -203,13 +207,7 @@ def median_row(runs: list[dict[str, Any]], best: float) -> dict[str, Any]:
         "refused_p99_ms": max(refusal_p99s, default=None),
         "best_sustained_per_s": best,
         "served_share_of_best": round(served / best, 3) if best else None,
-        "holds": served >= SERVED_SHARE * best
-        and all(
-            r["p99_ms"] < P99_LIMIT_MS
-            and r["lost"] == 0
-            and (r["refused_p99_ms"] is None or r["refused_p99_ms"] < P99_LIMIT_MS)
-            for r in runs
-        ),
+        "holds": served >= SERVED_SHARE * best and all(within_limits(r) for r in runs),
         "runs": [r["file"] for r in runs],
     }
 
