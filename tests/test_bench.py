@@ -784,7 +784,7 @@ def test_the_best_sustained_rate_is_the_median_of_the_best_step_run_again(
     def fake_row(
         workload: str, kind: str, result: object, path: Path, best: float | None
     ) -> dict[str, object]:
-        return {"kind": kind, "offered": float(path.stem), "best": best}
+        return {"kind": kind, "offered": float(path.stem), "best": best, "served_per_s": 1.0}
 
     monkeypatch.setattr(overload, "run", fake_run)
     monkeypatch.setattr(overload, "row", fake_row)
@@ -800,6 +800,45 @@ def test_the_best_sustained_rate_is_the_median_of_the_best_step_run_again(
     ns = SimpleNamespace(ycsbt_best=1200.0, best_repeat=2, repeat=1)  # measured before: no ladder, no reruns
     overload.sweep("ycsbt", [1000], [1], ns)  # type: ignore[arg-type]
     assert offered == [1200]
+
+
+def test_the_best_sustained_rate_comes_from_steps_that_served_what_they_were_offered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the knee a step can serve more by refusing one kind of request (TPC-C's NewOrders behind
+    their districts): the ladder climbs on while served grows, but the best sustained rate is taken
+    from the steps that served at least SUSTAINED_SHARE of their offered rate; the most any step
+    served is the peak, and each multiple reports its share of both."""
+    from types import SimpleNamespace
+
+    from styx_benchmarks import overload
+
+    served = {150: [150.0], 300: [299.0], 450: [440.0, 430.0, 420.0], 600: [500.0], 800: [640.0]}
+    served |= {1000: [860.0], 1200: [850.0]}
+    offered: list[float] = []
+
+    def fake_run(workload: str, rate: float, ns: object) -> tuple[object, Path]:
+        offered.append(rate)
+        left = served.get(int(rate))
+        return SimpleNamespace(served=left.pop(0) if left else 645.0), Path(f"{rate:g}.json")
+
+    def fake_row(workload: str, kind: str, result: Any, path: Path, best: float | None) -> dict[str, object]:
+        return {"kind": kind, "offered": float(path.stem), "best": best, "served_per_s": result.served}
+
+    monkeypatch.setattr(overload, "run", fake_run)
+    monkeypatch.setattr(overload, "row", fake_row)
+    monkeypatch.setattr(overload, "kept_up", lambda result: True)
+    ns = SimpleNamespace(tpcc_best=None, best_repeat=2, repeat=1)
+    rows = overload.sweep("tpcc", [150, 300, 450, 600, 800], [1, 2], ns)  # type: ignore[arg-type]
+    # up to 1 000 (860 served, refusing 14 %), 1 200 serves less: the ladder ends. 450 is the highest
+    # step that served >= 95 % of its rate: it runs twice more (430, 420), best = median(440, 430, 420).
+    assert offered == [150, 300, 450, 600, 800, 1000, 1200, 450, 450, 430, 860]
+    assert [r["best"] for r in rows[-2:]] == [430.0, 430.0]
+    assert [r["peak_served_per_s"] for r in rows[-2:]] == [860.0, 860.0]
+    assert [r["served_share_of_peak"] for r in rows[-2:]] == [0.75, 0.75]
+    assert overload.sustained(served=950, offered=1000, kept=True)
+    assert not overload.sustained(served=949, offered=1000, kept=True), "refused more than 5 %"
+    assert not overload.sustained(served=1000, offered=1000, kept=False), "admitted p99 or a loss"
 
 
 def test_runs_repeated_at_a_multiple_are_judged_by_their_median(monkeypatch: pytest.MonkeyPatch) -> None:
