@@ -83,7 +83,6 @@ def run(workload: str, rate: float, ns: argparse.Namespace) -> tuple[RunResult, 
 def row(workload: str, kind: str, result: RunResult, path: Path, best: float | None) -> dict[str, Any]:
     p = result.percentiles_ms()
     refused = result.percentiles_ms(result.refused_hist) if result.refused_hist.get_total_count() else {}
-    lost = result.unanswered + result.statuses["error"]
     out: dict[str, Any] = {
         "workload": workload,
         "kind": kind,
@@ -94,13 +93,13 @@ def row(workload: str, kind: str, result: RunResult, path: Path, best: float | N
         "committed": result.statuses["committed"],
         "aborted": result.statuses["aborted"],
         "refused": result.statuses["refused"],
-        "lost": lost,
+        "lost": result.lost,
         "p50_ms": p["p50"],
         "p99_ms": p["p99"],
         "refused_p50_ms": refused.get("p50"),
         "refused_p99_ms": refused.get("p99"),
-        "sustained": result.sustainable(P99_LIMIT_MS),
-        "admitted_kept_up": kept_up(result),
+        "sustained": result.sustainable(P99_LIMIT_MS, SUSTAINED_SHARE),
+        "admitted_kept_up": result.kept_up(P99_LIMIT_MS),
         "check": result.check,
         "file": path.name,
     }
@@ -120,26 +119,9 @@ def within_limits(r: dict[str, Any]) -> bool:
     )
 
 
-def kept_up(result: RunResult) -> bool:
-    """The admitted work of a run kept up: nothing lost, p99 of the admitted requests under the limit
-    (refusals allowed: that is admission control at work)."""
-    lost = result.unanswered + result.statuses["error"]
-    return (
-        lost == 0
-        and result.answered > result.statuses["refused"]
-        and result.percentiles_ms()["p99"] < P99_LIMIT_MS
-    )
-
-
-def sustained(served: float, offered: float, kept: bool) -> bool:
-    """A ladder step offered ``offered``/s sustained it: its admitted work kept up (``kept``,
-    :func:`kept_up`) and it served at least :data:`SUSTAINED_SHARE` of what it was offered."""
-    return kept and served >= SUSTAINED_SHARE * offered
-
-
 def climbs_on(served: float, kept: bool, best: float) -> bool:
     """Whether the ladder goes on after a step that served ``served``/s (``kept``: its admitted work
-    kept up, :func:`kept_up`), ``best`` the highest rate served by the steps before it that kept up:
+    kept up, :meth:`RunResult.kept_up`), ``best`` the highest rate served by the steps before it that kept up:
     while the admitted work keeps up and the served throughput still grows."""
     return kept and served > best
 
@@ -166,10 +148,10 @@ def sweep(
     for rate in climb(ladder) if ladder else ():
         result, path = run(workload, rate, ns)
         rows.append(row(workload, "ladder", result, path, None))
-        kept, before = kept_up(result), peak
+        kept, before = result.kept_up(P99_LIMIT_MS), peak
         if kept:
             peak = max(peak, result.served)
-        if sustained(result.served, rate, kept):
+        if result.sustainable(P99_LIMIT_MS, SUSTAINED_SHARE):
             steps.append((result.served, rate))
         if not climbs_on(result.served, kept, before):
             break
@@ -184,7 +166,7 @@ def sweep(
         for _ in range(ns.best_repeat):
             result, path = run(workload, offered, ns)
             rows.append(row(workload, "best again", result, path, None))
-            if kept_up(result):
+            if result.kept_up(P99_LIMIT_MS):
                 served.append(result.served)
                 peak = max(peak, result.served)
     best = round(statistics.median(served), 1)
@@ -200,8 +182,8 @@ def sweep(
             runs.append(row(workload, f"{f:g}x", result, path, best))
         if len(runs) > 1:
             runs.append(median_row(runs, best))
-        for r in runs:
-            if peak:
+        if peak:
+            for r in runs:
                 r["peak_served_per_s"] = round(peak, 1)
                 r["served_share_of_peak"] = round(r["served_per_s"] / peak, 3)
         rows += runs
