@@ -115,6 +115,28 @@ async def test_rescheduled_transactions_of_one_entity_run_one_per_epoch() -> Non
     assert 0 < rescheduled <= 2 * n, f"{rescheduled} reschedules for {2 * n} transactions"
 
 
+@pytest.mark.parametrize("seed", range(5))
+async def test_a_fallback_reader_that_writes_after_all_is_rescheduled(seed: int) -> None:
+    """Fallback transactions that only read a key in their optimistic run hold it beside each other.
+    One that writes it after all (``skim`` finds money to take once a lower tid's deposit is in) would
+    race the other readers, which may read the key before that write although they come after it in
+    tid order: it is rescheduled instead, and every reply equals the serial execution."""
+    groups = [f"g{i}" for i in range(12)]
+    async with SimCluster(APP, workers=3, seed=seed, epoch_size_max=200) as c:
+        for g in groups:
+            c.submit("acct", "deposit", g, 10)
+        await c.wait()
+        for g in groups:
+            c.submit("acct", "deposit", g, 200)  # the readers below conflict with it if it is lower
+            c.submit("acct", "skim", g, 50)  # reads 10, or writes if the deposit is in
+            c.submit("acct", "sum_read", f"{g}-a", [g])
+            c.submit("acct", "sum_read", f"{g}-b", [g])
+        await c.wait()
+        await check_against_serial(c)
+        rescheduled = sum(w.totals.rescheduled for w in c.workers)
+    assert rescheduled >= 1
+
+
 async def test_deletes_across_epochs_snapshots_and_a_recovery_equal_the_serial_execution() -> None:
     """Deletes end to end: a read after a delete in the same transaction and in the next epochs, an
     insert after a delete (in the same transaction, and in a later epoch), a delete of a key never

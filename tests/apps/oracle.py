@@ -82,6 +82,19 @@ async def move_if_rich(ctx: Context, to: str, threshold: int) -> str:
 
 
 @acct.function
+async def skim(ctx: Context, threshold: int) -> int:
+    """Takes off what this account holds beyond ``threshold`` plus what ``<key>-ref`` holds (read
+    first, through a call): a reader of its entity in one run, a writer in another, depending on the
+    state read."""
+    bal = int(await ctx.get(default=0))
+    threshold += await ctx.call(acct, "peek", f"{ctx.key}-ref")
+    if bal <= threshold:
+        return 0
+    await ctx.put(threshold)
+    return bal - threshold
+
+
+@acct.function
 async def close(ctx: Context, to: str) -> list[int]:
     """Deletes this account and moves its balance to ``to``. Read again in the same transaction, the
     account has no value (the default); closing one that has none deletes a missing key."""

@@ -36,7 +36,7 @@ def open_fallback(es: EpochState, fallback: list[int], serial: list[int]) -> Non
     fb = es.fb
     assert es.graph is not None
     partitions = {name: op.partitions for name, op in es.graph.operators.items()}
-    fb.locks = LockTable(fallback, es.opt.touched, guard_of(partitions))
+    fb.locks = LockTable(fallback, es.opt.touched, guard_of(partitions), es.opt.writes)
     fb.pending = set(fallback) | set(serial)
     fb.serial = sorted(serial)
     for tid in [*fallback, *serial]:

@@ -179,6 +179,12 @@ class InvocationFlow:
         for child in ev.children:
             self.dispatch(child)
         writes = (es.opt.writes if inv.phase == Phase.OPTIMISTIC else es.fb.writes).get(inv.tid, {})
+        if inv.phase == Phase.FALLBACK and ev.status == Status.OK:
+            key = (inv.operator, inv.key)
+            if key in writes and es.fb.locks.shares(inv.tid, key):
+                # It only read this entity in the optimistic run, so it holds it as a reader beside
+                # others: a write now changed its read/write set (rescheduled, the write dropped).
+                ev.status = Status.CHANGED
         self.traces.record(inv, ev.status, (inv.operator, inv.key) in writes)
         if inv.phase == Phase.OPTIMISTIC:
             es.opt.cache_invocation(inv, ev.calls, ev.own)
