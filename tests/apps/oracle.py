@@ -82,6 +82,16 @@ async def move_if_rich(ctx: Context, to: str, threshold: int) -> str:
 
 
 @acct.function
+async def bump(ctx: Context, cfg: str) -> int:
+    """Adds one plus what ``cfg`` holds (read through a call): writers of one account conflict, and
+    every one of them reads the same entity."""
+    rate = await ctx.call(acct, "peek", cfg)
+    value = int(await ctx.get(default=0)) + rate + 1
+    await ctx.put(value)
+    return value
+
+
+@acct.function
 async def skim(ctx: Context, threshold: int) -> int:
     """Takes off what this account holds beyond ``threshold`` plus what ``<key>-ref`` holds (read
     first, through a call): a reader of its entity in one run, a writer in another, depending on the
