@@ -3,8 +3,8 @@
 Data model (one entity per row of the tables NewOrder and Payment touch; keys are ``str``)::
 
     operator        key               value
-    warehouse       "w"               {tax}: NewOrder's columns of the warehouse row
-    warehouse_ytd   "w"               {name, address, ytd}: Payment's columns of it
+    warehouse       "w"               {tax, name, address}: the read-only columns of the warehouse row
+    warehouse_ytd   "w"               {ytd}: the column Payment writes
     district        "w:d"             {tax, next_o_id}: NewOrder's columns of the district row
     district_ytd    "w:d"             {name, address, ytd}: Payment's columns of it
     customer        "w:d:c"           {first, middle, last, address, phone, since, credit, credit_lim,
@@ -18,11 +18,13 @@ Data model (one entity per row of the tables NewOrder and Payment touch; keys ar
     new_order       "w:d:o"           o_id (the row's presence is what counts)
 
 The warehouse and district rows are split by column (vertical partitioning, which the TPC-C spec
-allows, clause 1.6): the columns NewOrder reads and writes (W_TAX; D_TAX, D_NEXT_O_ID) apart from those
-Payment does (name and address, W_YTD, D_YTD). No column is in both, and neither transaction touches
-the other's part, so a Payment and a NewOrder of one district never conflict on its row: NewOrders
+allows, clause 1.6): the columns NewOrder writes (D_NEXT_O_ID) and Payment writes (W_YTD; D_YTD) each
+apart, the warehouse's read-only columns (W_TAX, W_NAME and the address) in one part that both read
+and neither writes. So a Payment and a NewOrder of one district never conflict on its row: NewOrders
 collide with NewOrders of their district (D_NEXT_O_ID), Payments with Payments of their warehouse
-(W_YTD).
+(W_YTD). Payment adds to W_YTD with an asynchronous call it does not wait for (it reads W_NAME from the
+read-only part, which readers share in the fallback): there the Payments of a warehouse take W_YTD one
+after another, and the rest of each Payment runs while it waits for it.
 
 Order lines live inside their order (they are only ever written with it), which keeps the entity count
 at one per order instead of ten. History rows are keyed by the customer's payment count, so the rows of

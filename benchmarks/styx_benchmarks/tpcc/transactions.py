@@ -10,8 +10,9 @@ Payment columns, ``district_ytd`` ``w:d`` (:func:`payment`; the rows are split b
   there, two calls deep, and rolls back the whole transaction — and updates the stock row. The root
   then inserts the order (with its lines) and the new-order row with ``call_async``. 1 % of NewOrders
   carry an unused item id; a line is supplied by a remote warehouse with probability 1 % (W > 1).
-* **Payment** adds the amount to D_YTD, then (in parallel) to W_YTD through ``warehouse_ytd.pay`` and, for
-  60 % of payments, resolves the customer by last name through the ``customer_name`` index (the
+* **Payment** adds the amount to D_YTD and (``call_async``) to W_YTD through ``warehouse_ytd.pay``, reads
+  W_NAME (``warehouse.name``) and, in parallel with it for 60 % of payments, resolves the customer by
+  last name through the ``customer_name`` index (the
   middle customer by C_FIRST, position ⌈n/2⌉, as the spec says); ``customer.pay`` updates balance,
   YTD payment, payment count (and C_DATA for bad credit) and inserts the history row. 15 % of payments
   are for a customer of a remote warehouse (W > 1).
@@ -121,6 +122,13 @@ async def warehouse_tax(ctx: Context) -> int:
     return int(row["tax"])
 
 
+async def warehouse_name(ctx: Context) -> str:
+    row = await ctx.get()
+    if row is None:
+        raise Abort(f"no warehouse {ctx.key}")
+    return str(row["name"])
+
+
 async def customer_for_order(ctx: Context) -> list[Any]:
     """[C_DISCOUNT, C_LAST, C_CREDIT] (read-only)."""
     row = await ctx.get()
@@ -173,26 +181,26 @@ async def payment(ctx: Context, c_w: int, c_d: int, c_id: int | None, c_last: st
         raise Abort(f"no district {ctx.key}")
     district["ytd"] += amount
     await ctx.put(district)
+    ctx.call_async(WAREHOUSE_YTD, "pay", str(w), amount)
     if c_id is None:
         w_name, c_id = await asyncio.gather(
-            ctx.call(WAREHOUSE_YTD, "pay", str(w), amount),
+            ctx.call(WAREHOUSE, "name", str(w)),
             ctx.call(CUSTOMER_NAME, "middle", f"{c_w}:{c_d}:{c_last}"),
         )
     else:
-        w_name = await ctx.call(WAREHOUSE_YTD, "pay", str(w), amount)
+        w_name = await ctx.call(WAREHOUSE, "name", str(w))
     h_data = f"{w_name}    {district['name']}"
     balance = await ctx.call(CUSTOMER, "pay", f"{c_w}:{c_d}:{c_id}", w, d, amount, h_data)
     return {"c_id": c_id, "balance": balance}
 
 
-async def warehouse_pay(ctx: Context, amount: int) -> str:
-    """W_YTD += amount; returns W_NAME."""
+async def warehouse_pay(ctx: Context, amount: int) -> None:
+    """W_YTD += amount."""
     row = await ctx.get()
     if row is None:
         raise Abort(f"no warehouse {ctx.key}")
     row["ytd"] += amount
     await ctx.put(row)
-    return str(row["name"])
 
 
 async def customer_name_middle(ctx: Context) -> int:
@@ -231,7 +239,7 @@ async def customer_pay(ctx: Context, w: int, d: int, amount: int, h_data: str) -
 
 # Per operator: function name -> (function, read-only); every operator also has the COMMON ones.
 FUNCTIONS: dict[str, FunctionTable] = {
-    WAREHOUSE: {"tax": (warehouse_tax, True)},
+    WAREHOUSE: {"tax": (warehouse_tax, True), "name": (warehouse_name, True)},
     WAREHOUSE_YTD: {"pay": (warehouse_pay, False)},
     DISTRICT: {"new_order": (new_order, False)},
     DISTRICT_YTD: {"payment": (payment, False)},
