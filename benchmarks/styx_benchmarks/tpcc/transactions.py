@@ -115,18 +115,20 @@ async def new_order(ctx: Context, c_id: int, lines: list[list[int]]) -> Row:
     return {"o_id": o_id, "ol_cnt": len(lines), "total": total, "credit": credit}
 
 
-async def warehouse_tax(ctx: Context) -> int:
+async def _warehouse(ctx: Context) -> Row:
+    """The warehouse's read-only part; a missing warehouse aborts."""
     row = await ctx.get()
     if row is None:
         raise Abort(f"no warehouse {ctx.key}")
-    return int(row["tax"])
+    return row  # type: ignore[no-any-return]
+
+
+async def warehouse_tax(ctx: Context) -> int:
+    return int((await _warehouse(ctx))["tax"])
 
 
 async def warehouse_name(ctx: Context) -> str:
-    row = await ctx.get()
-    if row is None:
-        raise Abort(f"no warehouse {ctx.key}")
-    return str(row["name"])
+    return str((await _warehouse(ctx))["name"])
 
 
 async def customer_for_order(ctx: Context) -> list[Any]:
