@@ -945,3 +945,46 @@ def test_the_overload_ladder_judges_a_step_by_what_it_served_not_by_its_refusals
     assert climbs_on(served=4968, kept=True, best=3989), "refusals, but more served: on"
     assert not climbs_on(served=7700, kept=True, best=7794), "no more served: the knee"
     assert not climbs_on(served=9000, kept=False, best=7794), "admitted p99 past the limit, or a loss"
+
+
+def test_a_check_sends_a_refused_read_again_and_gives_up_past_its_patience() -> None:
+    """After an overloaded run the cluster may still refuse reads (its backlog; nothing ran): a check's
+    refused read is sent again under a new request id, waiting 0.25 s doubling up to 4 s; past its
+    patience the refused reply is returned (on virtual time)."""
+    from types import SimpleNamespace
+
+    from styx_benchmarks.workload import submit_checks
+
+    now = [0.0]
+    waits: list[float] = []
+
+    async def sleep(s: float) -> None:
+        waits.append(s)
+        now[0] += s
+
+    class Refusing:
+        def __init__(self, refusals: int) -> None:
+            self.refusals = refusals
+            self.ids: list[str] = []
+
+        async def submit(self, operator: str, key: str, function: str, *args: Any, request_id: str) -> Any:
+            self.ids.append(request_id)
+            status = "refused" if len(self.ids) <= self.refusals else "committed"
+            return SimpleNamespace(status=status, value=len(self.ids))
+
+    client = Refusing(7)
+    [reply] = asyncio.run(
+        submit_checks(client, [("acct", "a", "read", ())], 1, 60.0, lambda: now[0], sleep)  # type: ignore[arg-type]
+    )
+    assert (reply.status, reply.value) == ("committed", 8)
+    assert waits == [0.25, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert len(set(client.ids)) == 8, (
+        "each copy under a new request id (a refused id is answered refused again)"
+    )
+    waits.clear()
+    now[0] = 0.0
+    [reply] = asyncio.run(
+        submit_checks(Refusing(10**6), [("acct", "a", "read", ())], 1, 10.0, lambda: now[0], sleep)  # type: ignore[arg-type]
+    )
+    assert reply.status == "refused"
+    assert sum(waits) <= 10.0 and waits[-1] == 4.0, waits

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
@@ -106,18 +107,38 @@ class Workload(ABC):
         return {}
 
 
+CHECK_WAIT_S = (0.25, 4.0)  # a check's first and longest wait before it sends a refused read again
+CHECK_PATIENCE_S = 60.0  # and how long it keeps sending it
+
+
 async def submit_checks(
-    client: StyxClient, calls: Iterable[tuple[str, Key, str, tuple[Any, ...]]], concurrency: int
+    client: StyxClient,
+    calls: Iterable[tuple[str, Key, str, tuple[Any, ...]]],
+    concurrency: int,
+    patience_s: float = CHECK_PATIENCE_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> list[Reply]:
     """Submit a check's read-only calls ``(operator, key, function, args)``, at most ``concurrency`` in
     flight, with request ids ``check-<uuid hex>``; replies in call order. Every call runs to its end
-    before the first failure (in call order) is raised, as in ``StyxClient.submit_many``."""
+    before the first failure (in call order) is raised, as in ``StyxClient.submit_many``.
+
+    A cluster still working through an overloaded run's backlog refuses reads too (nothing ran): a
+    refused call is sent again under a new id after a wait, 0.25 s doubling up to 4 s, and its refused
+    reply is returned only once the next wait would end ``patience_s`` after its first send."""
     limit = asyncio.Semaphore(max(1, concurrency))
 
     async def one(operator: str, key: Key, function: str, args: tuple[Any, ...]) -> Reply:
-        async with limit:
-            rid = f"{CHECK_ID_PREFIX}{uuid.uuid4().hex}"
-            return await client.submit(operator, key, function, *args, request_id=rid)
+        deadline = clock() + patience_s
+        wait, longest = CHECK_WAIT_S
+        while True:
+            async with limit:
+                rid = f"{CHECK_ID_PREFIX}{uuid.uuid4().hex}"
+                reply = await client.submit(operator, key, function, *args, request_id=rid)
+            if reply.status != "refused" or clock() + wait > deadline:
+                return reply
+            await sleep(wait)
+            wait = min(longest, wait * 2)
 
     outcomes = await asyncio.gather(*(one(*call) for call in calls), return_exceptions=True)
     failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
