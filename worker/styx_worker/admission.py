@@ -55,8 +55,7 @@ of an epoch is formed from its ingress buffer (:class:`AdmissionGate`, in the sh
   their copies in waves, which a drain merely under the cap would refuse), or at the latest after
   :data:`CATCHUP_FACTOR` times the stall (how long the oldest buffered request had waited for a
   batch), at least :data:`CATCHUP_MIN_PACES` epochs' worth: an overload that coincides with a stall
-  is still refused after that. Requests behind a hot entity are refused during the catch-up too: a
-  stall does not make its queue run faster than one per epoch. The epochs taken before a
+  is still refused after that, and so are requests behind a hot entity. The epochs taken before a
   new generation are forgotten (a recovery ended them, and the new generation reuses their numbers).
 
 The decisions read the clock, so they are not deterministic; like the batch itself they are written
@@ -159,10 +158,8 @@ class Admission:
         it are refused: one of them runs per epoch, so a request that joins a queue ``n`` deep runs
         ``n + 1`` epochs later (after its own first one, as a request from the backlog waits for its
         epoch); it is admitted while those fit in ``queue_ms`` at the duration epochs took here lately.
-        Also while catching up after a stall: one of them runs per epoch whatever held the epochs
-        before, so a stall's backlog of calls behind one entity would wait as deep.
-        -1: none refused (off or unbounded)."""
-        if self.epoch_ms <= 0 or self.queue_ms <= 0:
+        -1: none refused (off, unbounded, or catching up after a stall)."""
+        if self.epoch_ms <= 0 or self.queue_ms <= 0 or self.catching_up:
             return -1
         return max(0, math.floor(self.queue_ms / self.measured_ms) - 1)
 
