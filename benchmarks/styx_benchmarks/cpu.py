@@ -66,13 +66,20 @@ def cpu_seconds(pid: int | None, descendants: bool = False) -> float:
     total = (int(fields[11]) + int(fields[12])) / _TICKS
     if descendants:
         total += (int(fields[13]) + int(fields[14])) / _TICKS
-        children = _children()
-        stack = list(children.get(pid, []))
-        while stack:
-            child = stack.pop()
-            total += cpu_seconds(child)
-            stack.extend(children.get(child, []))
+        total += sum(cpu_seconds(child) for child in descendants_of(pid))
     return total
+
+
+def descendants_of(pid: int) -> list[int]:
+    """The live processes below ``pid`` (its children, theirs, ...), from /proc."""
+    children = _children()
+    found: list[int] = []
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(children.get(child, []))
+    return found
 
 
 def wakeups(pid: int | None) -> int:

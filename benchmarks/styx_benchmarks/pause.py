@@ -27,31 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from styx_benchmarks.cpu import descendants_of
+
 WORKER = "styx_py.cli worker"
-
-
-def children(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc)."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        below = [c for c, pp in parent.items() if pp == p]
-        found += below
-        frontier += below
-    return found
 
 
 def workers_of(pid: int) -> list[int]:
     out = []
-    for c in children(pid):
+    for c in descendants_of(pid):
         try:
             cmdline = Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
