@@ -23,7 +23,7 @@ from styx_py.core.limits import EXTERNAL_ATTEMPTS
 from styx_py.core.wire import Phase, Reply, ReplyStatus, Request, decode_value, encode_value
 from styx_worker.conflicts import EntityKey
 from styx_worker.egress import KafkaSink
-from styx_worker.outbox import EffectRunner
+from styx_worker.outbox import EffectRunner, rewritten, settle_request
 from styx_worker.state import StateStore
 from tests.test_batching import FakeProducer
 
@@ -169,3 +169,38 @@ async def test_a_request_the_producer_fails_fails_its_submit_not_the_worker() ->
         assert not sink.failed.is_set() and sink.error is None
         drain.cancel()
     await sink.producer.stop()
+
+
+async def test_a_refused_completion_is_written_again_under_another_request_id_until_one_commits() -> None:
+    """The reply table answers a refused request id with its refusal for good, so a completion written
+    again under its own id would be refused however idle the cluster: each rewrite has an id of its own
+    (the first id and the count of refusals), and the completion is done once one of them commits."""
+    service = Service()
+    graph = Graph("g", [op], services={"pay": service})
+    store = StateStore()
+    store.apply({OWNER: encode_value({"c1": ["pay", "charge", ["u1", 5], None, "req1/0"]})})
+    sink = FlakySink(0)
+    nil = msgspec.Raw(encode_value(None))
+
+    def answer(status: str) -> None:
+        runner.replied(Reply(sink.written[-1].request_id, 0, 1, Phase.OPTIMISTIC, status, nil, None, None))
+
+    async with asyncio.TaskGroup() as tg:
+        runner = EffectRunner(
+            "w1", lambda: store, lambda: graph, sink, InstantClock(), tg.create_task, lambda: 1.0
+        )
+        loop = tg.create_task(runner.run())
+        await turns_until(lambda: len(sink.written) == 1)
+        for written in (2, 3):
+            answer(ReplyStatus.REFUSED)
+            await turns_until(lambda written=written: len(sink.written) == written)
+        store.apply({OWNER: None})
+        answer(ReplyStatus.COMMITTED)
+        await turns_until(lambda: not runner.owned[OUTBOX])
+        loop.cancel()
+    first = sink.written[0].request_id
+    assert [r.request_id for r in sink.written] == [first, f"{first}-again-1", f"{first}-again-2"]
+    assert len({bytes(r.args) for r in sink.written}) == 1, "the same outcome each time"
+    assert service.calls == ["c1"] and not runner.completing and not runner.refusals
+    settle = settle_request(sink.written[2], "Abort: no")
+    assert rewritten(settle, 1).request_id == f"{settle.request_id}-again-1"  # a settling one keeps its id

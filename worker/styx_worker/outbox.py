@@ -93,6 +93,19 @@ def settle_request(completion: Request, failure: str) -> Request:
     )
 
 
+def rewritten(completion: Request, refusals: int) -> Request:
+    """``completion`` to write again after its ``refusals``-th refusal, under a request id of its own:
+    the reply table answers a request id it refused with that refusal for good (as a client's resend
+    under the same id is), so the same id would be refused again however idle the cluster. Whichever
+    copy commits first clears the intent; a later one finds it cleared and does nothing."""
+    head, sep, count = completion.request_id.rpartition(AGAIN)
+    first = head if sep and count.isdigit() else completion.request_id
+    return msgspec.structs.replace(completion, request_id=f"{first}{AGAIN}{refusals}")
+
+
+AGAIN = "-again-"  # joins a refused completion's first request id and how often it was refused
+
+
 class EffectCounters(msgspec.Struct):
     calls_started: int = 0
     attempts: int = 0
@@ -278,12 +291,13 @@ class EffectRunner:
     # ---- the answers to completions -------------------------------------------------------------------
     def replied(self, reply: Reply) -> None:
         """A reply this worker sent: if it answers a completion it wrote, that completion is done, unless
-        refused (overload: written again, after a pause that doubles at each refusal of it, up to
-        :data:`EXTERNAL_BACKOFF_MAX_S`: a fixed short pause would rewrite every waiting completion many
-        times a second into the overloaded cluster) or failed: its continuation failed (raised,
-        aborted, an unknown target). Then the outcome is recorded all the same, by a completion that
-        clears the intent without the continuation (:func:`settle_request`), so
-        the intent is neither called again nor left pending; the continuation's error is its reply's."""
+        refused (overload: written again under another request id, :func:`rewritten`, after a pause
+        that doubles at each refusal of it, up to :data:`EXTERNAL_BACKOFF_MAX_S`: a fixed short pause
+        would rewrite every waiting completion many times a second into the overloaded cluster) or
+        failed: its continuation failed (raised, aborted, an unknown target). Then the outcome is
+        recorded all the same, by a completion that clears the intent without the continuation
+        (:func:`settle_request`), so the intent is neither called again nor left pending; the
+        continuation's error is its reply's."""
         request = self.completing.pop(reply.request_id, None)
         refusals = self.refusals.pop(reply.request_id, 0)
         if request is None or reply.status == ReplyStatus.COMMITTED:
@@ -293,10 +307,11 @@ class EffectRunner:
             return
         partition = partition_of(request.key, graph.operators[OUTBOX].partitions)
         if reply.status == ReplyStatus.REFUSED:
-            self.completing[request.request_id] = request
-            self.refusals[request.request_id] = refusals + 1
+            again = rewritten(request, refusals + 1)
+            self.completing[again.request_id] = again
+            self.refusals[again.request_id] = refusals + 1
             pause = min(EXTERNAL_BACKOFF_S * 2**refusals, EXTERNAL_BACKOFF_MAX_S)
-            self.spawn(self._complete(partition, request, pause))
+            self.spawn(self._complete(partition, again, pause))
             return
         if len(decode_value(request.args)) > 4:
             return  # a settling completion failed: nothing runs in it that could (left to a recovery)
