@@ -598,7 +598,9 @@ async def _read_log_latency(
         return  # nothing of the window was sent
     try:
         topic, prefix = client.egress_topic, client.request_id_prefix
-        values = await log_latencies_ms(client.bootstrap, topic, first_segment, prefix, first_id)
+        values = await log_latencies_ms(
+            client.bootstrap, topic, first_segment, prefix, first_id, expected=result.answered
+        )
     except (KafkaError, OSError, TimeoutError) as exc:
         say(f"  log to log: not measured (reading the egress log failed: {exc!r})", flush=True)
         return
