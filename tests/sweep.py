@@ -1,5 +1,6 @@
 """Seed sweeps of the simulation, beyond the seeds the test suite runs.
 
+    python -m tests.sweep oracle 0 1000     # the random mix without faults, serial retries 0/1/3/32
     python -m tests.sweep crashes 0 500     # worker and coordinator crashes, lost and repeated messages
     python -m tests.sweep reshapes 0 300    # joins, drains, losses and crashes under load
     python -m tests.sweep effects 0 500     # external calls and timers under crashes, drops, duplicates
@@ -7,7 +8,8 @@
     python -m tests.sweep reads 0 300       # consistent scans outside transactions while transfers run
     python -m tests.sweep read-crashes 0 300  # the same while workers crash and restore
 
-Each seed runs the same scenario as the suite's tests (tests/test_recovery.py ``run_with_crashes``,
+Each seed runs the same scenario as the suite's tests (tests/test_oracle.py ``run_seed``,
+tests/test_recovery.py ``run_with_crashes``,
 tests/test_reshape.py ``run_with_reshapes``, tests/test_scan_sim.py ``scan_seed``,
 tests/test_state_reads.py's scans while transfers run and under worker crashes), checked against
 the serial execution; a failing seed is printed with the exception and can be replayed alone
@@ -24,10 +26,15 @@ import traceback
 
 from styx_py.testing.cluster import run_simulated
 from tests.test_effects import run_effects
+from tests.test_oracle import run_seed
 from tests.test_recovery import run_with_crashes
 from tests.test_reshape import run_with_reshapes
 from tests.test_scan_sim import scan_seed
 from tests.test_state_reads import scans_under_worker_crashes, scans_while_transfers_run
+
+
+async def oracle(seed: int) -> None:
+    await run_seed(seed)
 
 
 async def crashes(seed: int) -> None:
@@ -72,6 +79,7 @@ async def read_crashes(seed: int) -> None:
 
 
 SCENARIOS = {
+    "oracle": oracle,
     "crashes": crashes,
     "effects": effects,
     "reshapes": reshapes,

@@ -4,9 +4,14 @@ After the decision, each fallback transaction re-runs taking locks on the keys i
 touched, granted in tid order (:mod:`styx_worker.locks`). With call-graph caching every worker
 re-invokes its cached invocations of the transaction in parallel; otherwise (or for a transaction
 that touched one entity twice) the root worker re-executes the root function. A root whose call
-graph changed is rescheduled into the next epoch, keeping its tid. The root worker announces each
-outcome with a :class:`~styx_py.core.wire.Final`; every worker then applies that transaction's
-fallback writes (if it committed) and releases its locks.
+graph changed (an older transaction wrote what decided which entities it calls: TPC-C's NewOrders of
+one district read ``D_NEXT_O_ID`` and insert the order under the id they read) runs again in the
+same epoch, alone in the serial phase after the fallback, up to ``serial_retries`` of them (the
+lowest tids; a cluster setting); the others are rescheduled into the next epoch, keeping their tids.
+The root worker announces each outcome with a :class:`~styx_py.core.wire.Final`; every worker then
+applies that transaction's fallback writes (if it committed) and releases its locks. Which changed
+transactions run again serially is decided once every fallback transaction is final
+(:func:`place_changed`), from the Finals alone, so every worker (and a replay) decides alike.
 
 A transaction that invoked one entity twice is not in the fallback but in the serial set: its
 branches could reach that entity in either order, so its optimistic run may not be reproducible. It
@@ -39,10 +44,11 @@ def open_fallback(es: EpochState, fallback: list[int], serial: list[int]) -> Non
     fb.locks = LockTable(fallback, es.opt.touched, guard_of(partitions), es.opt.writes)
     fb.pending = set(fallback) | set(serial)
     fb.serial = sorted(serial)
-    for tid in [*fallback, *serial]:
-        root = es.roots.get(tid)
-        if root is not None:
-            root.reset()
+    for tids, phase in ((fallback, Phase.FALLBACK), (serial, Phase.SERIAL)):
+        for tid in tids:
+            root = es.roots.get(tid)
+            if root is not None:
+                root.reset(phase)
 
 
 def fallback_runs(es: EpochState, fallback: list[int], caching: bool, node_id: str) -> list[Start]:
@@ -77,3 +83,20 @@ def apply_final(
         es.committed.add(final.tid, writes, phase)
     fb.pending.discard(final.tid)
     return fb.locks.release(final.tid)
+
+
+def place_changed(es: EpochState, retries: int) -> list[int]:
+    """Every fallback transaction is final: the changed ones (:attr:`FallbackState.changed`) with the
+    lowest tids join the serial ones, up to ``retries`` (each runs alone, a whole call graph: this
+    bounds how much longer the epoch gets); the tids of the others, which leave the epoch
+    (rescheduled), are returned."""
+    fb = es.fb
+    changed, fb.changed = sorted(fb.changed), []
+    again, later = changed[:retries], changed[retries:]
+    fb.serial = sorted(fb.serial + again)
+    fb.pending.difference_update(later)
+    for tid in again:
+        root = es.roots.get(tid)
+        if root is not None:
+            root.reset(Phase.SERIAL)
+    return later

@@ -229,8 +229,8 @@ class InvocationFlow:
             return  # a repeat of an ack of a finished epoch, or held
         root = es.roots[ack.tid]
         path = tuple(ack.path)
-        if path in root.acked:
-            return  # a repeat: every invocation acks once
+        if path in root.acked or ack.phase != root.phase:
+            return  # a repeat (every invocation acks once), or of a run before this one
         root.acked.add(path)
         if not ack.path:
             root.result = root_value

@@ -56,6 +56,7 @@ class RootTxn:
         "failed",
         "offset",
         "partition",
+        "phase",
         "request",
         "result",
         "tid",
@@ -70,8 +71,10 @@ class RootTxn:
         self.ts_ms = record.ts_ms
         self.reset()
 
-    def reset(self) -> None:
-        """Forget the outcome of a previous run (the fallback re-runs a transaction from scratch)."""
+    def reset(self, phase: Phase = Phase.OPTIMISTIC) -> None:
+        """Forget the outcome of a previous run (the fallback re-runs a transaction from scratch): the
+        next run is in ``phase``; an ack of another phase (a late copy of an earlier run's) is not its."""
+        self.phase = phase
         self.collector = ShareCollector()
         self.acked: set[Path] = set()
         self.failed = False
@@ -119,10 +122,20 @@ class CachedInvocation:
 class Tally:
     """Transactions rooted on this worker that finished: per epoch, and summed since the start."""
 
-    __slots__ = ("aborted", "by_status", "committed", "epochs", "fallback", "refused", "rescheduled")
+    __slots__ = (
+        "aborted",
+        "by_status",
+        "committed",
+        "epochs",
+        "fallback",
+        "refused",
+        "rescheduled",
+        "retried",
+    )
 
     def __init__(self) -> None:
         self.committed = self.aborted = self.rescheduled = 0
+        self.retried = 0  # whose call graph changed in the fallback, run again serially in the epoch
         self.by_status = [0] * 6  # aborted transactions by reply status (ST_*): the abort cause
         self.epochs = 0
         self.fallback = 0  # transactions re-run under locks (counted on every worker)
@@ -139,6 +152,7 @@ class Tally:
         self.committed += other.committed
         self.aborted += other.aborted
         self.rescheduled += other.rescheduled
+        self.retried += other.retried
         self.epochs += other.epochs
         self.fallback += other.fallback
         self.refused += other.refused
@@ -191,7 +205,7 @@ class FallbackState:
     """The fallback of one epoch here: its locks, the invocations waiting for one, the tids not final
     yet, and the serial tids' turns."""
 
-    __slots__ = ("locks", "pending", "serial", "turn", "waiting", "writes")
+    __slots__ = ("changed", "locks", "moved", "pending", "serial", "turn", "waiting", "writes")
 
     def __init__(self) -> None:
         self.locks = LockTable((), {})
@@ -199,11 +213,16 @@ class FallbackState:
         self.writes: dict[int, Writes] = {}  # buffered writes of the fallback and serial runs
         self.pending: set[int] = set()  # fallback and serial tids not final yet
         self.serial: list[int] = []  # serial tids not final yet, in tid order (each runs in turn)
+        # Fallback tids whose call graph changed, final here, still pending: once every fallback
+        # transaction is final, the first of them run again in the serial phase, the others in a later
+        # epoch (fallback.place_changed).
+        self.changed: list[int] = []
+        self.moved: set[int] = set()  # every tid whose call graph changed here (a repeated Final of one)
         self.turn = -1  # the serial tid whose turn it is here (its messages are let in)
 
     def done(self) -> bool:
         """Every Phase.FALLBACK transaction is final here (only serial ones may be left)."""
-        return len(self.pending) == len(self.serial)
+        return len(self.pending) == len(self.serial) + len(self.changed)
 
 
 class EpochState:
