@@ -115,6 +115,14 @@ async def test_fallback_and_rescheduling_are_exercised() -> None:
     assert phases == {Phase.OPTIMISTIC, Phase.FALLBACK, Phase.SERIAL}, phases
 
 
+async def test_a_serial_retry_that_leaves_a_worker_out_may_end_before_its_fallback_does() -> None:
+    """Seed 1223 with three retries per epoch: a changed transaction's serial run does not touch one
+    worker, whose fallback is not over when that run's Final arrives (the Final comes before the worker
+    placed the transaction in its serial phase). The worker counts it run, and the epoch ends."""
+    c = await run_seed(1223, serial_retries=3)
+    assert len({w.totals.retried for w in c.workers}) == 1
+
+
 @pytest.mark.parametrize("retries", [1, 32])
 async def test_changed_transactions_run_again_serially_and_the_rest_are_rescheduled(retries: int) -> None:
     """A fallback transaction whose call graph changed runs again alone after the fallback, in the same

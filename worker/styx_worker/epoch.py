@@ -320,6 +320,11 @@ class EpochMachine(InvocationFlow):
         phase = Phase.SERIAL if msg.tid in fb.serial else Phase.FALLBACK
         if phase == Phase.SERIAL:
             fb.serial.remove(msg.tid)
+        elif msg.tid in fb.changed and msg.outcome != Outcome.RESCHEDULE:
+            # The serial run of a changed one, before this worker's own fallback was over (so before it
+            # placed it): the run did not involve this worker.
+            phase = Phase.SERIAL
+            fb.early.add(msg.tid)
         released = fallback.apply_final(es, msg, self.store, phase)
         if es.committed.diverged is not None:
             self.on_diverged(es, es.committed.diverged)

@@ -93,6 +93,9 @@ def place_changed(es: EpochState, retries: int) -> list[int]:
     fb = es.fb
     changed, fb.changed = sorted(fb.changed), []
     again, later = changed[:retries], changed[retries:]
+    assert not fb.early.intersection(later), "a tid rescheduled elsewhere ran again serially"
+    again = [tid for tid in again if tid not in fb.early]  # run already, without this worker
+    fb.early = set()
     fb.serial = sorted(fb.serial + again)
     fb.pending.difference_update(later)
     for tid in again:

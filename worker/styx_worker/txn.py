@@ -205,7 +205,7 @@ class FallbackState:
     """The fallback of one epoch here: its locks, the invocations waiting for one, the tids not final
     yet, and the serial tids' turns."""
 
-    __slots__ = ("changed", "locks", "moved", "pending", "serial", "turn", "waiting", "writes")
+    __slots__ = ("changed", "early", "locks", "moved", "pending", "serial", "turn", "waiting", "writes")
 
     def __init__(self) -> None:
         self.locks = LockTable((), {})
@@ -217,12 +217,15 @@ class FallbackState:
         # transaction is final, the first of them run again in the serial phase, the others in a later
         # epoch (fallback.place_changed).
         self.changed: list[int] = []
+        # Of those, the ones whose serial run's Final came before this worker placed them: their serial
+        # run did not involve this worker, whose own fallback was not over yet.
+        self.early: set[int] = set()
         self.moved: set[int] = set()  # every tid whose call graph changed here (a repeated Final of one)
         self.turn = -1  # the serial tid whose turn it is here (its messages are let in)
 
     def done(self) -> bool:
         """Every Phase.FALLBACK transaction is final here (only serial ones may be left)."""
-        return len(self.pending) == len(self.serial) + len(self.changed)
+        return len(self.pending) == len(self.serial) + len(self.changed) - len(self.early)
 
 
 class EpochState:
