@@ -159,7 +159,7 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
             "transactions",
             ge=0,
         ),
-    ] = 32
+    ] = 0
     # ---- internal ports (coordinator and workers; docs/deploy.md#security) -------------------------------
     cluster_secret: Annotated[
         str,
