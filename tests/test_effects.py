@@ -55,7 +55,6 @@ async def run_effects(
         takeover_after_ms=3000,
         egress_ack_lag=rng.choice([0, 2, 8]),
         seqlog_ack_lag=(seed % 3) * 20,
-        serial_retries=(0, 3, 32)[(seed // 7) % 3],
     ) as c:
         base = c.network.delivered
         for _ in range(crashes):

@@ -19,6 +19,7 @@ from styx_py.core.partitioning import partition_of
 from styx_py.core.segments import Cursor
 from styx_py.core.wire import (
     COORDINATOR,
+    Ack,
     ClusterView,
     EpochDone,
     EpochStart,
@@ -31,6 +32,7 @@ from styx_py.core.wire import (
     ReplayDiverged,
     Reply,
     Request,
+    Status,
     Vote,
     WorkerInfo,
     decode_value,
@@ -181,6 +183,23 @@ def test_a_conflict_commits_the_lower_tid_lock_free_and_reruns_the_other_under_i
     finished = run_all(core, reruns)
     assert replies(finished) == {"r2": 12}, "re-run after the first commit, it sees its write"
     assert sent(finished, EpochDone, COORDINATOR)
+    assert dict(core.epochs.store.items()) == {("acct", "a"): encode_value(12)}
+
+
+def test_a_late_copy_of_an_optimistic_ack_is_not_counted_into_the_fallback_run() -> None:
+    """After the decision the fallback re-runs tid 2 from scratch; a copy of an ack of its optimistic run
+    that arrives then (a peer's, repeated late) belongs to that earlier run: counted into the new one,
+    it would complete the re-run before it ran and answer without its write."""
+    core = core_of("w1", ["w1", "w1"])
+    take = core.step(start())[1]
+    assert isinstance(take, Take)
+    effects = core.step(Taken(take, [record("r1", 0, "deposit", "a", 5), record("r2", 1, "deposit", "a", 7)]))
+    run_all(core, effects[1:])
+    reruns = [e for e in core.step(LogAcked(0, 0)) if isinstance(e, Run)]
+    late = Ack(0, 2, Phase.OPTIMISTIC, 1, 1, Status.OK, "", [0], 0)
+    assert core.step(late) == [], "the optimistic run's ack does not end the fallback run"
+    finished = run_all(core, reruns)
+    assert replies(finished) == {"r2": 12}
     assert dict(core.epochs.store.items()) == {("acct", "a"): encode_value(12)}
 
 

@@ -64,25 +64,11 @@ def submit_random_mix(c: SimCluster, rng: random.Random, n: int, n_keys: int, ho
 
 
 async def run_seed(
-    seed: int,
-    *,
-    workers: int = 3,
-    n: int = 300,
-    caching: bool = True,
-    waves: int = 3,
-    serial_retries: int | None = None,
+    seed: int, *, workers: int = 3, n: int = 300, caching: bool = True, waves: int = 3
 ) -> SimCluster:
-    """The random mix on a seeded cluster; changed fallback transactions run again serially up to
-    ``serial_retries`` per epoch (None: 0, 1, 3 or 32 by the seed, so both ways are exercised)."""
     rng = random.Random(seed)
-    retries = (0, 1, 3, 32)[seed % 4] if serial_retries is None else serial_retries
     async with SimCluster(
-        APP,
-        workers=workers,
-        seed=seed,
-        epoch_size_max=rng.choice([5, 20, 100]),
-        call_graph_caching=caching,
-        serial_retries=retries,
+        APP, workers=workers, seed=seed, epoch_size_max=rng.choice([5, 20, 100]), call_graph_caching=caching
     ) as c:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)
@@ -105,37 +91,13 @@ async def test_serial_equivalence_without_caching(seed: int) -> None:
 
 
 async def test_fallback_and_rescheduling_are_exercised() -> None:
-    c = await run_seed(7, n=600, serial_retries=0)
+    c = await run_seed(7, n=600)
     assert c.coordinator.totals["fallback"] > 0
     assert sum(w.totals.fallback for w in c.workers) > 0, "no worker re-ran a transaction under locks"
     assert sum(w.totals.rescheduled for w in c.workers) > 0, "no transaction was rescheduled"
-    assert sum(w.totals.retried for w in c.workers) == 0
     assert c.coordinator.totals["rescheduled"] == sum(w.totals.rescheduled for w in c.workers)
     phases = {r.phase for r in c.replies}
     assert phases == {Phase.OPTIMISTIC, Phase.FALLBACK, Phase.SERIAL}, phases
-
-
-async def test_a_serial_retry_that_leaves_a_worker_out_may_end_before_its_fallback_does() -> None:
-    """Seed 1223 with three retries per epoch: a changed transaction's serial run does not touch one
-    worker, whose fallback is not over when that run's Final arrives (the Final comes before the worker
-    placed the transaction in its serial phase). The worker counts it run, and the epoch ends."""
-    c = await run_seed(1223, serial_retries=3)
-    assert len({w.totals.retried for w in c.workers}) == 1
-
-
-@pytest.mark.parametrize("retries", [1, 32])
-async def test_changed_transactions_run_again_serially_and_the_rest_are_rescheduled(retries: int) -> None:
-    """A fallback transaction whose call graph changed runs again alone after the fallback, in the same
-    epoch, up to ``serial_retries`` of them per epoch; the others wait for a later epoch. Fewer are
-    rescheduled than with none retried, and every reply equals the serial execution."""
-    none = await run_seed(7, n=600, serial_retries=0)
-    c = await run_seed(7, n=600, serial_retries=retries)
-    retried = [w.totals.retried for w in c.workers]
-    assert len(set(retried)) == 1 and retried[0] > 0, retried  # every worker placed them alike
-    rescheduled = sum(w.totals.rescheduled for w in c.workers)
-    assert rescheduled < sum(w.totals.rescheduled for w in none.workers)
-    if retries == 1:
-        assert rescheduled > 0, "one retry per epoch left none for a later epoch"
 
 
 async def test_rescheduled_transactions_of_one_entity_run_one_per_epoch() -> None:
@@ -144,7 +106,7 @@ async def test_rescheduled_transactions_of_one_entity_run_one_per_epoch() -> Non
     others wait. Re-running all of them would reschedule all but one again, every epoch: about n²/2
     reschedules for n such transactions (~1 800 here) instead of at most one each."""
     n = 60
-    async with SimCluster(APP, workers=3, seed=5, epoch_size_max=100, serial_retries=0) as c:
+    async with SimCluster(APP, workers=3, seed=5, epoch_size_max=100) as c:
         for i in range(n):
             c.submit("counter", "open_order", "c0", i + 1)
             c.submit("counter", "open_order", "c1", i + 1)
@@ -163,7 +125,7 @@ async def test_a_fallback_reader_that_writes_after_all_is_rescheduled(seed: int)
     race the other readers, which may read the key before that write although they come after it in
     tid order: it is rescheduled instead, and every reply equals the serial execution."""
     groups = [f"g{i}" for i in range(12)]
-    async with SimCluster(APP, workers=3, seed=seed, epoch_size_max=200, serial_retries=0) as c:
+    async with SimCluster(APP, workers=3, seed=seed, epoch_size_max=200) as c:
         for g in groups:
             c.submit("acct", "deposit", g, 10)
         await c.wait()

@@ -59,7 +59,6 @@ async def run_with_crashes(
         seqlog_ack_lag=(seed % 3) * 20,
         log_segment_s=log_segment_s,
         epoch_interval_ms=epoch_interval_ms,
-        serial_retries=(0, 3, 32)[(seed // 7) % 3],  # changed fallback transactions: later, or again now
     ) as c:
         for i in range(20):
             c.submit("acct", "deposit", f"k{i}", 100)

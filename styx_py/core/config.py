@@ -150,16 +150,6 @@ class Config(msgspec.Struct, kw_only=True, frozen=True):
     call_graph_caching: Annotated[
         bool, Setting("re-invoke cached calls in parallel in the fallback phase")
     ] = True
-    serial_retries: Annotated[
-        int,
-        Setting(
-            "transactions whose call graph changed in an epoch's fallback that run again in the same epoch, "
-            "alone, after the fallback (the lowest tids; the others are rescheduled into a later epoch); "
-            "0: all rescheduled",
-            "transactions",
-            ge=0,
-        ),
-    ] = 0
     # ---- internal ports (coordinator and workers; docs/deploy.md#security) -------------------------------
     cluster_secret: Annotated[
         str,

@@ -300,7 +300,10 @@ class EpochMachine(InvocationFlow):
         outcome = fallback.outcome_of(root)
         final = Final(es.epoch, root.tid, outcome, es.gen)
         self._to_peers(final)
-        if outcome != Outcome.RESCHEDULE:  # a changed one runs again, now or later (on_final)
+        if outcome == Outcome.RESCHEDULE:
+            self.batch.rescheduled.append(root)
+            es.tally.rescheduled += 1
+        else:
             es.tally.finished(root)
             self.replies.send(es.epoch, [(root, reply_for(root, es.epoch, phase))])
         self.on_final(final)
@@ -313,37 +316,16 @@ class EpochMachine(InvocationFlow):
             self.inbox.hold(es.epoch, Until.DECIDED, msg)
             return
         fb = es.fb
-        if msg.outcome == Outcome.RESCHEDULE:
-            if msg.tid in fb.moved:
-                return  # a repeat: the transaction runs again already (or will, in a later epoch)
-            fb.moved.add(msg.tid)
         phase = Phase.SERIAL if msg.tid in fb.serial else Phase.FALLBACK
         if phase == Phase.SERIAL:
             fb.serial.remove(msg.tid)
-        elif msg.tid in fb.changed and msg.outcome != Outcome.RESCHEDULE:
-            # The serial run of a changed one, before this worker's own fallback was over (so before it
-            # placed it): the run did not involve this worker.
-            phase = Phase.SERIAL
-            fb.early.add(msg.tid)
         released = fallback.apply_final(es, msg, self.store, phase)
         if es.committed.diverged is not None:
             self.on_diverged(es, es.committed.diverged)
             return
-        if msg.outcome == Outcome.RESCHEDULE:
-            fb.pending.add(msg.tid)  # runs again: serially in this epoch, or in a later one
-            fb.changed.append(msg.tid)
         for key, tid in released:
             for inv, cached in fb.waiting.pop((key, tid), ()):
                 self._admit(es, inv, cached)  # it may need another lock too (a scan's)
-        if fb.changed and fb.done():
-            changed = len(fb.changed)
-            for tid in fallback.place_changed(es, self.config.serial_retries):
-                changed -= 1
-                root = es.roots.get(tid)
-                if root is not None:
-                    self.batch.rescheduled.append(root)
-                    es.tally.rescheduled += 1
-            es.tally.retried += changed  # counted on every worker, as the fallback is
         if not fb.pending:
             self._finish(es)
         else:

@@ -4,14 +4,9 @@ After the decision, each fallback transaction re-runs taking locks on the keys i
 touched, granted in tid order (:mod:`styx_worker.locks`). With call-graph caching every worker
 re-invokes its cached invocations of the transaction in parallel; otherwise (or for a transaction
 that touched one entity twice) the root worker re-executes the root function. A root whose call
-graph changed (an older transaction wrote what decided which entities it calls: TPC-C's NewOrders of
-one district read ``D_NEXT_O_ID`` and insert the order under the id they read) runs again in the
-same epoch, alone in the serial phase after the fallback, up to ``serial_retries`` of them (the
-lowest tids; a cluster setting); the others are rescheduled into the next epoch, keeping their tids.
-The root worker announces each outcome with a :class:`~styx_py.core.wire.Final`; every worker then
-applies that transaction's fallback writes (if it committed) and releases its locks. Which changed
-transactions run again serially is decided once every fallback transaction is final
-(:func:`place_changed`), from the Finals alone, so every worker (and a replay) decides alike.
+graph changed is rescheduled into the next epoch, keeping its tid. The root worker announces each
+outcome with a :class:`~styx_py.core.wire.Final`; every worker then applies that transaction's
+fallback writes (if it committed) and releases its locks.
 
 A transaction that invoked one entity twice is not in the fallback but in the serial set: its
 branches could reach that entity in either order, so its optimistic run may not be reproducible. It
@@ -83,23 +78,3 @@ def apply_final(
         es.committed.add(final.tid, writes, phase)
     fb.pending.discard(final.tid)
     return fb.locks.release(final.tid)
-
-
-def place_changed(es: EpochState, retries: int) -> list[int]:
-    """Every fallback transaction is final: the changed ones (:attr:`FallbackState.changed`) with the
-    lowest tids join the serial ones, up to ``retries`` (each runs alone, a whole call graph: this
-    bounds how much longer the epoch gets); the tids of the others, which leave the epoch
-    (rescheduled), are returned."""
-    fb = es.fb
-    changed, fb.changed = sorted(fb.changed), []
-    again, later = changed[:retries], changed[retries:]
-    assert not fb.early.intersection(later), "a tid rescheduled elsewhere ran again serially"
-    again = [tid for tid in again if tid not in fb.early]  # run already, without this worker
-    fb.early = set()
-    fb.serial = sorted(fb.serial + again)
-    fb.pending.difference_update(later)
-    for tid in again:
-        root = es.roots.get(tid)
-        if root is not None:
-            root.reset(Phase.SERIAL)
-    return later

@@ -162,15 +162,8 @@ class _Collector(Collector):
         )
         yield CounterMetricFamily(
             "styx_worker_transactions_rescheduled",
-            "transactions moved to the next epoch (read/write set changed in the fallback phase, beyond "
-            "serial_retries)",
+            "transactions moved to the next epoch (read/write set changed in the fallback phase)",
             value=t.rescheduled,
-        )
-        yield CounterMetricFamily(
-            "styx_worker_transactions_retried",
-            "transactions whose read/write set changed in the fallback phase, run again alone after it in "
-            "the same epoch (counted on every worker)",
-            value=t.retried,
         )
         yield CounterMetricFamily(
             "styx_worker_requests_refused",

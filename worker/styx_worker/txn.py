@@ -122,20 +122,10 @@ class CachedInvocation:
 class Tally:
     """Transactions rooted on this worker that finished: per epoch, and summed since the start."""
 
-    __slots__ = (
-        "aborted",
-        "by_status",
-        "committed",
-        "epochs",
-        "fallback",
-        "refused",
-        "rescheduled",
-        "retried",
-    )
+    __slots__ = ("aborted", "by_status", "committed", "epochs", "fallback", "refused", "rescheduled")
 
     def __init__(self) -> None:
         self.committed = self.aborted = self.rescheduled = 0
-        self.retried = 0  # whose call graph changed in the fallback, run again serially in the epoch
         self.by_status = [0] * 6  # aborted transactions by reply status (ST_*): the abort cause
         self.epochs = 0
         self.fallback = 0  # transactions re-run under locks (counted on every worker)
@@ -152,7 +142,6 @@ class Tally:
         self.committed += other.committed
         self.aborted += other.aborted
         self.rescheduled += other.rescheduled
-        self.retried += other.retried
         self.epochs += other.epochs
         self.fallback += other.fallback
         self.refused += other.refused
@@ -205,7 +194,7 @@ class FallbackState:
     """The fallback of one epoch here: its locks, the invocations waiting for one, the tids not final
     yet, and the serial tids' turns."""
 
-    __slots__ = ("changed", "early", "locks", "moved", "pending", "serial", "turn", "waiting", "writes")
+    __slots__ = ("locks", "pending", "serial", "turn", "waiting", "writes")
 
     def __init__(self) -> None:
         self.locks = LockTable((), {})
@@ -213,19 +202,11 @@ class FallbackState:
         self.writes: dict[int, Writes] = {}  # buffered writes of the fallback and serial runs
         self.pending: set[int] = set()  # fallback and serial tids not final yet
         self.serial: list[int] = []  # serial tids not final yet, in tid order (each runs in turn)
-        # Fallback tids whose call graph changed, final here, still pending: once every fallback
-        # transaction is final, the first of them run again in the serial phase, the others in a later
-        # epoch (fallback.place_changed).
-        self.changed: list[int] = []
-        # Of those, the ones whose serial run's Final came before this worker placed them: their serial
-        # run did not involve this worker, whose own fallback was not over yet.
-        self.early: set[int] = set()
-        self.moved: set[int] = set()  # every tid whose call graph changed here (a repeated Final of one)
         self.turn = -1  # the serial tid whose turn it is here (its messages are let in)
 
     def done(self) -> bool:
         """Every Phase.FALLBACK transaction is final here (only serial ones may be left)."""
-        return len(self.pending) == len(self.serial) + len(self.changed) - len(self.early)
+        return len(self.pending) == len(self.serial)
 
 
 class EpochState:
