@@ -203,4 +203,6 @@ async def test_a_refused_completion_is_written_again_under_another_request_id_un
     assert len({bytes(r.args) for r in sink.written}) == 1, "the same outcome each time"
     assert service.calls == ["c1"] and not runner.completing and not runner.refusals
     settle = settle_request(sink.written[2], "Abort: no")
-    assert rewritten(settle, 1).request_id == f"{settle.request_id}-again-1"  # a settling one keeps its id
+    assert rewritten(settle).request_id == f"{settle.request_id}-again-1"  # a settling one keeps its id
+    # Started again from the first id (its intent called again), the chain walks past the refused ids.
+    assert rewritten(rewritten(sink.written[0])).request_id == f"{first}-again-2"

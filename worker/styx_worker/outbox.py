@@ -93,14 +93,16 @@ def settle_request(completion: Request, failure: str) -> Request:
     )
 
 
-def rewritten(completion: Request, refusals: int) -> Request:
-    """``completion`` to write again after its ``refusals``-th refusal, under a request id of its own:
-    the reply table answers a request id it refused with that refusal for good (as a client's resend
-    under the same id is), so the same id would be refused again however idle the cluster. Whichever
-    copy commits first clears the intent; a later one finds it cleared and does nothing."""
+def rewritten(completion: Request) -> Request:
+    """``completion``, refused, to write again under a request id of its own: the reply table answers a
+    request id it refused with that refusal for good (as a client's resend under the same id is), so the
+    same id would be refused again however idle the cluster. The id counts up from the refused one's
+    (``<first id>-again-<n>``), so a chain started again from the first id (its intent called again after
+    a write failed) walks past the ids refused before instead of repeating one. Whichever copy commits
+    first clears the intent; a later one finds it cleared and does nothing."""
     head, sep, count = completion.request_id.rpartition(AGAIN)
-    first = head if sep and count.isdigit() else completion.request_id
-    return msgspec.structs.replace(completion, request_id=f"{first}{AGAIN}{refusals}")
+    first, n = (head, int(count)) if sep and count.isdigit() else (completion.request_id, 0)
+    return msgspec.structs.replace(completion, request_id=f"{first}{AGAIN}{n + 1}")
 
 
 AGAIN = "-again-"  # joins a refused completion's first request id and how often it was refused
@@ -307,7 +309,7 @@ class EffectRunner:
             return
         partition = partition_of(request.key, graph.operators[OUTBOX].partitions)
         if reply.status == ReplyStatus.REFUSED:
-            again = rewritten(request, refusals + 1)
+            again = rewritten(request)
             self.completing[again.request_id] = again
             self.refusals[again.request_id] = refusals + 1
             pause = min(EXTERNAL_BACKOFF_S * 2**refusals, EXTERNAL_BACKOFF_MAX_S)
