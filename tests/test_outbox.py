@@ -19,11 +19,11 @@ from styx_py import Context, Graph, Operator
 from styx_py.core.config import load_config
 from styx_py.core.effectids import OUTBOX
 from styx_py.core.errors import BackendError
-from styx_py.core.limits import EXTERNAL_ATTEMPTS
+from styx_py.core.limits import EXTERNAL_ATTEMPTS, EXTERNAL_BACKOFF_S
 from styx_py.core.wire import Phase, Reply, ReplyStatus, Request, decode_value, encode_value
 from styx_worker.conflicts import EntityKey
 from styx_worker.egress import KafkaSink
-from styx_worker.outbox import EffectRunner, rewritten, settle_request
+from styx_worker.outbox import EffectRunner, refusals_of, rewritten, settle_request
 from styx_worker.state import StateStore
 from tests.test_batching import FakeProducer
 
@@ -36,12 +36,16 @@ async def noop(ctx: Context) -> None:
 
 
 class InstantClock:
-    """Backoff pauses pass at once (the loop still turns)."""
+    """Backoff pauses pass at once (the loop still turns); ``pauses`` are the ones asked for."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
 
     def now(self) -> float:
         return 0.0
 
     async def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
         await asyncio.sleep(0)
 
     def timeout(self, seconds: float) -> Any:
@@ -180,15 +184,14 @@ async def test_a_refused_completion_is_written_again_under_another_request_id_un
     store = StateStore()
     store.apply({OWNER: encode_value({"c1": ["pay", "charge", ["u1", 5], None, "req1/0"]})})
     sink = FlakySink(0)
+    clock = InstantClock()
     nil = msgspec.Raw(encode_value(None))
 
     def answer(status: str) -> None:
         runner.replied(Reply(sink.written[-1].request_id, 0, 1, Phase.OPTIMISTIC, status, nil, None, None))
 
     async with asyncio.TaskGroup() as tg:
-        runner = EffectRunner(
-            "w1", lambda: store, lambda: graph, sink, InstantClock(), tg.create_task, lambda: 1.0
-        )
+        runner = EffectRunner("w1", lambda: store, lambda: graph, sink, clock, tg.create_task, lambda: 1.0)
         loop = tg.create_task(runner.run())
         await turns_until(lambda: len(sink.written) == 1)
         for written in (2, 3):
@@ -201,8 +204,10 @@ async def test_a_refused_completion_is_written_again_under_another_request_id_un
     first = sink.written[0].request_id
     assert [r.request_id for r in sink.written] == [first, f"{first}-again-1", f"{first}-again-2"]
     assert len({bytes(r.args) for r in sink.written}) == 1, "the same outcome each time"
-    assert service.calls == ["c1"] and not runner.completing and not runner.refusals
+    assert service.calls == ["c1"] and not runner.completing
     settle = settle_request(sink.written[2], "Abort: no")
     assert rewritten(settle).request_id == f"{settle.request_id}-again-1"  # a settling one keeps its id
     # Started again from the first id (its intent called again), the chain walks past the refused ids.
     assert rewritten(rewritten(sink.written[0])).request_id == f"{first}-again-2"
+    assert [refusals_of(r.request_id) for r in sink.written] == [(first, 0), (first, 1), (first, 2)]
+    assert clock.pauses == [EXTERNAL_BACKOFF_S, 2 * EXTERNAL_BACKOFF_S], "the pause doubles at each refusal"

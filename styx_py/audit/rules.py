@@ -611,33 +611,28 @@ class SerialCheck:
             self.on_commit(graph, reply, written)
         self.replayed += 1
         if not _same_outcome(reply, outcome):
-            self.mismatched += 1
-            if self.mismatched <= self.max_findings:
-                self.findings.append(
-                    Finding(
-                        "serial.outcome",
-                        reply.request_id,
-                        f"reply to {reply.request_id} ({request.operator}.{request.function} on "
-                        f"{request.key!r}, tid {reply.tid} epoch {reply.epoch}): "
-                        + _difference(reply, outcome),
-                    )
-                )
+            self._mismatch(
+                reply.request_id,
+                f"reply to {reply.request_id} ({request.operator}.{request.function} on "
+                f"{request.key!r}, tid {reply.tid} epoch {reply.epoch}): " + _difference(reply, outcome),
+            )
 
     def _out_of_order(self, request: Request, reply: Reply) -> None:
         """A reply whose commit place (epoch, phase, tid) is not past the last one replayed: two
         transactions answered under one tid, or a feed out of order. Reported, and not replayed."""
+        place = (reply.epoch, reply.phase, reply.tid)
+        self._mismatch(
+            reply.request_id,
+            f"reply to {reply.request_id} ({request.operator}.{request.function} on {request.key!r}, "
+            f"{reply.status}) takes the commit place (epoch, phase, tid) {place}, not after "
+            f"{self.last} of the reply to {self.last_request}: one place commits one transaction",
+        )
+
+    def _mismatch(self, request_id: str, message: str) -> None:
+        """A reply that is not its serial outcome: listed up to ``max_findings``, counted beyond."""
         self.mismatched += 1
         if self.mismatched <= self.max_findings:
-            place = (reply.epoch, reply.phase, reply.tid)
-            self.findings.append(
-                Finding(
-                    "serial.outcome",
-                    reply.request_id,
-                    f"reply to {reply.request_id} ({request.operator}.{request.function} on {request.key!r}, "
-                    f"{reply.status}) takes the commit place (epoch, phase, tid) {place}, not after "
-                    f"{self.last} of the reply to {self.last_request}: one place commits one transaction",
-                )
-            )
+            self.findings.append(Finding("serial.outcome", request_id, message))
 
     def _compare_state(self) -> None:
         self.compared = True

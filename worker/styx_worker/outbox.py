@@ -93,19 +93,24 @@ def settle_request(completion: Request, failure: str) -> Request:
     )
 
 
+AGAIN = "-again-"  # joins a refused completion's first request id and how often it was refused
+
+
+def refusals_of(request_id: str) -> tuple[str, int]:
+    """A completion's first request id and how often it was refused before (``<first id>-again-<n>``)."""
+    head, sep, count = request_id.rpartition(AGAIN)
+    return (head, int(count)) if sep and count.isdigit() else (request_id, 0)
+
+
 def rewritten(completion: Request) -> Request:
     """``completion``, refused, to write again under a request id of its own: the reply table answers a
     request id it refused with that refusal for good (as a client's resend under the same id is), so the
     same id would be refused again however idle the cluster. The id counts up from the refused one's
-    (``<first id>-again-<n>``), so a chain started again from the first id (its intent called again after
-    a write failed) walks past the ids refused before instead of repeating one. Whichever copy commits
+    (:func:`refusals_of`), so a chain started again from the first id (its intent called again after a
+    write failed) walks past the ids refused before instead of repeating one. Whichever copy commits
     first clears the intent; a later one finds it cleared and does nothing."""
-    head, sep, count = completion.request_id.rpartition(AGAIN)
-    first, n = (head, int(count)) if sep and count.isdigit() else (completion.request_id, 0)
+    first, n = refusals_of(completion.request_id)
     return msgspec.structs.replace(completion, request_id=f"{first}{AGAIN}{n + 1}")
-
-
-AGAIN = "-again-"  # joins a refused completion's first request id and how often it was refused
 
 
 class EffectCounters(msgspec.Struct):
@@ -146,7 +151,6 @@ class EffectRunner:
         self.sent: dict[EntityKey, dict[str, str]] = {}
         self.deferred: set[EntityKey] = set()  # owners with intents beyond the queue
         self.completing: dict[str, Request] = {}  # completions written, by request id, until answered
-        self.refusals: dict[str, int] = {}  # completions refused (overload), by request id: how often
         self.timers: dict[str, int] = {}  # timer id -> due (ms), known here
         self._due: list[tuple[int, str, EntityKey]] = []  # heap of (when to fire, timer id, owner)
         self.counters = EffectCounters()
@@ -301,7 +305,6 @@ class EffectRunner:
         (:func:`settle_request`), so the intent is neither called again nor left pending; the
         continuation's error is its reply's."""
         request = self.completing.pop(reply.request_id, None)
-        refusals = self.refusals.pop(reply.request_id, 0)
         if request is None or reply.status == ReplyStatus.COMMITTED:
             return
         graph = self._get_graph()
@@ -311,8 +314,7 @@ class EffectRunner:
         if reply.status == ReplyStatus.REFUSED:
             again = rewritten(request)
             self.completing[again.request_id] = again
-            self.refusals[again.request_id] = refusals + 1
-            pause = min(EXTERNAL_BACKOFF_S * 2**refusals, EXTERNAL_BACKOFF_MAX_S)
+            pause = min(EXTERNAL_BACKOFF_S * 2 ** refusals_of(request.request_id)[1], EXTERNAL_BACKOFF_MAX_S)
             self.spawn(self._complete(partition, again, pause))
             return
         if len(decode_value(request.args)) > 4:
@@ -389,7 +391,6 @@ class EffectRunner:
         intent, still pending in the state, again under the same idempotency key."""
         self.counters.completions_redriven += 1
         self.completing.pop(completion.request_id, None)
-        self.refusals.pop(completion.request_id, None)
         owner: EntityKey = (OUTBOX, completion.key)
         call_id = decode_value(completion.args)[0]
         sent = self.sent.get(owner)
