@@ -54,7 +54,7 @@ lock: install
 # (JSON + PNG) in benchmarks/results/. About 20 minutes on 2 cores.
 bench: install
 	$(VENV)/bin/styx bench ycsbt --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000,9000,10000,11000,12000 --duration 15 --warmup 3 --quiet
-	$(VENV)/bin/styx bench tpcc --warehouses 1 --sweep 50,100,200,300,400,500,600,800,1000 --duration 15 --warmup 3 --quiet
+	$(VENV)/bin/styx bench tpcc --warehouses 1 --sweep 50,100,200,300,400,500,600,800,1000,1200 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench deathstar-hotel --sweep 500,1000,2000,3000,4000,5000,6000,7000,8000 --duration 15 --warmup 3 --quiet
 	$(VENV)/bin/styx bench deathstar-movie --sweep 250,500,1000,1500,2000,2500 --duration 15 --warmup 3 --quiet
 

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from styx_benchmarks.tpcc import build_app
+from styx_benchmarks.tpcc import ORDER_PAGE, build_app
+from styx_benchmarks.tpcc.schema import key_ints
 from styx_py import Abort, Context
 
 
-async def insert_nothing(ctx: Context, value: Any) -> None:
-    """The new-order row is never written."""
+async def insert_without_new_order(ctx: Context, order: dict[str, Any]) -> None:
+    """Like the real ``order.insert``, but the new-order row is never written."""
+    page = await ctx.get() or {"orders": {}, "new": []}
+    _w, _d, p = key_ints(ctx.key)
+    page["orders"][str(p * ORDER_PAGE + 1 + len(page["orders"]))] = order
+    await ctx.put(page)
 
 
 async def pay_without_ytd(ctx: Context, amount: int) -> None:
@@ -23,5 +28,5 @@ async def pay_without_ytd(ctx: Context, amount: int) -> None:
 
 
 app = build_app(
-    "tpcc-broken", {("new_order", "insert"): insert_nothing, ("warehouse_ytd", "pay"): pay_without_ytd}
+    "tpcc-broken", {("order", "insert"): insert_without_new_order, ("warehouse_ytd", "pay"): pay_without_ytd}
 )

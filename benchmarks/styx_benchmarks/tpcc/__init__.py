@@ -15,13 +15,14 @@ One module per concern, each importing only those above it in this list:
 from styx_benchmarks.tpcc.batches import LOAD_CHUNK, READ_CHUNK, bulk_batches, read_batches
 from styx_benchmarks.tpcc.check import check_state
 from styx_benchmarks.tpcc.population import Sizes, generate, last_name, nurand
-from styx_benchmarks.tpcc.schema import DISTRICTS, PARTITIONS
+from styx_benchmarks.tpcc.schema import DISTRICTS, ORDER_PAGE, PARTITIONS, order_key, order_page
 from styx_benchmarks.tpcc.transactions import app, build_app
 from styx_benchmarks.tpcc.workload import Tpcc
 
 __all__ = [
     "DISTRICTS",
     "LOAD_CHUNK",
+    "ORDER_PAGE",
     "PARTITIONS",
     "READ_CHUNK",
     "Sizes",
@@ -33,5 +34,7 @@ __all__ = [
     "generate",
     "last_name",
     "nurand",
+    "order_key",
+    "order_page",
     "read_batches",
 ]

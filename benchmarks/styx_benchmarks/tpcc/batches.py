@@ -12,11 +12,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import msgspec
+
 from styx_benchmarks.tpcc.schema import PARTITIONS
 from styx_benchmarks.workload import Op
 from styx_py.core.partitioning import partition_of
 
+_encode = msgspec.msgpack.Encoder().encode
+
 LOAD_CHUNK = 500  # rows per loading transaction (one put call each, all on one partition)
+LOAD_BYTES = 256 * 1024  # and at most about this many bytes of rows (an order page is ~7 KB), well
+# under MAX_REQUEST_BYTES
 READ_CHUNK = 40  # entities per reading transaction (sync calls; see transactions.get_many)
 
 
@@ -30,20 +36,26 @@ def _root_keys(partitions: int) -> list[str]:
     return [keys[p] for p in range(partitions)]
 
 
-def bulk_batches(rows: Iterable[tuple[str, str, Any]], chunk: int = LOAD_CHUNK) -> Iterator[Op]:
-    """Group rows by (operator, partition) into ``bulk_put`` calls of up to ``chunk`` rows.
+def bulk_batches(
+    rows: Iterable[tuple[str, str, Any]], chunk: int = LOAD_CHUNK, max_bytes: int = LOAD_BYTES
+) -> Iterator[Op]:
+    """Group rows by (operator, partition) into ``bulk_put`` calls of up to ``chunk`` rows and about
+    ``max_bytes`` of encoded values (a call holds one row at least, however big).
 
     Each call is rooted at a key of the rows' own partition, so its puts never leave the worker.
     """
     roots = {op: _root_keys(n) for op, n in PARTITIONS.items()}
     buffers: dict[tuple[str, int], list[list[Any]]] = defaultdict(list)
+    sizes: defaultdict[tuple[str, int], int] = defaultdict(int)
     for op, key, value in rows:
         p = partition_of(key, PARTITIONS[op])
         buf = buffers[(op, p)]
         buf.append([key, value])
-        if len(buf) >= chunk:
+        sizes[(op, p)] += len(key) + len(_encode(value))
+        if len(buf) >= chunk or sizes[(op, p)] >= max_bytes:
             yield Op("load", op, roots[op][p], "bulk_put", (buf,))
             buffers[(op, p)] = []
+            sizes[(op, p)] = 0
     for (op, p), buf in sorted(buffers.items()):
         if buf:
             yield Op("load", op, roots[op][p], "bulk_put", (buf,))

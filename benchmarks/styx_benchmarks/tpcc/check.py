@@ -14,7 +14,8 @@ The spec's numbering; those that NewOrder and Payment can affect:
     C_YTD_PAYMENT = Σ H_AMOUNT and C_PAYMENT_CNT = the number of the customer's history rows.
 
 The check is a plain function of ``{(operator, key): value}``: it ignores the entities of other tables
-(a full snapshot holds them) and reads each row's identity from its key. W_YTD and D_YTD are in the
+(a full snapshot holds them) and reads each row's identity from its key (an order's and a new-order
+row's from its page's key and its order id, which must be of that page's range). W_YTD and D_YTD are in the
 rows' Payment parts (``warehouse_ytd``, ``district_ytd``), D_NEXT_O_ID in the district's NewOrder part.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from styx_benchmarks.tpcc.population import Sizes
 from styx_benchmarks.tpcc.schema import (
@@ -30,12 +32,12 @@ from styx_benchmarks.tpcc.schema import (
     DISTRICT_YTD,
     DISTRICTS,
     HISTORY,
-    NEW_ORDER,
     ORDER,
     WAREHOUSE,
     WAREHOUSE_YTD,
     Row,
     key_ints,
+    order_page,
 )
 from styx_benchmarks.workload import State
 
@@ -85,7 +87,6 @@ class _Tables:
             DISTRICT_YTD: 2,
             CUSTOMER: 3,
             ORDER: 3,
-            NEW_ORDER: 3,
             HISTORY: 4,
         }
         for (op, key), value in state.items():
@@ -110,11 +111,24 @@ class _Tables:
             elif op == CUSTOMER:
                 self.customers[(ids[0], ids[1], ids[2])] = value
             elif op == ORDER:
-                self.orders[(ids[0], ids[1])][ids[2]] = value
-            elif op == NEW_ORDER:
-                self.new_orders[(ids[0], ids[1])].add(ids[2])
+                self._order_page(ids, value, report)
             else:
                 self.history.append(value)
+
+    def _order_page(self, ids: list[int], page: Any, report: _Report) -> None:
+        """An order page's orders and new-order rows; one outside the page's id range is reported."""
+        w, d, p = ids
+        for o_key, order in page["orders"].items():
+            o = int(o_key)
+            if order_page(o) != p:
+                report.add(
+                    "keys", f"order {w}:{d}:{p} holds order {o}, which belongs to page {order_page(o)}"
+                )
+            self.orders[(w, d)][o] = order
+        for o in page["new"]:
+            if order_page(o) != p:
+                report.add("keys", f"order {w}:{d}:{p} holds new-order row {o}, of page {order_page(o)}")
+            self.new_orders[(w, d)].add(o)
 
 
 def check_state(sizes: Sizes, state: State) -> list[str]:

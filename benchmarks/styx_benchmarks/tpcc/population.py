@@ -8,7 +8,8 @@ and the items (hence stock): ``scale=0.01`` gives 30 customers per district and 
 split of delivered/undelivered initial orders is kept. The initial D_YTD is 10.00 per customer
 (30 000.00 at scale 1, as in the spec) and W_YTD is ten times that, so the YTD conditions hold from the
 start at every scale. Entities per warehouse at scale 1: 1 + 10 + 30 000 customers + 10 000 last names
-+ 30 000 history + 100 000 stock + 30 000 orders + 9 000 new-orders ≈ 209 000, plus 100 000 items.
++ 30 000 history + 100 000 stock + 30 000 orders (and 9 000 new-order rows) in 1 880 pages ≈ 172 000,
+plus 100 000 items.
 
 Customer ids, item ids and last names are drawn with NURand (A = 1023, 8191 and 255) with fixed C
 constants (:func:`nurand`; the ``*_RUN`` constants are the mix's, ``C_LAST_LOAD`` the loader's).
@@ -29,11 +30,13 @@ from styx_benchmarks.tpcc.schema import (
     DISTRICTS,
     HISTORY,
     ITEM,
-    NEW_ORDER,
     ORDER,
     STOCK,
     WAREHOUSE,
     WAREHOUSE_YTD,
+    Row,
+    order_key,
+    order_page,
 )
 
 CUSTOMERS = 3000  # per district
@@ -103,6 +106,7 @@ class Sizes:
         self.items = max(15, round(ITEMS * scale))  # 15: a NewOrder needs that many distinct items
         self.orders = self.customers
         self.undelivered = max(1, round(self.orders * UNDELIVERED))
+        self.first_new = self.orders - self.undelivered + 1  # the oldest undelivered order
         self.names = min(1000, self.customers)  # last names 0 … names-1 all exist
 
     def rows(self) -> dict[str, int]:
@@ -118,8 +122,7 @@ class Sizes:
             CUSTOMER: dc * self.customers,
             CUSTOMER_NAME: dc * self.names,
             HISTORY: dc * self.customers,
-            ORDER: dc * self.orders,
-            NEW_ORDER: dc * self.undelivered,
+            ORDER: dc * (order_page(self.orders) + 1),
         }
 
 
@@ -192,18 +195,22 @@ def _customer_rows(sizes: Sizes, w: int, d: int, g: _Gen) -> Iterator[tuple[str,
 
 
 def _order_rows(sizes: Sizes, w: int, d: int, g: _Gen) -> Iterator[tuple[str, str, Any]]:
-    """Orders 1 … n, one per customer (a random permutation), the last ones undelivered."""
+    """Orders 1 … n, one per customer (a random permutation), the last ones undelivered (with a
+    new-order row), in pages (:func:`~styx_benchmarks.tpcc.schema.order_page`)."""
     owners = list(range(1, sizes.customers + 1))
     g.rng.shuffle(owners)
-    first_new = sizes.orders - sizes.undelivered + 1
+    page: Row = {"orders": {}, "new": []}
     for o in range(1, sizes.orders + 1):
-        delivered = o < first_new
+        delivered = o < sizes.first_new
         lines = [
             [g.num(1, sizes.items), w, 5, 0 if delivered else g.num(1, 999_999), dist_info]
             for dist_info in g.pieces(g.num(5, 15), 24)
         ]
         carrier = g.num(1, 10) if delivered else None
         order = {"c_id": owners[o - 1], "entry_d": LOAD_TS_MS, "carrier_id": carrier, "ol_cnt": len(lines)}
-        yield ORDER, f"{w}:{d}:{o}", {**order, "all_local": True, "lines": lines}
+        page["orders"][str(o)] = {**order, "all_local": True, "lines": lines}
         if not delivered:
-            yield NEW_ORDER, f"{w}:{d}:{o}", o
+            page["new"].append(o)
+        if o == sizes.orders or order_page(o + 1) != order_page(o):
+            yield ORDER, order_key(w, d, o), page
+            page = {"orders": {}, "new": []}

@@ -8,8 +8,9 @@ Payment columns, ``district_ytd`` ``w:d`` (:func:`payment`; the rows are split b
   ``ctx.call``) to the warehouse (W_TAX), the customer (discount, credit) and one ``stock.order_line``
   per order line (5-15, distinct items), which reads the item — an unused item id raises ``Abort``
   there, two calls deep, and rolls back the whole transaction — and updates the stock row. The root
-  then inserts the order (with its lines) and the new-order row with ``call_async``. 1 % of NewOrders
-  carry an unused item id; a line is supplied by a remote warehouse with probability 1 % (W > 1).
+  then inserts the order (with its lines and its new-order row) into its page with ``call_async``.
+  1 % of NewOrders carry an unused item id; a line is supplied by a remote warehouse with probability
+  1 % (W > 1).
 * **Payment** adds the amount to D_YTD and (``call_async``) to W_YTD through ``warehouse_ytd.pay``, reads
   W_NAME (``warehouse.name``) and, in parallel with it for 60 % of payments, resolves the customer by
   last name through the ``customer_name`` index (the
@@ -39,14 +40,16 @@ from styx_benchmarks.tpcc.schema import (
     DISTRICT_YTD,
     HISTORY,
     ITEM,
-    NEW_ORDER,
     ORDER,
+    ORDER_PAGE,
     PARTITIONS,
     STOCK,
     WAREHOUSE,
     WAREHOUSE_YTD,
     Row,
     key_ints,
+    order_key,
+    order_page,
 )
 from styx_py import Abort, Context, Graph
 
@@ -109,8 +112,7 @@ async def new_order(ctx: Context, c_id: int, lines: list[list[int]]) -> Row:
         "all_local": all(sw == w for _i, sw, _q in lines),
         "lines": rows,
     }
-    ctx.call_async(ORDER, "insert", f"{w}:{d}:{o_id}", order)
-    ctx.call_async(NEW_ORDER, "insert", f"{w}:{d}:{o_id}", o_id)
+    ctx.call_async(ORDER, "insert", order_key(w, d, o_id), order)  # the page numbers it o_id
     total = amounts * (10_000 - discount) * (10_000 + w_tax + district["tax"]) // 100_000_000
     return {"o_id": o_id, "ol_cnt": len(lines), "total": total, "credit": credit}
 
@@ -165,10 +167,25 @@ async def stock_order_line(ctx: Context, i_id: int, qty: int, d_id: int, remote:
 
 
 async def insert(ctx: Context, value: Any) -> None:
-    """Insert a row NewOrder creates (order, new-order); the entity must not exist yet."""
+    """Insert a row Payment creates (history); the entity must not exist yet."""
     if await ctx.get() is not None:
         raise Abort(f"{ctx.operator} {ctx.key} already exists")
     await ctx.put(value)
+
+
+async def order_insert(ctx: Context, order: Row) -> None:
+    """Insert ``order`` into this page as the next order id of its range, with its new-order row.
+
+    That id is the D_NEXT_O_ID its NewOrder took: both advance once per committed NewOrder, in commit
+    order (a full page aborts: D_NEXT_O_ID pointed past it)."""
+    _w, _d, p = key_ints(ctx.key)
+    page = await ctx.get() or {"orders": {}, "new": []}
+    o_id = p * ORDER_PAGE + 1 + len(page["orders"])
+    if order_page(o_id) != p:
+        raise Abort(f"order page {ctx.key} is full")
+    page["orders"][str(o_id)] = order
+    page["new"].append(o_id)
+    await ctx.put(page)
 
 
 # Payment -------------------------------------------------------------------------------------------
@@ -250,8 +267,7 @@ FUNCTIONS: dict[str, FunctionTable] = {
     HISTORY: {"insert": (insert, False)},
     ITEM: {"info": (item_info, True)},
     STOCK: {"order_line": (stock_order_line, False)},
-    ORDER: {"insert": (insert, False)},
-    NEW_ORDER: {"insert": (insert, False)},
+    ORDER: {"insert": (order_insert, False)},
 }
 COMMON: FunctionTable = {
     "put": (put, False),

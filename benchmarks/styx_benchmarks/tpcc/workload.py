@@ -36,10 +36,10 @@ from styx_benchmarks.tpcc.schema import (
     DISTRICT_YTD,
     DISTRICTS,
     HISTORY,
-    NEW_ORDER,
     ORDER,
     WAREHOUSE,
     WAREHOUSE_YTD,
+    order_page,
 )
 from styx_benchmarks.workload import Op, Options, Progress, State, Workload, submit_checks
 from styx_py.core.partitioning import Key
@@ -152,8 +152,8 @@ class Tpcc(Workload):
     # ---- check --------------------------------------------------------------------------------------
 
     async def read_state(self, client: StyxClient) -> State:
-        """Warehouses and districts (both parts of each) and customers; then every order and new-order
-        row up to D_NEXT_O_ID (one past it, to see rows beyond) and every customer's history rows
+        """Warehouses and districts (both parts of each) and customers; then every order page up to
+        D_NEXT_O_ID's (one past it, to see rows beyond) and every customer's history rows
         1 … C_PAYMENT_CNT."""
         sizes = self.sizes
         state: dict[tuple[str, Key], Any] = {}
@@ -166,8 +166,8 @@ class Tpcc(Workload):
         for w, d in districts:
             district = state.get((DISTRICT, f"{w}:{d}"))
             if district is not None:
-                for o in range(1, district["next_o_id"] + 1):
-                    second += [(ORDER, f"{w}:{d}:{o}"), (NEW_ORDER, f"{w}:{d}:{o}")]
+                for p in range(order_page(district["next_o_id"]) + 2):
+                    second.append((ORDER, f"{w}:{d}:{p}"))
         for (op, key), value in list(state.items()):
             if op == CUSTOMER:
                 second += [(HISTORY, f"{key}:{n}") for n in range(1, value["payment_cnt"] + 1)]
