@@ -72,6 +72,7 @@ def test_full_scale_cardinalities() -> None:
         "warehouse": 10,
         "warehouse_ytd": 10,
         "district": 100,
+        "district_info": 100,
         "district_ytd": 100,
         "stock": 1_000_000,
         "customer": 300_000,

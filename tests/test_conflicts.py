@@ -1,11 +1,14 @@
-"""Aria-style conflict detection (worker.conflicts): hand-worked cases, the paper's Figure 4, a property."""
+"""Aria-style conflict detection (worker.conflicts): hand-worked cases, the paper's Figure 4, properties, and
+blind adds (``Context.add``) beside reads and puts."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from styx_py.core.barrier import combine_votes
+from styx_py.core.context import added
 from styx_py.core.wire import Vote
 from styx_worker.conflicts import EntityKey, find_conflicts, write_minima
 
@@ -126,3 +129,90 @@ def test_non_conflicting_set_is_order_independent(
 
     other = data.draw(st.permutations(commit), label="commit order")
     assert apply(commit) == apply(list(other))
+
+
+# ---- blind adds (Context.add) ------------------------------------------------------------------------
+
+
+def test_adds_of_one_key_do_not_conflict_with_each_other() -> None:
+    writes = {1: [k("a")], 2: [k("a")], 3: [k("a")]}
+    adds = {1: {k("a")}, 2: {k("a")}, 3: {k("a")}}
+    assert find_conflicts({}, writes, adds=adds) == []
+    assert find_conflicts({}, writes) == [2, 3], "as puts they would"
+
+
+def test_an_add_conflicts_with_a_lower_put_and_a_put_with_a_lower_add() -> None:
+    assert find_conflicts({}, {1: [k("a")], 2: [k("a")]}, adds={2: {k("a")}}) == [2]
+    assert find_conflicts({}, {1: [k("a")], 2: [k("a")]}, adds={1: {k("a")}}) == [2]
+
+
+def test_a_read_after_a_lower_add_conflicts_and_before_it_does_not() -> None:
+    assert find_conflicts({2: [k("a")]}, {1: [k("a")]}, adds={1: {k("a")}}) == [2]
+    assert find_conflicts({1: [k("a")]}, {2: [k("a")]}, adds={2: {k("a")}}) == []
+
+
+def test_an_aborted_put_below_an_add_is_no_conflict() -> None:
+    writes = {1: [k("a")], 2: [k("a")]}
+    assert find_conflicts({}, writes, excluded={1}, adds={2: {k("a")}}) == []
+
+
+op_kinds = st.sampled_from(["read", "put", "add"])
+add_sets = st.dictionaries(
+    st.integers(1, 8),
+    st.dictionaries(st.sampled_from([k(x) for x in "abc"]), op_kinds, min_size=1, max_size=3),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(txns=add_sets, data=st.data())
+def test_what_commits_beside_adds_equals_every_serial_order_of_it(
+    txns: dict[int, dict[EntityKey, str]], data: st.DataObject
+) -> None:
+    """Each tid reads, puts or adds to each of its keys. The rule, brute force: a tid conflicts when
+    a lower tid wrote a key it reads or puts, or put a key it adds to. And what commits gives the
+    same state in tid order and in any other order, with each add applied to the state so far."""
+    reads = {t: [key for key, kind in ops.items() if kind == "read"] for t, ops in txns.items()}
+    writes = {t: [key for key, kind in ops.items() if kind != "read"] for t, ops in txns.items()}
+    adds = {t: {key for key, kind in ops.items() if kind == "add"} for t, ops in txns.items()}
+    conflicts = find_conflicts(reads, writes, adds=adds)
+
+    def clashes(t: int) -> bool:
+        return any(
+            lo < t and (theirs == "put" or mine != "add")
+            for lo, lower in txns.items()
+            for key, mine in txns[t].items()
+            if (theirs := lower.get(key)) in ("put", "add")
+        )
+
+    assert set(conflicts) == {t for t in txns if clashes(t)}
+    commit = sorted(set(txns) - set(conflicts))
+
+    def apply(order: list[int]) -> dict[EntityKey, int]:
+        state: dict[EntityKey, int] = {}
+        for t in order:
+            for key, kind in txns[t].items():
+                if kind == "put":
+                    state[key] = 100 * t
+                elif kind == "add":
+                    state[key] = state.get(key, 0) + t
+        return state
+
+    other = data.draw(st.permutations(commit), label="commit order")
+    assert apply(commit) == apply(list(other))
+
+
+def test_added_adds_to_numbers_and_fields_and_names_what_it_cannot_add_to() -> None:
+    assert added(None, 3) == 3 and added(2.5, 1) == 3.5
+    assert added(None, 3, "n") == {"n": 3}
+    assert added({"n": 1, "x": "a"}, 2, "n") == {"n": 3, "x": "a"}
+    assert added({"x": "a"}, 2, "n") == {"x": "a", "n": 2}
+    for value, amount, field, message in (
+        ("a", 1, None, "the state is a str, not a number"),
+        (True, 1, None, "the state is a bool, not a number"),
+        ([1], 1, "n", "the state is a list, not a dict with field 'n'"),
+        ({"n": "a"}, 1, "n", "field 'n' is a str, not a number"),
+        (1, True, None, "amount must be an int or a float, not bool"),
+    ):
+        with pytest.raises(TypeError, match=message):
+            added(value, amount, field)

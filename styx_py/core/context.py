@@ -25,6 +25,36 @@ def invocation_rng(tid: int, path: list[int]) -> _random.Random:
     return _random.Random((tid << 32) | crc32(",".join(map(str, path)).encode()))
 
 
+Number = int | float
+
+
+def added(value: Any, amount: Number, field: str | None = None) -> Any:
+    """``value`` with ``amount`` added: to the number itself, or with ``field`` to ``value[field]`` of a
+    dict (a missing field counts as 0). An absent value (None) counts as 0, or as ``{}`` with
+    ``field``. A bool is not a number here; anything else raises TypeError."""
+    if not _is_number(amount):
+        raise TypeError(f"add: amount must be an int or a float, not {type(amount).__name__}")
+    if field is None:
+        if value is None:
+            return amount
+        if not _is_number(value):
+            raise TypeError(f"add: the state is a {type(value).__name__}, not a number")
+        return value + amount
+    if value is None:
+        return {field: amount}
+    if not isinstance(value, dict):
+        raise TypeError(f"add: the state is a {type(value).__name__}, not a dict with field {field!r}")
+    current = value.get(field, 0)
+    if not _is_number(current):
+        raise TypeError(f"add: field {field!r} is a {type(current).__name__}, not a number")
+    value[field] = current + amount
+    return value
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 class Context(ABC):
     """What a function can do: touch its own entity's state and call other entities.
 
@@ -45,6 +75,20 @@ class Context(ABC):
     @abstractmethod
     async def delete(self) -> None:
         """Remove this entity's state."""
+
+    async def add(self, amount: Number, field: str | None = None) -> None:
+        """Add ``amount`` to this entity's state (a number), or to its ``field`` (a dict; a missing
+        field or an absent state counts as 0), without reading it.
+
+        The transaction's result cannot depend on the value, so adds commute: several transactions
+        of an epoch that add to one entity do not conflict with each other and all commit without
+        locks, in tid order. A read (``get``, ``scan``) or a ``put``/``delete`` of the entity by a
+        higher tid of the epoch still conflicts with them, and an add conflicts with a lower tid's
+        ``put`` or ``delete``. Within its transaction an add is an ordinary write: a later ``get``
+        sees it (and then reads the entity), an add after a ``get`` or ``put`` of the entity changes
+        the written value. Raises TypeError when the state is not a number (or a dict whose
+        ``field`` is a number or missing), or ``amount`` is not an int or a float."""
+        await self.put(added(await self.get(), amount, field))
 
     @abstractmethod
     async def scan(

@@ -1,5 +1,6 @@
 """An app with every call shape the engine supports, for the serializability oracle: reads, writes and
-deletes (an insert after a delete, a delete of a missing key, a read after a delete), asynchronous and
+deletes (an insert after a delete, a delete of a missing key, a read after a delete), blind adds,
+asynchronous and
 synchronous calls, fan-outs that meet, aborts, user errors and deterministic randomness."""
 
 from __future__ import annotations
@@ -158,6 +159,36 @@ async def converge(ctx: Context, hops: list[str], target: str) -> int:
     for i, hop in enumerate(hops):
         ctx.call_async(acct, "via", hop, target, f"{ctx.key}/{i}")
     return len(hops)
+
+
+@acct.function
+async def tip(ctx: Context, amount: int) -> None:
+    """A blind add: it commutes with the other adds of its epoch and conflicts with reads and puts."""
+    await ctx.add(amount)
+
+
+@acct.function
+async def tip_and_look(ctx: Context, amount: int) -> int:
+    """An add read back in the same transaction: then it reads the account like any update."""
+    await ctx.add(amount)
+    return int(await ctx.get(default=0))
+
+
+@acct.function
+async def spread(ctx: Context, targets: list[str], amount: int, stats: str) -> int:
+    """Adds to several accounts (asynchronous calls) and to two fields of a stats entry, one of them
+    twice; on a ledger entry (a list) the add fails the transaction."""
+    for t in targets:
+        ctx.call_async(acct, "tip", t, amount)
+    ctx.call_async(counter, "tally", stats, amount)
+    return len(targets)
+
+
+@counter.function
+async def tally(ctx: Context, amount: int) -> None:
+    await ctx.add(1, "n")
+    await ctx.add(amount, "sum")
+    await ctx.add(amount, "sum")
 
 
 @ledger.function

@@ -3,13 +3,16 @@
 Which transactions commit follows from the union of every worker's conflicts, which each worker combines
 itself from the same reports (:mod:`styx_py.core.barrier`); here a worker applies the committed
 transactions' buffered writes in tid order (and their digests: :mod:`styx_worker.digests`) and
-turns every finished root into its reply (the early commit reply).
+turns every finished root into its reply (the early commit reply). A transaction's blind adds
+(``Context.add``) are added again to the state the lower tids left, as adds of one key commute.
 """
 
 from __future__ import annotations
 
-from styx_py.core.wire import NIL, Phase, Reply, ReplyStatus, Status
-from styx_worker.state import StateStore
+from styx_py.core.context import Number, added
+from styx_py.core.wire import NIL, Phase, Reply, ReplyStatus, Status, decode_value, encode_value
+from styx_worker.conflicts import EntityKey
+from styx_worker.state import StateStore, Writes
 from styx_worker.txn import EpochState, RootTxn
 
 _ERROR_TYPES = {Status.ABORT: "Abort", Status.BAD: "BadRequest"}
@@ -23,11 +26,14 @@ def commit_lock_free(
     ``fallback`` (as ``(root, reply)``), in tid order. The epoch's tally counts them."""
     aborted = es.reports.aborted
     writes = es.opt.writes
+    adds = es.opt.adds
     committed = es.committed
     for tid in sorted(writes):
         if tid not in fallback and tid not in aborted:
             w = writes[tid]
             if w:  # every invocation opens its transaction's buffer, a read-only one too
+                if tid in adds:
+                    _add_to_committed(w, adds[tid], store)
                 store.apply(w, es.epoch)
                 committed.add(tid, w)
     replies: list[tuple[RootTxn, Reply]] = []
@@ -38,6 +44,21 @@ def commit_lock_free(
         replies.append((root, reply_for(root, es.epoch, Phase.OPTIMISTIC)))
         es.tally.finished(root)
     return replies
+
+
+def _add_to_committed(
+    writes: Writes, adds: dict[EntityKey, list[tuple[Number, str | None]]], store: StateStore
+) -> None:
+    """A transaction's blind adds, applied again to the state the lower tids' commits of the epoch left
+    (its run saw the state before them): adds of lower tids to the same key are in it, and nothing
+    else of a lower tid wrote it, or this one would have conflicted; so the value's type is the one
+    its run checked, and the add cannot fail here."""
+    for key, ops in adds.items():
+        raw = store.data.get(key)
+        value = None if raw is None else decode_value(raw)
+        for amount, field in ops:
+            value = added(value, amount, field)
+        writes[key] = encode_value(value)
 
 
 def reply_for(root: RootTxn, epoch: int, phase: Phase) -> Reply:

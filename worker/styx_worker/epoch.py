@@ -217,7 +217,7 @@ class EpochMachine(InvocationFlow):
         """This worker's conflicts; a Revote's leave out the writes of the serial tids (their branches
         may have raced)."""
         return find_conflicts(
-            es.opt.reads, es.opt.writes, es.reports.aborted | frozenset(serial), es.opt.ranges
+            es.opt.reads, es.opt.writes, es.reports.aborted | frozenset(serial), es.opt.ranges, es.opt.adds
         )
 
     def _vote(self, es: EpochState) -> None:

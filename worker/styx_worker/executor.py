@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from styx_py.core.context import Context, invocation_rng
+from styx_py.core.context import Context, Number, added, invocation_rng
 from styx_py.core.errors import Abort
 from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
@@ -121,6 +121,8 @@ class RuntimeContext(Context):
         buf = self._buf
         if self._ekey in buf:
             raw = buf[self._ekey]
+            if self._inv.phase == Phase.OPTIMISTIC and self._view.unadd(self._inv.tid, self._ekey):
+                self._view.record_read(self._inv.tid, self._ekey)  # its adds were blind: now it reads
         else:
             if self._inv.phase == Phase.OPTIMISTIC:
                 self._view.record_read(self._inv.tid, self._ekey)
@@ -129,9 +131,32 @@ class RuntimeContext(Context):
 
     async def put(self, value: Any) -> None:
         self._buf[self._ekey] = encode_value(value)
+        if self._inv.phase == Phase.OPTIMISTIC:
+            self._view.unadd(self._inv.tid, self._ekey)
 
     async def delete(self) -> None:
         self._buf[self._ekey] = None
+        if self._inv.phase == Phase.OPTIMISTIC:
+            self._view.unadd(self._inv.tid, self._ekey)
+
+    async def add(self, amount: Number, field: str | None = None) -> None:
+        """In the optimistic run, an add to an entity this transaction has neither read nor written is
+        blind: it buffers the value it gives on the epoch's committed state (what this run reads),
+        records the add instead of a read, and the lock-free commit adds it again to the state as the
+        lower tids' adds left it (:mod:`styx_worker.conflicts` for what conflicts). Otherwise, and in
+        the fallback and serial runs (under locks), it reads and writes the entity."""
+        inv, key, buf = self._inv, self._ekey, self._buf
+        view = self._view
+        if (
+            inv.phase != Phase.OPTIMISTIC
+            or view.was_read(inv.tid, key)
+            or (key in buf and not view.is_added(inv.tid, key))
+        ):
+            await super().add(amount, field)
+            return
+        raw = buf[key] if key in buf else view.read(key)  # no read recorded: nothing depends on it
+        buf[key] = encode_value(added(None if raw is None else decode_value(raw), amount, field))
+        view.record_add(inv.tid, key, amount, field)
 
     # ---- calls -----------------------------------------------------------------------------------
     async def scan(

@@ -13,6 +13,7 @@ from enum import IntEnum
 
 import msgspec
 
+from styx_py.core.context import Number
 from styx_py.core.effectids import OUTBOX
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
@@ -153,11 +154,14 @@ class Reservations:
     """What the optimistic run of an epoch learned here, per tid: buffered writes, read and touched keys,
     scanned ranges, and the invocations to re-run from the call-graph cache."""
 
-    __slots__ = ("cache", "ranges", "reads", "serial", "touched", "writes")
+    __slots__ = ("adds", "cache", "ranges", "reads", "serial", "touched", "writes")
 
     def __init__(self) -> None:
         self.writes: dict[int, Writes] = {}
         self.reads: dict[int, set[EntityKey]] = {}
+        # Blind adds (Context.add to an entity the tid neither read nor wrote otherwise): its
+        # (amount, field) list per key; the key's buffered write is their sum on the epoch's state.
+        self.adds: dict[int, dict[EntityKey, list[tuple[Number, str | None]]]] = {}
         self.ranges: dict[int, list[ScanRange]] = {}  # scans answered here (styx_worker.scan)
         self.touched: dict[int, set[EntityKey]] = {}
         self.serial: set[int] = set()  # tids that invoked one entity twice here (Phase.SERIAL)
@@ -284,6 +288,25 @@ class TxnView:
             self.opt.reads[tid] = {key}
         else:
             reads.add(key)
+
+    def record_add(self, tid: int, key: EntityKey, amount: Number, field: str | None) -> None:
+        adds = self.opt.adds.get(tid)
+        if adds is None:
+            adds = self.opt.adds[tid] = {}
+        adds.setdefault(key, []).append((amount, field))
+
+    def is_added(self, tid: int, key: EntityKey) -> bool:
+        adds = self.opt.adds.get(tid)
+        return adds is not None and key in adds
+
+    def unadd(self, tid: int, key: EntityKey) -> bool:
+        """Forget ``tid``'s blind adds to ``key`` (a read or a put of it follows); whether it had any."""
+        adds = self.opt.adds.get(tid)
+        return adds is not None and adds.pop(key, None) is not None
+
+    def was_read(self, tid: int, key: EntityKey) -> bool:
+        reads = self.opt.reads.get(tid)
+        return reads is not None and key in reads
 
     def record_range(self, tid: int, rng: ScanRange) -> None:
         self.opt.ranges.setdefault(tid, []).append(rng)

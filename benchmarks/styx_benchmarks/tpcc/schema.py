@@ -7,7 +7,8 @@ Data model (one entity per row of the tables NewOrder and Payment touch, orders 
     warehouse       "w"               {tax, name, address}: the read-only columns of the warehouse row
     warehouse_ytd   "w"               {ytd}: the column Payment writes
     district        "w:d"             {tax, next_o_id}: NewOrder's columns of the district row
-    district_ytd    "w:d"             {name, address, ytd}: Payment's columns of it
+    district_info   "w:d"             {name, address}: its read-only columns
+    district_ytd    "w:d"             {ytd}: the column Payment writes
     customer        "w:d:c"           {first, middle, last, address, phone, since, credit, credit_lim,
                                        discount, balance, ytd_payment, payment_cnt, delivery_cnt, data}
     customer_name   "w:d:LAST"        [c_id, …] sorted by (C_FIRST, c_id): the last-name index
@@ -22,12 +23,12 @@ Data model (one entity per row of the tables NewOrder and Payment touch, orders 
 
 The warehouse and district rows are split by column (vertical partitioning, which the TPC-C spec
 allows, clause 1.6): the columns NewOrder writes (D_NEXT_O_ID) and Payment writes (W_YTD; D_YTD) each
-apart, the warehouse's read-only columns (W_TAX, W_NAME and the address) in one part that both read
-and neither writes. So a Payment and a NewOrder of one district never conflict on its row: NewOrders
-collide with NewOrders of their district (D_NEXT_O_ID), Payments with Payments of their warehouse
-(W_YTD). Payment adds to W_YTD with an asynchronous call it does not wait for (it reads W_NAME from the
-read-only part, which readers share in the fallback): there the Payments of a warehouse take W_YTD one
-after another, and the rest of each Payment runs while it waits for it.
+apart, the read-only columns (W_TAX, W_NAME, D_NAME and the addresses) in parts that both read and
+neither writes. So a Payment and a NewOrder of one district never conflict on its row: NewOrders
+collide with NewOrders of their district (D_NEXT_O_ID). Payment adds to D_YTD and (with an
+asynchronous call) to W_YTD without reading them (``Context.add``): adds of one epoch commute, so the
+Payments of a warehouse do not collide there either, and commit without locks unless they meet on a
+customer.
 
 The ORDER rows of a district are stored in pages of :data:`ORDER_PAGE` consecutive order ids, one
 entity per page, with the NEW-ORDER rows of those orders (a clustered layout: a row is still found by
@@ -59,6 +60,7 @@ Row = dict[str, Any]
 WAREHOUSE = "warehouse"
 WAREHOUSE_YTD = "warehouse_ytd"
 DISTRICT = "district"
+DISTRICT_INFO = "district_info"
 DISTRICT_YTD = "district_ytd"
 CUSTOMER = "customer"
 CUSTOMER_NAME = "customer_name"
@@ -72,6 +74,7 @@ PARTITIONS: dict[str, int] = {
     WAREHOUSE: 4,
     WAREHOUSE_YTD: 4,
     DISTRICT: 8,
+    DISTRICT_INFO: 4,
     DISTRICT_YTD: 8,
     CUSTOMER: 8,
     CUSTOMER_NAME: 4,

@@ -11,16 +11,18 @@ Payment columns, ``district_ytd`` ``w:d`` (:func:`payment`; the rows are split b
   then inserts the order (with its lines and its new-order row) into its page with ``call_async``.
   1 % of NewOrders carry an unused item id; a line is supplied by a remote warehouse with probability
   1 % (W > 1).
-* **Payment** adds the amount to D_YTD and (``call_async``) to W_YTD through ``warehouse_ytd.pay``, reads
-  W_NAME (``warehouse.name``) and, in parallel with it for 60 % of payments, resolves the customer by
-  last name through the ``customer_name`` index (the
-  middle customer by C_FIRST, position ⌈n/2⌉, as the spec says); ``customer.pay`` updates balance,
-  YTD payment, payment count (and C_DATA for bad credit) and inserts the history row. 15 % of payments
-  are for a customer of a remote warehouse (W > 1).
+* **Payment** adds the amount to D_YTD and (``call_async``) to W_YTD through ``warehouse_ytd.pay``,
+  both without reading them (``ctx.add``), reads W_NAME (``warehouse.name``) and D_NAME
+  (``district_info.name``) and, in parallel with them for 60 % of payments, resolves the customer by
+  last name through the ``customer_name`` index (the middle customer by C_FIRST, position ⌈n/2⌉, as
+  the spec says); ``customer.pay`` updates balance, YTD payment, payment count (and C_DATA for bad
+  credit) and inserts the history row. 15 % of payments are for a customer of a remote warehouse
+  (W > 1).
 
-Contention is TPC-C's own: every NewOrder of a district writes its D_NEXT_O_ID, every Payment of a
-warehouse its W_YTD (and its district's D_YTD). With W=1 most transactions of an epoch conflict and
-commit in the fallback phase; more warehouses spread them out. A Payment and a NewOrder do not
+Contention is TPC-C's own: every NewOrder of a district writes its D_NEXT_O_ID, so with W=1 the
+NewOrders of an epoch conflict and commit in the fallback phase; more warehouses spread them out.
+Every Payment of a warehouse adds to its W_YTD (and its district's D_YTD), but adds of one epoch
+commute: Payments collide only when they meet on a customer. A Payment and a NewOrder do not
 conflict on the warehouse or district row: each touches only its own columns.
 
 Every operator also has the loader's and the reader's functions (:data:`COMMON`): ``put``, ``get``,
@@ -37,6 +39,7 @@ from styx_benchmarks.tpcc.schema import (
     CUSTOMER,
     CUSTOMER_NAME,
     DISTRICT,
+    DISTRICT_INFO,
     DISTRICT_YTD,
     HISTORY,
     ITEM,
@@ -195,31 +198,31 @@ async def payment(ctx: Context, c_w: int, c_d: int, c_id: int | None, c_last: st
     """TPC-C Payment of ``amount`` cents at district ``w:d`` (its Payment columns, ``district_ytd``) by
     customer ``c_w:c_d:c_id`` (or, with ``c_id=None``, the customer found by last name ``c_last``)."""
     w, d = key_ints(ctx.key)
-    district = await ctx.get()
-    if district is None:
-        raise Abort(f"no district {ctx.key}")
-    district["ytd"] += amount
-    await ctx.put(district)
+    await ctx.add(amount, "ytd")  # D_YTD, without reading it
     ctx.call_async(WAREHOUSE_YTD, "pay", str(w), amount)
+    names = (ctx.call(WAREHOUSE, "name", str(w)), ctx.call(DISTRICT_INFO, "name", ctx.key))
     if c_id is None:
-        w_name, c_id = await asyncio.gather(
-            ctx.call(WAREHOUSE, "name", str(w)),
-            ctx.call(CUSTOMER_NAME, "middle", f"{c_w}:{c_d}:{c_last}"),
+        w_name, d_name, c_id = await asyncio.gather(
+            *names, ctx.call(CUSTOMER_NAME, "middle", f"{c_w}:{c_d}:{c_last}")
         )
     else:
-        w_name = await ctx.call(WAREHOUSE, "name", str(w))
-    h_data = f"{w_name}    {district['name']}"
+        w_name, d_name = await asyncio.gather(*names)
+    h_data = f"{w_name}    {d_name}"
     balance = await ctx.call(CUSTOMER, "pay", f"{c_w}:{c_d}:{c_id}", w, d, amount, h_data)
     return {"c_id": c_id, "balance": balance}
 
 
 async def warehouse_pay(ctx: Context, amount: int) -> None:
-    """W_YTD += amount."""
+    """W_YTD += amount, without reading it."""
+    await ctx.add(amount, "ytd")
+
+
+async def district_name(ctx: Context) -> str:
+    """D_NAME (read-only); a missing district aborts."""
     row = await ctx.get()
     if row is None:
-        raise Abort(f"no warehouse {ctx.key}")
-    row["ytd"] += amount
-    await ctx.put(row)
+        raise Abort(f"no district {ctx.key}")
+    return str(row["name"])
 
 
 async def customer_name_middle(ctx: Context) -> int:
@@ -261,6 +264,7 @@ FUNCTIONS: dict[str, FunctionTable] = {
     WAREHOUSE: {"tax": (warehouse_tax, True), "name": (warehouse_name, True)},
     WAREHOUSE_YTD: {"pay": (warehouse_pay, False)},
     DISTRICT: {"new_order": (new_order, False)},
+    DISTRICT_INFO: {"name": (district_name, True)},
     DISTRICT_YTD: {"payment": (payment, False)},
     CUSTOMER: {"for_order": (customer_for_order, True), "pay": (customer_pay, False)},
     CUSTOMER_NAME: {"middle": (customer_name_middle, True)},
