@@ -61,7 +61,7 @@ bench: install
 # TPC-C with 10 warehouses: one cluster, loaded once (2.2 M rows, ~75 s), then a sweep; the check
 # reads ~1 M entities (~5 minutes), so it is skipped here (the tests check TPC-C at small scale).
 bench-tpcc10: install
-	$(VENV)/bin/styx bench tpcc --warehouses 10 --one-cluster --sweep 100,200,400,600,800 --duration 15 --warmup 3 \
+	$(VENV)/bin/styx bench tpcc --warehouses 10 --one-cluster --sweep 400,800,1200,1500,2000 --duration 15 --warmup 3 \
 		--no-check --quiet
 
 # What the HTTP gateway adds over the SDK: bank transfers at 200/s, p50/p99 (docs/http-api.md).
