@@ -112,8 +112,8 @@ async def test_join_drain_and_loss_under_load_equal_the_serial_execution() -> No
     async with SimCluster(APP, workers=2, seed=3, snapshot_interval_epochs=4, epoch_size_max=20) as c:
         rng = random.Random(3)
         submit_random_mix(c, rng, 60, n_keys=20, hot=0.3)
-        await c.wait()
-        c.add_worker("w3")
+        await c.wait_for_replies(30)
+        c.add_worker("w3")  # while epochs run: both joins wait for the same barrier
         c.add_worker("w4")
         submit_random_mix(c, rng, 60, n_keys=20, hot=0.3)
         await c.wait()
