@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from styx_benchmarks.tpcc import ORDER_PAGE, build_app
-from styx_benchmarks.tpcc.schema import key_ints
+from styx_benchmarks.tpcc import build_app
+from styx_benchmarks.tpcc.transactions import next_order_id
 from styx_py import Abort, Context
 
 
 async def insert_without_new_order(ctx: Context, order: dict[str, Any]) -> None:
     """Like the real ``order.insert``, but the new-order row is never written."""
     page = await ctx.get() or {"orders": {}, "new": []}
-    _w, _d, p = key_ints(ctx.key)
-    page["orders"][str(p * ORDER_PAGE + 1 + len(page["orders"]))] = order
+    page["orders"][str(next_order_id(ctx.key, page))] = order
     await ctx.put(page)
 
 

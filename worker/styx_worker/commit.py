@@ -9,11 +9,11 @@ turns every finished root into its reply (the early commit reply). A transaction
 
 from __future__ import annotations
 
-from styx_py.core.context import Number, added
-from styx_py.core.wire import NIL, Phase, Reply, ReplyStatus, Status, decode_value, encode_value
+from styx_py.core.context import Number
+from styx_py.core.wire import NIL, Phase, Reply, ReplyStatus, Status
 from styx_worker.conflicts import EntityKey
 from styx_worker.state import StateStore, Writes
-from styx_worker.txn import EpochState, RootTxn
+from styx_worker.txn import EpochState, RootTxn, added_raw
 
 _ERROR_TYPES = {Status.ABORT: "Abort", Status.BAD: "BadRequest"}
 
@@ -54,11 +54,7 @@ def _add_to_committed(
     else of a lower tid wrote it, or this one would have conflicted; so the value's type is the one
     its run checked, and the add cannot fail here."""
     for key, ops in adds.items():
-        raw = store.data.get(key)
-        value = None if raw is None else decode_value(raw)
-        for amount, field in ops:
-            value = added(value, amount, field)
-        writes[key] = encode_value(value)
+        writes[key] = added_raw(store.data.get(key), ops)
 
 
 def reply_for(root: RootTxn, epoch: int, phase: Phase) -> Reply:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from styx_py.core.context import Context, Number, added, invocation_rng
+from styx_py.core.context import Context, Number, invocation_rng
 from styx_py.core.errors import Abort
 from styx_py.core.limits import MAX_CALL_DEPTH, MAX_CALLS_PER_FUNCTION
 from styx_py.core.operator import Operator, bind_error, operator_name
@@ -39,7 +39,7 @@ from styx_py.core.wire import Invoke, Phase, Status, decode_value, encode_value
 from styx_worker.ackshare import ZERO, Share, from_wire, scaled, split_async, split_sync, to_wire
 from styx_worker.effects import Invoked
 from styx_worker.scan import run_scan
-from styx_worker.txn import CachedInvocation, CallRecord, TxnView
+from styx_worker.txn import CachedInvocation, CallRecord, TxnView, added_raw
 
 __all__ = ["EMPTY_RAW", "Calls", "RuntimeContext", "run_invocation"]
 
@@ -155,7 +155,7 @@ class RuntimeContext(Context):
             await super().add(amount, field)
             return
         raw = buf[key] if key in buf else view.read(key)  # no read recorded: nothing depends on it
-        buf[key] = encode_value(added(None if raw is None else decode_value(raw), amount, field))
+        buf[key] = added_raw(raw, ((amount, field),))
         view.record_add(inv.tid, key, amount, field)
 
     # ---- calls -----------------------------------------------------------------------------------

@@ -9,16 +9,28 @@ outcome collected from every invocation's ack. :class:`EpochState` is one epoch 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 
 import msgspec
 
-from styx_py.core.context import Number
+from styx_py.core.context import Number, added
 from styx_py.core.effectids import OUTBOX
 from styx_py.core.graph import Graph
 from styx_py.core.partitioning import Key
 from styx_py.core.scan import SCAN_OP, ScanRange
-from styx_py.core.wire import ExecDone, IngressRecord, Invoke, Phase, Reply, Revote, Status, Vote
+from styx_py.core.wire import (
+    ExecDone,
+    IngressRecord,
+    Invoke,
+    Phase,
+    Reply,
+    Revote,
+    Status,
+    Vote,
+    decode_value,
+    encode_value,
+)
 from styx_worker.ackshare import Share, ShareCollector
 from styx_worker.conflicts import EntityKey
 from styx_worker.digests import EpochWrites
@@ -97,6 +109,14 @@ class RootTxn:
             self.err_path is None or path < self.err_path
         ):
             self.err_path, self.error, self.error_status = path, error, status
+
+
+def added_raw(raw: bytes | None, adds: Iterable[tuple[Number, str | None]]) -> bytes:
+    """An encoded state (None: absent) with ``adds`` (``(amount, field)`` each) applied, encoded."""
+    value = None if raw is None else decode_value(raw)
+    for amount, field in adds:
+        value = added(value, amount, field)
+    return encode_value(value)
 
 
 class CallRecord(msgspec.Struct, array_like=True, frozen=True):

@@ -55,6 +55,7 @@ from styx_benchmarks.tpcc.schema import (
     order_page,
 )
 from styx_py import Abort, Context, Graph
+from styx_py.core.partitioning import Key
 
 
 async def put(ctx: Context, value: Any) -> None:
@@ -176,15 +177,19 @@ async def insert(ctx: Context, value: Any) -> None:
     await ctx.put(value)
 
 
+def next_order_id(key: Key, page: Row) -> int:
+    """The id the next order inserted into order page ``key`` (value ``page``) gets."""
+    return key_ints(key)[2] * ORDER_PAGE + 1 + len(page["orders"])
+
+
 async def order_insert(ctx: Context, order: Row) -> None:
     """Insert ``order`` into this page as the next order id of its range, with its new-order row.
 
     That id is the D_NEXT_O_ID its NewOrder took: both advance once per committed NewOrder, in commit
     order (a full page aborts: D_NEXT_O_ID pointed past it)."""
-    _w, _d, p = key_ints(ctx.key)
     page = await ctx.get() or {"orders": {}, "new": []}
-    o_id = p * ORDER_PAGE + 1 + len(page["orders"])
-    if order_page(o_id) != p:
+    o_id = next_order_id(ctx.key, page)
+    if order_page(o_id) != key_ints(ctx.key)[2]:
         raise Abort(f"order page {ctx.key} is full")
     page["orders"][str(o_id)] = order
     page["new"].append(o_id)
